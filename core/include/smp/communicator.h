@@ -1,0 +1,95 @@
+// One mesh axis' collectives (c10d underneath: Gloo for CPU tensors, NCCL for CUDA).
+#pragma once
+
+#include <smp/abi.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+enum class ReduceOp { Sum, Max, Min, Product };
+
+// Bytes this rank sent, per operation name ("allreduce", "allgather", ...).
+// Counted as the payload a ring/direct algorithm moves from this rank, documented
+// per op in communicator.cpp, so tests can compare against analytic counts.
+struct CommStats {
+  std::map<std::string, int64_t> bytes;
+  std::map<std::string, int64_t> calls;
+  int64_t total_bytes() const;
+};
+
+// An outstanding asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const std::string& axis() const = 0;       // "pp", "dp", "tp", "mp", "world", ...
+  virtual int rank() const = 0;                       // rank within this group
+  virtual int size() const = 0;
+  virtual const std::vector<int>& global_ranks() const = 0;  // group rank -> world rank
+
+  // All return a Work; call wait() before reading the result. Errors (timeouts
+  // included) throw smp::Error naming the axis, the operation and the ranks.
+  virtual std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // out = cat(dim 0) of every rank's in (equal sizes).
+  virtual std::shared_ptr<Work> allgather(const at::Tensor& in, at::Tensor& out) = 0;
+  // out = this rank's dim-0 slice of the reduction of every rank's in.
+  virtual std::shared_ptr<Work> reduce_scatter(const at::Tensor& in, at::Tensor& out,
+                                               ReduceOp op = ReduceOp::Sum) = 0;
+  // Dim-0 splits (rows); empty = equal.
+  virtual std::shared_ptr<Work> alltoall(const at::Tensor& in, at::Tensor& out,
+                                         const std::vector<int64_t>& in_splits,
+                                         const std::vector<int64_t>& out_splits) = 0;
+  virtual std::shared_ptr<Work> broadcast(at::Tensor& t, int root) = 0;
+  virtual std::shared_ptr<Work> send(const at::Tensor& t, int peer, int tag) = 0;  // peer: group rank
+  virtual std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  virtual const CommStats& stats() const = 0;
+  virtual void reset_stats() = 0;
+
+  // The ABI handle plugins use; valid while this communicator lives.
+  virtual smp_comm* handle() = 0;
+};
+
+}  // namespace smp
+
+namespace smp {
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  bool cuda = false;  // NCCL for CUDA tensors (when LibTorch has CUDA), else Gloo
+};
+
+// The job's rendezvous (a c10d TCPStore; world rank 0 hosts it) and the factory
+// of communicators over it. Everything c10d-version-specific lives in c10d_compat.cpp.
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  static std::shared_ptr<Rendezvous> connect(const std::string& master_addr, int master_port, int rank,
+                                             int world_size, std::chrono::milliseconds timeout);
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Called by exactly the ranks in global_ranks (sorted or not: group rank i is
+  // global_ranks[i]); `name` must be unique per group in the job ("tp.3", "tied.wte.0").
+  virtual std::unique_ptr<Communicator> new_communicator(const std::string& axis, const std::string& name,
+                                                         const std::vector<int>& global_ranks,
+                                                         const CommOptions& options) = 0;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key) = 0;  // waits for the key
+};
+
+}  // namespace smp

@@ -1,0 +1,43 @@
+// The model as an adapter describes it: a DAG of module calls over named values.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+struct GraphNode {
+  std::string name;        // hierarchical, dots give the module tree
+  std::string kind;        // module kind (rewritten by TP rules when tp > 1)
+  std::string config_json;
+  std::string method;      // "forward" unless the node calls another method of a shared module
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::string shared_key;  // nodes with the same key share one module and its parameters
+  double flops_hint = 0;
+  double param_bytes_hint = 0;
+  double activation_bytes_hint = 0;
+
+  // The key a module instance is created under: the shared key, or the node's name.
+  const std::string& module_key() const { return shared_key.empty() ? name : shared_key; }
+};
+
+struct ModelGraph {
+  std::vector<std::string> inputs;  // values fed by the adapter's batch(), in order
+  std::vector<GraphNode> nodes;     // in execution (topological) order
+  std::string loss;                 // the scalar value backward starts from
+  double flops_per_sample = 0;      // training FLOPs per sample (forward + backward), 0 = unknown
+
+  // Throws smp::Error naming the node and value when the graph is not a valid DAG
+  // in the given order (value used before produced, produced twice, duplicate
+  // node names, missing loss, shared nodes whose kinds differ).
+  void validate(const std::string& adapter_name) const;
+
+  // value name -> index of the producing node (-1 for graph inputs)
+  std::map<std::string, int> producers() const;
+  // For each node, the indices of nodes consuming its outputs.
+  std::vector<std::vector<int>> consumers() const;
+};
+
+}  // namespace smp

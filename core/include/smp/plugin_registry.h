@@ -1,0 +1,64 @@
+// Loads plugin shared objects through the ABI and indexes what they provide.
+#pragma once
+
+#include <smp/abi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+struct PluginInfo {
+  std::string path;
+  std::string name;
+  std::string version;
+  uint32_t abi_major = 0;
+  uint32_t abi_minor = 0;
+  std::string torch_version;
+  std::vector<std::string> module_kinds, adapters, partitioners, tp_rules;
+};
+
+class PluginRegistry {
+ public:
+  PluginRegistry();
+  ~PluginRegistry();
+  PluginRegistry(const PluginRegistry&) = delete;
+  PluginRegistry& operator=(const PluginRegistry&) = delete;
+
+  // Loads a plugin given by path (contains '/') or by file name ("gpt.so" or
+  // "gpt"), searched in SMP_PLUGIN_PATH, then the install's plugin folder.
+  // Loading the same file twice is a no-op. Refusals throw smp::Error naming the
+  // file and the versions involved; the registry is left unchanged.
+  const PluginInfo& load(const std::string& path_or_name);
+
+  // Where a name is looked for, in order.
+  static std::vector<std::string> search_path();
+  // The file a name resolves to; throws listing the folders searched.
+  static std::string resolve(const std::string& path_or_name);
+
+  const smp_module_kind* module_kind(const std::string& kind) const;  // nullptr if unknown
+  const smp_model_adapter* adapter(const std::string& name) const;
+  const smp_partition_strategy* partitioner(const std::string& name) const;
+  const smp_tp_rule* tp_rule(const std::string& kind) const;
+  // The plugin that registered a capability, for messages ("" if none).
+  std::string provider(const std::string& capability_name) const;
+
+  std::vector<std::string> module_kinds() const;
+  std::vector<std::string> adapters() const;
+  std::vector<std::string> partitioners() const;
+  const std::vector<PluginInfo>& plugins() const { return infos_; }
+
+ private:
+  struct Library;
+  std::vector<std::unique_ptr<Library>> libraries_;
+  std::vector<PluginInfo> infos_;
+  std::map<std::string, const smp_module_kind*> kinds_;
+  std::map<std::string, const smp_model_adapter*> adapters_;
+  std::map<std::string, const smp_partition_strategy*> partitioners_;
+  std::map<std::string, const smp_tp_rule*> rules_;
+  std::map<std::string, std::string> providers_;  // "kind:x" / "adapter:x" / ... -> plugin name
+};
+
+}  // namespace smp

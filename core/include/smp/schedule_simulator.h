@@ -1,0 +1,49 @@
+// Discrete-event simulation of a pipeline Schedule: checks that it is executable
+// (no deadlock, every send received in order, dependencies respected, every
+// microbatch/chunk computed exactly once) and times it under simple costs.
+// Pure C++ (no LibTorch).
+#pragma once
+
+#include <smp/schedule.h>
+
+#include <string>
+#include <vector>
+
+namespace smp {
+
+// Cost of one action on one virtual stage (all virtual stages cost the same).
+struct SimCosts {
+  double forward = 1;
+  double backward = 2;  // full backward (Op::Backward)
+  double backward_input = 1;
+  double backward_weight = 1;
+  double comm = 0;      // latency from a send to the earliest matching receive
+};
+
+struct SimResult {
+  bool ok = false;
+  std::string error;             // first problem found, naming rank / action; empty when ok
+  double makespan = 0;           // time at which the last rank finishes
+  double bubble_fraction = 0;    // mean over ranks of idle / makespan
+  double bubble_ratio = 0;       // (makespan - ideal) / ideal, ideal = max per-rank compute time
+  std::vector<int> peak_in_flight;  // per rank: max #(microbatch, chunk) pairs forwarded whose
+                                    // backward (input part) is not done yet
+  std::vector<double> busy;         // per rank: total compute time
+  std::vector<double> finish;       // per rank: time its last action completed
+};
+
+// Each rank executes its actions in order. A compute action takes its cost; a send
+// completes at once and its message is available `comm` later; a receive waits for
+// the oldest message on its (src rank, dst rank, kind) channel, which must be the
+// one it expects (FIFO), and completes when that message is available.
+// Reported as errors (ok = false): deadlock (every unfinished rank blocked on a
+// receive; the message lists what each waits for), a receive that gets another
+// microbatch/chunk than it names, a send/receive with the wrong peer, a message
+// never received, F without its activation (s > 0), B/BI without its own F or
+// without its gradient (s < S-1), a send of something not computed yet, BW before
+// its BI, mixing B with BI/BW for one (microbatch, chunk), and any (microbatch,
+// chunk) not forwarded / backwarded exactly once on its rank. Also checks shape:
+// one action list per stage, microbatch and chunk indices in range.
+SimResult simulate(const Schedule& schedule, const SimCosts& costs = {});
+
+}  // namespace smp

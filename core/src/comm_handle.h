@@ -1,0 +1,12 @@
+// The ABI's opaque smp_comm: a borrowed pointer to a core Communicator.
+#pragma once
+
+#include <smp/abi.h>
+
+namespace smp {
+class Communicator;
+}
+
+struct smp_comm {
+  smp::Communicator* comm;
+};

@@ -1,0 +1,27 @@
+// Collects an adapter's describe() calls into a ModelGraph (behind smp_graph_builder).
+#pragma once
+
+#include <smp/abi.h>
+#include <smp/model_graph.h>
+
+#include <string>
+
+namespace smp {
+
+class GraphBuilder {
+ public:
+  static GraphBuilder& from(smp_graph_builder* b);
+  smp_graph_builder* handle() { return reinterpret_cast<smp_graph_builder*>(this); }
+
+  void add_input(const std::string& name);
+  void add_node(const smp_graph_node* node);
+  void set_loss(const std::string& name);
+  void set_flops_per_sample(double flops);
+
+  ModelGraph& graph() { return graph_; }
+
+ private:
+  ModelGraph graph_;
+};
+
+}  // namespace smp

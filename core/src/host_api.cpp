@@ -1,0 +1,254 @@
+// The host table: errors, tensor handles (DLPack and the LibTorch bridge),
+// logging and collectives, as plain C functions over core objects.
+#include <smp/host_api.h>
+
+#include <smp/communicator.h>
+#include <smp/error.h>
+
+#include "comm_handle.h"
+#include "graph_builder.h"
+
+#include <ATen/DLConvertor.h>
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include <atomic>
+#include <vector>
+
+
+struct smp_error {
+  smp_error_code code;
+  std::string message;
+};
+
+// A handle owns one reference to the TensorImpl (through at::Tensor) and counts
+// the ABI-level references on top of it.
+struct smp_tensor {
+  std::atomic<int64_t> refs{1};
+  at::Tensor tensor;
+};
+
+namespace smp {
+namespace {
+
+const char* code_name(smp_error_code c) {
+  switch (c) {
+    case SMP_ERR_OK: return "OK";
+    case SMP_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case SMP_ERR_UNSUPPORTED: return "UNSUPPORTED";
+    case SMP_ERR_NOT_FOUND: return "NOT_FOUND";
+    case SMP_ERR_INTERNAL: return "INTERNAL";
+    case SMP_ERR_COMMUNICATION: return "COMMUNICATION";
+    case SMP_ERR_TIMEOUT: return "TIMEOUT";
+    case SMP_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+  }
+  return "UNKNOWN";
+}
+
+smp_error* make_error(smp_error_code code, const std::string& msg) { return new smp_error{code, msg}; }
+
+// Runs f; exceptions become error objects (no C++ exception crosses into a plugin).
+template <class F>
+smp_error* guarded(F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return make_error(SMP_ERR_INTERNAL, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return make_error(SMP_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return make_error(SMP_ERR_INTERNAL, "unknown exception in smp core");
+  }
+}
+
+smp_dtype to_smp(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return SMP_DTYPE_FLOAT32;
+    case at::kDouble: return SMP_DTYPE_FLOAT64;
+    case at::kHalf: return SMP_DTYPE_FLOAT16;
+    case at::kBFloat16: return SMP_DTYPE_BFLOAT16;
+    case at::kLong: return SMP_DTYPE_INT64;
+    case at::kInt: return SMP_DTYPE_INT32;
+    case at::kByte: return SMP_DTYPE_UINT8;
+    case at::kChar: return SMP_DTYPE_INT8;
+    case at::kBool: return SMP_DTYPE_BOOL;
+    default: return SMP_DTYPE_UNKNOWN;
+  }
+}
+
+ReduceOp to_core(smp_reduce_op op) {
+  switch (op) {
+    case SMP_REDUCE_SUM: return ReduceOp::Sum;
+    case SMP_REDUCE_MAX: return ReduceOp::Max;
+    case SMP_REDUCE_MIN: return ReduceOp::Min;
+    case SMP_REDUCE_PRODUCT: return ReduceOp::Product;
+  }
+  throw Error("unknown reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+Communicator& comm_of(const smp_comm* c) {
+  if (!c || !c->comm) throw Error("null communicator handle");
+  return *c->comm;
+}
+at::Tensor& mutable_tensor(smp_tensor* t) {
+  if (!t) throw Error("null tensor handle");
+  return t->tensor;
+}
+
+// ---- the C functions ----
+smp_error* error_create(smp_error_code code, const char* message) {
+  return make_error(code, message ? message : "");
+}
+smp_error_code error_code(const smp_error* e) { return e ? e->code : SMP_ERR_OK; }
+const char* error_message(const smp_error* e) { return e ? e->message.c_str() : ""; }
+void error_destroy(smp_error* e) { delete e; }
+
+void log(smp_log_level level, const char* plugin, const char* message) {
+  const char* p = plugin ? plugin : "plugin";
+  const char* m = message ? message : "";
+  switch (level) {
+    case SMP_LOG_DEBUG: spdlog::debug("[{}] {}", p, m); break;
+    case SMP_LOG_INFO: spdlog::info("[{}] {}", p, m); break;
+    case SMP_LOG_WARN: spdlog::warn("[{}] {}", p, m); break;
+    default: spdlog::error("[{}] {}", p, m); break;
+  }
+}
+
+void tensor_retain(smp_tensor* t) {
+  if (t) t->refs.fetch_add(1, std::memory_order_relaxed);
+}
+void tensor_release(smp_tensor* t) {
+  if (t && t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+}
+smp_dtype tensor_dtype(const smp_tensor* t) { return t ? to_smp(t->tensor.scalar_type()) : SMP_DTYPE_UNKNOWN; }
+int64_t tensor_ndim(const smp_tensor* t) { return t ? t->tensor.dim() : 0; }
+const int64_t* tensor_sizes(const smp_tensor* t) { return t ? t->tensor.sizes().data() : nullptr; }
+const int64_t* tensor_strides(const smp_tensor* t) { return t ? t->tensor.strides().data() : nullptr; }
+void tensor_device(const smp_tensor* t, smp_device_type* type, int32_t* index) {
+  bool cuda = t && t->tensor.is_cuda();
+  if (type) *type = cuda ? SMP_DEVICE_CUDA : SMP_DEVICE_CPU;
+  if (index) *index = cuda ? t->tensor.get_device() : 0;
+}
+void* tensor_data(const smp_tensor* t) { return t ? t->tensor.data_ptr() : nullptr; }
+
+smp_error* tensor_to_dlpack(smp_tensor* t, DLManagedTensor** out) {
+  return guarded([&] { *out = at::toDLPack(mutable_tensor(t)); });
+}
+smp_error* tensor_from_dlpack(DLManagedTensor* dl, smp_tensor** out) {
+  return guarded([&] {
+    if (!dl) throw Error("tensor_from_dlpack: null DLManagedTensor");
+    *out = make_tensor_handle(at::fromDLPack(dl));
+  });
+}
+smp_tensor* tensor_from_aten(const void* aten) {
+  return aten ? make_tensor_handle(*static_cast<const at::Tensor*>(aten)) : nullptr;
+}
+const void* tensor_aten(const smp_tensor* t) { return t ? &t->tensor : nullptr; }
+
+int32_t comm_rank(const smp_comm* c) { return c && c->comm ? c->comm->rank() : 0; }
+int32_t comm_size(const smp_comm* c) { return c && c->comm ? c->comm->size() : 1; }
+smp_error* comm_allreduce(smp_comm* c, smp_tensor* t, smp_reduce_op op) {
+  return guarded([&] { comm_of(c).allreduce(mutable_tensor(t), to_core(op))->wait(); });
+}
+smp_error* comm_allgather(smp_comm* c, smp_tensor* in, smp_tensor* out) {
+  return guarded([&] { comm_of(c).allgather(mutable_tensor(in), mutable_tensor(out))->wait(); });
+}
+smp_error* comm_reduce_scatter(smp_comm* c, smp_tensor* in, smp_tensor* out, smp_reduce_op op) {
+  return guarded([&] { comm_of(c).reduce_scatter(mutable_tensor(in), mutable_tensor(out), to_core(op))->wait(); });
+}
+smp_error* comm_alltoall(smp_comm* c, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
+                         const int64_t* out_splits) {
+  return guarded([&] {
+    Communicator& comm = comm_of(c);
+    std::vector<int64_t> is, os;
+    if (in_splits) is.assign(in_splits, in_splits + comm.size());
+    if (out_splits) os.assign(out_splits, out_splits + comm.size());
+    comm.alltoall(mutable_tensor(in), mutable_tensor(out), is, os)->wait();
+  });
+}
+smp_error* comm_broadcast(smp_comm* c, smp_tensor* t, int32_t root) {
+  return guarded([&] { comm_of(c).broadcast(mutable_tensor(t), root)->wait(); });
+}
+
+smp_error* graph_add_input(smp_graph_builder* b, const char* name) {
+  return guarded([&] { GraphBuilder::from(b).add_input(name ? name : ""); });
+}
+smp_error* graph_add_node(smp_graph_builder* b, const smp_graph_node* node) {
+  return guarded([&] { GraphBuilder::from(b).add_node(node); });
+}
+smp_error* graph_set_loss(smp_graph_builder* b, const char* name) {
+  return guarded([&] { GraphBuilder::from(b).set_loss(name ? name : ""); });
+}
+smp_error* graph_set_flops_per_sample(smp_graph_builder* b, double flops) {
+  return guarded([&] { GraphBuilder::from(b).set_flops_per_sample(flops); });
+}
+
+smp_host_api make_table() {
+  smp_host_api h{};
+  h.struct_size = SMP_STRUCT_SIZE(smp_host_api, graph_set_flops_per_sample);
+  h.abi_major = SMP_ABI_VERSION_MAJOR;
+  h.abi_minor = SMP_ABI_VERSION_MINOR;
+  h.torch_version = TORCH_VERSION;  // the same macro the SDK stamps into plugins
+  h.error_create = &error_create;
+  h.error_code = &error_code;
+  h.error_message = &error_message;
+  h.error_destroy = &error_destroy;
+  h.log = &log;
+  h.tensor_retain = &tensor_retain;
+  h.tensor_release = &tensor_release;
+  h.tensor_dtype = &tensor_dtype;
+  h.tensor_ndim = &tensor_ndim;
+  h.tensor_sizes = &tensor_sizes;
+  h.tensor_strides = &tensor_strides;
+  h.tensor_device = &tensor_device;
+  h.tensor_data = &tensor_data;
+  h.tensor_to_dlpack = &tensor_to_dlpack;
+  h.tensor_from_dlpack = &tensor_from_dlpack;
+  h.tensor_from_aten = &tensor_from_aten;
+  h.tensor_aten = &tensor_aten;
+  h.comm_rank = &comm_rank;
+  h.comm_size = &comm_size;
+  h.comm_allreduce = &comm_allreduce;
+  h.comm_allgather = &comm_allgather;
+  h.comm_reduce_scatter = &comm_reduce_scatter;
+  h.comm_alltoall = &comm_alltoall;
+  h.comm_broadcast = &comm_broadcast;
+  h.graph_add_input = &graph_add_input;
+  h.graph_add_node = &graph_add_node;
+  h.graph_set_loss = &graph_set_loss;
+  h.graph_set_flops_per_sample = &graph_set_flops_per_sample;
+  return h;
+}
+
+}  // namespace
+
+const smp_host_api* host_api() {
+  static const smp_host_api table = make_table();
+  return &table;
+}
+
+smp_tensor* make_tensor_handle(const at::Tensor& t) {
+  auto* h = new smp_tensor;
+  h->tensor = t;
+  return h;
+}
+
+const at::Tensor& tensor_of(const smp_tensor* t) {
+  if (!t) throw Error("null tensor handle");
+  return t->tensor;
+}
+
+std::string consume_error(smp_error* err) {
+  if (!err) return "";
+  std::string msg = err->message + " (" + code_name(err->code) + ")";
+  delete err;
+  return msg;
+}
+
+void throw_if_error(smp_error* err, const std::string& context) {
+  if (err) throw Error(context + ": " + consume_error(err));
+}
+
+}  // namespace smp

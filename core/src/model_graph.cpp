@@ -1,0 +1,91 @@
+#include <smp/model_graph.h>
+
+#include <smp/error.h>
+
+#include "graph_builder.h"
+
+#include <set>
+
+namespace smp {
+
+GraphBuilder& GraphBuilder::from(smp_graph_builder* b) {
+  if (!b) throw Error("null graph builder");
+  return *reinterpret_cast<GraphBuilder*>(b);
+}
+
+void GraphBuilder::add_input(const std::string& name) {
+  if (name.empty()) throw Error("graph input with an empty name");
+  graph_.inputs.push_back(name);
+}
+
+void GraphBuilder::add_node(const smp_graph_node* n) {
+  if (!n) throw Error("graph_add_node: null node");
+  if (n->struct_size < SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint))
+    throw Error("graph_add_node: smp_graph_node.struct_size " + std::to_string(n->struct_size) +
+                " is smaller than ABI 1.0's " +
+                std::to_string(SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)));
+  if (!n->name || !*n->name) throw Error("graph_add_node: node without a name");
+  if (!n->kind || !*n->kind) throw Error(std::string("graph node '") + n->name + "' has no kind");
+  GraphNode g;
+  g.name = n->name;
+  g.kind = n->kind;
+  g.config_json = n->config_json && *n->config_json ? n->config_json : "{}";
+  g.method = n->method && *n->method ? n->method : "forward";
+  for (size_t i = 0; i < n->n_inputs; ++i) g.inputs.emplace_back(n->inputs[i] ? n->inputs[i] : "");
+  for (size_t i = 0; i < n->n_outputs; ++i) g.outputs.emplace_back(n->outputs[i] ? n->outputs[i] : "");
+  g.shared_key = n->shared_key ? n->shared_key : "";
+  g.flops_hint = n->flops_hint;
+  g.param_bytes_hint = n->param_bytes_hint;
+  g.activation_bytes_hint = n->activation_bytes_hint;
+  graph_.nodes.push_back(std::move(g));
+}
+
+void GraphBuilder::set_loss(const std::string& name) { graph_.loss = name; }
+void GraphBuilder::set_flops_per_sample(double flops) { graph_.flops_per_sample = flops; }
+
+void ModelGraph::validate(const std::string& adapter) const {
+  const std::string where = "model graph of adapter '" + adapter + "'";
+  std::set<std::string> produced, names;
+  for (const auto& in : inputs)
+    if (!produced.insert(in).second) throw Error(where + ": input '" + in + "' declared twice");
+  std::map<std::string, const GraphNode*> shared;
+  for (const auto& n : nodes) {
+    if (!names.insert(n.name).second) throw Error(where + ": node name '" + n.name + "' used twice");
+    if (n.outputs.empty()) throw Error(where + ": node '" + n.name + "' has no outputs");
+    for (const auto& v : n.inputs)
+      if (!produced.count(v))
+        throw Error(where + ": node '" + n.name + "' reads value '" + v +
+                    "' before any node or input produces it (nodes must be in execution order)");
+    for (const auto& v : n.outputs)
+      if (!produced.insert(v).second) throw Error(where + ": value '" + v + "' produced twice (by '" + n.name + "')");
+    if (!n.shared_key.empty()) {
+      auto [it, fresh] = shared.emplace(n.shared_key, &n);
+      if (!fresh && (it->second->kind != n.kind || it->second->config_json != n.config_json))
+        throw Error(where + ": nodes '" + it->second->name + "' and '" + n.name + "' share key '" + n.shared_key +
+                    "' but differ in kind or config");
+    }
+  }
+  if (loss.empty()) throw Error(where + ": no loss value set (graph_set_loss)");
+  if (!produced.count(loss)) throw Error(where + ": loss value '" + loss + "' is never produced");
+}
+
+std::map<std::string, int> ModelGraph::producers() const {
+  std::map<std::string, int> p;
+  for (const auto& in : inputs) p[in] = -1;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto& v : nodes[i].outputs) p[v] = static_cast<int>(i);
+  return p;
+}
+
+std::vector<std::vector<int>> ModelGraph::consumers() const {
+  auto prod = producers();
+  std::vector<std::vector<int>> c(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto& v : nodes[i].inputs) {
+      int p = prod.at(v);
+      if (p >= 0 && (c[p].empty() || c[p].back() != static_cast<int>(i))) c[p].push_back(static_cast<int>(i));
+    }
+  return c;
+}
+
+}  // namespace smp

@@ -1,0 +1,242 @@
+#include <smp/plugin_registry.h>
+
+#include <smp/error.h>
+#include <smp/host_api.h>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <boost/filesystem.hpp>
+#include <spdlog/spdlog.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+namespace smp {
+
+namespace fs = boost::filesystem;
+
+struct PluginRegistry::Library {
+  boost::dll::shared_library lib;
+  std::string path;
+};
+
+PluginRegistry::PluginRegistry() = default;
+// Modules created from a plugin must be destroyed before this runs (the Runtime
+// owns both and destroys modules first).
+PluginRegistry::~PluginRegistry() = default;
+
+namespace {
+
+std::string versions(uint32_t major, uint32_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// The install's plugin folder, relative to libsmp_core itself, so the build tree
+// and an installed tree both work without configuration.
+std::string builtin_plugin_dir() {
+  fs::path lib = boost::dll::this_line_location().parent_path();  // <prefix>/lib
+  return (lib / "smp" / "plugins").string();
+}
+
+template <class T>
+void require_size(const T* s, size_t needed, const std::string& what, const std::string& file) {
+  if (!s) throw Error("plugin " + file + ": " + what + " is null");
+  if (s->struct_size < needed)
+    throw Error("plugin " + file + ": " + what + " struct_size " + std::to_string(s->struct_size) +
+                " is smaller than ABI " + versions(SMP_ABI_VERSION_MAJOR, 0) + " requires (" +
+                std::to_string(needed) + ")");
+}
+
+}  // namespace
+
+std::vector<std::string> PluginRegistry::search_path() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("SMP_PLUGIN_PATH")) {
+    std::stringstream ss(env);
+    std::string d;
+    while (std::getline(ss, d, ':'))
+      if (!d.empty()) dirs.push_back(d);
+  }
+  dirs.push_back(builtin_plugin_dir());
+  return dirs;
+}
+
+std::string PluginRegistry::resolve(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (!fs::exists(name)) throw Error("plugin " + name + ": no such file");
+    return fs::canonical(name).string();
+  }
+  std::vector<std::string> candidates{name};
+  if (fs::path(name).extension() != ".so") candidates.push_back(name + ".so");
+  std::string searched;
+  for (const auto& dir : search_path()) {
+    for (const auto& c : candidates) {
+      fs::path p = fs::path(dir) / c;
+      if (fs::exists(p)) return fs::canonical(p).string();
+    }
+    searched += (searched.empty() ? "" : ", ") + dir;
+  }
+  throw Error("plugin '" + name + "' not found in SMP_PLUGIN_PATH or the install (searched: " + searched + ")");
+}
+
+const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
+  const std::string path = resolve(path_or_name);
+  for (const auto& info : infos_)
+    if (info.path == path) return info;
+
+  auto library = std::make_unique<Library>();
+  library->path = path;
+  try {
+    library->lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw Error("plugin " + path + ": cannot be loaded: " + e.what());
+  }
+  // Pin the library for the life of the process: autograd nodes and tensors
+  // created by its code may outlive the registry.
+  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
+  if (!library->lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
+    throw Error("plugin " + path + ": missing entry symbol '" SMP_PLUGIN_ENTRY_SYMBOL
+                "' (is it an smp plugin? build it with smp_add_plugin / SMP_PLUGIN)");
+  auto entry = library->lib.get<const smp_plugin_descriptor*(const smp_host_api*, smp_error**)>(
+      SMP_PLUGIN_ENTRY_SYMBOL);
+
+  smp_error* err = nullptr;
+  const smp_plugin_descriptor* d = nullptr;
+  try {
+    d = entry(host_api(), &err);
+  } catch (...) {
+    throw Error("plugin " + path + ": entry point threw a C++ exception across the ABI");
+  }
+  if (!d) {
+    std::string why = err ? consume_error(err) : "no reason given (it may have been built for another ABI major)";
+    throw Error("plugin " + path + ": refused to load into smp ABI " +
+                versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR) + ": " + why);
+  }
+  consume_error(err);
+  // struct_size first: it tells which fields we may read.
+  if (d->struct_size < SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor))
+    throw Error("plugin " + path + ": descriptor struct_size " + std::to_string(d->struct_size) +
+                " is too small to hold a version");
+  const std::string plugin_abi = versions(d->abi_major, d->abi_minor);
+  const std::string core_abi = versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
+  if (d->abi_major != SMP_ABI_VERSION_MAJOR)
+    throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", core has ABI " + core_abi +
+                " (major versions differ)");
+  if (d->abi_minor > SMP_ABI_VERSION_MINOR)
+    throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", newer than the core's ABI " +
+                core_abi + " (rebuild the plugin against this core or upgrade the core)");
+  require_size(d, SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules), "descriptor", path);
+
+  PluginInfo info;
+  info.path = path;
+  info.name = d->name ? d->name : "";
+  info.version = d->plugin_version ? d->plugin_version : "";
+  info.abi_major = d->abi_major;
+  info.abi_minor = d->abi_minor;
+  info.torch_version = d->torch_version ? d->torch_version : "";
+  if (info.name.empty()) throw Error("plugin " + path + ": descriptor has no name");
+  const std::string core_torch = host_api()->torch_version;
+  if (!info.torch_version.empty() && info.torch_version != core_torch)
+    throw Error("plugin " + path + " ('" + info.name + "'): built against LibTorch " + info.torch_version +
+                ", core uses LibTorch " + core_torch + " (tensors cross as at::Tensor: versions must match)");
+
+  // Validate everything before registering anything, so a refusal leaves no trace.
+  const std::string who = "plugin " + path + " ('" + info.name + "')";
+  std::set<std::string> seen;
+  auto claim = [&](const std::string& type, const char* name, const std::map<std::string, std::string>& taken) {
+    if (!name || !*name) throw Error(who + ": a " + type + " without a name");
+    std::string key = type + ":" + name;
+    if (taken.count(key))
+      throw Error(who + ": " + type + " '" + name + "' is already registered by plugin '" + taken.at(key) + "'");
+    if (!seen.insert(key).second) throw Error(who + ": " + type + " '" + name + "' registered twice");
+    return std::string(name);
+  };
+  for (size_t i = 0; i < d->n_module_kinds; ++i) {
+    const smp_module_kind* k = d->module_kinds[i];
+    require_size(k, SMP_STRUCT_SIZE(smp_module_kind, destroy), "module kind", path);
+    if (!k->create || !k->forward || !k->parameters || !k->destroy)
+      throw Error(who + ": module kind '" + (k->name ? k->name : "?") + "' lacks a function");
+    info.module_kinds.push_back(claim("module kind", k->name, providers_));
+  }
+  for (size_t i = 0; i < d->n_adapters; ++i) {
+    const smp_model_adapter* a = d->adapters[i];
+    require_size(a, SMP_STRUCT_SIZE(smp_model_adapter, destroy), "model adapter", path);
+    if (!a->create || !a->describe || !a->batch || !a->destroy)
+      throw Error(who + ": adapter '" + (a->name ? a->name : "?") + "' lacks a function");
+    info.adapters.push_back(claim("adapter", a->name, providers_));
+  }
+  for (size_t i = 0; i < d->n_partitioners; ++i) {
+    const smp_partition_strategy* p = d->partitioners[i];
+    require_size(p, SMP_STRUCT_SIZE(smp_partition_strategy, partition), "partition strategy", path);
+    if (!p->partition) throw Error(who + ": partition strategy lacks its function");
+    info.partitioners.push_back(claim("partition strategy", p->name, providers_));
+  }
+  for (size_t i = 0; i < d->n_tp_rules; ++i) {
+    const smp_tp_rule* r = d->tp_rules[i];
+    require_size(r, SMP_STRUCT_SIZE(smp_tp_rule, check), "tp rule", path);
+    if (!r->dist_kind || !*r->dist_kind) throw Error(who + ": tp rule without a dist_kind");
+    info.tp_rules.push_back(claim("tp rule", r->kind, providers_));
+  }
+
+  for (size_t i = 0; i < d->n_module_kinds; ++i) {
+    kinds_[d->module_kinds[i]->name] = d->module_kinds[i];
+    providers_[std::string("module kind:") + d->module_kinds[i]->name] = info.name;
+  }
+  for (size_t i = 0; i < d->n_adapters; ++i) {
+    adapters_[d->adapters[i]->name] = d->adapters[i];
+    providers_[std::string("adapter:") + d->adapters[i]->name] = info.name;
+  }
+  for (size_t i = 0; i < d->n_partitioners; ++i) {
+    partitioners_[d->partitioners[i]->name] = d->partitioners[i];
+    providers_[std::string("partition strategy:") + d->partitioners[i]->name] = info.name;
+  }
+  for (size_t i = 0; i < d->n_tp_rules; ++i) {
+    rules_[d->tp_rules[i]->kind] = d->tp_rules[i];
+    providers_[std::string("tp rule:") + d->tp_rules[i]->kind] = info.name;
+  }
+  spdlog::debug("loaded plugin '{}' {} (ABI {}) from {}", info.name, info.version, plugin_abi, path);
+  libraries_.push_back(std::move(library));
+  infos_.push_back(std::move(info));
+  return infos_.back();
+}
+
+const smp_module_kind* PluginRegistry::module_kind(const std::string& k) const {
+  auto it = kinds_.find(k);
+  return it == kinds_.end() ? nullptr : it->second;
+}
+const smp_model_adapter* PluginRegistry::adapter(const std::string& n) const {
+  auto it = adapters_.find(n);
+  return it == adapters_.end() ? nullptr : it->second;
+}
+const smp_partition_strategy* PluginRegistry::partitioner(const std::string& n) const {
+  auto it = partitioners_.find(n);
+  return it == partitioners_.end() ? nullptr : it->second;
+}
+const smp_tp_rule* PluginRegistry::tp_rule(const std::string& k) const {
+  auto it = rules_.find(k);
+  return it == rules_.end() ? nullptr : it->second;
+}
+std::string PluginRegistry::provider(const std::string& name) const {
+  for (const char* type : {"module kind:", "adapter:", "partition strategy:", "tp rule:"}) {
+    auto it = providers_.find(type + name);
+    if (it != providers_.end()) return it->second;
+  }
+  return "";
+}
+
+namespace {
+template <class M>
+std::vector<std::string> keys(const M& m) {
+  std::vector<std::string> k;
+  for (const auto& [name, _] : m) k.push_back(name);
+  return k;
+}
+}  // namespace
+std::vector<std::string> PluginRegistry::module_kinds() const { return keys(kinds_); }
+std::vector<std::string> PluginRegistry::adapters() const { return keys(adapters_); }
+std::vector<std::string> PluginRegistry::partitioners() const { return keys(partitioners_); }
+
+}  // namespace smp

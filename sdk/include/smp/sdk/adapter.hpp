@@ -1,0 +1,114 @@
+// C++ model adapters over the ABI: derive from Adapter, register with PluginBuilder::adapter<T>.
+#pragma once
+
+#include <smp/sdk/module.hpp>
+
+#include <string>
+#include <vector>
+
+namespace smp::sdk {
+
+// Builds the model graph (wraps smp_graph_builder).
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(smp_graph_builder* b) : b_(b) {}
+
+  void input(const std::string& value) { check(host().graph_add_input(b_, value.c_str())); }
+
+  struct Node {
+    std::string name, kind;
+    Json config = Json::object();
+    std::vector<std::string> inputs, outputs;
+    std::string method;      // empty = forward
+    std::string shared_key;  // empty = none
+    double flops = 0, param_bytes = 0, activation_bytes = 0;  // per sample, 0 = unknown
+  };
+  void node(const Node& n) {
+    std::string cfg = n.config.dump();
+    std::vector<const char*> in, out;
+    for (auto& s : n.inputs) in.push_back(s.c_str());
+    for (auto& s : n.outputs) out.push_back(s.c_str());
+    smp_graph_node g{};
+    g.struct_size = SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint);
+    g.name = n.name.c_str();
+    g.kind = n.kind.c_str();
+    g.config_json = cfg.c_str();
+    g.method = n.method.empty() ? nullptr : n.method.c_str();
+    g.inputs = in.data();
+    g.n_inputs = in.size();
+    g.outputs = out.data();
+    g.n_outputs = out.size();
+    g.shared_key = n.shared_key.empty() ? nullptr : n.shared_key.c_str();
+    g.flops_hint = n.flops;
+    g.param_bytes_hint = n.param_bytes;
+    g.activation_bytes_hint = n.activation_bytes;
+    check(host().graph_add_node(b_, &g));
+  }
+  void loss(const std::string& value) { check(host().graph_set_loss(b_, value.c_str())); }
+  void flops_per_sample(double f) { check(host().graph_set_flops_per_sample(b_, f)); }
+
+ private:
+  smp_graph_builder* b_;
+};
+
+struct BatchRequest {
+  smp_split split = SMP_SPLIT_TRAIN;
+  int64_t step = 0;
+  int64_t global_batch = 0;
+  int64_t first_sample = 0;
+  int64_t num_samples = 0;
+};
+
+class Adapter {
+ public:
+  virtual ~Adapter() = default;
+  virtual void describe(GraphBuilder& graph) = 0;
+  // One tensor per graph input, in the order the inputs were declared.
+  virtual std::vector<at::Tensor> batch(const BatchRequest& request) = 0;
+};
+
+namespace detail {
+struct AdapterBox {
+  Adapter* impl;
+};
+template <class T>
+struct AdapterTable {
+  static smp_error* create(void*, const char* config_json, const smp_adapter_context* ctx, smp_adapter** out) {
+    return guard([&] {
+      Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
+      uint64_t seed = ctx ? ctx->seed : 0;
+      auto* box = new AdapterBox{nullptr};
+      try {
+        box->impl = new T(cfg, seed);
+      } catch (...) {
+        delete box;
+        throw;
+      }
+      *out = reinterpret_cast<smp_adapter*>(box);
+    });
+  }
+  static smp_error* describe(smp_adapter* a, smp_graph_builder* b) {
+    return guard([&] {
+      GraphBuilder g(b);
+      reinterpret_cast<AdapterBox*>(a)->impl->describe(g);
+    });
+  }
+  static smp_error* batch(smp_adapter* a, const smp_batch_request* r, smp_tensor** outputs, size_t n) {
+    return guard([&] {
+      BatchRequest req{r->split, r->step, r->global_batch, r->first_sample, r->num_samples};
+      auto ts = reinterpret_cast<AdapterBox*>(a)->impl->batch(req);
+      if (ts.size() != n)
+        throw Error("batch produced " + std::to_string(ts.size()) + " tensors, the graph declares " +
+                    std::to_string(n) + " inputs");
+      for (size_t i = 0; i < n; ++i) outputs[i] = to_handle(ts[i]);
+    });
+  }
+  static void destroy(smp_adapter* a) {
+    auto* box = reinterpret_cast<AdapterBox*>(a);
+    delete box->impl;
+    delete box;
+  }
+};
+}  // namespace detail
+
+}  // namespace smp::sdk

@@ -1,0 +1,171 @@
+// Everything a plugin author includes: the descriptor builder and the export macro.
+//
+//   #include <smp/sdk/plugin.hpp>
+//   SMP_PLUGIN(smp::sdk::PluginBuilder("myplugin", "1.0.0").module<MyLayer>("my_layer"))
+#pragma once
+
+#include <smp/sdk/adapter.hpp>
+#include <smp/sdk/module.hpp>
+#include <smp/sdk/partition.hpp>
+
+#include <torch/version.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace smp::sdk {
+
+// Throws Error naming the sizes when config cannot be split tp_size ways.
+using TpCheckFn = void (*)(const Json& config, int tp_size);
+
+class PluginBuilder {
+ public:
+  PluginBuilder(std::string name, std::string version) : name_(std::move(name)), version_(std::move(version)) {}
+  PluginBuilder(const PluginBuilder&) = delete;
+  PluginBuilder(PluginBuilder&&) = default;
+
+  template <class T>
+  PluginBuilder& module(const std::string& kind) {
+    smp_module_kind k{};
+    k.struct_size = SMP_STRUCT_SIZE(smp_module_kind, destroy);
+    k.name = keep(kind);
+    k.create = &detail::ModuleKindTable<T>::create;
+    k.forward = &detail::ModuleKindTable<T>::forward;
+    k.parameters = &detail::ModuleKindTable<T>::parameters;
+    k.destroy = &detail::ModuleKindTable<T>::destroy;
+    kinds_.push_back(k);
+    return *this;
+  }
+
+  template <class T>
+  PluginBuilder& adapter(const std::string& name) {
+    smp_model_adapter a{};
+    a.struct_size = SMP_STRUCT_SIZE(smp_model_adapter, destroy);
+    a.name = keep(name);
+    a.create = &detail::AdapterTable<T>::create;
+    a.describe = &detail::AdapterTable<T>::describe;
+    a.batch = &detail::AdapterTable<T>::batch;
+    a.destroy = &detail::AdapterTable<T>::destroy;
+    adapters_.push_back(a);
+    return *this;
+  }
+
+  PluginBuilder& partitioner(const std::string& name, PartitionFn fn) {
+    smp_partition_strategy s{};
+    s.struct_size = SMP_STRUCT_SIZE(smp_partition_strategy, partition);
+    s.name = keep(name);
+    s.state = reinterpret_cast<void*>(fn);
+    s.partition = &partition_thunk;
+    partitioners_.push_back(s);
+    return *this;
+  }
+
+  PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, TpCheckFn check = nullptr) {
+    smp_tp_rule r{};
+    r.struct_size = SMP_STRUCT_SIZE(smp_tp_rule, check);
+    r.kind = keep(kind);
+    r.dist_kind = keep(dist_kind);
+    r.state = reinterpret_cast<void*>(check);
+    r.check = check ? &check_thunk : nullptr;
+    rules_.push_back(r);
+    return *this;
+  }
+
+  // Valid as long as the builder lives (the macro keeps it in a static).
+  const smp_plugin_descriptor* descriptor() {
+    for (auto& k : kinds_) kind_ptrs_.push_back(&k);
+    for (auto& a : adapters_) adapter_ptrs_.push_back(&a);
+    for (auto& p : partitioners_) partitioner_ptrs_.push_back(&p);
+    for (auto& r : rules_) rule_ptrs_.push_back(&r);
+    d_ = smp_plugin_descriptor{};
+    d_.struct_size = SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules);
+    d_.name = name_.c_str();
+    d_.plugin_version = version_.c_str();
+    d_.abi_major = SMP_ABI_VERSION_MAJOR;
+    d_.abi_minor = SMP_ABI_VERSION_MINOR;
+    d_.torch_version = TORCH_VERSION;
+    d_.module_kinds = kind_ptrs_.data();
+    d_.n_module_kinds = kind_ptrs_.size();
+    d_.adapters = adapter_ptrs_.data();
+    d_.n_adapters = adapter_ptrs_.size();
+    d_.partitioners = partitioner_ptrs_.data();
+    d_.n_partitioners = partitioner_ptrs_.size();
+    d_.tp_rules = rule_ptrs_.data();
+    d_.n_tp_rules = rule_ptrs_.size();
+    return &d_;
+  }
+
+ private:
+  const char* keep(const std::string& s) { return strings_.emplace_back(s).c_str(); }
+
+  static smp_error* partition_thunk(void* state, const smp_partition_request* r) {
+    return guard([&] {
+      PartitionRequest req;
+      req.graph = CostGraph::from(r->graph);
+      req.num_stages = r->num_stages;
+      if (r->options_json && *r->options_json) req.options = nlohmann::json::parse(r->options_json);
+      req.tie_across_stages = r->tie_across_stages != 0;
+      auto stages = reinterpret_cast<PartitionFn>(state)(req);
+      if (stages.size() != req.graph.nodes.size())
+        throw Error(SMP_ERR_INTERNAL, "partitioner returned " + std::to_string(stages.size()) +
+                                          " stages for " + std::to_string(req.graph.nodes.size()) + " nodes");
+      for (size_t i = 0; i < stages.size(); ++i) r->stage_of_node[i] = stages[i];
+    });
+  }
+  static smp_error* check_thunk(void* state, const char* config_json, int32_t tp_size) {
+    return guard([&] {
+      Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
+      reinterpret_cast<TpCheckFn>(state)(cfg, tp_size);
+    });
+  }
+
+  std::string name_, version_;
+  std::deque<std::string> strings_;
+  std::deque<smp_module_kind> kinds_;
+  std::deque<smp_model_adapter> adapters_;
+  std::deque<smp_partition_strategy> partitioners_;
+  std::deque<smp_tp_rule> rules_;
+  std::vector<const smp_module_kind*> kind_ptrs_;
+  std::vector<const smp_model_adapter*> adapter_ptrs_;
+  std::vector<const smp_partition_strategy*> partitioner_ptrs_;
+  std::vector<const smp_tp_rule*> rule_ptrs_;
+  smp_plugin_descriptor d_{};
+};
+
+namespace detail {
+// Checks the host before anything else touches it.
+inline bool accept_host(const smp_host_api* host, smp_error** error) {
+  if (error) *error = nullptr;
+  if (!host || host->abi_major != SMP_ABI_VERSION_MAJOR) return false;  // can't even make an error
+  if (host->abi_minor < SMP_ABI_VERSION_MINOR) {
+    if (error)
+      *error = host->error_create(
+          SMP_ERR_UNSUPPORTED, ("plugin needs smp ABI minor >= " + std::to_string(SMP_ABI_VERSION_MINOR) +
+                                ", host has " + std::to_string(host->abi_minor))
+                                   .c_str());
+    return false;
+  }
+  host_slot() = host;
+  return true;
+}
+}  // namespace detail
+}  // namespace smp::sdk
+
+#define SMP_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Defines the plugin's one entry symbol from a PluginBuilder expression.
+#define SMP_PLUGIN(builder_expr)                                                                 \
+  SMP_PLUGIN_EXPORT const smp_plugin_descriptor* smp_plugin_entry(const smp_host_api* host,      \
+                                                                  smp_error** error) {           \
+    if (!::smp::sdk::detail::accept_host(host, error)) return nullptr;                           \
+    try {                                                                                        \
+      static ::smp::sdk::PluginBuilder smp_plugin_builder_instance = (builder_expr);             \
+      static const smp_plugin_descriptor* smp_plugin_descriptor_instance =                       \
+          smp_plugin_builder_instance.descriptor();                                              \
+      return smp_plugin_descriptor_instance;                                                     \
+    } catch (const std::exception& e) {                                                          \
+      if (error) *error = host->error_create(SMP_ERR_INTERNAL, e.what());                        \
+      return nullptr;                                                                            \
+    }                                                                                            \
+  }
