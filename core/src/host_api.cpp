@@ -123,22 +123,30 @@ void tensor_release(smp_tensor* t) {
   if (t && t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
 }
 smp_dtype tensor_dtype(const smp_tensor* t) { return t ? to_smp(t->tensor.scalar_type()) : SMP_DTYPE_UNKNOWN; }
-int64_t tensor_ndim(const smp_tensor* t) { return t ? t->tensor.dim() : 0; }
-const int64_t* tensor_sizes(const smp_tensor* t) { return t ? t->tensor.sizes().data() : nullptr; }
-const int64_t* tensor_strides(const smp_tensor* t) { return t ? t->tensor.strides().data() : nullptr; }
+// An undefined at::Tensor (a plugin may hand one back) throws on strides() and
+// data_ptr(): these plain C functions must not, so they answer "nothing".
+bool defined(const smp_tensor* t) { return t && t->tensor.defined(); }
+int64_t tensor_ndim(const smp_tensor* t) { return defined(t) ? t->tensor.dim() : 0; }
+const int64_t* tensor_sizes(const smp_tensor* t) { return defined(t) ? t->tensor.sizes().data() : nullptr; }
+const int64_t* tensor_strides(const smp_tensor* t) { return defined(t) ? t->tensor.strides().data() : nullptr; }
 void tensor_device(const smp_tensor* t, smp_device_type* type, int32_t* index) {
-  bool cuda = t && t->tensor.is_cuda();
+  bool cuda = defined(t) && t->tensor.is_cuda();
   if (type) *type = cuda ? SMP_DEVICE_CUDA : SMP_DEVICE_CPU;
   if (index) *index = cuda ? t->tensor.get_device() : 0;
 }
-void* tensor_data(const smp_tensor* t) { return t ? t->tensor.data_ptr() : nullptr; }
+void* tensor_data(const smp_tensor* t) { return defined(t) ? t->tensor.data_ptr() : nullptr; }
 
 smp_error* tensor_to_dlpack(smp_tensor* t, DLManagedTensor** out) {
-  return guarded([&] { *out = at::toDLPack(mutable_tensor(t)); });
+  return guarded([&] {
+    if (!out) throw Error("tensor_to_dlpack: null out pointer");
+    if (!mutable_tensor(t).defined()) throw Error("tensor_to_dlpack: the tensor is undefined");
+    *out = at::toDLPack(t->tensor);
+  });
 }
 smp_error* tensor_from_dlpack(DLManagedTensor* dl, smp_tensor** out) {
   return guarded([&] {
     if (!dl) throw Error("tensor_from_dlpack: null DLManagedTensor");
+    if (!out) throw Error("tensor_from_dlpack: null out pointer");
     *out = make_tensor_handle(at::fromDLPack(dl));
   });
 }

@@ -119,7 +119,9 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   // struct_size first: it tells which fields we may read.
   if (d->struct_size < SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor))
     throw Error("plugin " + path + ": descriptor struct_size " + std::to_string(d->struct_size) +
-                " is too small to hold a version");
+                " is too small to hold a version (core has ABI " + versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR) +
+                ", whose descriptor is " + std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules)) +
+                " bytes)");
   const std::string plugin_abi = versions(d->abi_major, d->abi_minor);
   const std::string core_abi = versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
   if (d->abi_major != SMP_ABI_VERSION_MAJOR)
@@ -145,6 +147,13 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
 
   // Validate everything before registering anything, so a refusal leaves no trace.
   const std::string who = "plugin " + path + " ('" + info.name + "')";
+  auto require_array = [&](const void* array, size_t n, const char* what) {
+    if (n > 0 && !array) throw Error(who + ": descriptor lists " + std::to_string(n) + " " + what + " but the array is null");
+  };
+  require_array(d->module_kinds, d->n_module_kinds, "module kinds");
+  require_array(d->adapters, d->n_adapters, "adapters");
+  require_array(d->partitioners, d->n_partitioners, "partition strategies");
+  require_array(d->tp_rules, d->n_tp_rules, "tp rules");
   std::set<std::string> seen;
   auto claim = [&](const std::string& type, const char* name, const std::map<std::string, std::string>& taken) {
     if (!name || !*name) throw Error(who + ": a " + type + " without a name");

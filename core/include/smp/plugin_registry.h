@@ -3,6 +3,7 @@
 
 #include <smp/abi.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,12 +49,13 @@ class PluginRegistry {
   std::vector<std::string> module_kinds() const;
   std::vector<std::string> adapters() const;
   std::vector<std::string> partitioners() const;
-  const std::vector<PluginInfo>& plugins() const { return infos_; }
+  // In load order. A deque: references returned by load() stay valid.
+  const std::deque<PluginInfo>& plugins() const { return infos_; }
 
  private:
   struct Library;
   std::vector<std::unique_ptr<Library>> libraries_;
-  std::vector<PluginInfo> infos_;
+  std::deque<PluginInfo> infos_;
   std::map<std::string, const smp_module_kind*> kinds_;
   std::map<std::string, const smp_model_adapter*> adapters_;
   std::map<std::string, const smp_partition_strategy*> partitioners_;

@@ -19,9 +19,16 @@ class Comm {
   int rank() const { return c_ ? host().comm_rank(c_) : 0; }
   int size() const { return c_ ? host().comm_size(c_) : 1; }
 
-  // In place.
+  // In place. A non-contiguous t (e.g. a gradient coming out of a transpose) is reduced
+  // through a contiguous copy: Gloo/NCCL need dense contiguous buffers.
   void allreduce(at::Tensor& t, smp_reduce_op op = SMP_REDUCE_SUM) const {
     if (size() == 1) return;
+    if (!t.is_contiguous()) {
+      at::Tensor c = t.contiguous();
+      allreduce(c, op);
+      t.copy_(c);
+      return;
+    }
     TensorRef h(t);
     check(host().comm_allreduce(c_, h.get(), op));
   }
@@ -64,6 +71,12 @@ class Comm {
   }
   void broadcast(at::Tensor& t, int root) const {
     if (size() == 1) return;
+    if (!t.is_contiguous()) {
+      at::Tensor c = t.contiguous();
+      broadcast(c, root);
+      t.copy_(c);
+      return;
+    }
     TensorRef h(t);
     check(host().comm_broadcast(c_, h.get(), root));
   }

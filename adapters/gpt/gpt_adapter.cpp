@@ -1,0 +1,154 @@
+// The GPT-2 model adapter: token + learned position embeddings, pre-LN blocks,
+// final layer norm, LM head tied to the token embedding; byte-level text data.
+// It only describes the model: the layers come from the smp_nn / smp_tp kinds.
+#include "text_dataset.h"
+
+#include <smp/sdk/plugin.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+namespace gpt {
+
+using smp::sdk::Error;
+using smp::sdk::Json;
+
+struct Shape {
+  int64_t layers, hidden, heads, seq_len, vocab;
+};
+
+// Named sizes, from tiny up to GPT-3 175B (the large ones are for planning and dry runs).
+const std::map<std::string, Shape>& presets() {
+  static const std::map<std::string, Shape> p{
+      {"tiny", {2, 64, 4, 64, 256}},
+      {"small", {4, 256, 4, 128, 256}},
+      {"gpt2-small", {12, 768, 12, 1024, 50257}},
+      {"gpt2-medium", {24, 1024, 16, 1024, 50257}},
+      {"gpt2-large", {36, 1280, 20, 1024, 50257}},
+      {"gpt2-xl", {48, 1600, 25, 1024, 50257}},
+      {"gpt3-2.7b", {32, 2560, 32, 2048, 50257}},
+      {"gpt3-6.7b", {32, 4096, 32, 2048, 50257}},
+      {"gpt3-13b", {40, 5120, 40, 2048, 50257}},
+      {"gpt3-175b", {96, 12288, 96, 2048, 50257}},
+  };
+  return p;
+}
+
+class GptAdapter : public smp::sdk::Adapter {
+ public:
+  GptAdapter(const Json& cfg, uint64_t seed) {
+    static const char* known[] = {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "dropout",
+                                  "data", "val_fraction", "ffn"};
+    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || it.key() == k;
+      if (!ok) throw Error("model." + it.key() + ": unknown key for the gpt adapter");
+    }
+    Shape s{};
+    if (cfg.contains("preset")) {
+      std::string name = get<std::string>(cfg, "preset");
+      auto it = presets().find(name);
+      if (it == presets().end()) {
+        std::string names;
+        for (auto& [n, _] : presets()) names += (names.empty() ? "" : ", ") + n;
+        throw Error("model.preset: unknown preset '" + name + "' (known: " + names + ")");
+      }
+      s = it->second;
+    } else {
+      s = presets().at("tiny");
+    }
+    s.layers = positive(cfg, "layers", s.layers);
+    s.hidden = positive(cfg, "hidden", s.hidden);
+    s.heads = positive(cfg, "heads", s.heads);
+    s.seq_len = positive(cfg, "seq_len", s.seq_len);
+    s.vocab = positive(cfg, "vocab", s.vocab);
+    shape_ = s;
+    ffn_ = positive(cfg, "ffn", 4 * s.hidden);
+    dropout_ = cfg.contains("dropout") ? get<double>(cfg, "dropout") : 0.0;
+    if (s.hidden % s.heads != 0)
+      throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
+                  std::to_string(s.heads) + ")");
+    if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
+    const std::string data = cfg.contains("data") ? get<std::string>(cfg, "data") : "/usr/share/common-licenses";
+    const double val = cfg.contains("val_fraction") ? get<double>(cfg, "val_fraction") : 0.1;
+    data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed);
+    smp::sdk::log(SMP_LOG_INFO, "gpt",
+                  "data " + data + ": " + std::to_string(data_->train_bytes()) + " train / " +
+                      std::to_string(data_->val_bytes()) + " validation bytes, unigram entropy " +
+                      std::to_string(data_->unigram_entropy()) + " nats");
+  }
+
+  void describe(smp::sdk::GraphBuilder& g) override {
+    const Shape& s = shape_;
+    const double h = static_cast<double>(s.hidden), sl = static_cast<double>(s.seq_len),
+                 V = static_cast<double>(s.vocab), L = static_cast<double>(s.layers),
+                 a = static_cast<double>(s.heads);
+    g.input("tokens");
+    g.input("targets");
+    // Cost hints per sample (forward FLOPs; fp32 bytes). Megatron's counts.
+    const double act_bytes = 2.0 * (34.0 * sl * h + 5.0 * a * sl * sl);
+    g.node({"wte", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
+            "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
+    g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},
+            {"tok_emb"}, {"h0"}, "", "", sl * h, 4.0 * sl * h, 4.0 * sl * h});
+    std::string x = "h0";
+    if (dropout_ > 0) {
+      g.node({"drop", "dropout", {{"p", dropout_}}, {x}, {"h0d"}, "", "", sl * h, 0, 4.0 * sl * h});
+      x = "h0d";
+    }
+    const double out_std = 0.02 / std::sqrt(2.0 * L);
+    for (int64_t i = 0; i < s.layers; ++i) {
+      std::string y = "h" + std::to_string(i + 1);
+      Json cfg{{"hidden", s.hidden}, {"heads", s.heads}, {"ffn", ffn_}, {"causal", true},
+               {"dropout", dropout_}, {"init_std", 0.02}, {"out_init_std", out_std}};
+      const double flops = 24.0 * sl * h * h + 4.0 * sl * sl * h;
+      const double params = 4.0 * (12.0 * h * h + 13.0 * h);
+      g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", flops, params, act_bytes});
+      x = y;
+    }
+    g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
+    g.node({"lm_head", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
+            "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * V});
+    g.node({"loss", "cross_entropy", {{"vocab", s.vocab}}, {"logits", "targets"}, {"loss"}, "", "", 5.0 * sl * V, 0,
+            4.0 * sl * V});
+    g.loss("loss");
+    // Megatron's training FLOPs per sample without recomputation.
+    g.flops_per_sample(72.0 * sl * L * h * h * (1.0 + sl / (6.0 * h) + V / (12.0 * L * h)));
+  }
+
+  std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
+    at::Tensor tokens = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
+    at::Tensor targets = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
+    data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
+                targets.data_ptr<int64_t>());
+    return {tokens, targets};
+  }
+
+ private:
+  template <class T>
+  static T get(const Json& cfg, const char* key) {
+    try {
+      return cfg.at(key).get<T>();
+    } catch (const std::exception&) {
+      throw Error(std::string("model.") + key + ": wrong type: " + cfg.at(key).dump());
+    }
+  }
+  static int64_t positive(const Json& cfg, const char* key, int64_t fallback) {
+    if (!cfg.contains(key)) return fallback;
+    int64_t v = get<int64_t>(cfg, key);
+    if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
+    return v;
+  }
+
+  Shape shape_{};
+  int64_t ffn_ = 0;
+  double dropout_ = 0;
+  std::unique_ptr<TextDataset> data_;
+};
+
+}  // namespace gpt
+
+SMP_PLUGIN(smp::sdk::PluginBuilder("gpt", "0.1.0").adapter<gpt::GptAdapter>("gpt"))

@@ -1,0 +1,78 @@
+// The public embedding API: build a training runtime from a config and run steps.
+//
+//   smp::Config config = smp::Config::load("job.toml", {"train.steps=5"});
+//   auto rt = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {"gpt.so"});
+//   for (int i = 0; i < 5; ++i) auto r = rt->train_step();
+//   double val = rt->evaluate(2);
+//
+// Data flow inside create(): config -> rendezvous + mesh -> communicators ->
+// plugins -> model graph -> TP rules -> costs -> partition -> local modules ->
+// schedule -> executor, gradient sync, optimizer.
+#pragma once
+
+#include <smp/config.h>
+#include <smp/model_graph.h>
+#include <smp/process_env.h>
+#include <smp/stage_plan.h>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class DeviceMesh;
+class PluginRegistry;
+
+struct StepResult {
+  int64_t step = 0;         // 0-based index of the step just taken
+  double loss = 0;          // mean training loss over the global batch (same on every rank)
+  double grad_norm = 0;     // global gradient norm before clipping
+  double lr = 0;
+  double seconds = 0;       // wall time of the step
+  int64_t peak_activation_bytes = 0;  // this rank, during the step
+};
+
+class Runtime {
+ public:
+  // Joins the job (rendezvous), loads plugins (the adapter's first, then the
+  // standard layer/TP/partition plugins and config plugins.paths) and builds
+  // everything. Throws smp::Error naming the key, plugin, node or rank at fault.
+  static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
+                                         const std::vector<std::string>& plugins);
+  ~Runtime();
+
+  StepResult train_step();
+  // Mean validation loss over `batches` global batches (same on every rank).
+  double evaluate(int batches);
+
+  int64_t steps_done() const;
+  const Config& config() const;
+  const DeviceMesh& mesh() const;
+  const ModelGraph& graph() const;
+  const StagePlan& plan() const;
+  const PluginRegistry& plugins() const;
+
+  // Model FLOPs of one training step (forward + backward) for the global batch, 0 if unknown.
+  double flops_per_step() const;
+  // Items (tokens for language models) per global batch.
+  int64_t tokens_per_step() const;
+  // Bytes this rank sent per communicator axis ("pp", "dp", "tp", "tied", ...), per op.
+  nlohmann::json comm_bytes() const;
+  void reset_comm_stats();
+  // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's shards.
+  std::vector<std::pair<std::string, at::Tensor>> parameters() const;
+  // Elementwise sum across the world of per-rank values (for summaries).
+  std::vector<double> gather_world(double value);
+
+ private:
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace smp

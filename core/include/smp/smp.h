@@ -1,0 +1,17 @@
+// smp's public C++ API for programs that embed the core (link smp::core):
+//
+//   #include <smp/smp.h>
+//   smp::PluginRegistry plugins;
+//   plugins.load("nn");                      // by name or path
+//   const smp_module_kind* k = plugins.module_kind("linear");
+//
+// Everything here throws smp::Error with a message naming the file, key,
+// plugin or rank at fault.
+#pragma once
+
+#include <smp/abi.h>
+#include <smp/communicator.h>
+#include <smp/error.h>
+#include <smp/host_api.h>
+#include <smp/model_graph.h>
+#include <smp/plugin_registry.h>

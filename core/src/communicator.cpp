@@ -1,0 +1,532 @@
+// smp::Communicator over c10d (via c10d_compat), and the job's Rendezvous.
+//
+// Byte accounting (CommStats::bytes[op]): the bytes THIS rank sends for the op
+// under the standard algorithm, as exact integers. n = group size, r = group
+// rank, B = the tensor's bytes (numel * element size). Groups of one send 0.
+//   allreduce       ring (reduce-scatter then allgather) over n chunks split
+//                   like torch.tensor_split (the first numel % n chunks one
+//                   element longer): rank r sends every chunk but (r+1)%n in
+//                   the first phase and every chunk but (r+2)%n in the second:
+//                   2*B - chunk[(r+1)%n] - chunk[(r+2)%n]. That is exactly
+//                   2*(n-1)/n * B when numel % n == 0, and sums to 2*(n-1)*B
+//                   over the group in every case.
+//   allgather       (n-1) * B_in (its block to every other rank).
+//   reduce_scatter  B_in - B_out: every slice of its input but its own (what a
+//                   direct / ring reduce-scatter sends); = (n-1)/n * B_in when even.
+//   alltoall        the rows it sends to other ranks: sum over j != r of
+//                   in_splits[j] * row bytes.
+//   broadcast       B at the root, 0 elsewhere (the root's send; relays not counted).
+//   send            B.   recv, barrier: 0.
+// CommStats::calls[op] counts calls (groups of one included). Bytes are
+// counted when the op is submitted, whether or not it then succeeds.
+//
+// reduce_scatter: Gloo (LibTorch 1.13) has none, so it is an alltoall of the
+// slices followed by a local reduction of the n received slices (same bytes on
+// the wire as a direct reduce-scatter). Slices follow torch.tensor_split: with
+// N rows and n ranks, rank i gets N/n rows plus one when i < N % n; `out` must
+// have that many rows. NCCL's native reduce-scatter is used when it applies
+// (CUDA, even split).
+#include "c10d_compat.h"
+#include "comm_handle.h"
+
+#include <smp/communicator.h>
+#include <smp/error.h>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+namespace smp {
+
+int64_t CommStats::total_bytes() const {
+  int64_t t = 0;
+  for (const auto& [op, b] : bytes) t += b;
+  return t;
+}
+
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << "]";
+  return os.str();
+}
+
+std::string shape(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes();
+  return os.str();
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Product: return "product";
+  }
+  return "?";
+}
+
+int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// Rows of slice i when `rows` rows are split n ways (torch.tensor_split).
+int64_t split_rows(int64_t rows, int n, int i) { return rows / n + (i < rows % n ? 1 : 0); }
+
+// The bytes rank r sends in a ring allreduce (see the top of the file).
+int64_t ring_allreduce_bytes(int64_t numel, int64_t esize, int n, int r) {
+  if (n <= 1) return 0;
+  auto chunk = [&](int i) { return split_rows(numel, n, i) * esize; };
+  return 2 * numel * esize - chunk((r + 1) % n) - chunk((r + 2) % n);
+}
+
+// Who we are, for messages; copied into every Work so it outlives nothing.
+struct Context {
+  std::string axis, name;
+  std::vector<int> ranks;
+  int rank = 0;
+  int64_t timeout_ms = 0;
+
+  std::string where(const std::string& op) const {
+    return "communication error: " + op + " on axis '" + axis + "' (group '" + name + "', world ranks " +
+           join(ranks) + ", this process is group rank " + std::to_string(rank) + " = world rank " +
+           std::to_string(ranks[rank]) + ")";
+  }
+  Error failure(const std::string& op, const c10d_compat::Failure& f) const {
+    std::string m = where(op) + " failed";
+    if (f.timed_out()) m += " (timed out; timeout " + std::to_string(timeout_ms) + " ms)";
+    return Error(m + ": " + f.what());
+  }
+  Error invalid(const std::string& op, const std::string& what) const {
+    return Error("invalid " + op + " on axis '" + axis + "' (group '" + name + "', world ranks " + join(ranks) +
+                 "): " + what);
+  }
+};
+
+class CommWork final : public Work {
+ public:
+  CommWork(std::shared_ptr<const Context> ctx, std::string op, std::shared_ptr<c10d_compat::PendingWork> inner,
+           std::function<void()> finish)
+      : ctx_(std::move(ctx)), op_(std::move(op)), inner_(std::move(inner)), finish_(std::move(finish)) {}
+
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      done_ = true;
+      try {
+        if (inner_) inner_->wait();
+        if (finish_) finish_();
+      } catch (const c10d_compat::Failure& f) {
+        error_ = std::make_exception_ptr(ctx_->failure(op_, f));
+      } catch (const Error&) {
+        error_ = std::current_exception();
+      } catch (const c10::Error& e) {
+        error_ = std::make_exception_ptr(Error(ctx_->where(op_) + " failed: " + e.what_without_backtrace()));
+      } catch (const std::exception& e) {
+        error_ = std::make_exception_ptr(Error(ctx_->where(op_) + " failed: " + e.what()));
+      }
+      inner_.reset();
+      finish_ = nullptr;
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::shared_ptr<const Context> ctx_;
+  std::string op_;
+  std::shared_ptr<c10d_compat::PendingWork> inner_;
+  std::function<void()> finish_;
+  std::mutex mu_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+// A dense contiguous tensor to hand to c10d; `copy_back` when it's a copy.
+struct Staged {
+  at::Tensor t;
+  bool copied = false;
+};
+Staged stage(const at::Tensor& t) {
+  if (t.is_contiguous()) return {t, false};
+  return {t.contiguous(), true};
+}
+
+class C10dCommunicator final : public Communicator {
+ public:
+  C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend)
+      : ctx_(std::move(ctx)), backend_(std::move(backend)), handle_{this} {}
+
+  const std::string& axis() const override { return ctx_->axis; }
+  int rank() const override { return ctx_->rank; }
+  int size() const override { return static_cast<int>(ctx_->ranks.size()); }
+  const std::vector<int>& global_ranks() const override { return ctx_->ranks; }
+  const CommStats& stats() const override { return stats_; }
+  void reset_stats() override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_ = CommStats{};
+  }
+  smp_comm* handle() override { return &handle_; }
+
+  std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op) override {
+    const std::string name = std::string("allreduce(") + op_name(op) + ")";
+    check_dense(name, t, "tensor");
+    const int n = size();
+    count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
+    if (n == 1 || t.numel() == 0) return done(name);
+    Staged s = stage(t);
+    at::Tensor target = t;
+    return submit(name, [&] { return backend_->allreduce(s.t, op); },
+                  s.copied ? std::function<void()>([target, src = s.t]() mutable { target.copy_(src); })
+                           : std::function<void()>([keep = s.t] {}));
+  }
+
+  std::shared_ptr<Work> allgather(const at::Tensor& in, at::Tensor& out) override {
+    const char* name = "allgather";
+    check_dense(name, in, "in");
+    check_dense(name, out, "out");
+    const int n = size();
+    check_same_kind(name, in, out);
+    auto want = in.sizes().vec();
+    if (want.empty()) throw ctx_->invalid(name, "in must have at least one dimension (gathered along dim 0)");
+    want[0] *= n;
+    if (out.sizes().vec() != want)
+      throw ctx_->invalid(name, "out has shape " + shape(out) + ", expected " + shape(at::empty(want, at::kByte)) +
+                                    " (in " + shape(in) + " times " + std::to_string(n) + " ranks along dim 0)");
+    count(name, (n - 1) * nbytes(in));
+    if (n == 1) {
+      out.copy_(in);
+      return done(name);
+    }
+    if (in.numel() == 0) return done(name);
+    Staged si = stage(in), so = stage(out);
+    at::Tensor target = out;
+    return submit(name, [&] { return backend_->allgather(si.t, so.t); },
+                  [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
+                    if (copied) target.copy_(src);
+                  });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
+    const std::string name = std::string("reduce_scatter(") + op_name(op) + ")";
+    check_dense(name, in, "in");
+    check_dense(name, out, "out");
+    check_same_kind(name, in, out);
+    const int n = size(), r = rank();
+    if (in.dim() == 0) throw ctx_->invalid(name, "in must have at least one dimension (scattered along dim 0)");
+    const int64_t rows = in.size(0);
+    auto want = in.sizes().vec();
+    want[0] = split_rows(rows, n, r);
+    if (out.sizes().vec() != want)
+      throw ctx_->invalid(name, "out has shape " + shape(out) + ", expected " + shape(at::empty(want, at::kByte)) +
+                                    " (group rank " + std::to_string(r) + "'s slice of " + std::to_string(rows) +
+                                    " rows split " + std::to_string(n) + " ways like torch.tensor_split)");
+    count("reduce_scatter", nbytes(in) - nbytes(out));
+    if (n == 1) {
+      out.copy_(in);
+      return done(name);
+    }
+    if (in.numel() == 0) return done(name);
+    Staged si = stage(in);
+    at::Tensor target = out;
+    if (backend_->has_reduce_scatter() && rows % n == 0 && in.device().is_cuda()) {
+      Staged so = stage(out);
+      return submit(name, [&] { return backend_->reduce_scatter(si.t, so.t, op); },
+                    [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
+                      if (copied) target.copy_(src);
+                    });
+    }
+    // alltoall of the slices, then reduce the n slices received.
+    std::vector<int64_t> in_splits(n), out_splits(n, want[0]);
+    for (int i = 0; i < n; ++i) in_splits[i] = split_rows(rows, n, i);
+    auto recv_sizes = want;
+    recv_sizes[0] = want[0] * n;
+    at::Tensor recv = at::empty(recv_sizes, in.options());
+    return submit(name, [&] { return backend_->alltoall(si.t, recv, in_splits, out_splits); },
+                  [target, recv, n, op, keep = si.t]() mutable {
+                    auto parts_shape = target.sizes().vec();
+                    parts_shape.insert(parts_shape.begin(), n);
+                    at::Tensor parts = recv.view(parts_shape);
+                    switch (op) {
+                      case ReduceOp::Sum: target.copy_(parts.sum(0)); break;
+                      case ReduceOp::Max: target.copy_(std::get<0>(parts.max(0))); break;
+                      case ReduceOp::Min: target.copy_(std::get<0>(parts.min(0))); break;
+                      case ReduceOp::Product: target.copy_(parts.prod(0)); break;
+                    }
+                  });
+  }
+
+  std::shared_ptr<Work> alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& in_splits_arg,
+                                 const std::vector<int64_t>& out_splits_arg) override {
+    const char* name = "alltoall";
+    check_dense(name, in, "in");
+    check_dense(name, out, "out");
+    check_same_kind(name, in, out);
+    const int n = size(), r = rank();
+    if (in.dim() == 0 || out.dim() == 0) throw ctx_->invalid(name, "in and out must have at least one dimension");
+    if (in.sizes().slice(1) != out.sizes().slice(1))
+      throw ctx_->invalid(name, "in " + shape(in) + " and out " + shape(out) + " differ beyond dim 0");
+    auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t, const char* which) {
+      std::vector<int64_t> s = given;
+      if (s.empty()) {
+        if (t.size(0) % n != 0)
+          throw ctx_->invalid(name, std::string(which) + " has " + std::to_string(t.size(0)) +
+                                        " rows, not divisible by the group size " + std::to_string(n) +
+                                        " (give explicit splits)");
+        s.assign(n, t.size(0) / n);
+      }
+      if (static_cast<int>(s.size()) != n)
+        throw ctx_->invalid(name, std::string(which) + "_splits has " + std::to_string(s.size()) +
+                                      " entries for a group of " + std::to_string(n));
+      int64_t sum = 0;
+      for (auto x : s) {
+        if (x < 0) throw ctx_->invalid(name, std::string(which) + "_splits has a negative entry");
+        sum += x;
+      }
+      if (sum != t.size(0))
+        throw ctx_->invalid(name, std::string(which) + "_splits sum to " + std::to_string(sum) + " but " + which +
+                                      " has " + std::to_string(t.size(0)) + " rows");
+      return s;
+    };
+    std::vector<int64_t> is = splits(in_splits_arg, in, "in"), os = splits(out_splits_arg, out, "out");
+    const int64_t row_bytes = in.size(0) ? nbytes(in) / in.size(0) : 0;
+    int64_t sent = 0;
+    for (int j = 0; j < n; ++j)
+      if (j != r) sent += is[j] * row_bytes;
+    count(name, sent);
+    if (n == 1) {
+      out.copy_(in);
+      return done(name);
+    }
+    Staged si = stage(in), so = stage(out);
+    at::Tensor target = out;
+    return submit(name, [&] { return backend_->alltoall(si.t, so.t, is, os); },
+                  [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
+                    if (copied) target.copy_(src);
+                  });
+  }
+
+  std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
+    const std::string name = "broadcast(root " + std::to_string(root) + ")";
+    check_dense(name, t, "tensor");
+    const int n = size();
+    if (root < 0 || root >= n)
+      throw ctx_->invalid(name, "root " + std::to_string(root) + " is not a group rank (size " + std::to_string(n) + ")");
+    count("broadcast", n > 1 && root == rank() ? nbytes(t) : 0);
+    if (n == 1 || t.numel() == 0) return done(name);
+    Staged s = stage(t);
+    at::Tensor target = t;
+    return submit(name, [&] { return backend_->broadcast(s.t, root); },
+                  [target, src = s.t, copied = s.copied]() mutable {
+                    if (copied) target.copy_(src);
+                  });
+  }
+
+  std::shared_ptr<Work> send(const at::Tensor& t, int peer, int tag) override {
+    const std::string name = "send(to group rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
+    check_dense(name, t, "tensor");
+    check_peer(name, peer, tag);
+    count("send", nbytes(t));
+    Staged s = stage(t);
+    return submit(name, [&] { return backend_->send(s.t, peer, tag); }, [keep = s.t] {});
+  }
+
+  std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) override {
+    const std::string name = "recv(from group rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
+    check_dense(name, t, "tensor");
+    check_peer(name, peer, tag);
+    count("recv", 0);
+    Staged s = stage(t);
+    at::Tensor target = t;
+    return submit(name, [&] { return backend_->recv(s.t, peer, tag); },
+                  [target, src = s.t, copied = s.copied]() mutable {
+                    if (copied) target.copy_(src);
+                  });
+  }
+
+  void barrier() override {
+    count("barrier", 0);
+    if (size() == 1) return;
+    submit("barrier", [&] { return backend_->barrier(); }, nullptr)->wait();
+  }
+
+ private:
+  void count(const std::string& op, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes[op] += bytes;
+    stats_.calls[op] += 1;
+  }
+
+  std::shared_ptr<Work> done(const std::string& op) {
+    return std::make_shared<CommWork>(ctx_, op, nullptr, nullptr);
+  }
+
+  template <class Submit>
+  std::shared_ptr<Work> submit(const std::string& op, Submit&& submit_fn, std::function<void()> finish) {
+    std::shared_ptr<c10d_compat::PendingWork> pending;
+    try {
+      pending = submit_fn();
+    } catch (const c10d_compat::Failure& f) {
+      throw ctx_->failure(op, f);
+    }
+    return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish));
+  }
+
+  void check_dense(const std::string& op, const at::Tensor& t, const char* what) const {
+    if (!t.defined()) throw ctx_->invalid(op, std::string(what) + " is an undefined tensor");
+    if (t.layout() != at::kStrided) throw ctx_->invalid(op, std::string(what) + " is not a dense (strided) tensor");
+  }
+  void check_same_kind(const std::string& op, const at::Tensor& a, const at::Tensor& b) const {
+    if (a.scalar_type() != b.scalar_type() || a.device() != b.device())
+      throw ctx_->invalid(op, std::string("in (") + c10::toString(a.scalar_type()) + ", " + a.device().str() +
+                                  ") and out (" + c10::toString(b.scalar_type()) + ", " + b.device().str() +
+                                  ") differ in dtype or device");
+  }
+  void check_peer(const std::string& op, int peer, int tag) const {
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw ctx_->invalid(op, "peer " + std::to_string(peer) + " is not another group rank (this is " +
+                                  std::to_string(rank()) + " of " + std::to_string(size()) + ")");
+    if (tag < 0) throw ctx_->invalid(op, "tag must be >= 0");
+  }
+
+  std::shared_ptr<const Context> ctx_;
+  std::unique_ptr<c10d_compat::Backend> backend_;  // null for groups of one
+  smp_comm handle_;
+  std::mutex stats_mu_;
+  CommStats stats_;
+};
+
+class C10dRendezvous final : public Rendezvous {
+ public:
+  C10dRendezvous(std::shared_ptr<c10d_compat::Store> store, std::string addr, int port, int rank, int world,
+                 std::chrono::milliseconds timeout)
+      : store_(std::move(store)), addr_(std::move(addr)), port_(port), rank_(rank), world_(world), timeout_(timeout) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  std::unique_ptr<Communicator> new_communicator(const std::string& axis, const std::string& name,
+                                                 const std::vector<int>& global_ranks,
+                                                 const CommOptions& options) override {
+    auto ctx = std::make_shared<Context>();
+    ctx->axis = axis;
+    ctx->name = name;
+    ctx->ranks = global_ranks;
+    ctx->timeout_ms = options.timeout.count();
+    const std::string what = "communicator '" + name + "' (axis '" + axis + "', world ranks " + join(global_ranks) + ")";
+    if (name.empty()) throw Error("rendezvous: " + what + ": empty name");
+    std::set<int> seen;
+    int me = -1;
+    for (size_t i = 0; i < global_ranks.size(); ++i) {
+      int g = global_ranks[i];
+      if (g < 0 || g >= world_)
+        throw Error("rendezvous: " + what + ": rank " + std::to_string(g) + " is outside the world of " +
+                    std::to_string(world_));
+      if (!seen.insert(g).second) throw Error("rendezvous: " + what + ": rank " + std::to_string(g) + " appears twice");
+      if (g == rank_) me = static_cast<int>(i);
+    }
+    if (me < 0)
+      throw Error("rendezvous: " + what + ": this process (world rank " + std::to_string(rank_) +
+                  ") is not a member of the group");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!names_.insert(name).second)
+        throw Error("rendezvous: " + what + ": the name is already used by another communicator of this process");
+    }
+    ctx->rank = me;
+    std::unique_ptr<c10d_compat::Backend> backend;
+    const int n = static_cast<int>(global_ranks.size());
+    if (n > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        // Every member must agree on the membership; group rank 0 publishes it.
+        const std::string members = join(global_ranks);
+        const std::string key = "smp/meta/" + name;
+        if (me == 0) {
+          store_->set(key, members);
+        } else {
+          std::string theirs = store_->get(key);
+          if (theirs != members)
+            throw Error("rendezvous: " + what + ": this rank was given world ranks " + members + " but world rank " +
+                        std::to_string(global_ranks[0]) + " created '" + name + "' with " + theirs);
+        }
+        c10d_compat::BackendOptions bo;
+        bo.timeout = options.timeout;
+        bo.cuda = options.cuda;
+        bo.master_addr = addr_;
+        backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
+      } catch (const c10d_compat::Failure& f) {
+        throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
+                    (f.timed_out() ? " (timed out: did every member create it?)" : "") + ": " + f.what());
+      }
+      spdlog::debug("communicator {} ({}, {} ranks {}) ready in {} ms", name, backend->name(), n, join(global_ranks),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return std::make_unique<C10dCommunicator>(ctx, std::move(backend));
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    try {
+      store_->set("smp/kv/" + key, value);
+    } catch (const c10d_compat::Failure& f) {
+      throw Error("rendezvous: set('" + key + "') on " + addr_ + ":" + std::to_string(port_) + " failed: " + f.what());
+    }
+  }
+
+  std::string get(const std::string& key) override {
+    try {
+      return store_->get("smp/kv/" + key);
+    } catch (const c10d_compat::Failure& f) {
+      throw Error("rendezvous: get('" + key + "') on " + addr_ + ":" + std::to_string(port_) + " failed" +
+                  (f.timed_out() ? " (timed out after " + std::to_string(timeout_.count()) + " ms)" : "") + ": " +
+                  f.what());
+    }
+  }
+
+ private:
+  std::shared_ptr<c10d_compat::Store> store_;
+  std::string addr_;
+  int port_, rank_, world_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::set<std::string> names_;
+};
+
+}  // namespace
+
+std::shared_ptr<Rendezvous> Rendezvous::connect(const std::string& master_addr, int master_port, int rank,
+                                                int world_size, std::chrono::milliseconds timeout) {
+  const std::string where = master_addr + ":" + std::to_string(master_port);
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw Error("rendezvous: invalid rank " + std::to_string(rank) + " of world size " + std::to_string(world_size));
+  if (master_port < 1 || master_port > 65535)
+    throw Error("rendezvous: invalid master port " + std::to_string(master_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<c10d_compat::Store> store;
+  try {
+    store = c10d_compat::connect_tcp_store(master_addr, master_port, rank == 0, world_size, timeout);
+  } catch (const c10d_compat::Failure& f) {
+    std::string msg = f.what();
+    std::string hint;
+    if (rank == 0 && (msg.find("in use") != std::string::npos || msg.find("listen") != std::string::npos ||
+                      msg.find("bind") != std::string::npos))
+      hint = " (is another job using port " + std::to_string(master_port) + "? pick another with --master-port)";
+    else if (f.timed_out())
+      hint = rank == 0 ? " (not every rank joined within " + std::to_string(timeout.count()) + " ms)"
+                       : " (could not reach world rank 0 within " + std::to_string(timeout.count()) + " ms)";
+    throw Error("rendezvous at " + where + " failed on world rank " + std::to_string(rank) + " of " +
+                std::to_string(world_size) + (rank == 0 ? " (hosting the store)" : "") + hint + ": " + msg);
+  }
+  spdlog::debug("rendezvous at {} ({} ranks) done in {} ms", where, world_size,
+                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  return std::make_shared<C10dRendezvous>(std::move(store), master_addr, master_port, rank, world_size, timeout);
+}
+
+}  // namespace smp

@@ -1,0 +1,551 @@
+// Config: TOML (toml++) + --set overrides, validated against the schema below.
+#include <smp/config.h>
+#include <smp/error.h>
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace smp {
+namespace {
+
+using nlohmann::json;
+
+enum class Type { Int, Double, Bool, String, StringArray };
+
+// What a value must satisfy beyond its type.
+enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
+                  Schedule, Placement, Device };
+
+struct KeySpec {
+  const char* key;
+  Type type;
+  json def;  // null = optional without default (parallel.dp)
+  Rule rule;
+};
+
+// The schema: every key a job file may set outside the free-form tables.
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> s = {
+      {"parallel.pp", Type::Int, 1, Rule::Positive},
+      {"parallel.tp", Type::Int, 1, Rule::Positive},
+      {"parallel.dp", Type::Int, nullptr, Rule::Positive},
+      {"parallel.microbatches", Type::Int, 1, Rule::Positive},
+      {"parallel.schedule", Type::String, "1f1b", Rule::Schedule},
+      {"parallel.virtual_stages", Type::Int, 1, Rule::Positive},
+      {"parallel.partition", Type::String, "balanced", Rule::None},
+      {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement},
+      {"parallel.sequence_parallel", Type::Bool, false, Rule::None},
+      {"parallel.tie_across_stages", Type::Bool, true, Rule::None},
+
+      {"train.steps", Type::Int, 10, Rule::NonNegative},
+      {"train.batch_size", Type::Int, 8, Rule::Positive},
+      {"train.seed", Type::Int, 1234, Rule::None},
+      {"train.lr", Type::Double, 3e-4, Rule::NonNegativeReal},
+      {"train.min_lr", Type::Double, 3e-5, Rule::NonNegativeReal},
+      {"train.warmup_steps", Type::Int, 0, Rule::NonNegative},
+      {"train.weight_decay", Type::Double, 0.1, Rule::NonNegativeReal},
+      {"train.beta1", Type::Double, 0.9, Rule::UnitInterval},
+      {"train.beta2", Type::Double, 0.95, Rule::UnitInterval},
+      {"train.eps", Type::Double, 1e-8, Rule::PositiveReal},
+      {"train.grad_clip", Type::Double, 1.0, Rule::NonNegativeReal},
+      {"train.val_every", Type::Int, 0, Rule::NonNegative},
+      {"train.val_batches", Type::Int, 2, Rule::NonNegative},
+      {"train.log_every", Type::Int, 1, Rule::Positive},
+
+      {"run.dir", Type::String, "runs/default", Rule::None},
+      {"run.log_to_file", Type::Bool, true, Rule::None},
+      {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal},
+      {"run.threads", Type::Int, 0, Rule::NonNegative},
+      {"run.device", Type::String, "auto", Rule::Device},
+
+      {"plugins.paths", Type::StringArray, json::array(), Rule::None},
+  };
+  return s;
+}
+
+const char* kSchemaTables[] = {"parallel", "train", "run", "plugins"};
+const char* kFreeTables[] = {"model", "partition"};
+
+bool is_schema_table(const std::string& t) {
+  return std::find(std::begin(kSchemaTables), std::end(kSchemaTables), t) != std::end(kSchemaTables);
+}
+bool is_free_table(const std::string& t) {
+  return std::find(std::begin(kFreeTables), std::end(kFreeTables), t) != std::end(kFreeTables);
+}
+
+const KeySpec* find_spec(const std::string& key) {
+  for (const auto& s : schema())
+    if (key == s.key) return &s;
+  return nullptr;
+}
+
+std::string head_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+[[noreturn]] void unknown_key(const std::string& origin, const std::string& key) {
+  std::string msg = origin + ": unknown key '" + key + "'";
+  const KeySpec* best = nullptr;
+  size_t best_d = 3;
+  for (const auto& s : schema()) {
+    size_t d = edit_distance(key, s.key);
+    if (d < best_d) best_d = d, best = &s;
+  }
+  if (best) msg += " (did you mean '" + std::string(best->key) + "'?)";
+  else if (key.find('.') != std::string::npos && is_schema_table(head_of(key)))
+    msg += " (see the [" + head_of(key) + "] keys in the documentation)";
+  else if (key.find('.') == std::string::npos)
+    msg += " (expected one of the tables [parallel], [train], [run], [plugins], [model], [partition])";
+  throw Error(msg);
+}
+
+// A TOML node rendered for messages: strings quoted, tables as "a table".
+std::string render(const toml::node& n) {
+  if (n.is_table()) return "a table";
+  std::ostringstream os;
+  n.visit([&](auto&& v) { os << v; });
+  return os.str();
+}
+
+std::string render(const json& j) {
+  if (j.is_object()) return "a table";
+  return j.dump();
+}
+
+const char* expectation(Type t, Rule r) {
+  switch (r) {
+    case Rule::Positive: return "expected a positive integer";
+    case Rule::NonNegative: return "expected a non-negative integer";
+    case Rule::PositiveReal: return "expected a number > 0";
+    case Rule::NonNegativeReal: return "expected a number >= 0";
+    case Rule::UnitInterval: return "expected a number in [0, 1)";
+    case Rule::Schedule:
+      return "expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\" "
+             "(or the aliases \"simple\", \"interleaved\")";
+    case Rule::Placement:
+      return "expected a permutation of \"pp,dp,tp\" (slowest- to fastest-varying) or \"cluster\"/\"spread\"";
+    case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
+    case Rule::None: break;
+  }
+  switch (t) {
+    case Type::Int: return "expected an integer";
+    case Type::Double: return "expected a number";
+    case Type::Bool: return "expected a boolean (true or false)";
+    case Type::String: return "expected a string";
+    case Type::StringArray: return "expected an array of strings";
+  }
+  return "expected a value";
+}
+
+std::string trim(std::string s) {
+  auto issp = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!s.empty() && issp(s.back())) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && issp(s[i])) ++i;
+  return s.substr(i);
+}
+
+// "simple" -> "gpipe", "interleaved" -> "1f1b" (SMP v1 names); "" when invalid.
+std::string normalise_schedule(const std::string& s) {
+  if (s == "gpipe" || s == "1f1b" || s == "interleaved-1f1b" || s == "zb-h1") return s;
+  if (s == "simple") return "gpipe";
+  if (s == "interleaved") return "1f1b";
+  return "";
+}
+
+// Placement "cluster"/"spread"/"pp, dp, tp" -> "pp,dp,tp"; "" when invalid.
+std::string normalise_placement(const std::string& s) {
+  if (s == "cluster") return "pp,dp,tp";
+  if (s == "spread") return "pp,tp,dp";
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      parts.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (parts.size() != 3) return "";
+  std::vector<std::string> sorted = parts;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) return "";
+  return parts[0] + "," + parts[1] + "," + parts[2];
+}
+
+// TOML -> JSON (dates and times become strings).
+json to_json_value(const toml::node& n) {
+  if (auto t = n.as_table()) {
+    json o = json::object();
+    for (auto&& [k, v] : *t) o[std::string(k.str())] = to_json_value(v);
+    return o;
+  }
+  if (auto a = n.as_array()) {
+    json arr = json::array();
+    for (auto&& v : *a) arr.push_back(to_json_value(v));
+    return arr;
+  }
+  if (auto v = n.as_integer()) return v->get();
+  if (auto v = n.as_floating_point()) return v->get();
+  if (auto v = n.as_boolean()) return v->get();
+  if (auto v = n.as_string()) return v->get();
+  std::ostringstream os;
+  n.visit([&](auto&& x) { os << x; });
+  return os.str();
+}
+
+// Checks one schema value; returns it normalised. Throws naming origin and key.
+json check_value(const std::string& origin, const KeySpec& spec, const toml::node& n) {
+  auto fail = [&]() -> json {
+    throw Error(origin + ": " + spec.key + ": " + expectation(spec.type, spec.rule) + ", got " + render(n));
+  };
+  json v;
+  switch (spec.type) {
+    case Type::Int:
+      if (!n.is_integer()) return fail();
+      v = n.as_integer()->get();
+      break;
+    case Type::Double:
+      if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+      else if (n.is_floating_point()) v = n.as_floating_point()->get();
+      else return fail();
+      if (!std::isfinite(v.get<double>())) return fail();
+      break;
+    case Type::Bool:
+      if (!n.is_boolean()) return fail();
+      v = n.as_boolean()->get();
+      break;
+    case Type::String:
+      if (!n.is_string()) return fail();
+      v = n.as_string()->get();
+      break;
+    case Type::StringArray: {
+      if (!n.is_array()) return fail();
+      v = json::array();
+      for (auto&& e : *n.as_array()) {
+        if (!e.is_string()) return fail();
+        v.push_back(e.as_string()->get());
+      }
+      break;
+    }
+  }
+  switch (spec.rule) {
+    case Rule::None: break;
+    case Rule::Positive:
+      if (v.get<int64_t>() < 1) return fail();
+      break;
+    case Rule::NonNegative:
+      if (v.get<int64_t>() < 0) return fail();
+      break;
+    case Rule::PositiveReal:
+      if (!(v.get<double>() > 0)) return fail();
+      break;
+    case Rule::NonNegativeReal:
+      if (!(v.get<double>() >= 0)) return fail();
+      break;
+    case Rule::UnitInterval:
+      if (!(v.get<double>() >= 0 && v.get<double>() < 1)) return fail();
+      break;
+    case Rule::Schedule: {
+      std::string s = normalise_schedule(v.get<std::string>());
+      if (s.empty()) return fail();
+      v = s;
+      break;
+    }
+    case Rule::Placement: {
+      std::string s = normalise_placement(v.get<std::string>());
+      if (s.empty()) return fail();
+      v = s;
+      break;
+    }
+    case Rule::Device: {
+      const auto& s = v.get_ref<const std::string&>();
+      if (s != "auto" && s != "cpu" && s != "cuda") return fail();
+      break;
+    }
+  }
+  return v;
+}
+
+// Merges a parsed document into `values` (later wins), validating every key.
+void merge_document(const std::string& origin, const toml::table& doc, json& values) {
+  for (auto&& [k, node] : doc) {
+    std::string table(k.str());
+    if (is_free_table(table)) {
+      if (!node.is_table())
+        throw Error(origin + ": " + table + ": expected a table ([" + table + "]), got " + render(node));
+      json j = to_json_value(node);
+      if (!values.contains(table)) values[table] = json::object();
+      values[table].merge_patch(j);
+      continue;
+    }
+    if (!is_schema_table(table)) unknown_key(origin, table);
+    if (!node.is_table())
+      throw Error(origin + ": " + table + ": expected a table ([" + table + "]), got " + render(node));
+    for (auto&& [sub, v] : *node.as_table()) {
+      std::string key = table + "." + std::string(sub.str());
+      const KeySpec* spec = find_spec(key);
+      if (!spec) unknown_key(origin, key);
+      values[table][std::string(sub.str())] = check_value(origin, *spec, v);
+    }
+  }
+}
+
+std::string describe_parse_error(const std::string& origin, const toml::parse_error& e) {
+  std::ostringstream os;
+  os << origin;
+  const auto& src = e.source();
+  if (src.begin.line) os << ":" << src.begin.line << ":" << src.begin.column;
+  os << ": invalid TOML: " << e.description();
+  return os.str();
+}
+
+// One --set "a.b=value".
+void apply_override(const std::string& arg, json& values) {
+  const std::string origin = "--set " + arg;
+  auto eq = arg.find('=');
+  if (eq == std::string::npos)
+    throw Error(origin + ": malformed override, expected key=value (e.g. --set train.steps=5)");
+  std::string key = trim(arg.substr(0, eq));
+  std::string text = trim(arg.substr(eq + 1));
+  if (key.empty()) throw Error(origin + ": malformed override, the key before '=' is empty");
+  std::vector<std::string> parts;
+  {
+    std::string cur;
+    for (char c : key + ".") {
+      if (c == '.') {
+        if (trim(cur).empty()) throw Error(origin + ": malformed key '" + key + "'");
+        parts.push_back(trim(cur));
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+  }
+  // The value as a TOML value; anything TOML can't parse is a plain string
+  // (so --set parallel.schedule=gpipe works without quotes).
+  toml::table holder;
+  bool parsed = false;
+  if (!text.empty()) {
+    try {
+      holder = toml::parse("v = " + text);
+      parsed = holder.size() == 1 && holder.contains("v");
+    } catch (const toml::parse_error&) {
+      parsed = false;
+    }
+  }
+  if (!parsed) {
+    holder = toml::table{};
+    holder.insert_or_assign("v", text);
+  }
+  const toml::node& node = *holder.get("v");
+
+  const std::string& table = parts[0];
+  if (parts.size() < 2) {
+    if (is_free_table(table) || is_schema_table(table))
+      throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. --set " + table + ".<key>=value");
+    unknown_key(origin, key);
+  }
+  if (is_free_table(table)) {
+    json* cur = &values[table];
+    if (!cur->is_object()) *cur = json::object();
+    for (size_t i = 1; i + 1 < parts.size(); ++i) {
+      json& next = (*cur)[parts[i]];
+      if (!next.is_object()) next = json::object();
+      cur = &next;
+    }
+    (*cur)[parts.back()] = to_json_value(node);
+    return;
+  }
+  const KeySpec* spec = find_spec(key);
+  if (!spec) unknown_key(origin, key);
+  values[table][parts[1]] = check_value(origin, *spec, node);
+}
+
+void build(const std::string& origin, const toml::table& doc, const std::vector<std::string>& overrides,
+           json& values) {
+  merge_document(origin, doc, values);
+  for (const auto& o : overrides) apply_override(o, values);
+}
+
+}  // namespace
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the config file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return from_string(ss.str(), path, overrides);
+}
+
+Config Config::from_string(const std::string& text, const std::string& origin_name,
+                           const std::vector<std::string>& overrides) {
+  toml::table doc;
+  try {
+    doc = toml::parse(text, origin_name);
+  } catch (const toml::parse_error& e) {
+    throw Error(describe_parse_error(origin_name, e));
+  }
+  Config c;
+  c.origin_ = origin_name;
+  build(origin_name, doc, overrides, c.values_);
+  return c;
+}
+
+const nlohmann::json* Config::find(const std::string& dotted_key) const {
+  const json* cur = &values_;
+  size_t start = 0;
+  while (true) {
+    size_t dot = dotted_key.find('.', start);
+    std::string part = dotted_key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(part);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+    if (dot == std::string::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+namespace {
+
+// The value of a key (given or default) with its spec; throws for unknown keys.
+const json& lookup(const std::string& origin, const json* given, const std::string& key, const KeySpec** spec_out) {
+  const KeySpec* spec = find_spec(key);
+  *spec_out = spec;
+  if (!spec) {
+    if (!is_free_table(head_of(key)) || key.find('.') == std::string::npos) unknown_key(origin, key);
+    if (!given) throw Error(origin + ": " + key + ": missing (the [" + head_of(key) + "] table has no such key)");
+    return *given;
+  }
+  if (given) return *given;
+  if (spec->def.is_null())
+    throw Error(origin + ": " + key + ": not set (it is derived by resolve_layout from the world size)");
+  return spec->def;
+}
+
+}  // namespace
+
+int64_t Config::get_int(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  if (!v.is_number_integer()) throw Error(origin_ + ": " + key + ": expected an integer, got " + render(v));
+  return v.get<int64_t>();
+}
+
+double Config::get_double(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  if (!v.is_number()) throw Error(origin_ + ": " + key + ": expected a number, got " + render(v));
+  return v.get<double>();
+}
+
+bool Config::get_bool(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  if (!v.is_boolean()) throw Error(origin_ + ": " + key + ": expected a boolean, got " + render(v));
+  return v.get<bool>();
+}
+
+std::string Config::get_string(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  if (!v.is_string()) throw Error(origin_ + ": " + key + ": expected a string, got " + render(v));
+  return v.get<std::string>();
+}
+
+std::vector<std::string> Config::get_string_array(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  std::vector<std::string> out;
+  bool ok = v.is_array();
+  if (ok)
+    for (const auto& e : v) {
+      if (!e.is_string()) {
+        ok = false;
+        break;
+      }
+      out.push_back(e.get<std::string>());
+    }
+  if (!ok) throw Error(origin_ + ": " + key + ": expected an array of strings, got " + render(v));
+  return out;
+}
+
+bool Config::has(const std::string& key) const { return find(key) != nullptr; }
+
+nlohmann::json Config::section_json(const std::string& table) const {
+  if (is_free_table(table)) {
+    auto it = values_.find(table);
+    return it == values_.end() ? json::object() : *it;
+  }
+  if (!is_schema_table(table)) unknown_key(origin_, table);
+  json out = json::object();
+  const std::string prefix = table + ".";
+  for (const auto& s : schema()) {
+    std::string key = s.key;
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    const json* given = find(key);
+    out[key.substr(prefix.size())] = given ? *given : s.def;
+  }
+  return out;
+}
+
+nlohmann::json Config::to_json() const {
+  json out = json::object();
+  for (const char* t : kSchemaTables) out[t] = section_json(t);
+  for (const char* t : kFreeTables) out[t] = section_json(t);
+  return out;
+}
+
+void Config::resolve_layout(int world_size) {
+  if (world_size < 1) throw Error(origin_ + ": invalid world size " + std::to_string(world_size));
+  const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
+  const json* dpv = find("parallel.dp");
+  int64_t dp;
+  if (dpv) {
+    dp = dpv->get<int64_t>();
+    if (pp * tp * dp != world_size)
+      throw Error(origin_ + ": parallel.pp * parallel.tp * parallel.dp = " + std::to_string(pp) + " * " +
+                  std::to_string(tp) + " * " + std::to_string(dp) + " = " + std::to_string(pp * tp * dp) +
+                  ", but the world size is " + std::to_string(world_size));
+  } else {
+    if (world_size % (pp * tp) != 0)
+      throw Error(origin_ + ": parallel.pp * parallel.tp = " + std::to_string(pp) + " * " + std::to_string(tp) +
+                  " = " + std::to_string(pp * tp) + " does not divide the world size " +
+                  std::to_string(world_size) + " (parallel.dp is derived as world / (pp * tp))");
+    dp = world_size / (pp * tp);
+    values_["parallel"]["dp"] = dp;
+  }
+  const int64_t mb = get_int("parallel.microbatches");
+  const int64_t batch = get_int("train.batch_size");
+  if (batch % (dp * mb) != 0)
+    throw Error(origin_ + ": train.batch_size = " + std::to_string(batch) +
+                " is not divisible by parallel.dp * parallel.microbatches = " + std::to_string(dp) + " * " +
+                std::to_string(mb) + " = " + std::to_string(dp * mb));
+  const std::string schedule = get_string("parallel.schedule");
+  const int64_t vs = get_int("parallel.virtual_stages");
+  if (vs > 1 && schedule != "interleaved-1f1b")
+    throw Error(origin_ + ": parallel.virtual_stages = " + std::to_string(vs) +
+                " needs parallel.schedule = \"interleaved-1f1b\", got \"" + schedule + "\"");
+  if (schedule == "interleaved-1f1b" && mb % pp != 0)
+    throw Error(origin_ + ": parallel.schedule = \"interleaved-1f1b\" needs parallel.microbatches (" +
+                std::to_string(mb) + ") to be a multiple of parallel.pp (" + std::to_string(pp) + ")");
+}
+
+}  // namespace smp

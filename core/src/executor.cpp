@@ -1,0 +1,274 @@
+#include "executor.h"
+
+#include <smp/communicator.h>
+#include <smp/error.h>
+
+#include "memory_tracker.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <functional>
+
+namespace smp {
+
+namespace {
+
+constexpr int kMaxValues = 63;
+constexpr int kHeaderLen = 256;
+
+// Tags keep messages of different microbatches/chunks/values apart on one pair.
+int tag(int kind, int mb, int chunk, int index) { return (((kind * 4096) + mb) * 16 + chunk) * 64 + index; }
+
+int64_t dtype_code(at::ScalarType t) { return static_cast<int64_t>(t); }
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+uint64_t hash_str(const std::string& s) { return std::hash<std::string>{}(s); }
+
+struct PendingSend {
+  std::shared_ptr<Work> work;
+  std::vector<at::Tensor> keep;  // buffers must outlive the send
+};
+
+}  // namespace
+
+struct Executor::Slot {
+  std::map<std::string, at::Tensor> env;     // values alive for this microbatch on this stage
+  std::vector<std::string> received;         // values that came from the previous stage
+  std::map<std::string, at::Tensor> leaves;  // received floating values (autograd leaves)
+  std::map<std::string, at::Tensor> grads_in;   // grads of sent values, from the next stage
+  std::map<std::string, at::Tensor> grads_out;  // grads of received values, for the previous stage
+  at::Tensor loss;
+  bool weight_done = false;
+  bool grads_sent = false;
+};
+
+Executor::Executor(ExecutorSetup setup) : setup_(std::move(setup)) {
+  for (int s = 0; s < setup_.plan->num_stages(); ++s)
+    if (setup_.plan->sent_after[s].size() > kMaxValues)
+      throw Error("stage " + std::to_string(s) + " sends " + std::to_string(setup_.plan->sent_after[s].size()) +
+                  " values to the next stage; at most " + std::to_string(kMaxValues) + " are supported");
+}
+
+const std::vector<at::Tensor>& Executor::microbatch_inputs(int64_t step, int mb, bool training) {
+  auto it = batch_cache_.find(mb);
+  if (it == batch_cache_.end()) it = batch_cache_.emplace(mb, setup_.batch(step, mb, training)).first;
+  return it->second;
+}
+
+void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool training) {
+  const ModelGraph& g = *setup_.graph;
+  const int stage = stage_of(chunk);
+  if (!setup_.plan->inputs_of_stage[stage].empty()) {
+    const auto& inputs = microbatch_inputs(step, mb, training);
+    for (const auto& name : setup_.plan->inputs_of_stage[stage]) {
+      auto pos = std::find(g.inputs.begin(), g.inputs.end(), name) - g.inputs.begin();
+      slot.env[name] = inputs.at(pos);
+    }
+  }
+  for (int idx : setup_.plan->nodes_of_stage[stage]) {
+    const GraphNode& node = g.nodes[idx];
+    std::vector<at::Tensor> ins;
+    ins.reserve(node.inputs.size());
+    for (const auto& v : node.inputs) ins.push_back(slot.env.at(v));
+    uint64_t rng = mix(mix(mix(setup_.seed, static_cast<uint64_t>(step)), static_cast<uint64_t>(mb)), hash_str(node.name));
+    auto outs = setup_.modules->at(node.module_key())->call(node.name, node.method, ins, node.outputs.size(),
+                                                           training, rng);
+    for (size_t i = 0; i < outs.size(); ++i) slot.env[node.outputs[i]] = std::move(outs[i]);
+  }
+  if (stage == setup_.plan->num_stages() - 1) slot.loss = slot.env.at(g.loss);
+  // Keep only what later work needs: values sent on, and (for backward) everything
+  // is referenced by the autograd graph anyway.
+  std::map<std::string, at::Tensor> keep;
+  for (const auto& v : setup_.plan->sent_after[stage]) keep[v] = slot.env.at(v);
+  slot.env = std::move(keep);
+}
+
+void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
+  const auto& values = setup_.plan->sent_after[stage_of(chunk)];
+  auto header = at::zeros({kHeaderLen}, at::kLong);
+  auto* h = header.data_ptr<int64_t>();
+  int pos = 0;
+  h[pos++] = static_cast<int64_t>(values.size());
+  PendingSend p;
+  std::vector<at::Tensor> payload;
+  for (const auto& v : values) {
+    at::Tensor t = slot.env.at(v).detach().contiguous();
+    if (pos + 2 + t.dim() > kHeaderLen) throw Error("activation header overflow at value '" + v + "'");
+    h[pos++] = dtype_code(t.scalar_type());
+    h[pos++] = t.dim();
+    for (auto d : t.sizes()) h[pos++] = d;
+    payload.push_back(t);
+  }
+  pending_sends_.push_back(std::make_shared<PendingSend>(
+      PendingSend{setup_.pp_comm->send(header, peer, tag(0, mb, chunk, 0)), {header}}));
+  for (size_t i = 0; i < payload.size(); ++i)
+    pending_sends_.push_back(std::make_shared<PendingSend>(
+        PendingSend{setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)), {payload[i]}}));
+}
+
+void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool training) {
+  // chunk is the consuming chunk; the producer used its own chunk number in the tag.
+  const int stage = stage_of(chunk);
+  const int producer_chunk = (stage - 1) / setup_.plan->pp;
+  const auto& values = setup_.plan->sent_after[stage - 1];
+  auto header = at::empty({kHeaderLen}, at::kLong);
+  setup_.pp_comm->recv(header, peer, tag(0, mb, producer_chunk, 0))->wait();
+  const auto* h = header.data_ptr<int64_t>();
+  int pos = 0;
+  if (h[pos++] != static_cast<int64_t>(values.size()))
+    throw Error("pipeline: stage " + std::to_string(stage) + " expected " + std::to_string(values.size()) +
+                " values from stage " + std::to_string(stage - 1) + ", header says " + std::to_string(h[0]));
+  for (size_t i = 0; i < values.size(); ++i) {
+    auto dtype = static_cast<at::ScalarType>(h[pos++]);
+    int64_t ndim = h[pos++];
+    std::vector<int64_t> sizes(h + pos, h + pos + ndim);
+    pos += static_cast<int>(ndim);
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype));
+    setup_.pp_comm->recv(t, peer, tag(0, mb, producer_chunk, static_cast<int>(i) + 1))->wait();
+    if (training && t.is_floating_point()) {
+      t.requires_grad_(true);
+      slot.leaves[values[i]] = t;
+    }
+    slot.env[values[i]] = t;
+    slot.received.push_back(values[i]);
+  }
+}
+
+void Executor::send_grads(Slot& slot, int mb, int chunk, int peer) {
+  int i = 0;
+  for (const auto& v : slot.received) {
+    ++i;
+    auto it = slot.grads_out.find(v);
+    if (it == slot.grads_out.end()) continue;  // not floating: no gradient travels
+    at::Tensor g = it->second.contiguous();
+    pending_sends_.push_back(
+        std::make_shared<PendingSend>(PendingSend{setup_.pp_comm->send(g, peer, tag(1, mb, chunk, i)), {g}}));
+  }
+}
+
+void Executor::recv_grads(Slot& slot, int mb, int chunk, int peer) {
+  const int stage = stage_of(chunk);
+  const int consumer_chunk = (stage + 1) / setup_.plan->pp;
+  int i = 0;
+  for (const auto& v : setup_.plan->sent_after[stage]) {
+    ++i;
+    const at::Tensor& value = slot.env.at(v);
+    if (!value.is_floating_point()) continue;
+    at::Tensor g = at::empty(value.sizes(), value.options().requires_grad(false));
+    setup_.pp_comm->recv(g, peer, tag(1, mb, consumer_chunk, i))->wait();
+    slot.grads_in[v] = g;
+  }
+}
+
+void Executor::backward(Slot& slot, int chunk, int microbatches, bool input_part, bool weight_part) {
+  const int stage = stage_of(chunk);
+  std::vector<at::Tensor> roots, grads;
+  std::map<std::string, at::Tensor> passthrough;  // received values sent on unchanged
+  if (slot.loss.defined()) {
+    roots.push_back(slot.loss);
+    grads.push_back(at::full({}, 1.0 / microbatches, slot.loss.options().requires_grad(false)));
+  }
+  for (const auto& [v, g] : slot.grads_in) {
+    const at::Tensor& value = slot.env.at(v);
+    if (slot.leaves.count(v) && slot.leaves.at(v).unsafeGetTensorImpl() == value.unsafeGetTensorImpl()) {
+      passthrough[v] = g;
+      continue;
+    }
+    if (!value.requires_grad()) continue;
+    roots.push_back(value);
+    grads.push_back(g);
+  }
+  std::vector<std::string> leaf_names;
+  std::vector<at::Tensor> leaves;
+  for (const auto& [v, t] : slot.leaves) {
+    leaf_names.push_back(v);
+    leaves.push_back(t);
+  }
+  auto finish_inputs = [&](const std::vector<at::Tensor>& leaf_grads) {
+    for (size_t i = 0; i < leaf_names.size(); ++i) {
+      at::Tensor g = leaf_grads[i].defined() ? leaf_grads[i] : at::zeros_like(leaves[i]).detach();
+      auto p = passthrough.find(leaf_names[i]);
+      if (p != passthrough.end()) g = g + p->second;
+      slot.grads_out[leaf_names[i]] = g.detach();
+    }
+  };
+  if (roots.empty()) {  // nothing computed here needs a gradient: pass through
+    if (input_part) finish_inputs(std::vector<at::Tensor>(leaves.size()));
+    return;
+  }
+  if (input_part && weight_part) {
+    torch::autograd::backward(roots, grads, /*retain_graph=*/false);
+    std::vector<at::Tensor> lg;
+    for (auto& l : leaves) lg.push_back(l.grad());
+    finish_inputs(lg);
+  } else if (input_part) {
+    std::vector<at::Tensor> lg;
+    if (!leaves.empty())
+      lg = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/true, /*create_graph=*/false,
+                                 /*allow_unused=*/true);
+    finish_inputs(lg);
+  } else {
+    // Weight part: gradients of this stage's parameters only.
+    std::vector<at::Tensor> params;
+    for (int idx : setup_.plan->nodes_of_stage[stage]) {
+      const auto& m = setup_.modules->at(setup_.graph->nodes[idx].module_key());
+      for (const auto& p : m->parameters())
+        if (p.tensor.requires_grad()) params.push_back(p.tensor);
+    }
+    if (!params.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/false, false, params);
+  }
+}
+
+ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool training) {
+  ExecutorResult result;
+  MemoryTracker memory;
+  std::map<std::pair<int, int>, Slot> slots;
+  batch_cache_.clear();
+  std::unique_ptr<torch::autograd::AutoGradMode> grad_mode;
+  grad_mode = std::make_unique<torch::autograd::AutoGradMode>(training);
+  const int M = schedule.microbatches;
+  const int last_stage = setup_.plan->num_stages() - 1;
+  for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
+    const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
+                             a.op == Op::SendGrad || a.op == Op::RecvGrad;
+    if (!training && backward_op) continue;
+    const std::pair<int, int> key{a.microbatch, a.chunk};
+    Slot& slot = slots[key];
+    const int stage = stage_of(a.chunk);
+    switch (a.op) {
+      case Op::RecvActivation: recv_activations(slot, a.microbatch, a.chunk, a.peer, training); break;
+      case Op::Forward:
+        forward(slot, step, a.microbatch, a.chunk, training);
+        if (stage == last_stage) {
+          result.loss_sum += slot.loss.detach().item<double>();
+          result.losses += 1;
+        }
+        break;
+      case Op::SendActivation: send_activations(slot, a.microbatch, a.chunk, a.peer); break;
+      case Op::RecvGrad: recv_grads(slot, a.microbatch, a.chunk, a.peer); break;
+      case Op::Backward: backward(slot, a.chunk, M, true, true); slot.weight_done = true; break;
+      case Op::BackwardInput: backward(slot, a.chunk, M, true, false); break;
+      case Op::BackwardWeight: backward(slot, a.chunk, M, false, true); slot.weight_done = true; break;
+      case Op::SendGrad:
+        send_grads(slot, a.microbatch, a.chunk, a.peer);
+        slot.grads_sent = true;
+        break;
+    }
+    // A slot lives until nothing scheduled needs it any more.
+    bool finished = training ? slot.weight_done && (stage == 0 || slot.grads_sent)
+                             : (stage == last_stage || a.op == Op::SendActivation);
+    if (finished) slots.erase(key);
+  }
+  for (auto& p : pending_sends_) std::static_pointer_cast<PendingSend>(p)->work->wait();
+  pending_sends_.clear();
+  batch_cache_.clear();
+  result.peak_bytes = memory.peak();
+  return result;
+}
+
+}  // namespace smp

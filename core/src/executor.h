@@ -1,0 +1,63 @@
+// Runs a pipeline Schedule on this rank: forward/backward of the local stages,
+// activations and gradients over the pp communicator, gradient accumulation.
+#pragma once
+
+#include <smp/model_graph.h>
+#include <smp/schedule.h>
+#include <smp/stage_plan.h>
+
+#include "module_instance.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class Communicator;
+
+struct ExecutorSetup {
+  const ModelGraph* graph = nullptr;
+  const StagePlan* plan = nullptr;
+  int pp_rank = 0;
+  Communicator* pp_comm = nullptr;  // null when pp == 1
+  std::map<std::string, std::shared_ptr<ModuleInstance>>* modules = nullptr;  // by module key
+  // The graph inputs of one microbatch (graph.inputs order) for a step.
+  std::function<std::vector<at::Tensor>(int64_t step, int microbatch, bool training)> batch;
+  uint64_t seed = 0;
+};
+
+struct ExecutorResult {
+  double loss_sum = 0;   // sum of microbatch losses (last stage only, else 0)
+  int losses = 0;        // microbatches that produced a loss here
+  int64_t peak_bytes = 0;  // peak bytes allocated on this thread during the run
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorSetup setup);
+  // Training: forward + backward for every microbatch; gradients accumulate in
+  // the parameters' .grad scaled by 1/microbatches. Evaluation: forwards only.
+  ExecutorResult run(const Schedule& schedule, int64_t step, bool training);
+
+ private:
+  struct Slot;  // one (microbatch, chunk) in flight
+  void forward(Slot& slot, int64_t step, int mb, int chunk, bool training);
+  void backward(Slot& slot, int chunk, int microbatches, bool input_part, bool weight_part);
+  void send_activations(Slot& slot, int mb, int chunk, int peer);
+  void recv_activations(Slot& slot, int mb, int chunk, int peer, bool training);
+  void send_grads(Slot& slot, int mb, int chunk, int peer);
+  void recv_grads(Slot& slot, int mb, int chunk, int peer);
+  const std::vector<at::Tensor>& microbatch_inputs(int64_t step, int mb, bool training);
+  int stage_of(int chunk) const { return chunk * setup_.plan->pp + setup_.pp_rank; }
+
+  ExecutorSetup setup_;
+  std::map<int, std::vector<at::Tensor>> batch_cache_;
+  std::vector<std::shared_ptr<void>> pending_sends_;
+};
+
+}  // namespace smp

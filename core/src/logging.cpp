@@ -1,0 +1,65 @@
+// smp::logging: spdlog's default logger, tagged with the rank.
+#include <smp/error.h>
+#include <smp/logging.h>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace smp::logging {
+
+namespace {
+
+spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback) {
+  const char* v = std::getenv("SMP_LOG_LEVEL");
+  if (!v || !*v) return fallback;
+  std::string s(v);
+  if (s == "trace") return spdlog::level::trace;
+  if (s == "debug") return spdlog::level::debug;
+  if (s == "info") return spdlog::level::info;
+  if (s == "warn" || s == "warning") return spdlog::level::warn;
+  if (s == "error") return spdlog::level::err;
+  if (s == "off") return spdlog::level::off;
+  return fallback;
+}
+
+}  // namespace
+
+std::string log_file_path(const std::string& run_dir, int rank) {
+  if (run_dir.empty()) return "";
+  return (std::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+}
+
+void init(int rank, int world, const std::string& run_dir, bool log_to_file, bool console) {
+  (void)world;
+  std::vector<spdlog::sink_ptr> sinks;
+  // One stderr sink: info and above on the console rank, errors only elsewhere.
+  auto err_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  err_sink->set_level(console ? level_from_env(spdlog::level::info) : spdlog::level::err);
+  sinks.push_back(err_sink);
+  if (log_to_file && !run_dir.empty()) {
+    const std::string path = log_file_path(run_dir, rank);
+    try {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
+      file_sink->set_level(spdlog::level::debug);
+      sinks.push_back(file_sink);
+    } catch (const std::exception& e) {
+      throw Error("logging: cannot open the log file " + path + ": " + e.what());
+    }
+  }
+  auto logger = std::make_shared<spdlog::logger>("smp", sinks.begin(), sinks.end());
+  logger->set_pattern("[%H:%M:%S.%e] [rank " + std::to_string(rank) + "] [%l] %v");
+  logger->set_level(spdlog::level::debug);
+  logger->flush_on(spdlog::level::info);
+  // set_default_logger replaces (and unregisters) the previous default logger.
+  spdlog::drop("smp");
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace smp::logging

@@ -1,0 +1,77 @@
+#include "module_instance.h"
+
+#include <smp/error.h>
+#include <smp/host_api.h>
+
+namespace smp {
+
+std::string ModuleInstance::where(const std::string& node, const std::string& call) const {
+  return "plugin '" + plugin_ + "', module kind '" + kind_name_ + "', node '" + node + "', " + call;
+}
+
+ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, std::string key,
+                               const std::string& config_json, const smp_module_context& context)
+    : kind_(kind), plugin_(std::move(plugin)), key_(std::move(key)), kind_name_(kind->name) {
+  throw_if_error(kind_->create(kind_->state, config_json.c_str(), &context, &module_), where(key_, "create"));
+  if (!module_) throw Error(where(key_, "create") + ": returned no module");
+  struct Collect {
+    ModuleInstance* self;
+  } collect{this};
+  auto visit = [](void* user, const smp_param_info* p) {
+    auto* self = static_cast<Collect*>(user)->self;
+    ModuleParameter mp;
+    mp.name = self->key_ + "." + (p->name ? p->name : "?");
+    mp.tensor = tensor_of(p->tensor);
+    mp.shard_dim = p->shard_dim;
+    mp.tp_grad_sum = p->struct_size >= SMP_STRUCT_SIZE(smp_param_info, tp_grad_sum) && p->tp_grad_sum;
+    self->params_.push_back(std::move(mp));
+  };
+  smp_error* err = kind_->parameters(module_, visit, &collect);
+  if (err) {
+    kind_->destroy(module_);
+    throw_if_error(err, where(key_, "parameters"));
+  }
+  for (auto& p : params_)
+    if (!p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
+}
+
+ModuleInstance::~ModuleInstance() {
+  params_.clear();
+  if (module_) kind_->destroy(module_);
+}
+
+std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const std::string& method,
+                                             const std::vector<at::Tensor>& inputs, size_t n_outputs,
+                                             bool training, uint64_t rng_seed) {
+  std::vector<smp_tensor*> in;
+  in.reserve(inputs.size());
+  for (const auto& t : inputs) in.push_back(make_tensor_handle(t));
+  std::vector<smp_tensor*> out(n_outputs, nullptr);
+  smp_forward_args args{};
+  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  args.method = method.c_str();
+  args.inputs = in.data();
+  args.n_inputs = in.size();
+  args.outputs = out.data();
+  args.n_outputs = out.size();
+  args.training = training ? 1 : 0;
+  args.rng_seed = rng_seed;
+  smp_error* err = kind_->forward(module_, &args);
+  const smp_host_api* host = host_api();
+  for (auto* h : in) host->tensor_release(h);
+  std::vector<at::Tensor> result;
+  result.reserve(n_outputs);
+  for (auto* h : out) {
+    if (h) {
+      result.push_back(tensor_of(h));
+      host->tensor_release(h);
+    }
+  }
+  throw_if_error(err, where(node_name, method));
+  if (result.size() != n_outputs)
+    throw Error(where(node_name, method) + ": returned " + std::to_string(result.size()) + " of " +
+                std::to_string(n_outputs) + " outputs");
+  return result;
+}
+
+}  // namespace smp

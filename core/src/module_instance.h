@@ -1,0 +1,45 @@
+// One module created from a plugin's module kind, called over at::Tensors.
+#pragma once
+
+#include <smp/abi.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace smp {
+
+struct ModuleParameter {
+  std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
+  at::Tensor tensor;
+  int shard_dim = -1;
+  bool tp_grad_sum = false;
+};
+
+class ModuleInstance {
+ public:
+  // Errors name the plugin, the kind and the node.
+  ModuleInstance(const smp_module_kind* kind, std::string plugin, std::string key, const std::string& config_json,
+                 const smp_module_context& context);
+  ~ModuleInstance();
+  ModuleInstance(const ModuleInstance&) = delete;
+  ModuleInstance& operator=(const ModuleInstance&) = delete;
+
+  std::vector<at::Tensor> call(const std::string& node_name, const std::string& method,
+                               const std::vector<at::Tensor>& inputs, size_t n_outputs, bool training,
+                               uint64_t rng_seed);
+
+  const std::vector<ModuleParameter>& parameters() const { return params_; }
+  const std::string& key() const { return key_; }
+  const std::string& kind_name() const { return kind_name_; }
+
+ private:
+  std::string where(const std::string& node, const std::string& call) const;
+  const smp_module_kind* kind_;
+  std::string plugin_, key_, kind_name_;
+  smp_module* module_ = nullptr;
+  std::vector<ModuleParameter> params_;
+};
+
+}  // namespace smp

@@ -1,0 +1,33 @@
+// AdamW with decoupled weight decay on matrices (not on biases and norms), and
+// the learning-rate schedule (linear warm-up, cosine decay to min_lr).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace smp {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+  void step(double lr);
+  int64_t state_bytes() const;
+
+ private:
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  AdamWOptions opt_;
+  int64_t t_ = 0;
+};
+
+struct LrSchedule {
+  double lr = 3e-4, min_lr = 3e-5;
+  int64_t warmup = 0, total = 1;
+  double at(int64_t step) const;  // step counts from 0
+};
+
+}  // namespace smp

@@ -1,0 +1,70 @@
+#include "profiler.h"
+
+#include <smp/error.h>
+#include <smp/plugin_registry.h>
+
+#include "module_instance.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
+#include <map>
+
+namespace smp {
+
+std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistry& registry,
+                                    const std::function<std::vector<at::Tensor>(int)>& batch, uint64_t seed) {
+  std::vector<NodeCost> costs(graph.nodes.size());
+  std::map<std::string, at::Tensor> env;
+  auto inputs = batch(0);
+  for (size_t i = 0; i < graph.inputs.size() && i < inputs.size(); ++i) env[graph.inputs[i]] = inputs[i];
+  std::map<std::string, int> last_user;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) last_user[graph.nodes[i].module_key()] = static_cast<int>(i);
+  std::map<std::string, std::unique_ptr<ModuleInstance>> live;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const GraphNode& node = graph.nodes[i];
+    auto& m = live[node.module_key()];
+    if (!m) {
+      smp_module_context ctx{};
+      ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+      ctx.node_name = node.module_key().c_str();
+      ctx.init_seed = seed;
+      ctx.tp_size = 1;
+      m = std::make_unique<ModuleInstance>(registry.module_kind(node.kind), registry.provider(node.kind),
+                                           node.module_key(), node.config_json, ctx);
+    }
+    std::vector<at::Tensor> ins;
+    for (const auto& v : node.inputs) {
+      at::Tensor t = env.at(v).detach();
+      if (t.is_floating_point()) t.requires_grad_(true);
+      ins.push_back(t);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto outs = m->call(node.name, node.method, ins, node.outputs.size(), true, seed);
+    double fwd = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Backward through this node alone, with ones as the output gradient.
+    std::vector<at::Tensor> roots, grads;
+    for (auto& o : outs)
+      if (o.requires_grad()) {
+        roots.push_back(o);
+        grads.push_back(at::ones_like(o));
+      }
+    double bwd = 2 * fwd;
+    if (!roots.empty()) {
+      auto t1 = std::chrono::steady_clock::now();
+      torch::autograd::backward(roots, grads);
+      bwd = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    }
+    double param_bytes = 0, act_bytes = 0;
+    for (const auto& p : m->parameters()) param_bytes += p.tensor.numel() * p.tensor.element_size();
+    for (auto& o : outs) act_bytes += o.numel() * o.element_size();
+    costs[i].compute = fwd + bwd;
+    costs[i].memory = 4 * param_bytes + act_bytes;
+    for (size_t k = 0; k < outs.size(); ++k) env[node.outputs[k]] = outs[k].detach();
+    if (last_user[node.module_key()] == static_cast<int>(i)) live.erase(node.module_key());
+  }
+  return costs;
+}
+
+}  // namespace smp

@@ -1,0 +1,152 @@
+#include <smp/training.h>
+
+#include <smp/error.h>
+#include <smp/mesh.h>
+#include <smp/runtime.h>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/filesystem.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace smp {
+
+double measure_peak_flops() {
+  const int64_t n = 512;
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::Tensor c = at::mm(a, b);  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) c = at::mm(a, b);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 4.0 * 2.0 * n * n * n / s);
+  }
+  return best;
+}
+
+int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream ss(line.substr(6));
+      int64_t kb = 0;
+      ss >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+namespace {
+
+std::string human(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+void write_summary(const std::string& dir, const nlohmann::json& summary) {
+  namespace fs = boost::filesystem;
+  fs::create_directories(dir);
+  fs::path path = fs::path(dir) / "summary.json";
+  if (fs::exists(path)) fs::copy_file(path, fs::path(dir) / "summary.json.prev", fs::copy_options::overwrite_existing);
+  fs::path tmp = fs::path(dir) / "summary.json.tmp";
+  {
+    std::ofstream out(tmp.string());
+    if (!out) throw Error("run.dir: cannot write " + tmp.string());
+    out << summary.dump(2) << "\n";
+  }
+  fs::rename(tmp, path);  // atomic: a reader never sees half a summary
+}
+
+}  // namespace
+
+nlohmann::json run_training(Runtime& rt) {
+  const Config& cfg = rt.config();
+  const int64_t steps = cfg.get_int("train.steps");
+  const int64_t val_every = cfg.get_int("train.val_every");
+  const int val_batches = static_cast<int>(cfg.get_int("train.val_batches"));
+  const int64_t log_every = std::max<int64_t>(1, cfg.get_int("train.log_every"));
+  const bool rank0 = rt.mesh().rank() == 0;
+  const int world = rt.mesh().world_size();
+
+  const double peak_per_rank = measure_peak_flops();
+  const double peak = peak_per_rank * world;
+  if (rank0)
+    spdlog::info("layout pp={} tp={} dp={} world={}; measured peak {:.1f} GFLOP/s per rank (fp32 GEMM)", rt.mesh().pp(),
+                 rt.mesh().tp(), rt.mesh().dp(), world, peak_per_rank / 1e9);
+
+  nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
+  double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
+  int64_t timed_steps = 0, peak_act = 0;
+  rt.reset_comm_stats();
+  const auto start = std::chrono::steady_clock::now();
+  while (rt.steps_done() < steps) {
+    StepResult r = rt.train_step();
+    losses.push_back(r.loss);
+    last_loss = r.loss;
+    peak_act = std::max(peak_act, r.peak_activation_bytes);
+    if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
+      train_seconds += r.seconds;
+      ++timed_steps;
+    }
+    const double tok_s = rt.tokens_per_step() / r.seconds;
+    const double flops = rt.flops_per_step() / r.seconds;
+    if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
+      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
+      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | {:.2f} GFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
+                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(tok_s), flops / 1e9, 100 * flops / peak,
+                   1000 * r.seconds, eta);
+    }
+    if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
+      double v = rt.evaluate(val_batches);
+      val_losses.push_back({{"step", r.step + 1}, {"loss", v}});
+      if (rank0) spdlog::info("validation at step {}: loss {:.4f}", r.step + 1, v);
+    }
+  }
+  if (val_batches > 0) {
+    val_loss = rt.evaluate(val_batches);
+    val_losses.push_back({{"step", rt.steps_done()}, {"loss", val_loss}});
+    if (rank0) spdlog::info("validation loss {:.4f}", val_loss);
+  }
+  const double step_s = timed_steps ? train_seconds / timed_steps : 0;
+  const double tokens_per_s = step_s > 0 ? rt.tokens_per_step() / step_s : 0;
+  const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
+  auto peak_mem = rt.gather_world(static_cast<double>(peak_resident_bytes()));
+  auto peak_acts = rt.gather_world(static_cast<double>(peak_act));
+  nlohmann::json summary;
+  summary["config"] = cfg.to_json();
+  summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()}, {"world", world},
+                       {"placement", rt.mesh().order()}};
+  summary["losses"] = losses;
+  summary["final_loss"] = last_loss;
+  summary["val_loss"] = val_loss;
+  summary["val_losses"] = val_losses;
+  summary["step_seconds"] = step_s;
+  summary["tokens_per_s"] = tokens_per_s;
+  summary["model_flops_per_step"] = rt.flops_per_step();
+  summary["model_flops_per_s"] = flops_per_s;
+  summary["peak_flops_per_rank"] = peak_per_rank;
+  summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
+  summary["peak_memory_bytes"] = peak_mem;
+  summary["peak_activation_bytes"] = peak_acts;
+  summary["comm_bytes_rank0"] = rt.comm_bytes();
+  summary["stages"] = rt.plan().to_json(rt.graph());
+  if (rank0) {
+    write_summary(cfg.get_string("run.dir"), summary);
+    spdlog::info("final loss {:.4f}, {} tok/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(tokens_per_s),
+                 100 * summary["mfu"].get<double>(), cfg.get_string("run.dir"));
+  }
+  return summary;
+}
+
+}  // namespace smp

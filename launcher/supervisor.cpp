@@ -1,0 +1,580 @@
+// smp-launch's supervisor. One thread: a poll() loop over the workers' output
+// pipes and a self-pipe fed by the signal handlers (SIGCHLD, SIGINT, SIGTERM,
+// SIGHUP). Every worker runs in its own process group, so tearing down a rank
+// also takes whatever it spawned, and dies with the launcher (PR_SET_PDEATHSIG).
+#include "supervisor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace smp::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kKeepLines = 200;  // per rank
+constexpr size_t kShowLines = 20;   // printed for the failing rank
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t ignored = ::write(g_signal_pipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+void say(const std::string& line) {
+  std::string s = "smp-launch: " + line + "\n";
+  ssize_t ignored = ::write(STDERR_FILENO, s.data(), s.size());
+  (void)ignored;
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGHUP: return "SIGHUP";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGQUIT: return "SIGQUIT";
+    default: {
+      const char* d = ::strsignal(sig);
+      return "signal " + std::to_string(sig) + (d ? std::string(" (") + d + ")" : "");
+    }
+  }
+}
+
+std::optional<std::string> getenv_str(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+void set_cloexec_nonblock(int fd, bool nonblock) {
+  ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  if (nonblock) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int pick_free_port(const std::string& addr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+    socklen_t len = sizeof(sa);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) port = ntohs(sa.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+bool mkdirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+    if (i < path.size()) cur += path[i];
+  }
+  return true;
+}
+
+// The environment for one worker: ours, with the launcher's variables replaced.
+std::vector<std::string> make_env(const std::map<std::string, std::string>& vars) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    std::string k = kv.substr(0, kv.find('='));
+    if (!vars.count(k)) env.push_back(kv);
+  }
+  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::vector<char*> c_array(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+struct Rank {
+  int global = 0, local = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int out_fd = -1;  // read end of its stdout+stderr pipe; -1 for rank 0 (terminal)
+  std::string partial;
+  std::deque<std::string> lines;
+  int log_fd = -1;
+  bool exited = false;
+  int code = 0, signal = 0;  // exit status
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchOptions& o) : o_(o) {}
+
+  int run() {
+    if (::pipe(g_signal_pipe) != 0) {
+      say(std::string("pipe: ") + std::strerror(errno));
+      return 1;
+    }
+    set_cloexec_nonblock(g_signal_pipe[0], true);
+    set_cloexec_nonblock(g_signal_pipe[1], true);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+
+    if (!o_.log_dir.empty() && !mkdirs(o_.log_dir)) {
+      say("cannot create the log directory " + o_.log_dir + ": " + std::strerror(errno));
+      return 1;
+    }
+    int port = o_.master_port;
+    if (port == 0) {
+      if (o_.nnodes > 1) {
+        say("--master-port 0 (pick a free port) only works with one node: every node must be given the same port");
+        return 2;
+      }
+      port = pick_free_port(o_.master_addr);
+      if (port <= 0) {
+        say("could not find a free port on " + o_.master_addr);
+        return 1;
+      }
+      say("MASTER_PORT=" + std::to_string(port));
+    }
+    port_ = port;
+
+    const int attempts = o_.max_restarts + 1;
+    int rc = 0;
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      if (attempt > 0)
+        say("restarting the local workers (restart " + std::to_string(attempt) + " of " +
+            std::to_string(o_.max_restarts) + ")");
+      rc = run_once(attempt);
+      if (rc == 0 || interrupted_) break;
+    }
+    return rc;
+  }
+
+ private:
+  int run_once(int attempt) {
+    ranks_.assign(o_.nproc_per_node, Rank{});
+    first_failure_ = -1;
+    stopping_ = false;
+    for (int i = 0; i < o_.nproc_per_node; ++i) {
+      ranks_[i].local = i;
+      ranks_[i].global = o_.node_rank * o_.nproc_per_node + i;
+      if (!spawn(ranks_[i], attempt)) {
+        stop_all("could not start rank " + std::to_string(ranks_[i].global));
+        first_failure_ = first_failure_ < 0 ? i : first_failure_;
+        break;
+      }
+    }
+    loop();
+    // Nothing may outlive the attempt: sweep every rank's process group.
+    for (auto& r : ranks_)
+      if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+    for (auto& r : ranks_) drain(r, /*final=*/true);
+    for (auto& r : ranks_) {
+      if (r.out_fd >= 0) ::close(r.out_fd);
+      if (r.log_fd >= 0) ::close(r.log_fd);
+      r.out_fd = r.log_fd = -1;
+    }
+    if (first_failure_ >= 0) {
+      const Rank& f = ranks_[first_failure_];
+      if (f.global != 0) show_tail(f);
+      else say("(rank 0's output is above)");
+    }
+    if (interrupted_) return 128 + interrupt_signal_;
+    if (first_failure_ < 0) return 0;
+    const Rank& f = ranks_[first_failure_];
+    if (f.signal) return 128 + f.signal;
+    return f.code ? f.code : 1;
+  }
+
+  bool spawn(Rank& r, int attempt) {
+    int fds[2] = {-1, -1};
+    // Rank 0 of the job keeps the terminal; every other rank is captured.
+    const bool to_terminal = r.global == 0;
+    if (!to_terminal) {
+      if (::pipe(fds) != 0) {
+        say(std::string("pipe: ") + std::strerror(errno));
+        return false;
+      }
+      set_cloexec_nonblock(fds[0], true);
+    }
+    if (!o_.log_dir.empty() && !to_terminal) {
+      std::string path = o_.log_dir + "/rank-" + std::to_string(r.global) + ".out";
+      r.log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (r.log_fd < 0) say("cannot open " + path + ": " + std::strerror(errno));
+    }
+
+    std::map<std::string, std::string> vars = {
+        {"RANK", std::to_string(r.global)},
+        {"LOCAL_RANK", std::to_string(r.local)},
+        {"WORLD_SIZE", std::to_string(o_.nnodes * o_.nproc_per_node)},
+        {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(o_.node_rank)},
+        {"MASTER_ADDR", o_.master_addr},
+        {"MASTER_PORT", std::to_string(port_)},
+        {"SMP_LAUNCHED", "1"},
+        {"SMP_RESTART_COUNT", std::to_string(attempt)},
+        {"SMP_MAX_RESTARTS", std::to_string(o_.max_restarts)},
+    };
+    if (o_.threads_per_rank > 0) vars["OMP_NUM_THREADS"] = std::to_string(o_.threads_per_rank);
+    else if (!getenv_str("OMP_NUM_THREADS") && o_.nproc_per_node > 1) vars["OMP_NUM_THREADS"] = "1";
+    std::vector<std::string> env = make_env(vars);
+    std::vector<std::string> args = {o_.worker};
+    args.insert(args.end(), o_.worker_args.begin(), o_.worker_args.end());
+    std::vector<char*> argv = c_array(args), envp = c_array(env);
+    const pid_t parent = ::getpid();
+
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      say(std::string("fork: ") + std::strerror(errno));
+      if (fds[0] >= 0) ::close(fds[0]), ::close(fds[1]);
+      return false;
+    }
+    if (pid == 0) {
+      // Child: default signals, own process group, die with the launcher.
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      if (!to_terminal) {
+        ::dup2(fds[1], STDOUT_FILENO);
+        ::dup2(fds[1], STDERR_FILENO);
+        ::close(fds[1]);
+        int devnull = ::open("/dev/null", O_RDONLY);
+        if (devnull >= 0) ::dup2(devnull, STDIN_FILENO), ::close(devnull);
+      }
+      ::execvpe(argv[0], argv.data(), envp.data());
+      std::string m = "smp-launch: cannot execute " + o_.worker + ": " + std::strerror(errno) + "\n";
+      ssize_t ignored = ::write(STDERR_FILENO, m.data(), m.size());
+      (void)ignored;
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, so kill(-pid) works at once
+    if (!to_terminal) {
+      ::close(fds[1]);
+      r.out_fd = fds[0];
+    }
+    r.pid = pid;
+    r.running = true;
+    return true;
+  }
+
+  int live() const {
+    int n = 0;
+    for (const auto& r : ranks_) n += r.running;
+    return n;
+  }
+
+  void loop() {
+    while (live() > 0 || any_pipe_open()) {
+      if (live() == 0) {
+        // Every rank is gone; read what is left (grandchildren may hold the pipe).
+        break;
+      }
+      std::vector<pollfd> pfds;
+      pfds.push_back({g_signal_pipe[0], POLLIN, 0});
+      std::vector<Rank*> owners;
+      for (auto& r : ranks_)
+        if (r.out_fd >= 0) {
+          pfds.push_back({r.out_fd, POLLIN, 0});
+          owners.push_back(&r);
+        }
+      int timeout_ms = 500;
+      if (stopping_) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::max<long long>(0, std::min<long long>(left, 500)));
+      }
+      int n = ::poll(pfds.data(), pfds.size(), timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        say(std::string("poll: ") + std::strerror(errno));
+        break;
+      }
+      if (n > 0) {
+        if (pfds[0].revents & POLLIN) handle_signals();
+        for (size_t i = 1; i < pfds.size(); ++i)
+          if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*owners[i - 1], false);
+      }
+      reap();
+      if (stopping_ && !killed_ && Clock::now() >= kill_deadline_ && live() > 0) {
+        std::string who;
+        for (const auto& r : ranks_)
+          if (r.running) who += (who.empty() ? "" : ", ") + std::to_string(r.global);
+        say("ranks " + who + " still running " + fmt_seconds(o_.kill_timeout_s) + " after SIGTERM: sending SIGKILL");
+        for (auto& r : ranks_)
+          if (r.running) ::kill(-r.pid, SIGKILL);
+        killed_ = true;
+      }
+    }
+  }
+
+  bool any_pipe_open() const {
+    for (const auto& r : ranks_)
+      if (r.out_fd >= 0) return true;
+    return false;
+  }
+
+  static std::string fmt_seconds(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%gs", s);
+    return buf;
+  }
+
+  void handle_signals() {
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = ::read(g_signal_pipe[0], buf, sizeof(buf))) > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        int sig = buf[i];
+        if (sig == SIGCHLD) continue;  // reap() runs after every wakeup
+        if (!interrupted_) {
+          interrupted_ = true;
+          interrupt_signal_ = sig;
+          say("received " + signal_name(sig) + ": forwarding it to the workers");
+          for (auto& r : ranks_)
+            if (r.running) ::kill(-r.pid, sig);
+          begin_stop();
+        } else {
+          say("received " + signal_name(sig) + " again: killing the workers");
+          for (auto& r : ranks_)
+            if (r.running) ::kill(-r.pid, SIGKILL);
+          killed_ = true;
+        }
+      }
+    }
+  }
+
+  void begin_stop() {
+    if (stopping_) return;
+    stopping_ = true;
+    killed_ = false;
+    kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<long long>(o_.kill_timeout_s * 1000));
+  }
+
+  void stop_all(const std::string& why) {
+    if (stopping_) return;
+    int n = live();
+    if (n > 0) say(why + ": stopping the other " + std::to_string(n) + " rank(s) (SIGTERM, SIGKILL after " +
+                   fmt_seconds(o_.kill_timeout_s) + ")");
+    for (auto& r : ranks_)
+      if (r.running) ::kill(-r.pid, SIGTERM);
+    begin_stop();
+  }
+
+  void reap() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        Rank& r = ranks_[i];
+        if (r.pid != pid || !r.running) continue;
+        r.running = false;
+        r.exited = true;
+        if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+        const bool failed = r.code != 0 || r.signal != 0;
+        const std::string who = "rank " + std::to_string(r.global) + " (pid " + std::to_string(pid) + ")";
+        if (!failed) break;
+        const std::string how =
+            r.signal ? "was killed by signal " + signal_name(r.signal) : "exited with code " + std::to_string(r.code);
+        if (!stopping_) {
+          say(who + " " + how);
+          if (first_failure_ < 0) first_failure_ = static_cast<int>(i);
+          stop_all("rank " + std::to_string(r.global) + " failed");
+        } else if (!interrupted_) {
+          say(who + " " + how + " (while stopping)");
+        }
+        break;
+      }
+    }
+  }
+
+  // Reads what is available from a rank's pipe into its ring buffer / log file.
+  void drain(Rank& r, bool final) {
+    if (r.out_fd < 0) return;
+    char buf[65536];
+    while (true) {
+      ssize_t n = ::read(r.out_fd, buf, sizeof(buf));
+      if (n > 0) {
+        if (r.log_fd >= 0) {
+          ssize_t ignored = ::write(r.log_fd, buf, static_cast<size_t>(n));
+          (void)ignored;
+        }
+        r.partial.append(buf, static_cast<size_t>(n));
+        size_t start = 0, nl;
+        while ((nl = r.partial.find('\n', start)) != std::string::npos) {
+          add_line(r, r.partial.substr(start, nl - start));
+          start = nl + 1;
+        }
+        r.partial.erase(0, start);
+        if (r.partial.size() > 65536) {
+          add_line(r, r.partial);
+          r.partial.clear();
+        }
+        continue;
+      }
+      if (n == 0) {  // EOF
+        if (!r.partial.empty()) add_line(r, r.partial), r.partial.clear();
+        ::close(r.out_fd);
+        r.out_fd = -1;
+        return;
+      }
+      if (errno == EINTR) continue;
+      if (final && !r.partial.empty()) add_line(r, r.partial), r.partial.clear();
+      return;  // EAGAIN
+    }
+  }
+
+  void add_line(Rank& r, const std::string& line) {
+    if (o_.tee) {
+      std::string s = "[rank " + std::to_string(r.global) + "] " + line + "\n";
+      ssize_t ignored = ::write(STDOUT_FILENO, s.data(), s.size());
+      (void)ignored;
+    }
+    r.lines.push_back(line);
+    if (r.lines.size() > kKeepLines) r.lines.pop_front();
+  }
+
+  void show_tail(const Rank& r) {
+    if (r.lines.empty()) {
+      say("rank " + std::to_string(r.global) + " printed nothing");
+      return;
+    }
+    size_t from = r.lines.size() > kShowLines ? r.lines.size() - kShowLines : 0;
+    std::string out = "smp-launch: last " + std::to_string(r.lines.size() - from) + " line(s) of rank " +
+                      std::to_string(r.global) + (o_.log_dir.empty() ? "" : " (all in " + o_.log_dir + "/rank-" +
+                                                                                std::to_string(r.global) + ".out)") +
+                      ":\n";
+    for (size_t i = from; i < r.lines.size(); ++i) out += "  [rank " + std::to_string(r.global) + "] " + r.lines[i] + "\n";
+    ssize_t ignored = ::write(STDERR_FILENO, out.data(), out.size());
+    (void)ignored;
+  }
+
+  const LaunchOptions& o_;
+  int port_ = 0;
+  std::vector<Rank> ranks_;
+  int first_failure_ = -1;
+  bool stopping_ = false, killed_ = false;
+  bool interrupted_ = false;
+  int interrupt_signal_ = 0;
+  Clock::time_point kill_deadline_;
+};
+
+}  // namespace
+
+int supervise(const LaunchOptions& options) { return Supervisor(options).run(); }
+
+std::string external_launcher() {
+  if (getenv_str("SMP_LAUNCHED")) return "";
+  if (getenv_str("SLURM_PROCID") && getenv_str("SLURM_NTASKS")) return "slurm";
+  if (getenv_str("OMPI_COMM_WORLD_RANK") && getenv_str("OMPI_COMM_WORLD_SIZE")) return "mpi";
+  return "";
+}
+
+int exec_under_external(const LaunchOptions& o, const std::string& which) {
+  auto need = [](const char* name) -> std::optional<std::string> {
+    auto v = getenv_str(name);
+    if (!v) say(std::string(name) + " is not set");
+    return v;
+  };
+  std::map<std::string, std::string> vars;
+  std::string rank, world, local, local_world;
+  if (which == "slurm") {
+    auto r = need("SLURM_PROCID"), w = need("SLURM_NTASKS");
+    if (!r || !w) return 2;
+    rank = *r, world = *w;
+    local = getenv_str("SLURM_LOCALID").value_or("0");
+    local_world = getenv_str("SLURM_NTASKS_PER_NODE").value_or(getenv_str("SLURM_TASKS_PER_NODE").value_or(world));
+    local_world = std::to_string(std::max(1, std::atoi(local_world.c_str())));  // "4(x2)" -> 4
+  } else {
+    auto r = need("OMPI_COMM_WORLD_RANK"), w = need("OMPI_COMM_WORLD_SIZE");
+    if (!r || !w) return 2;
+    rank = *r, world = *w;
+    local = getenv_str("OMPI_COMM_WORLD_LOCAL_RANK").value_or("0");
+    local_world = getenv_str("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(world);
+  }
+  std::string addr;
+  if (o.master_addr_given) addr = o.master_addr;
+  else if (auto a = getenv_str("MASTER_ADDR")) addr = *a;
+  else if (auto b = getenv_str("SLURM_LAUNCH_NODE_IPADDR"); b && which == "slurm") addr = *b;
+  else if (local_world == world) addr = "127.0.0.1";
+  else {
+    say("running under " + which + " on several nodes: give --master-addr (or set MASTER_ADDR)");
+    return 2;
+  }
+  std::string port;
+  if (o.master_port_given && o.master_port > 0) port = std::to_string(o.master_port);
+  else if (auto p = getenv_str("MASTER_PORT")) port = *p;
+  else if (auto j = getenv_str("SLURM_JOB_ID"); j && which == "slurm")
+    port = std::to_string(20000 + std::strtoul(j->c_str(), nullptr, 10) % 20000);  // same on every task
+  else port = "29500";
+  vars = {{"RANK", rank},           {"WORLD_SIZE", world},   {"LOCAL_RANK", local},
+          {"LOCAL_WORLD_SIZE", local_world}, {"MASTER_ADDR", addr}, {"MASTER_PORT", port},
+          {"SMP_LAUNCHED", "1"},    {"SMP_LAUNCH_SOURCE", which}};
+  if (o.threads_per_rank > 0) vars["OMP_NUM_THREADS"] = std::to_string(o.threads_per_rank);
+  else if (!getenv_str("OMP_NUM_THREADS") && std::atoi(local_world.c_str()) > 1) vars["OMP_NUM_THREADS"] = "1";
+  if (rank == "0")
+    say("running under " + which + " (" + world + " tasks): executing the worker directly as each task's rank"
+        " (--nproc-per-node/--nnodes are ignored)");
+  std::vector<std::string> env = make_env(vars);
+  std::vector<std::string> args = {o.worker};
+  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+  std::vector<char*> argv = c_array(args), envp = c_array(env);
+  ::execvpe(argv[0], argv.data(), envp.data());
+  say("cannot execute " + o.worker + ": " + std::strerror(errno));
+  return 127;
+}
+
+std::string default_worker_path() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "smp-worker";
+  std::string self(buf, static_cast<size_t>(n));
+  auto slash = self.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/smp-worker";
+}
+
+}  // namespace smp::launch

@@ -1,0 +1,44 @@
+// smp-launch's process supervisor: spawns the local ranks, watches them, tears
+// the group down when one fails. Plain POSIX; no LibTorch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace smp::launch {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;        // 0: pick a free one (single node only)
+  bool master_addr_given = false; // given on the command line (beats the environment)
+  bool master_port_given = false;
+  int max_restarts = 0;
+  int threads_per_rank = 0;       // 0: OMP_NUM_THREADS from the environment, else 1 when nproc > 1
+  double kill_timeout_s = 30;     // SIGTERM -> SIGKILL grace
+  std::string log_dir;            // "" = no per-rank files
+  bool tee = false;               // echo other ranks' lines as "[rank R] ..."
+  std::string worker;             // executable (a name without '/' is looked up in PATH)
+  std::vector<std::string> worker_args;
+};
+
+// Spawns and supervises nproc_per_node workers (restarting up to max_restarts
+// times). Returns the launcher's exit code: 0 when every rank exited 0.
+int supervise(const LaunchOptions& options);
+
+// When this process runs under another launcher (srun: SLURM_PROCID and
+// SLURM_NTASKS; mpirun: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE) and not
+// under smp-launch itself (SMP_LAUNCHED unset), returns its name ("slurm" or
+// "mpi"); else "".
+std::string external_launcher();
+
+// Replaces this process with the worker, RANK etc. taken from the external
+// launcher's variables. Returns only on failure (with the exit code to use).
+int exec_under_external(const LaunchOptions& options, const std::string& which);
+
+// The default worker: smp-worker next to this executable.
+std::string default_worker_path();
+
+}  // namespace smp::launch

@@ -1,0 +1,48 @@
+// smp-worker: one rank of a job. smp-launch starts one per rank (or srun/mpirun
+// do, through smp-launch); it reads its place in the job from the environment.
+#include <smp/config.h>
+#include <smp/error.h>
+#include <smp/logging.h>
+#include <smp/process_env.h>
+#include <smp/runtime.h>
+#include <smp/training.h>
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"smp-worker: one rank of an smp training job (normally started by smp-launch)"};
+  std::vector<std::string> plugins, overrides;
+  std::string config_path;
+  app.add_option("--plugin", plugins, "plugin to load (path or name); the first model adapter found is used")->take_all();
+  app.add_option("--config", config_path, "job configuration (TOML)")->required();
+  app.add_option("--set", overrides, "override a config key: --set train.steps=5")->take_all();
+  CLI11_PARSE(app, argc, argv);
+
+  int rank = 0;
+  try {
+    smp::ProcessEnv env = smp::ProcessEnv::from_environment();
+    rank = env.rank;
+    smp::Config config = smp::Config::load(config_path, overrides);
+    // One intra-op thread per rank unless told otherwise: ranks share the cores.
+    int threads = static_cast<int>(config.get_int("run.threads"));
+    if (threads <= 0) {
+      const char* omp = std::getenv("OMP_NUM_THREADS");
+      threads = omp ? std::atoi(omp) : 0;
+    }
+    if (threads > 0) at::set_num_threads(threads);
+    smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
+                       env.rank == 0);
+    auto runtime = smp::Runtime::create(config, env, plugins);
+    smp::run_training(*runtime);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "smp-worker rank " << rank << ": error: " << e.what() << std::endl;
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

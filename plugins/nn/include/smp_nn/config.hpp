@@ -1,0 +1,136 @@
+// Configs of the smp_nn module kinds, parsed once and shared with smp_tp so that a
+// serial kind and its distributed kind read a node's JSON identically.
+// Every error names the node and the key.
+#pragma once
+
+#include <smp/sdk/module.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace smp_nn {
+
+using smp::sdk::config_get;
+using smp::sdk::Json;
+
+inline void require(bool ok, const std::string& node, const std::string& what) {
+  if (!ok) throw smp::sdk::Error("node '" + node + "': " + what);
+}
+inline int64_t positive(const Json& cfg, const char* key, const std::string& node) {
+  auto v = config_get<int64_t>(cfg, key, node);
+  require(v > 0, node, std::string("config key '") + key + "' must be > 0, got " + std::to_string(v));
+  return v;
+}
+inline int64_t positive(const Json& cfg, const char* key, const std::string& node, int64_t fallback) {
+  return cfg.contains(key) ? positive(cfg, key, node) : fallback;
+}
+inline double probability(const Json& cfg, const char* key, const std::string& node) {
+  double p = config_get<double>(cfg, key, node, 0.0);
+  require(p >= 0.0 && p < 1.0, node, std::string("config key '") + key + "' must be in [0, 1), got " + std::to_string(p));
+  return p;
+}
+inline double stddev(const Json& cfg, const char* key, const std::string& node, double fallback) {
+  double s = config_get<double>(cfg, key, node, fallback);
+  require(s >= 0.0, node, std::string("config key '") + key + "' must be >= 0, got " + std::to_string(s));
+  return s;
+}
+
+// embedding {num, dim, init_std=0.02}; embedding_table has the same keys.
+struct EmbeddingConfig {
+  int64_t num, dim;
+  double init_std;
+  static EmbeddingConfig parse(const Json& c, const std::string& node) {
+    return {positive(c, "num", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.02)};
+  }
+};
+
+// position_embedding {max_len, dim, init_std=0.01}
+struct PositionEmbeddingConfig {
+  int64_t max_len, dim;
+  double init_std;
+  static PositionEmbeddingConfig parse(const Json& c, const std::string& node) {
+    return {positive(c, "max_len", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.01)};
+  }
+};
+
+// layer_norm {dim, eps=1e-5}
+struct LayerNormConfig {
+  int64_t dim;
+  double eps;
+  static LayerNormConfig parse(const Json& c, const std::string& node) {
+    LayerNormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
+    require(r.eps > 0, node, "config key 'eps' must be > 0");
+    return r;
+  }
+};
+
+// linear {in, out, bias=true, init_std=0.02}
+struct LinearConfig {
+  int64_t in, out;
+  bool bias;
+  double init_std;
+  static LinearConfig parse(const Json& c, const std::string& node) {
+    return {positive(c, "in", node), positive(c, "out", node), config_get<bool>(c, "bias", node, true),
+            stddev(c, "init_std", node, 0.02)};
+  }
+};
+
+// attention {hidden, heads, causal=true, dropout=0, init_std=0.02, out_init_std=init_std}
+struct AttentionConfig {
+  int64_t hidden, heads;
+  bool causal;
+  double dropout, init_std, out_init_std;
+  int64_t head_dim() const { return hidden / heads; }
+  static AttentionConfig parse(const Json& c, const std::string& node) {
+    AttentionConfig r;
+    r.hidden = positive(c, "hidden", node);
+    r.heads = positive(c, "heads", node);
+    require(r.hidden % r.heads == 0, node,
+            "hidden " + std::to_string(r.hidden) + " not divisible by heads " + std::to_string(r.heads));
+    r.causal = config_get<bool>(c, "causal", node, true);
+    r.dropout = probability(c, "dropout", node);
+    r.init_std = stddev(c, "init_std", node, 0.02);
+    r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
+    return r;
+  }
+};
+
+// mlp {hidden, ffn=4*hidden, dropout=0, init_std=0.02, out_init_std=init_std}
+struct MlpConfig {
+  int64_t hidden, ffn;
+  double dropout, init_std, out_init_std;
+  static MlpConfig parse(const Json& c, const std::string& node) {
+    MlpConfig r;
+    r.hidden = positive(c, "hidden", node);
+    r.ffn = positive(c, "ffn", node, 4 * r.hidden);
+    r.dropout = probability(c, "dropout", node);
+    r.init_std = stddev(c, "init_std", node, 0.02);
+    r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
+    return r;
+  }
+};
+
+// transformer_layer {hidden, heads, ffn=4*hidden, causal=true, dropout=0, init_std=0.02,
+//                    out_init_std=init_std, eps=1e-5}
+struct TransformerLayerConfig {
+  AttentionConfig attn;
+  MlpConfig mlp;
+  double eps;
+  static TransformerLayerConfig parse(const Json& c, const std::string& node) {
+    TransformerLayerConfig r{AttentionConfig::parse(c, node), MlpConfig::parse(c, node),
+                             config_get<double>(c, "eps", node, 1e-5)};
+    require(r.eps > 0, node, "config key 'eps' must be > 0");
+    return r;
+  }
+};
+
+// cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility)}
+struct CrossEntropyConfig {
+  int64_t ignore_index;
+  int64_t vocab;  // 0 = not given
+  static CrossEntropyConfig parse(const Json& c, const std::string& node) {
+    return {config_get<int64_t>(c, "ignore_index", node, -100), positive(c, "vocab", node, 0)};
+  }
+};
+
+}  // namespace smp_nn

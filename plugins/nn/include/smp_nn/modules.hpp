@@ -1,0 +1,400 @@
+// The serial module kinds of smp_nn.so. Header-only so that tests (and smp_tp's
+// serial-equivalence checks) can instantiate them directly.
+//
+// kind                 config                                         method: inputs -> outputs
+// embedding            {num, dim, init_std=0.02}                      forward: ids [b,s] int64 -> [b,s,dim]
+//                                                                     attend: x [b,s,dim] -> x W^T [b,s,num]
+// position_embedding   {max_len, dim, init_std=0.01}                  forward: x [b,s,dim] -> x + P[:s]
+// layer_norm           {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim]
+// linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
+// attention            {hidden, heads, causal=true, dropout=0,        forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
+//                       init_std=0.02, out_init_std=init_std}
+// mlp                  {hidden, ffn=4h, dropout=0, init_std, out_init_std}  forward: x [...,h] -> [...,h]
+// transformer_layer    {hidden, heads, ffn=4h, causal=true, dropout=0,       forward: x [b,s,h] (, pad mask) -> [b,s,h]
+//                       init_std, out_init_std, eps=1e-5}
+// cross_entropy        {ignore_index=-100, vocab (optional)}           forward: logits [b,s,V], targets [b,s] -> scalar
+// add                  {}                                             forward: x1..xn -> sum
+// concat               {dim=-1}                                       forward: x1..xn -> cat along dim
+// relu                 {}                                             forward: x -> relu(x)
+// gelu                 {approximate="none"|"tanh"}                    forward: x -> gelu(x)
+// dropout              {p=0}                                          forward: x -> dropout(x) (training only)
+// mse_loss             {}                                             forward: pred, target -> scalar mean
+// embedding_table      {num, dim, init_std=0.02}                      forward: ids [n] or [b,k] int64 -> ids.shape + [dim]
+//
+// Dropout masks are drawn from call.rng_seed (see ops.hpp), so the same seed gives the
+// same masks, whatever the layout.
+#pragma once
+
+#include <smp_nn/ops.hpp>
+
+#include <smp/sdk/module.hpp>
+
+#include <string>
+#include <vector>
+
+namespace smp_nn {
+
+using smp::sdk::Call;
+using smp::sdk::Module;
+using smp::sdk::ModuleContext;
+using smp::sdk::Param;
+
+inline void add_params(std::vector<Param>& out, const std::string& prefix, const LinearParams& p, int w_dim = -1,
+                       int b_dim = -1, bool b_sum = false) {
+  out.push_back({prefix + "weight", p.weight, w_dim, false});
+  if (p.bias.defined()) out.push_back({prefix + "bias", p.bias, b_dim, b_sum});
+}
+inline void add_params(std::vector<Param>& out, const std::string& prefix, const LayerNormParams& p,
+                       bool tp_grad_sum = false) {
+  out.push_back({prefix + "weight", p.weight, -1, tp_grad_sum});
+  out.push_back({prefix + "bias", p.bias, -1, tp_grad_sum});
+}
+
+// ---- serial math on full parameters (reused by tests) ----
+inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
+                                const Tensor& pad_mask, bool training, uint64_t seed) {
+  Tensor ctx = attention_core(linear(x, p.q), linear(x, p.k), linear(x, p.v), c.heads, c.head_dim(), c.causal,
+                              pad_mask, c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
+  return dropout(linear(ctx, p.out), c.dropout, training, mix_seed(seed, kAttnOut));
+}
+inline Tensor mlp_forward(const MlpParams& p, const MlpConfig& c, const Tensor& x, bool training, uint64_t seed) {
+  return dropout(linear(gelu_tanh(linear(x, p.fc)), p.proj), c.dropout, training, mix_seed(seed, kMlpOut));
+}
+inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const TransformerLayerConfig& c,
+                                        const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
+  Tensor h = x + attention_forward(p.attn, c.attn, layer_norm(x, p.ln1, c.eps), pad_mask, training, seed);
+  return h + mlp_forward(p.mlp, c.mlp, layer_norm(h, p.ln2, c.eps), training, seed);
+}
+
+class Embedding : public Module {
+ public:
+  Embedding(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.method == "attend") {
+      expect_dim(call.inputs[0], 3, c_.dim, node_, "attend input");
+      return {at::linear(call.inputs[0], weight_)};
+    }
+    expect_method(call.method, node_);
+    expect_ids(call.inputs[0], c_.num, node_);
+    return {at::embedding(weight_, call.inputs[0])};
+  }
+  std::vector<Param> parameters() override { return {{"weight", weight_, -1, false}}; }
+
+ private:
+  std::string node_;
+  EmbeddingConfig c_;
+  Tensor weight_;
+};
+
+class EmbeddingTable : public Module {
+ public:
+  EmbeddingTable(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    expect_ids(call.inputs[0], c_.num, node_);
+    return {at::embedding(weight_, call.inputs[0])};
+  }
+  std::vector<Param> parameters() override { return {{"weight", weight_, -1, false}}; }
+
+ private:
+  std::string node_;
+  EmbeddingConfig c_;
+  Tensor weight_;
+};
+
+class PositionEmbedding : public Module {
+ public:
+  PositionEmbedding(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), c_(PositionEmbeddingConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    const Tensor& x = call.inputs[0];
+    expect_dim(x, 3, c_.dim, node_, "input");
+    if (x.size(1) > c_.max_len)
+      throw smp::sdk::Error("node '" + node_ + "': sequence length " + std::to_string(x.size(1)) +
+                            " exceeds max_len " + std::to_string(c_.max_len));
+    return {x + weight_.narrow(0, 0, x.size(1))};
+  }
+  std::vector<Param> parameters() override { return {{"weight", weight_, -1, false}}; }
+
+ private:
+  std::string node_;
+  PositionEmbeddingConfig c_;
+  Tensor weight_;
+};
+
+class LayerNorm : public Module {
+ public:
+  LayerNorm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LayerNormConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    p_ = init_layer_norm(c_.dim);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.dim)
+      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.dim) + ", got " +
+                            c10::str(call.inputs[0].sizes()));
+    return {layer_norm(call.inputs[0], p_, c_.eps)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "", p_);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  LayerNormConfig c_;
+  LayerNormParams p_;
+};
+
+class Linear : public Module {
+ public:
+  Linear(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LinearConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    p_ = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.in)
+      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.in) + ", got " +
+                            c10::str(call.inputs[0].sizes()));
+    return {linear(call.inputs[0], p_)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "", p_);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  LinearConfig c_;
+  LinearParams p_;
+};
+
+class Attention : public Module {
+ public:
+  Attention(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    p_ = init_attention(gen, c_);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 2, node_, call.method);
+    expect_dim(call.inputs[0], 3, c_.hidden, node_, "input");
+    Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
+    return {attention_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "q.", p_.q), add_params(out, "k.", p_.k), add_params(out, "v.", p_.v);
+    add_params(out, "out.", p_.out);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  AttentionConfig c_;
+  AttentionParams p_;
+};
+
+class Mlp : public Module {
+ public:
+  Mlp(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(MlpConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    p_ = init_mlp(gen, c_);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.hidden)
+      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.hidden) +
+                            ", got " + c10::str(call.inputs[0].sizes()));
+    return {mlp_forward(p_, c_, call.inputs[0], call.training, call.rng_seed)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "fc.", p_.fc), add_params(out, "proj.", p_.proj);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  MlpConfig c_;
+  MlpParams p_;
+};
+
+class TransformerLayer : public Module {
+ public:
+  TransformerLayer(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)) {
+    require_cpu(ctx);
+    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    p_ = init_transformer_layer(gen, c_);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 2, node_, call.method);
+    expect_dim(call.inputs[0], 3, c_.attn.hidden, node_, "input");
+    Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
+    return {transformer_layer_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "ln1.", p_.ln1);
+    add_params(out, "attn.q.", p_.attn.q), add_params(out, "attn.k.", p_.attn.k);
+    add_params(out, "attn.v.", p_.attn.v), add_params(out, "attn.out.", p_.attn.out);
+    add_params(out, "ln2.", p_.ln2);
+    add_params(out, "mlp.fc.", p_.mlp.fc), add_params(out, "mlp.proj.", p_.mlp.proj);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  TransformerLayerConfig c_;
+  TransformerLayerParams p_;
+};
+
+class CrossEntropy : public Module {
+ public:
+  CrossEntropy(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), c_(CrossEntropyConfig::parse(cfg, node_)) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 2, 2, node_, call.method);
+    const Tensor &logits = call.inputs[0], &targets = call.inputs[1];
+    if (targets.scalar_type() != at::kLong || logits.dim() != targets.dim() + 1 ||
+        logits.sizes().slice(0, targets.dim()) != targets.sizes())
+      throw smp::sdk::Error("node '" + node_ + "': expects logits [..., V] and int64 targets [...], got " +
+                            c10::str(logits.sizes()) + " and " + c10::str(targets.sizes()));
+    if (c_.vocab && logits.size(-1) != c_.vocab)
+      throw smp::sdk::Error("node '" + node_ + "': logits last dim " + std::to_string(logits.size(-1)) +
+                            " != vocab " + std::to_string(c_.vocab));
+    return {cross_entropy(logits, targets, c_.ignore_index)};
+  }
+
+ private:
+  std::string node_;
+  CrossEntropyConfig c_;
+};
+
+// ---- small utilities for DAG test models ----
+class Add : public Module {
+ public:
+  Add(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, SIZE_MAX, node_, call.method);
+    Tensor y = call.inputs[0];
+    for (size_t i = 1; i < call.inputs.size(); ++i) y = y + call.inputs[i];
+    return {y};
+  }
+
+ private:
+  std::string node_;
+};
+
+class Concat : public Module {
+ public:
+  Concat(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), dim_(config_get<int64_t>(cfg, "dim", node_, -1)) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, SIZE_MAX, node_, call.method);
+    return {at::cat(call.inputs, dim_)};
+  }
+
+ private:
+  std::string node_;
+  int64_t dim_;
+};
+
+class Relu : public Module {
+ public:
+  Relu(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    return {at::relu(call.inputs[0])};
+  }
+
+ private:
+  std::string node_;
+};
+
+class Gelu : public Module {
+ public:
+  Gelu(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), approximate_(config_get<std::string>(cfg, "approximate", node_, "none")) {
+    require(approximate_ == "none" || approximate_ == "tanh", node_,
+            "config key 'approximate' must be \"none\" or \"tanh\", got \"" + approximate_ + "\"");
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    return {at::gelu(call.inputs[0], approximate_)};
+  }
+
+ private:
+  std::string node_;
+  std::string approximate_;
+};
+
+class Dropout : public Module {
+ public:
+  Dropout(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), p_(probability(cfg, "p", node_)) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    return {dropout(call.inputs[0], p_, call.training, mix_seed(call.rng_seed, kPlain))};
+  }
+
+ protected:
+  std::string node_;
+  double p_;
+};
+
+class MseLoss : public Module {
+ public:
+  MseLoss(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 2, 2, node_, call.method);
+    if (call.inputs[0].sizes() != call.inputs[1].sizes())
+      throw smp::sdk::Error("node '" + node_ + "': pred " + c10::str(call.inputs[0].sizes()) + " and target " +
+                            c10::str(call.inputs[1].sizes()) + " differ in shape");
+    return {at::mse_loss(call.inputs[0], call.inputs[1])};
+  }
+
+ private:
+  std::string node_;
+};
+
+}  // namespace smp_nn

@@ -1,0 +1,108 @@
+// Forward math of the smp_nn kinds, written once and reused by smp_tp on shards.
+#pragma once
+
+#include <smp_nn/init.hpp>
+
+#include <cmath>
+#include <vector>
+
+namespace smp_nn {
+
+// Per-site dropout seeds derived from a call's rng_seed (splitmix64 of seed ^ salt).
+enum DropoutSite : uint64_t { kAttnProbs = 1, kAttnOut = 2, kMlpOut = 3, kPlain = 4 };
+inline uint64_t mix_seed(uint64_t seed, uint64_t salt) {
+  uint64_t z = seed ^ (salt * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Inverted dropout whose mask depends only on (seed, full logical shape): the mask is
+// drawn for the whole tensor and a shard takes its slice, so a distributed layer drops
+// exactly the elements the serial layer drops. x is the slice [start, start + x.size(dim))
+// of dimension `dim` of a tensor of shape `full` (empty `full` = x is the whole tensor).
+inline Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, at::IntArrayRef full = {},
+                      int64_t dim = 0, int64_t start = 0) {
+  if (!training || p <= 0.0) return x;
+  std::vector<int64_t> shape = full.empty() ? x.sizes().vec() : full.vec();
+  at::Generator gen = smp::sdk::init_generator(seed);
+  Tensor keep = at::empty(shape, at::TensorOptions().dtype(at::kFloat)).uniform_(0.0, 1.0, gen).ge_(p);
+  if (!full.empty()) keep = keep.narrow(dim, start, x.size(dim));
+  return x * keep.mul_(1.0 / (1.0 - p)).to(x.scalar_type());
+}
+
+inline Tensor linear(const Tensor& x, const LinearParams& p) {
+  return p.bias.defined() ? at::linear(x, p.weight, p.bias) : at::linear(x, p.weight);
+}
+inline Tensor layer_norm(const Tensor& x, const LayerNormParams& p, double eps) {
+  return at::layer_norm(x, {p.weight.size(0)}, p.weight, p.bias, eps);
+}
+inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
+
+// Scaled dot-product attention over `heads_local` heads.
+//   q, k, v: [b, s, heads_local * head_dim] (heads contiguous along the last dim)
+//   pad_mask: undefined or [b, s], nonzero = keep; combined with the causal mask.
+//   The attention-probability dropout mask is drawn for all `heads_total` heads and
+//   sliced at `head_offset` (see dropout()).
+// Returns [b, s, heads_local * head_dim].
+inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads_local,
+                             int64_t head_dim, bool causal, const Tensor& pad_mask, double p, bool training,
+                             uint64_t seed, int64_t heads_total, int64_t head_offset) {
+  const int64_t b = q.size(0), s = q.size(1);
+  auto split = [&](const Tensor& t) { return t.reshape({b, s, heads_local, head_dim}).transpose(1, 2); };
+  Tensor scores = at::matmul(split(q), split(k).transpose(-2, -1)).mul(1.0 / std::sqrt(double(head_dim)));
+  Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
+  if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  if (pad_mask.defined()) {
+    if (pad_mask.dim() != 2 || pad_mask.size(0) != b || pad_mask.size(1) != s)
+      throw smp::sdk::Error("attention: padding mask must be [b, s] = [" + std::to_string(b) + ", " +
+                            std::to_string(s) + "], got " + c10::str(pad_mask.sizes()));
+    Tensor pad = pad_mask.eq(0).reshape({b, 1, 1, s});
+    masked = masked.defined() ? at::logical_or(masked, pad) : pad;
+  }
+  // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
+  if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
+  Tensor probs = at::softmax(scores, -1);
+  probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
+  return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
+}
+
+// Token-mean cross entropy over the last dim. logits [..., V], targets [...] int64;
+// targets == ignore_index don't count; no counted token gives 0 (not NaN).
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  Tensor lsm = at::log_softmax(logits, -1);
+  Tensor valid = targets.ne(ignore_index);
+  Tensor idx = targets.masked_fill(valid.logical_not(), 0).unsqueeze(-1);
+  Tensor nll = lsm.gather(-1, idx).squeeze(-1).neg().mul(valid.to(logits.scalar_type()));
+  return nll.sum().div(valid.sum().clamp_min(1).to(logits.scalar_type()));
+}
+
+// Shape / dtype checks with node names.
+inline void expect_dim(const Tensor& t, int64_t ndim, int64_t last, const std::string& node, const char* what) {
+  if (t.dim() != ndim || (last >= 0 && t.size(-1) != last))
+    throw smp::sdk::Error("node '" + node + "': " + what + " must be " + std::to_string(ndim) + "-D" +
+                          (last >= 0 ? " with last dim " + std::to_string(last) : std::string()) + ", got " +
+                          c10::str(t.sizes()));
+}
+inline void expect_ids(const Tensor& ids, int64_t num, const std::string& node) {
+  if (ids.scalar_type() != at::kLong)
+    throw smp::sdk::Error("node '" + node + "': ids must be int64, got " + std::string(c10::toString(ids.scalar_type())));
+  if (ids.numel() == 0) return;
+  int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  if (lo < 0 || hi >= num)
+    throw smp::sdk::Error("node '" + node + "': ids must be in [0, " + std::to_string(num) + "), got [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+inline void expect_inputs(const std::vector<Tensor>& in, size_t lo, size_t hi, const std::string& node,
+                          const std::string& method) {
+  if (in.size() < lo || in.size() > hi)
+    throw smp::sdk::Error("node '" + node + "': method '" + method + "' takes " + std::to_string(lo) +
+                          (hi != lo ? ".." + std::to_string(hi) : std::string()) + " inputs, got " +
+                          std::to_string(in.size()));
+}
+inline void expect_method(const std::string& method, const std::string& node, const char* allowed = "forward") {
+  if (method != allowed)
+    throw smp::sdk::Error(SMP_ERR_NOT_FOUND, "node '" + node + "': unknown method '" + method + "'");
+}
+
+}  // namespace smp_nn

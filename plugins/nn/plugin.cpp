@@ -1,0 +1,24 @@
+// smp_nn.so: the serial module kinds (see include/smp_nn/modules.hpp for configs and methods).
+#include <smp_nn/modules.hpp>
+
+#include <smp/sdk/plugin.hpp>
+
+using namespace smp_nn;
+
+// std::move: the builder chain yields PluginBuilder&, and PluginBuilder is move-only.
+SMP_PLUGIN(std::move(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
+               .module<Embedding>("embedding")
+               .module<PositionEmbedding>("position_embedding")
+               .module<LayerNorm>("layer_norm")
+               .module<Linear>("linear")
+               .module<Attention>("attention")
+               .module<Mlp>("mlp")
+               .module<TransformerLayer>("transformer_layer")
+               .module<CrossEntropy>("cross_entropy")
+               .module<Add>("add")
+               .module<Concat>("concat")
+               .module<Relu>("relu")
+               .module<Gelu>("gelu")
+               .module<Dropout>("dropout")
+               .module<MseLoss>("mse_loss")
+               .module<EmbeddingTable>("embedding_table")))

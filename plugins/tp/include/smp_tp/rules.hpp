@@ -1,0 +1,46 @@
+// Tensor-parallel rule checks: throw smp::sdk::Error naming the sizes when a node's
+// config can't be split tp ways (the host prefixes the node).
+#pragma once
+
+#include <smp/sdk/module.hpp>
+
+#include <string>
+
+namespace smp_tp::rules {
+
+using smp::sdk::Json;
+
+inline int64_t get(const Json& c, const char* key, const char* kind) {
+  return smp::sdk::config_get<int64_t>(c, key, std::string(kind) + " (tp rule)");
+}
+inline void divides(const char* kind, const char* what, int64_t n, int tp) {
+  if (tp > 0 && n % tp != 0)
+    throw smp::sdk::Error(std::string(kind) + ": " + what + " " + std::to_string(n) + " not divisible by tp " +
+                          std::to_string(tp));
+}
+
+inline void linear(const Json& c, int tp) {
+  std::string mode = smp::sdk::config_get<std::string>(c, "tp_mode", "linear (tp rule)", "column");
+  if (mode == "column") divides("linear", "out", get(c, "out", "linear"), tp);
+  else if (mode == "row") divides("linear", "in", get(c, "in", "linear"), tp);
+  else if (mode != "none")
+    throw smp::sdk::Error("linear: config key 'tp_mode' must be \"column\", \"row\" or \"none\", got \"" + mode + "\"");
+}
+inline void embedding(const Json& c, int tp) { divides("embedding", "vocab (num)", get(c, "num", "embedding"), tp); }
+inline void embedding_table(const Json& c, int tp) {
+  divides("embedding_table", "num", get(c, "num", "embedding_table"), tp);
+}
+inline void attention(const Json& c, int tp) { divides("attention", "heads", get(c, "heads", "attention"), tp); }
+inline int64_t ffn_of(const Json& c, const char* kind) {
+  return c.contains("ffn") ? get(c, "ffn", kind) : 4 * get(c, "hidden", kind);
+}
+inline void mlp(const Json& c, int tp) { divides("mlp", "ffn", ffn_of(c, "mlp"), tp); }
+inline void transformer_layer(const Json& c, int tp) {
+  divides("transformer_layer", "heads", get(c, "heads", "transformer_layer"), tp);
+  divides("transformer_layer", "ffn", ffn_of(c, "transformer_layer"), tp);
+}
+inline void cross_entropy(const Json& c, int tp) {
+  if (c.contains("vocab")) divides("cross_entropy", "vocab", get(c, "vocab", "cross_entropy"), tp);
+}
+
+}  // namespace smp_tp::rules

@@ -1,0 +1,409 @@
+// The host table as plugins see it: errors, tensor handles (reference counts,
+// dtype/shape/strides), DLPack export/import without copies, and autograd
+// through a plugin module driven only through the ABI.
+#include <smp/error.h>
+#include <smp/host_api.h>
+#include <smp/plugin_registry.h>
+
+#include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+const smp_host_api& H() { return *smp::host_api(); }
+
+// Owns one handle reference.
+struct Handle {
+  smp_tensor* h;
+  explicit Handle(smp_tensor* t) : h(t) {}
+  explicit Handle(const at::Tensor& t) : h(smp::make_tensor_handle(t)) {}
+  Handle(const Handle&) = delete;
+  ~Handle() { if (h) H().tensor_release(h); }
+  const at::Tensor& t() const { return smp::tensor_of(h); }
+};
+
+TEST(HostApi, TableDescribesTheCore) {
+  const smp_host_api& h = H();
+  EXPECT_EQ(h.struct_size, SMP_STRUCT_SIZE(smp_host_api, graph_set_flops_per_sample));
+  EXPECT_EQ(h.abi_major, static_cast<uint32_t>(SMP_ABI_VERSION_MAJOR));
+  EXPECT_EQ(h.abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
+  ASSERT_NE(h.torch_version, nullptr);
+  EXPECT_STRNE(h.torch_version, "");
+  // Every function of ABI 1.0 is filled in.
+  const void* const* first = reinterpret_cast<const void* const*>(&h.error_create);
+  const void* const* end = reinterpret_cast<const void* const*>(reinterpret_cast<const char*>(&h) + h.struct_size);
+  for (const void* const* f = first; f < end; ++f) EXPECT_NE(*f, nullptr) << "host function #" << (f - first);
+}
+
+TEST(HostApi, ErrorsCarryCodeAndMessage) {
+  smp_error* e = H().error_create(SMP_ERR_NOT_FOUND, "no such thing");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(H().error_code(e), SMP_ERR_NOT_FOUND);
+  EXPECT_STREQ(H().error_message(e), "no such thing");
+  EXPECT_EQ(smp::consume_error(e), "no such thing (NOT_FOUND)");  // frees e
+  EXPECT_EQ(smp::consume_error(nullptr), "");
+  EXPECT_NO_THROW(smp::throw_if_error(nullptr, "ctx"));
+  try {
+    smp::throw_if_error(H().error_create(SMP_ERR_TIMEOUT, "slow"), "allreduce");
+    ADD_FAILURE();
+  } catch (const smp::Error& err) {
+    EXPECT_STREQ(err.what(), "allreduce: slow (TIMEOUT)");
+  }
+  smp_error* null_message = H().error_create(SMP_ERR_INTERNAL, nullptr);
+  EXPECT_STREQ(H().error_message(null_message), "");
+  H().error_destroy(null_message);
+}
+
+TEST(HostApi, HandleRetainAndReleaseCountReferences) {
+  at::Tensor t = at::arange(6, at::kFloat);
+  const auto base = t.use_count();
+  smp_tensor* h = smp::make_tensor_handle(t);
+  EXPECT_EQ(t.use_count(), base + 1);  // the handle holds the tensor once, however often retained
+  H().tensor_retain(h);
+  H().tensor_retain(h);
+  EXPECT_EQ(t.use_count(), base + 1);
+  H().tensor_release(h);
+  H().tensor_release(h);
+  EXPECT_EQ(t.use_count(), base + 1);
+  EXPECT_EQ(smp::tensor_of(h).data_ptr(), t.data_ptr());
+  H().tensor_release(h);  // the last reference
+  EXPECT_EQ(t.use_count(), base);
+  // Null handles are tolerated, never dereferenced.
+  H().tensor_retain(nullptr);
+  H().tensor_release(nullptr);
+  EXPECT_EQ(H().tensor_data(nullptr), nullptr);
+  EXPECT_THROW(smp::tensor_of(nullptr), smp::Error);
+}
+
+TEST(HostApi, HandleReportsDtypeShapeStridesDeviceAndData) {
+  struct Case {
+    at::ScalarType aten;
+    smp_dtype smp;
+  };
+  for (Case c : {Case{at::kFloat, SMP_DTYPE_FLOAT32}, Case{at::kDouble, SMP_DTYPE_FLOAT64},
+                 Case{at::kHalf, SMP_DTYPE_FLOAT16}, Case{at::kBFloat16, SMP_DTYPE_BFLOAT16},
+                 Case{at::kLong, SMP_DTYPE_INT64}, Case{at::kInt, SMP_DTYPE_INT32}, Case{at::kByte, SMP_DTYPE_UINT8},
+                 Case{at::kChar, SMP_DTYPE_INT8}, Case{at::kBool, SMP_DTYPE_BOOL}}) {
+    Handle h(at::zeros({2, 3}, c.aten));
+    EXPECT_EQ(H().tensor_dtype(h.h), c.smp) << c.aten;
+  }
+  Handle complex(at::zeros({2}, at::kComplexFloat));
+  EXPECT_EQ(H().tensor_dtype(complex.h), SMP_DTYPE_UNKNOWN);
+
+  // A non-contiguous view: strides are in elements, data is the view's first element.
+  at::Tensor base = at::arange(24, at::kFloat).reshape({2, 3, 4});
+  at::Tensor view = base.transpose(0, 2).narrow(1, 1, 2);  // sizes {4, 2, 2}
+  Handle h(view);
+  ASSERT_EQ(H().tensor_ndim(h.h), 3);
+  const int64_t* sizes = H().tensor_sizes(h.h);
+  const int64_t* strides = H().tensor_strides(h.h);
+  EXPECT_EQ(std::vector<int64_t>(sizes, sizes + 3), (std::vector<int64_t>{4, 2, 2}));
+  EXPECT_EQ(std::vector<int64_t>(strides, strides + 3), (std::vector<int64_t>{1, 4, 12}));
+  EXPECT_EQ(H().tensor_data(h.h), view.data_ptr());
+  EXPECT_EQ(static_cast<float*>(H().tensor_data(h.h)) - base.data_ptr<float>(), 4);
+  smp_device_type type = SMP_DEVICE_CUDA;
+  int32_t index = -1;
+  H().tensor_device(h.h, &type, &index);
+  EXPECT_EQ(type, SMP_DEVICE_CPU);
+  EXPECT_EQ(index, 0);
+
+  Handle scalar(at::scalar_tensor(3.5, at::kDouble));
+  EXPECT_EQ(H().tensor_ndim(scalar.h), 0);
+  EXPECT_EQ(*static_cast<double*>(H().tensor_data(scalar.h)), 3.5);
+}
+
+TEST(HostApi, AnUndefinedTensorHandleIsSafeToQuery) {
+  Handle h{at::Tensor()};
+  EXPECT_EQ(H().tensor_dtype(h.h), SMP_DTYPE_UNKNOWN);
+  EXPECT_EQ(H().tensor_ndim(h.h), 0);
+  EXPECT_EQ(H().tensor_data(h.h), nullptr);
+  EXPECT_EQ(H().tensor_strides(h.h), nullptr);
+  DLManagedTensor* dl = nullptr;
+  smp_error* err = H().tensor_to_dlpack(h.h, &dl);
+  EXPECT_NE(err, nullptr);  // an error, not an exception
+  smp::consume_error(err);
+}
+
+TEST(HostApi, DLPackExportIsZeroCopyAndKeepsTheStorageAlive) {
+  at::Tensor base = at::arange(12, at::kFloat).reshape({3, 4});
+  at::Tensor view = base.t();  // non-contiguous
+  void* data = view.data_ptr();
+  DLManagedTensor* dl = nullptr;
+  {
+    Handle h(view);
+    smp::throw_if_error(H().tensor_to_dlpack(h.h, &dl), "to_dlpack");
+  }  // handle released: the DLManagedTensor holds its own reference
+  ASSERT_NE(dl, nullptr);
+  const DLTensor& d = dl->dl_tensor;
+  EXPECT_EQ(static_cast<char*>(d.data) + d.byte_offset, data);
+  EXPECT_EQ(d.device.device_type, kDLCPU);
+  EXPECT_EQ(d.dtype.code, kDLFloat);
+  EXPECT_EQ(d.dtype.bits, 32);
+  EXPECT_EQ(d.dtype.lanes, 1);
+  ASSERT_EQ(d.ndim, 2);
+  EXPECT_EQ(d.shape[0], 4);
+  EXPECT_EQ(d.shape[1], 3);
+  ASSERT_NE(d.strides, nullptr);
+  EXPECT_EQ(d.strides[0], 1);
+  EXPECT_EQ(d.strides[1], 4);
+  // Writing through the DLPack view is seen by the tensor: same memory.
+  static_cast<float*>(static_cast<void*>(static_cast<char*>(d.data) + d.byte_offset))[1] = 100.f;
+  EXPECT_EQ(base[1][0].item<float>(), 100.f);
+  dl->deleter(dl);
+}
+
+// An external buffer handed to the core through DLPack: the core must use it in
+// place and call the deleter exactly once, when the last handle goes.
+struct ExternalBuffer {
+  std::vector<float> data{1, 2, 3, 4, 5, 6};
+  int64_t shape[2] = {2, 3};
+  int64_t strides[2] = {3, 1};
+  int deleted = 0;
+  DLManagedTensor managed{};
+  DLManagedTensor* export_() {
+    managed.dl_tensor.data = data.data();
+    managed.dl_tensor.device = {kDLCPU, 0};
+    managed.dl_tensor.ndim = 2;
+    managed.dl_tensor.dtype = {kDLFloat, 32, 1};
+    managed.dl_tensor.shape = shape;
+    managed.dl_tensor.strides = strides;
+    managed.dl_tensor.byte_offset = 0;
+    managed.manager_ctx = this;
+    managed.deleter = [](DLManagedTensor* self) { ++static_cast<ExternalBuffer*>(self->manager_ctx)->deleted; };
+    return &managed;
+  }
+};
+
+TEST(HostApi, DLPackImportIsZeroCopyAndTakesOwnership) {
+  ExternalBuffer buf;
+  smp_tensor* h = nullptr;
+  smp::throw_if_error(H().tensor_from_dlpack(buf.export_(), &h), "from_dlpack");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(H().tensor_data(h), buf.data.data());
+  EXPECT_EQ(H().tensor_dtype(h), SMP_DTYPE_FLOAT32);
+  ASSERT_EQ(H().tensor_ndim(h), 2);
+  EXPECT_EQ(H().tensor_sizes(h)[1], 3);
+  buf.data[4] = -7.f;
+  EXPECT_EQ(smp::tensor_of(h)[1][1].item<float>(), -7.f);
+  H().tensor_retain(h);
+  H().tensor_release(h);
+  EXPECT_EQ(buf.deleted, 0);
+  H().tensor_release(h);
+  EXPECT_EQ(buf.deleted, 1);
+
+  smp_error* err = H().tensor_from_dlpack(nullptr, &h);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(H().error_code(err), SMP_ERR_INTERNAL);
+  EXPECT_NE(std::string(H().error_message(err)).find("null"), std::string::npos);
+  H().error_destroy(err);
+}
+
+TEST(HostApi, HandleToDLPackToHandleRoundTripSharesMemory) {
+  at::Tensor t = at::randn({5, 4}, at::kDouble).narrow(1, 1, 2);
+  Handle a(t);
+  DLManagedTensor* dl = nullptr;
+  smp::throw_if_error(H().tensor_to_dlpack(a.h, &dl), "to_dlpack");
+  smp_tensor* raw = nullptr;
+  smp::throw_if_error(H().tensor_from_dlpack(dl, &raw), "from_dlpack");  // takes dl
+  Handle b(raw);
+  EXPECT_EQ(H().tensor_data(b.h), t.data_ptr());
+  EXPECT_EQ(H().tensor_dtype(b.h), SMP_DTYPE_FLOAT64);
+  EXPECT_EQ(b.t().sizes(), t.sizes());
+  EXPECT_EQ(b.t().strides(), t.strides());
+  EXPECT_TRUE(at::equal(b.t(), t));
+  b.t().mul_(2);
+  EXPECT_TRUE(at::equal(b.t(), t));  // one memory
+}
+
+TEST(HostApi, AtenBridgeSharesStorageAndAutograd) {
+  at::Tensor x = at::randn({3}).set_requires_grad(true);
+  smp_tensor* h = H().tensor_from_aten(&x);
+  const at::Tensor& back = *static_cast<const at::Tensor*>(H().tensor_aten(h));
+  EXPECT_TRUE(back.is_same(x));
+  EXPECT_TRUE(back.requires_grad());
+  (back * 2).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(at::allclose(x.grad(), at::full({3}, 2.0)));
+  H().tensor_release(h);
+  EXPECT_EQ(H().tensor_from_aten(nullptr), nullptr);
+}
+
+// ---- A plugin module driven through the ABI ----------------------------------
+
+class PluginModule : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reg_.load(std::string(SMP_TEST_PLUGIN_DIR) + "/example_scale_intree.so");
+    kind_ = reg_.module_kind("example_scale");
+    ASSERT_NE(kind_, nullptr);
+  }
+  void TearDown() override {
+    for (smp_module* m : modules_) kind_->destroy(m);
+  }
+
+  smp_module* create(const std::string& config) {
+    smp_module_context ctx{};
+    ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+    ctx.node_name = "blocks.0.scale";
+    ctx.init_seed = 1234;
+    ctx.device_type = SMP_DEVICE_CPU;
+    ctx.tp_size = 1;
+    smp_module* m = nullptr;
+    smp::throw_if_error(kind_->create(kind_->state, config.c_str(), &ctx, &m), "create example_scale");
+    modules_.push_back(m);
+    return m;
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> parameters(smp_module* m) {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    smp::throw_if_error(kind_->parameters(
+                            m,
+                            [](void* user, const smp_param_info* p) {
+                              // The handle is borrowed for the call: keep the tensor, not the handle.
+                              static_cast<std::vector<std::pair<std::string, at::Tensor>>*>(user)->emplace_back(
+                                  p->name, smp::tensor_of(p->tensor));
+                            },
+                            &out),
+                        "parameters");
+    return out;
+  }
+
+  // One forward through the ABI: handles in, handles out.
+  std::vector<at::Tensor> forward(smp_module* m, const std::vector<at::Tensor>& inputs, size_t n_outputs = 1,
+                                  const char* method = nullptr) {
+    std::vector<smp_tensor*> in;
+    for (const auto& t : inputs) in.push_back(smp::make_tensor_handle(t));
+    std::vector<smp_tensor*> out(n_outputs, nullptr);
+    smp_forward_args args{};
+    args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+    args.method = method;
+    args.inputs = in.data();
+    args.n_inputs = in.size();
+    args.outputs = out.data();
+    args.n_outputs = out.size();
+    args.training = 1;
+    smp_error* err = kind_->forward(m, &args);
+    for (smp_tensor* h : in) H().tensor_release(h);
+    smp::throw_if_error(err, "forward");
+    std::vector<at::Tensor> result;
+    for (smp_tensor* h : out) {
+      result.push_back(smp::tensor_of(h));
+      H().tensor_release(h);
+    }
+    return result;
+  }
+
+  smp::PluginRegistry reg_;
+  const smp_module_kind* kind_ = nullptr;
+  std::vector<smp_module*> modules_;
+};
+
+TEST_F(PluginModule, ExposesItsLearnableParameter) {
+  auto params = parameters(create(R"({"factor": 2.5})"));
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "weight");
+  EXPECT_TRUE(params[0].second.requires_grad());
+  EXPECT_TRUE(params[0].second.is_leaf());
+  EXPECT_FLOAT_EQ(params[0].second.item<float>(), 2.5f);
+}
+
+TEST_F(PluginModule, BackwardFromTheCoreReachesPluginParametersAndInputs) {
+  smp_module* m = create(R"({"factor": 3.0})");
+  at::Tensor w = parameters(m).at(0).second;
+  at::Tensor x = at::randn({4, 5}).set_requires_grad(true);
+  at::Tensor g = at::randn({4, 5});
+
+  auto y = forward(m, {x});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_TRUE(at::allclose(y[0], x * 3.0));
+  EXPECT_TRUE(y[0].requires_grad());
+  ASSERT_NE(y[0].grad_fn(), nullptr);  // the plugin's ops are on the core's autograd tape
+
+  (y[0] * g).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(at::allclose(x.grad(), g * 3.0));
+  EXPECT_NEAR(w.grad().item<double>(), (x * g).sum().item<double>(), 1e-4);
+
+  // A second step accumulates into the same parameter.
+  auto y2 = forward(m, {x.detach()});
+  (y2[0] * g).sum().backward();
+  EXPECT_NEAR(w.grad().item<double>(), 2 * (x * g).sum().item<double>(), 1e-4);
+
+  // An optimizer step on the core side changes what the plugin computes.
+  {
+    at::NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.0 + 1.0);  // w = 2
+  }
+  EXPECT_TRUE(at::allclose(forward(m, {x.detach()})[0], x.detach() * 2.0));
+}
+
+TEST_F(PluginModule, DLPackInputsFlowThroughAutogradZeroCopy) {
+  smp_module* m = create(R"({"factor": -2.0})");
+  at::Tensor w = parameters(m).at(0).second;
+  ExternalBuffer buf;  // an external framework's memory, imported without a copy
+  smp_tensor* raw = nullptr;
+  smp::throw_if_error(H().tensor_from_dlpack(buf.export_(), &raw), "from_dlpack");
+  Handle in(raw);
+  at::Tensor x = in.t();
+  ASSERT_EQ(x.data_ptr(), buf.data.data());
+  x.set_requires_grad(true);
+
+  at::Tensor y = forward(m, {x}).at(0);
+  // Export the output through DLPack: the same memory as the output tensor.
+  Handle out(y);
+  DLManagedTensor* dl = nullptr;
+  smp::throw_if_error(H().tensor_to_dlpack(out.h, &dl), "to_dlpack");
+  EXPECT_EQ(dl->dl_tensor.data, y.data_ptr());
+  const float* yd = static_cast<const float*>(dl->dl_tensor.data);
+  for (size_t i = 0; i < buf.data.size(); ++i) EXPECT_FLOAT_EQ(yd[i], -2.f * buf.data[i]);
+  dl->deleter(dl);
+
+  y.sum().backward();
+  EXPECT_TRUE(at::allclose(x.grad(), at::full({2, 3}, -2.0)));
+  EXPECT_FLOAT_EQ(w.grad().item<float>(), 21.f);  // 1+2+...+6
+  EXPECT_EQ(buf.deleted, 0);
+}
+
+TEST_F(PluginModule, PluginErrorsComeBackAsErrorsNotCrashes) {
+  smp_module* m = create("{}");
+  EXPECT_FLOAT_EQ(parameters(m).at(0).second.item<float>(), 1.f);  // factor defaults to 1
+  try {
+    forward(m, {at::ones({2}), at::ones({2})});
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("takes 1 input, got 2"), std::string::npos) << e.what();
+  }
+  try {
+    forward(m, {at::ones({2})}, 1, "attend");
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no method 'attend'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("UNSUPPORTED"), std::string::npos) << e.what();
+  }
+  try {
+    forward(m, {at::ones({2})}, 2);
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expects 2"), std::string::npos) << e.what();
+  }
+  try {
+    create(R"({"factor": "big"})");
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'factor'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("blocks.0.scale"), std::string::npos) << e.what();
+  }
+  try {
+    create("{not json");
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parse"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,260 @@
+// PluginRegistry: a good C plugin loads; every defective plugin is refused with
+// an smp::Error naming the file and the versions at stake, and leaves the
+// registry exactly as it was (a good plugin still loads afterwards).
+#include <smp/error.h>
+#include <smp/host_api.h>
+#include <smp/plugin_registry.h>
+
+#include <gtest/gtest.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string plugin(const std::string& name) { return std::string(SMP_TEST_PLUGIN_DIR) + "/" + name + ".so"; }
+
+std::string abi(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+const std::string kCoreAbi = abi(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
+
+// Everything observable about a registry's contents.
+struct Snapshot {
+  std::vector<std::string> kinds, adapters, partitioners, plugins;
+  explicit Snapshot(const smp::PluginRegistry& r)
+      : kinds(r.module_kinds()), adapters(r.adapters()), partitioners(r.partitioners()) {
+    for (const auto& p : r.plugins()) plugins.push_back(p.path);
+  }
+  bool operator==(const Snapshot& o) const {
+    return kinds == o.kinds && adapters == o.adapters && partitioners == o.partitioners && plugins == o.plugins;
+  }
+};
+
+// Loads `name`, expects a refusal whose message holds the file path and every
+// one of `needles`, then checks the registry is unchanged and still usable.
+std::string expect_refused(smp::PluginRegistry& reg, const std::string& name, const std::vector<std::string>& needles,
+                           const std::string& absent_kind = "") {
+  const std::string path = plugin(name);
+  EXPECT_TRUE(fs::exists(path)) << path << " was not built";
+  Snapshot before(reg);
+  std::string message;
+  try {
+    reg.load(path);
+    ADD_FAILURE() << name << " was loaded; it should have been refused";
+  } catch (const smp::Error& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << name << ": refused with a " << typeid(e).name() << " instead of smp::Error: " << e.what();
+  }
+  EXPECT_NE(message.find(path), std::string::npos) << "message does not name the file: " << message;
+  for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "'" << n << "' missing from: " << message;
+  EXPECT_TRUE(Snapshot(reg) == before) << "the refusal of " << name << " changed the registry";
+  if (!absent_kind.empty()) {
+    EXPECT_EQ(reg.module_kind(absent_kind), nullptr) << absent_kind << " was registered by a refused plugin";
+    EXPECT_EQ(reg.provider(absent_kind), "");
+  }
+  // A refusal is not remembered as a load: trying again refuses again.
+  EXPECT_THROW(reg.load(path), smp::Error);
+  // And the registry still takes a good plugin.
+  const auto& good = reg.load(plugin("good_c_plugin"));
+  EXPECT_EQ(good.name, "good_c_plugin");
+  EXPECT_NE(reg.module_kind("good_c_kind"), nullptr);
+  return message;
+}
+
+TEST(PluginRegistry, LoadsAPluginWrittenInC) {
+  smp::PluginRegistry reg;
+  const smp::PluginInfo& info = reg.load(plugin("good_c_plugin"));
+  EXPECT_EQ(info.name, "good_c_plugin");
+  EXPECT_EQ(info.version, "0.0.1");
+  EXPECT_EQ(info.abi_major, static_cast<uint32_t>(SMP_ABI_VERSION_MAJOR));
+  EXPECT_EQ(info.abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
+  EXPECT_EQ(info.torch_version, "");
+  EXPECT_EQ(info.path, fs::canonical(plugin("good_c_plugin")).string());
+  EXPECT_EQ(info.module_kinds, std::vector<std::string>{"good_c_kind"});
+  EXPECT_EQ(reg.module_kinds(), std::vector<std::string>{"good_c_kind"});
+  EXPECT_EQ(reg.provider("good_c_kind"), "good_c_plugin");
+  ASSERT_EQ(reg.plugins().size(), 1u);
+
+  // Its module kind works through the ABI: create, parameters, forward (an error), destroy.
+  const smp_module_kind* kind = reg.module_kind("good_c_kind");
+  ASSERT_NE(kind, nullptr);
+  smp_module_context ctx{};
+  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  ctx.node_name = "c";
+  ctx.tp_size = 1;
+  smp_module* m = nullptr;
+  smp::throw_if_error(kind->create(kind->state, "{}", &ctx, &m), "create");
+  ASSERT_NE(m, nullptr);
+  int visited = 0;
+  smp::throw_if_error(kind->parameters(m, [](void* u, const smp_param_info*) { ++*static_cast<int*>(u); }, &visited),
+                      "parameters");
+  EXPECT_EQ(visited, 0);
+  smp_forward_args args{};
+  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  try {
+    smp::throw_if_error(kind->forward(m, &args), "good_c_kind forward");
+    ADD_FAILURE() << "forward should report 'not implemented'";
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not implemented"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("UNSUPPORTED"), std::string::npos) << e.what();
+  }
+  kind->destroy(m);
+}
+
+TEST(PluginRegistry, LoadingTheSameFileTwiceIsANoOp) {
+  smp::PluginRegistry reg;
+  const smp::PluginInfo& a = reg.load(plugin("good_c_plugin"));
+  const smp::PluginInfo& b = reg.load(plugin("good_c_plugin"));
+  EXPECT_EQ(&a, &b);
+  EXPECT_EQ(reg.plugins().size(), 1u);
+}
+
+TEST(PluginRegistry, InfoReferencesStayValidAcrossLoads) {
+  smp::PluginRegistry reg;
+  const smp::PluginInfo& first = reg.load(plugin("good_c_plugin"));
+  for (const char* other : {"dup_kind_a", "example_scale_intree"}) reg.load(plugin(other));
+  // Loading the same file again returns the stored info: it must not have moved.
+  EXPECT_EQ(&reg.load(plugin("good_c_plugin")), &first);
+  EXPECT_EQ(first.name, "good_c_plugin");
+  EXPECT_EQ(reg.plugins().size(), 3u);
+}
+
+TEST(PluginRegistry, FindsPluginsByNameOnSMP_PLUGIN_PATH) {
+  ASSERT_EQ(setenv("SMP_PLUGIN_PATH", "/nonexistent/smp:" SMP_TEST_PLUGIN_DIR, 1), 0);
+  auto path = smp::PluginRegistry::search_path();
+  ASSERT_GE(path.size(), 3u);
+  EXPECT_EQ(path[0], "/nonexistent/smp");
+  EXPECT_EQ(path[1], SMP_TEST_PLUGIN_DIR);
+  EXPECT_EQ(smp::PluginRegistry::resolve("good_c_plugin"), fs::canonical(plugin("good_c_plugin")).string());
+  EXPECT_EQ(smp::PluginRegistry::resolve("good_c_plugin.so"), fs::canonical(plugin("good_c_plugin")).string());
+  smp::PluginRegistry reg;
+  EXPECT_EQ(reg.load("good_c_plugin").name, "good_c_plugin");
+  EXPECT_EQ(&reg.load("good_c_plugin.so"), &reg.load("good_c_plugin"));
+  EXPECT_EQ(reg.plugins().size(), 1u);
+  try {
+    reg.load("no_such_plugin");
+    ADD_FAILURE() << "an unknown name loaded";
+  } catch (const smp::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("no_such_plugin"), std::string::npos) << m;
+    EXPECT_NE(m.find("/nonexistent/smp"), std::string::npos) << "the message should list the folders searched: " << m;
+    EXPECT_NE(m.find(SMP_TEST_PLUGIN_DIR), std::string::npos) << m;
+  }
+  unsetenv("SMP_PLUGIN_PATH");
+}
+
+TEST(PluginRegistry, RefusesAMissingFile) {
+  smp::PluginRegistry reg;
+  try {
+    reg.load("/nonexistent/dir/plugin.so");
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/plugin.so"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PluginRegistry, RefusesAFileThatIsNotASharedObject) {
+  fs::path dir = fs::temp_directory_path() / ("smp_not_a_plugin_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path fake = dir / "fake.so";
+  std::ofstream(fake) << "this is not an ELF file\n";
+  smp::PluginRegistry reg;
+  try {
+    reg.load(fake.string());
+    ADD_FAILURE();
+  } catch (const smp::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(fs::canonical(fake).string()), std::string::npos) << m;
+    EXPECT_NE(m.find("cannot be loaded"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(reg.plugins().empty());
+  fs::remove_all(dir);
+}
+
+TEST(PluginRegistry, RefusesAMissingEntrySymbol) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_no_entry", {"missing entry symbol", SMP_PLUGIN_ENTRY_SYMBOL}, "bad_no_entry_kind");
+}
+
+TEST(PluginRegistry, RefusesAnotherAbiMajor) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_major",
+                 {"built for smp ABI " + abi(SMP_ABI_VERSION_MAJOR + 1, 0), "core has ABI " + kCoreAbi},
+                 "bad_major_kind");
+}
+
+TEST(PluginRegistry, RefusesANewerAbiMinor) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_newer_minor",
+                 {"built for smp ABI " + abi(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR + 1), kCoreAbi, "newer"},
+                 "bad_newer_minor_kind");
+}
+
+TEST(PluginRegistry, RefusesAnotherLibTorch) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_torch_version",
+                 {"LibTorch 0.0.0-bad", std::string("LibTorch ") + TORCH_VERSION, "'bad_torch_version'"},
+                 "bad_torch_version_kind");
+  EXPECT_STREQ(smp::host_api()->torch_version, TORCH_VERSION);
+}
+
+TEST(PluginRegistry, RefusesADescriptorSmallerThanTheAbiRequires) {
+  smp::PluginRegistry reg;
+  const std::string have = std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, torch_version));
+  const std::string need = std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules));
+  expect_refused(reg, "bad_small_descriptor", {"descriptor struct_size " + have, need, abi(SMP_ABI_VERSION_MAJOR, 0)},
+                 "bad_small_descriptor_kind");
+}
+
+TEST(PluginRegistry, RefusesADescriptorTooSmallToHoldAVersion) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_tiny_descriptor", {"descriptor struct_size " + std::to_string(sizeof(size_t))},
+                 "bad_tiny_descriptor_kind");
+}
+
+TEST(PluginRegistry, RefusesASecondPluginRegisteringTheSameKind) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("dup_kind_a"));
+  ASSERT_EQ(reg.provider("dup_kind"), "dup_kind_a");
+  const smp_module_kind* owner = reg.module_kind("dup_kind");
+  expect_refused(reg, "dup_kind_b", {"module kind 'dup_kind'", "'dup_kind_a'", "'dup_kind_b'"},
+                 "dup_kind_b_only");
+  EXPECT_EQ(reg.provider("dup_kind"), "dup_kind_a");
+  EXPECT_EQ(reg.module_kind("dup_kind"), owner);
+}
+
+TEST(PluginRegistry, DuplicateKindIsRefusedWhicheverLoadsFirst) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("dup_kind_b"));
+  EXPECT_NE(reg.module_kind("dup_kind_b_only"), nullptr);
+  expect_refused(reg, "dup_kind_a", {"module kind 'dup_kind'", "'dup_kind_b'"});
+  EXPECT_EQ(reg.provider("dup_kind"), "dup_kind_b");
+}
+
+TEST(PluginRegistry, RefusalByThePluginCarriesItsReason) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_refuses_host",
+                 {"refused to load into smp ABI " + kCoreAbi,
+                  "needs smp ABI " + abi(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR + 99),
+                  "the host offers " + kCoreAbi, "UNSUPPORTED"});
+}
+
+TEST(PluginRegistry, EveryRefusalInOneRegistryLeavesItUsable) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("good_c_plugin"));
+  Snapshot before(reg);
+  for (const char* bad : {"bad_no_entry", "bad_major", "bad_newer_minor", "bad_torch_version", "bad_small_descriptor",
+                          "bad_tiny_descriptor", "bad_refuses_host"})
+    EXPECT_THROW(reg.load(plugin(bad)), smp::Error) << bad;
+  EXPECT_TRUE(Snapshot(reg) == before);
+  EXPECT_EQ(reg.load(plugin("dup_kind_a")).name, "dup_kind_a");
+  EXPECT_EQ(reg.plugins().size(), 2u);
+}
+
+}  // namespace

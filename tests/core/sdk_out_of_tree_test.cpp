@@ -1,0 +1,167 @@
+// The SDK as a third party uses it: install this build with `cmake --install`,
+// build sdk/example (a plugin) and examples/embed (a program) as separate CMake
+// projects that only know the install prefix (find_package(smp)), then load the
+// plugin into the core and run its module forward and backward.
+#include <smp/error.h>
+#include <smp/host_api.h>
+#include <smp/plugin_registry.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const std::string& s, size_t n = 6000) { return s.size() > n ? "..." + s.substr(s.size() - n) : s; }
+
+// Runs a shell command with its output in `log`; returns the exit status.
+int run(const std::string& what, const std::string& cmd, const fs::path& log) {
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = std::system((cmd + " > " + q(log) + " 2>&1 < /dev/null").c_str());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ %-28s ] %6.1f s  (exit %d, log %s)\n", what.c_str(), s, rc, log.c_str());
+  std::fflush(stdout);
+  return rc;
+}
+
+#define RUN_OK(what, cmd, log) \
+  ASSERT_EQ(run(what, cmd, log), 0) << what << " failed: " << cmd << "\n" << tail(read(log))
+
+std::string cmake_project_args(const fs::path& prefix) {
+  std::string args = " -G " + q(SMP_CMAKE_GENERATOR) + " -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=" + q(prefix) +
+                     " -DCMAKE_CXX_COMPILER=" + q(SMP_CXX_COMPILER);
+  if (std::string(SMP_CCACHE).size()) args += " -DCMAKE_CXX_COMPILER_LAUNCHER=" + q(SMP_CCACHE);
+  return args;
+}
+
+TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
+  const fs::path work = SMP_OUT_OF_TREE_DIR;  // fixed path: lets ccache reuse the compile
+  const fs::path prefix = work / "prefix";
+  const std::string cmake = SMP_CMAKE_COMMAND;
+  fs::remove_all(work);
+  fs::create_directories(work);
+
+  // 1. Install the build tree.
+  RUN_OK("cmake --install", q(cmake) + " --install " + q(SMP_BUILD_DIR) + " --prefix " + q(prefix),
+         work / "install.log");
+  const fs::path libdir = prefix / SMP_INSTALL_LIBDIR;
+  for (const fs::path& f :
+       {prefix / "include/smp/abi.h", prefix / "include/smp/smp.h", prefix / "include/smp/plugin_registry.h",
+        prefix / "include/smp/sdk/plugin.hpp", prefix / "include/smp/sdk/module.hpp", libdir / "libsmp_core.so",
+        libdir / "cmake/smp/smpConfig.cmake", libdir / "cmake/smp/smpConfigVersion.cmake",
+        libdir / "cmake/smp/smpTargets.cmake", libdir / "cmake/smp/SmpPlugin.cmake"})
+    EXPECT_TRUE(fs::exists(f)) << "not installed: " << f;
+  EXPECT_TRUE(fs::is_directory(libdir / "smp/plugins")) << "no plugin folder in the install";
+  EXPECT_FALSE(fs::exists(libdir / "smp/plugins/bad_major.so")) << "test-only plugins must not be installed";
+  EXPECT_FALSE(fs::exists(libdir / "smp/plugins/example_scale_intree.so"));
+
+  // 2. The example plugin, as a separate project that only knows the prefix.
+  const fs::path plugin_build = work / "plugin-build";
+  RUN_OK("configure sdk/example",
+         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "sdk/example") + " -B " + q(plugin_build) +
+             cmake_project_args(prefix),
+         work / "plugin-configure.log");
+  EXPECT_NE(read(plugin_build / "CMakeCache.txt").find("smp_DIR:PATH=" + (libdir / "cmake/smp").string()),
+            std::string::npos)
+      << "find_package(smp) did not use the installed package";
+  RUN_OK("build sdk/example", q(cmake) + " --build " + q(plugin_build), work / "plugin-build.log");
+  const fs::path so = plugin_build / "example_scale.so";
+  ASSERT_TRUE(fs::exists(so)) << so;
+  // A plugin never links the core: it only talks to it through the host table.
+  RUN_OK("readelf plugin", "readelf -d " + q(so), work / "plugin-readelf.log");
+  EXPECT_EQ(read(work / "plugin-readelf.log").find("libsmp_core"), std::string::npos)
+      << "the plugin links libsmp_core:\n" << read(work / "plugin-readelf.log");
+
+  // 3. Load it into the already-built core and train a step through the ABI.
+  smp::PluginRegistry reg;
+  const smp::PluginInfo& info = reg.load(so.string());
+  EXPECT_EQ(info.name, "example_scale");
+  EXPECT_EQ(info.version, "1.0.0");
+  EXPECT_EQ(info.torch_version, smp::host_api()->torch_version);
+  const smp_module_kind* kind = reg.module_kind("example_scale");
+  ASSERT_NE(kind, nullptr);
+
+  smp_module_context ctx{};
+  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  ctx.node_name = "scale";
+  ctx.tp_size = 1;
+  smp_module* m = nullptr;
+  smp::throw_if_error(kind->create(kind->state, R"({"factor": 0.5})", &ctx, &m), "create");
+  at::Tensor w;
+  smp::throw_if_error(kind->parameters(
+                          m, [](void* u, const smp_param_info* p) { *static_cast<at::Tensor*>(u) = smp::tensor_of(p->tensor); },
+                          &w),
+                      "parameters");
+  ASSERT_TRUE(w.defined());
+  EXPECT_FLOAT_EQ(w.item<float>(), 0.5f);
+
+  at::Tensor x = at::randn({3, 2}).set_requires_grad(true);
+  smp_tensor* in = smp::make_tensor_handle(x);
+  smp_tensor* out = nullptr;
+  smp_forward_args args{};
+  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  args.inputs = &in;
+  args.n_inputs = 1;
+  args.outputs = &out;
+  args.n_outputs = 1;
+  args.training = 1;
+  smp::throw_if_error(kind->forward(m, &args), "forward");
+  at::Tensor y = smp::tensor_of(out);
+  smp::host_api()->tensor_release(out);
+  smp::host_api()->tensor_release(in);
+  EXPECT_TRUE(at::allclose(y, x * 0.5));
+
+  at::Tensor target = at::zeros({3, 2});
+  at::Tensor loss = (y - target).pow(2).mean();
+  loss.backward();
+  EXPECT_TRUE(at::allclose(x.grad(), 2 * (y - target).detach() * 0.5 / 6));
+  EXPECT_NEAR(w.grad().item<double>(), (2 * (y - target).detach() * x.detach() / 6).sum().item<double>(), 1e-5);
+  // One SGD step lowers the loss.
+  {
+    at::NoGradGuard g;
+    w.sub_(w.grad() * 0.5);
+  }
+  smp_tensor* in2 = smp::make_tensor_handle(x.detach());
+  args.inputs = &in2;
+  smp::throw_if_error(kind->forward(m, &args), "forward 2");
+  at::Tensor y2 = smp::tensor_of(out);
+  smp::host_api()->tensor_release(out);
+  smp::host_api()->tensor_release(in2);
+  EXPECT_LT((y2 - target).pow(2).mean().item<double>(), loss.item<double>());
+  kind->destroy(m);
+
+  // 4. A program embedding the installed core: loads the plugin and lists it.
+  const fs::path embed_build = work / "embed-build";
+  RUN_OK("configure examples/embed",
+         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/embed") + " -B " + q(embed_build) +
+             cmake_project_args(prefix),
+         work / "embed-configure.log");
+  RUN_OK("build examples/embed", q(cmake) + " --build " + q(embed_build), work / "embed-build.log");
+  RUN_OK("run smp_embed", q(embed_build / "smp_embed") + " " + q(so), work / "embed-run.log");
+  const std::string listing = read(work / "embed-run.log");
+  EXPECT_NE(listing.find("plugin example_scale 1.0.0"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("module kinds:        example_scale"), std::string::npos) << listing;
+  // It runs against the installed libsmp_core, whose plugin folder is in the install.
+  EXPECT_NE(listing.find((libdir / "smp/plugins").string()), std::string::npos) << listing;
+}
+
+}  // namespace

@@ -1,0 +1,444 @@
+// smp_nn's serial kinds against references written directly with ATen ops (forward and
+// gradients), init determinism and order, dropout determinism, and bad-config errors
+// (directly and through the plugin's C ABI).
+#include <smp_nn/modules.hpp>
+
+#include <smp/host_api.h>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+using at::Tensor;
+using smp::sdk::Call;
+using smp::sdk::Module;
+using smp::sdk::ModuleContext;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr double kAtol = 1e-5, kRtol = 1e-4;
+
+ModuleContext ctx(uint64_t seed, const std::string& name = "net.node") {
+  ModuleContext m;
+  m.node_name = name;
+  m.init_seed = seed;
+  return m;
+}
+Tensor randn(at::IntArrayRef shape, uint64_t seed) {
+  auto gen = smp::sdk::init_generator(seed);
+  return at::empty(shape, at::kFloat).normal_(0, 1, gen);
+}
+Tensor randint(int64_t hi, at::IntArrayRef shape, uint64_t seed) {
+  auto gen = smp::sdk::init_generator(seed);
+  return at::randint(hi, shape, gen, at::TensorOptions().dtype(at::kLong));
+}
+
+::testing::AssertionResult close(const Tensor& a, const Tensor& b, double atol = kAtol, double rtol = kRtol) {
+  if (!a.defined() || !b.defined()) return ::testing::AssertionFailure() << "undefined tensor";
+  if (a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << "shapes " << a.sizes() << " vs " << b.sizes();
+  if (at::allclose(a.detach(), b.detach(), rtol, atol)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max abs err " << (a.detach() - b.detach()).abs().max().item<double>();
+}
+
+using Params = std::map<std::string, Tensor>;
+using RefFn = std::function<Tensor(Params&, std::vector<Tensor>&)>;
+
+// Runs the module and the reference (on detached copies of the module's parameters)
+// forward and backward with the same output weights; compares outputs and every gradient.
+void check_against(Module& m, const std::vector<Tensor>& inputs, const RefFn& ref, const std::string& method = "forward") {
+  std::vector<Tensor> min, rin;
+  for (auto& x : inputs) {
+    bool fp = x.is_floating_point();
+    min.push_back(fp ? x.clone().requires_grad_(true) : x);
+    rin.push_back(fp ? x.clone().requires_grad_(true) : x);
+  }
+  Params rp;
+  auto params = m.parameters();
+  for (auto& p : params) {
+    EXPECT_EQ(p.shard_dim, -1) << p.name;
+    EXPECT_FALSE(p.tp_grad_sum) << p.name;
+    EXPECT_TRUE(p.tensor.requires_grad() && p.tensor.is_leaf()) << p.name;
+    rp[p.name] = p.tensor.detach().clone().requires_grad_(true);
+  }
+  Tensor out = m.forward(Call{method, min})[0];
+  Tensor rout = ref(rp, rin);
+  ASSERT_TRUE(close(out, rout)) << "output";
+  Tensor w = out.dim() == 0 ? at::ones({}) : randn(out.sizes(), 1234);
+  (out * w).sum().backward();
+  (rout * w).sum().backward();
+  for (size_t i = 0; i < min.size(); ++i)
+    if (min[i].is_floating_point()) EXPECT_TRUE(close(min[i].grad(), rin[i].grad())) << "grad of input " << i;
+  for (auto& p : params) {
+    Tensor want = rp[p.name].grad().defined() ? rp[p.name].grad() : at::zeros_like(p.tensor);
+    EXPECT_TRUE(close(p.tensor.grad(), want)) << "grad of " << p.name;
+  }
+}
+
+// ---- references, written independently of smp_nn's ops ----
+Tensor ref_linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
+  Tensor y = at::matmul(x, w.t());
+  return b.defined() ? y + b : y;
+}
+Tensor ref_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5) {
+  Tensor mu = x.mean({-1}, true);
+  Tensor var = (x - mu).pow(2).mean({-1}, true);
+  return (x - mu) / (var + eps).sqrt() * w + b;
+}
+Tensor ref_gelu_tanh(const Tensor& x) {
+  return 0.5 * x * (1 + at::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+}
+// Head by head, with -inf masking (rows are never fully masked in these tests).
+Tensor ref_attention(Params& p, const std::string& pre, const Tensor& x, int64_t heads, bool causal, const Tensor& mask) {
+  const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
+  Tensor q = ref_linear(x, p[pre + "q.weight"], p[pre + "q.bias"]);
+  Tensor k = ref_linear(x, p[pre + "k.weight"], p[pre + "k.bias"]);
+  Tensor v = ref_linear(x, p[pre + "v.weight"], p[pre + "v.bias"]);
+  Tensor allowed = at::ones({b, s, s}, at::kBool);
+  if (causal) allowed = allowed.logical_and(at::ones({s, s}, at::kBool).tril());
+  if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).unsqueeze(1));
+  std::vector<Tensor> outs;
+  for (int64_t i = 0; i < heads; ++i) {
+    Tensor qi = q.narrow(2, i * d, d), ki = k.narrow(2, i * d, d), vi = v.narrow(2, i * d, d);
+    Tensor sc = at::bmm(qi, ki.transpose(1, 2)) / std::sqrt(double(d));
+    sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    outs.push_back(at::bmm(at::softmax(sc, -1), vi));
+  }
+  return ref_linear(at::cat(outs, -1), p[pre + "out.weight"], p[pre + "out.bias"]);
+}
+Tensor ref_mlp(Params& p, const std::string& pre, const Tensor& x) {
+  return ref_linear(ref_gelu_tanh(ref_linear(x, p[pre + "fc.weight"], p[pre + "fc.bias"])), p[pre + "proj.weight"],
+                    p[pre + "proj.bias"]);
+}
+
+Tensor pad_mask(int64_t b, int64_t s) {
+  Tensor m = at::ones({b, s}, at::kLong);
+  m[b - 1][s - 1] = 0, m[b - 1][s - 2] = 0;
+  return m;
+}
+
+class NnTest : public ::testing::Test {
+ protected:
+  void SetUp() override { smp::sdk::host_slot() = smp::host_api(); }
+};
+
+// ---- each kind against its reference ----
+TEST_F(NnTest, Embedding) {
+  smp_nn::Embedding m(Json{{"num", 11}, {"dim", 5}}, ctx(1));
+  check_against(m, {randint(11, {2, 7}, 2)}, [](Params& p, std::vector<Tensor>& in) {
+    return p["weight"].index_select(0, in[0].reshape(-1)).reshape({2, 7, 5});
+  });
+  smp_nn::Embedding m2(Json{{"num", 11}, {"dim", 5}}, ctx(1));
+  check_against(m2, {randn({2, 7, 5}, 3)}, [](Params& p, std::vector<Tensor>& in) {
+    return at::matmul(in[0], p["weight"].t());
+  }, "attend");
+}
+
+TEST_F(NnTest, EmbeddingTable) {
+  for (auto shape : {std::vector<int64_t>{9}, std::vector<int64_t>{3, 4}}) {
+    smp_nn::EmbeddingTable m(Json{{"num", 20}, {"dim", 3}, {"init_std", 1.0}}, ctx(4));
+    Tensor ids = randint(20, shape, 5);
+    check_against(m, {ids}, [&](Params& p, std::vector<Tensor>& in) {
+      auto out_shape = shape;
+      out_shape.push_back(3);
+      return p["weight"].index_select(0, in[0].reshape(-1)).reshape(out_shape);
+    });
+  }
+}
+
+TEST_F(NnTest, PositionEmbedding) {
+  smp_nn::PositionEmbedding m(Json{{"max_len", 12}, {"dim", 4}}, ctx(6));
+  check_against(m, {randn({2, 9, 4}, 7)}, [](Params& p, std::vector<Tensor>& in) {
+    return in[0] + p["weight"].slice(0, 0, 9).unsqueeze(0);
+  });
+}
+
+TEST_F(NnTest, LayerNorm) {
+  smp_nn::LayerNorm m(Json{{"dim", 6}, {"eps", 1e-5}}, ctx(0));
+  {  // make weight/bias non-trivial so their gradients mean something
+    at::NoGradGuard g;
+    for (auto& p : m.parameters()) p.tensor.copy_(randn(p.tensor.sizes(), 8));
+  }
+  check_against(m, {randn({3, 5, 6}, 9).mul(3).add(1)}, [](Params& p, std::vector<Tensor>& in) {
+    return ref_layer_norm(in[0], p["weight"], p["bias"]);
+  });
+}
+
+TEST_F(NnTest, Linear) {
+  for (bool bias : {true, false}) {
+    smp_nn::Linear m(Json{{"in", 6}, {"out", 4}, {"bias", bias}, {"init_std", 0.5}}, ctx(10));
+    EXPECT_EQ(m.parameters().size(), bias ? 2u : 1u);
+    check_against(m, {randn({2, 3, 6}, 11)}, [&](Params& p, std::vector<Tensor>& in) {
+      return ref_linear(in[0], p["weight"], bias ? p["bias"] : Tensor());
+    });
+  }
+}
+
+TEST_F(NnTest, AttentionCausalWithPaddingAndBidirectional) {
+  for (bool causal : {true, false}) {
+    Json c{{"hidden", 16}, {"heads", 4}, {"causal", causal}, {"init_std", 0.3}};
+    smp_nn::Attention m(c, ctx(12));
+    Tensor mask = pad_mask(2, 6);
+    std::vector<Tensor> in = causal ? std::vector<Tensor>{randn({2, 6, 16}, 13), mask}
+                                    : std::vector<Tensor>{randn({2, 6, 16}, 13)};
+    check_against(m, in, [&](Params& p, std::vector<Tensor>& x) {
+      return ref_attention(p, "", x[0], 4, causal, causal ? mask : Tensor());
+    });
+  }
+}
+
+TEST_F(NnTest, AttentionBidirectionalWithPadding) {
+  smp_nn::Attention m(Json{{"hidden", 8}, {"heads", 2}, {"causal", false}, {"init_std", 0.3}}, ctx(14));
+  Tensor mask = pad_mask(2, 5);
+  check_against(m, {randn({2, 5, 8}, 15), mask}, [&](Params& p, std::vector<Tensor>& x) {
+    return ref_attention(p, "", x[0], 2, false, mask);
+  });
+}
+
+TEST_F(NnTest, Mlp) {
+  smp_nn::Mlp m(Json{{"hidden", 8}, {"init_std", 0.3}}, ctx(16));  // ffn defaults to 4 * hidden
+  EXPECT_EQ(m.parameters()[0].tensor.sizes(), at::IntArrayRef({32, 8}));
+  check_against(m, {randn({2, 3, 8}, 17)}, [](Params& p, std::vector<Tensor>& in) { return ref_mlp(p, "", in[0]); });
+}
+
+TEST_F(NnTest, TransformerLayer) {
+  Json c{{"hidden", 16}, {"heads", 4}, {"ffn", 24}, {"init_std", 0.3}, {"out_init_std", 0.1}};
+  smp_nn::TransformerLayer m(c, ctx(18));
+  Tensor mask = pad_mask(2, 6);
+  check_against(m, {randn({2, 6, 16}, 19), mask}, [&](Params& p, std::vector<Tensor>& in) {
+    Tensor h = in[0] + ref_attention(p, "attn.", ref_layer_norm(in[0], p["ln1.weight"], p["ln1.bias"]), 4, true, mask);
+    return h + ref_mlp(p, "mlp.", ref_layer_norm(h, p["ln2.weight"], p["ln2.bias"]));
+  });
+}
+
+TEST_F(NnTest, CrossEntropy) {
+  Tensor logits = randn({2, 5, 7}, 20).mul(2);
+  Tensor targets = randint(7, {2, 5}, 21);
+  targets[0][1] = -100, targets[1][4] = -100;
+  smp_nn::CrossEntropy m(Json::object(), ctx(0));
+  check_against(m, {logits, targets}, [](Params&, std::vector<Tensor>& in) {
+    return at::cross_entropy_loss(in[0].reshape({-1, 7}), in[1].reshape(-1), {}, at::Reduction::Mean, -100);
+  });
+  smp_nn::CrossEntropy m3(Json{{"ignore_index", 3}}, ctx(0));
+  Tensor t3 = targets.clamp_min(0);
+  t3[0][0] = 3;
+  check_against(m3, {logits, t3}, [](Params&, std::vector<Tensor>& in) {
+    return at::cross_entropy_loss(in[0].reshape({-1, 7}), in[1].reshape(-1), {}, at::Reduction::Mean, 3);
+  });
+  // every token ignored: 0, not NaN
+  Tensor all_ignored = at::full({2, 5}, -100, at::kLong);
+  EXPECT_EQ(m.forward(Call{"forward", {logits, all_ignored}})[0].item<float>(), 0.0f);
+}
+
+TEST_F(NnTest, Utilities) {
+  Tensor a = randn({3, 4}, 22), b = randn({3, 4}, 23), c = randn({3, 2}, 24);
+  smp_nn::Add add(Json::object(), ctx(0));
+  check_against(add, {a, b, b}, [](Params&, std::vector<Tensor>& in) { return in[0] + in[1] + in[2]; });
+  smp_nn::Concat cat(Json{{"dim", 1}}, ctx(0));
+  check_against(cat, {a, c}, [](Params&, std::vector<Tensor>& in) { return at::cat({in[0], in[1]}, 1); });
+  smp_nn::Relu relu(Json::object(), ctx(0));
+  check_against(relu, {a}, [](Params&, std::vector<Tensor>& in) { return in[0].clamp_min(0); });
+  smp_nn::Gelu gelu(Json::object(), ctx(0));
+  check_against(gelu, {a}, [](Params&, std::vector<Tensor>& in) {
+    return 0.5 * in[0] * (1 + at::erf(in[0] / std::sqrt(2.0)));
+  });
+  smp_nn::Gelu gelu_t(Json{{"approximate", "tanh"}}, ctx(0));
+  check_against(gelu_t, {a}, [](Params&, std::vector<Tensor>& in) { return ref_gelu_tanh(in[0]); });
+  smp_nn::MseLoss mse(Json::object(), ctx(0));
+  check_against(mse, {a, b}, [](Params&, std::vector<Tensor>& in) { return (in[0] - in[1]).pow(2).mean(); });
+  smp_nn::Dropout off(Json{{"p", 0.5}}, ctx(0));  // not training: identity
+  check_against(off, {a}, [](Params&, std::vector<Tensor>& in) { return in[0] * 1; });
+}
+
+// ---- dropout determinism ----
+TEST_F(NnTest, DropoutMasksFollowTheSeed) {
+  smp_nn::Dropout d(Json{{"p", 0.25}}, ctx(0));
+  Tensor x = at::ones({64, 64});
+  Tensor y1 = d.forward(Call{"forward", {x}, true, 7})[0];
+  Tensor y2 = d.forward(Call{"forward", {x}, true, 7})[0];
+  Tensor y3 = d.forward(Call{"forward", {x}, true, 8})[0];
+  EXPECT_TRUE(at::equal(y1, y2));
+  EXPECT_FALSE(at::equal(y1, y3));
+  double kept = y1.ne(0).to(at::kFloat).mean().item<double>();
+  EXPECT_NEAR(kept, 0.75, 0.03);
+  EXPECT_TRUE(close(y1.masked_select(y1.ne(0)), at::full({y1.ne(0).sum().item<int64_t>()}, 1.0 / 0.75)));
+
+  Json c{{"hidden", 8}, {"heads", 2}, {"dropout", 0.3}};
+  smp_nn::TransformerLayer l(c, ctx(30));
+  Tensor in = randn({2, 4, 8}, 31);
+  Tensor t1 = l.forward(Call{"forward", {in}, true, 5})[0];
+  EXPECT_TRUE(at::equal(t1, l.forward(Call{"forward", {in}, true, 5})[0]));
+  EXPECT_FALSE(at::equal(t1, l.forward(Call{"forward", {in}, true, 6})[0]));
+  // eval mode = the same layer without dropout
+  c["dropout"] = 0.0;
+  smp_nn::TransformerLayer l0(c, ctx(30));
+  EXPECT_TRUE(at::equal(l.forward(Call{"forward", {in}, false, 5})[0], l0.forward(Call{"forward", {in}, true, 5})[0]));
+}
+
+// ---- init ----
+std::map<std::string, Tensor> params_of(Module& m) {
+  std::map<std::string, Tensor> out;
+  for (auto& p : m.parameters()) out[p.name] = p.tensor.detach();
+  return out;
+}
+
+TEST_F(NnTest, InitIsDeterministicPerSeed) {
+  Json c{{"hidden", 8}, {"heads", 2}, {"ffn", 16}};
+  smp_nn::TransformerLayer a(c, ctx(40)), b(c, ctx(40)), other(c, ctx(41));
+  auto pa = params_of(a), pb = params_of(b), po = params_of(other);
+  ASSERT_EQ(pa.size(), 16u);
+  for (auto& [n, t] : pa) {
+    EXPECT_TRUE(at::equal(t, pb[n])) << n;
+    if (n.find("weight") != std::string::npos && n.find("ln") == std::string::npos)
+      EXPECT_FALSE(at::equal(t, po[n])) << n;
+  }
+  EXPECT_TRUE(at::equal(pa["ln1.weight"], at::ones({8})));
+  EXPECT_TRUE(at::equal(pa["ln1.bias"], at::zeros({8})));
+  EXPECT_TRUE(at::equal(pa["attn.q.bias"], at::zeros({8})));
+  EXPECT_TRUE(at::equal(pa["mlp.proj.bias"], at::zeros({8})));
+
+  smp_nn::Embedding e(Json{{"num", 200}, {"dim", 50}, {"init_std", 0.02}}, ctx(42));
+  double std = params_of(e)["weight"].std().item<double>();
+  EXPECT_NEAR(std, 0.02, 0.001);
+}
+
+TEST_F(NnTest, InitOrderIsTheDocumentedOne) {
+  // transformer_layer draws ln1 (nothing), attention (q, k, v, out), ln2, mlp (fc, proj)
+  // from one generator: a standalone attention with the same seed and stds has the same
+  // weights, and the mlp continues the same stream.
+  Json c{{"hidden", 8}, {"heads", 2}, {"ffn", 16}, {"init_std", 0.3}, {"out_init_std", 0.1}};
+  smp_nn::TransformerLayer l(c, ctx(50));
+  smp_nn::Attention a(c, ctx(50));
+  auto pl = params_of(l), pa = params_of(a);
+  for (const char* n : {"q.weight", "k.weight", "v.weight", "out.weight"})
+    EXPECT_TRUE(at::equal(pl[std::string("attn.") + n], pa[n])) << n;
+  auto gen = smp::sdk::init_generator(50);
+  for (int i = 0; i < 3; ++i) at::empty({8, 8}).normal_(0, 0.3, gen);
+  at::empty({8, 8}).normal_(0, 0.1, gen);
+  EXPECT_TRUE(at::equal(pl["mlp.fc.weight"], at::empty({16, 8}).normal_(0, 0.3, gen)));
+  EXPECT_TRUE(at::equal(pl["mlp.proj.weight"], at::empty({8, 16}).normal_(0, 0.1, gen)));
+}
+
+// ---- bad configs and inputs name the node and the key ----
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const smp::sdk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(NnTest, BadConfigsNameNodeAndKey) {
+  auto msg = error_of([] { smp_nn::Attention(Json{{"hidden", 16}}, ctx(0, "blocks.3.attn")); });
+  EXPECT_NE(msg.find("blocks.3.attn"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'heads'"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Attention(Json{{"hidden", 10}, {"heads", 4}}, ctx(0, "a")); });
+  EXPECT_NE(msg.find("hidden 10 not divisible by heads 4"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Linear(Json{{"in", "eight"}, {"out", 4}}, ctx(0, "head")); });
+  EXPECT_NE(msg.find("node 'head'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'in' has the wrong type"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Linear(Json{{"in", 0}, {"out", 4}}, ctx(0, "head")); });
+  EXPECT_NE(msg.find("'in' must be > 0"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Dropout(Json{{"p", 1.5}}, ctx(0, "drop")); });
+  EXPECT_NE(msg.find("'p' must be in [0, 1)"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Mlp(Json{{"hidden", 8}, {"dropout", -0.1}}, ctx(0, "mlp")); });
+  EXPECT_NE(msg.find("'dropout'"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Gelu(Json{{"approximate", "fast"}}, ctx(0, "g")); });
+  EXPECT_NE(msg.find("'approximate'"), std::string::npos) << msg;
+}
+
+TEST_F(NnTest, BadInputsNameTheNode) {
+  smp_nn::Embedding e(Json{{"num", 10}, {"dim", 4}}, ctx(0, "wte"));
+  auto msg = error_of([&] { e.forward(Call{"forward", {at::full({2, 3}, 10, at::kLong)}}); });
+  EXPECT_NE(msg.find("node 'wte': ids must be in [0, 10)"), std::string::npos) << msg;
+  msg = error_of([&] { e.forward(Call{"forward", {at::zeros({2, 3})}}); });
+  EXPECT_NE(msg.find("ids must be int64"), std::string::npos) << msg;
+  msg = error_of([&] { e.forward(Call{"project", {at::zeros({2, 3})}}); });
+  EXPECT_NE(msg.find("unknown method 'project'"), std::string::npos) << msg;
+  smp_nn::PositionEmbedding p(Json{{"max_len", 4}, {"dim", 2}}, ctx(0, "wpe"));
+  msg = error_of([&] { p.forward(Call{"forward", {at::zeros({1, 5, 2})}}); });
+  EXPECT_NE(msg.find("sequence length 5 exceeds max_len 4"), std::string::npos) << msg;
+  smp_nn::TransformerLayer l(Json{{"hidden", 8}, {"heads", 2}}, ctx(0, "h.0"));
+  msg = error_of([&] { l.forward(Call{"forward", {at::zeros({1, 3, 8}), at::ones({1, 4})}}); });
+  EXPECT_NE(msg.find("padding mask"), std::string::npos) << msg;
+  smp_nn::CrossEntropy ce(Json::object(), ctx(0, "loss"));
+  msg = error_of([&] { ce.forward(Call{"forward", {at::zeros({2, 3, 5}), at::zeros({2, 4}, at::kLong)}}); });
+  EXPECT_NE(msg.find("node 'loss'"), std::string::npos) << msg;
+}
+
+// ---- through the plugin's C ABI ----
+class NnPlugin : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    smp::sdk::host_slot() = smp::host_api();
+    lib_ = ::dlopen((std::string(SMP_PLUGIN_DIR) + "/smp_nn.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(lib_, nullptr) << ::dlerror();
+    auto entry = reinterpret_cast<smp_plugin_entry_fn>(::dlsym(lib_, SMP_PLUGIN_ENTRY_SYMBOL));
+    ASSERT_NE(entry, nullptr);
+    smp_error* err = nullptr;
+    desc_ = entry(smp::host_api(), &err);
+    ASSERT_NE(desc_, nullptr) << smp::consume_error(err);
+  }
+  const smp_module_kind* kind(const std::string& name) {
+    for (size_t i = 0; i < desc_->n_module_kinds; ++i)
+      if (name == desc_->module_kinds[i]->name) return desc_->module_kinds[i];
+    return nullptr;
+  }
+  static void* lib_;
+  static const smp_plugin_descriptor* desc_;
+};
+void* NnPlugin::lib_ = nullptr;
+const smp_plugin_descriptor* NnPlugin::desc_ = nullptr;
+
+TEST_F(NnPlugin, RegistersEveryKind) {
+  EXPECT_EQ(std::string(desc_->name), "smp_nn");
+  EXPECT_EQ(desc_->n_tp_rules, 0u);
+  for (const char* k : {"embedding", "position_embedding", "layer_norm", "linear", "attention", "mlp",
+                        "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
+                        "embedding_table"})
+    EXPECT_NE(kind(k), nullptr) << k;
+  EXPECT_EQ(desc_->n_module_kinds, 15u);
+}
+
+TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {
+  const smp_module_kind* k = kind("linear");
+  ASSERT_NE(k, nullptr);
+  smp_module_context c{};
+  c.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  c.node_name = "model.head";
+  c.init_seed = 77;
+  c.tp_size = 1;
+  smp_module* m = nullptr;
+  std::string msg = smp::consume_error(k->create(k->state, R"({"in": 4})", &c, &m));
+  EXPECT_NE(msg.find("model.head"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'out' is missing"), std::string::npos) << msg;
+
+  ASSERT_EQ(smp::consume_error(k->create(k->state, R"({"in": 4, "out": 3})", &c, &m)), "");
+  Tensor x = randn({2, 4}, 78);
+  smp_tensor* in = smp::make_tensor_handle(x);
+  smp_tensor* out = nullptr;
+  smp_forward_args a{};
+  a.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  a.inputs = &in;
+  a.n_inputs = 1;
+  a.outputs = &out;
+  a.n_outputs = 1;
+  ASSERT_EQ(smp::consume_error(k->forward(m, &a)), "");
+  smp_nn::Linear direct(Json{{"in", 4}, {"out", 3}}, ctx(77));
+  EXPECT_TRUE(close(smp::tensor_of(out), direct.forward(Call{"forward", {x}})[0], 0, 0));
+  smp::host_api()->tensor_release(out);
+
+  a.method = "attend";
+  msg = smp::consume_error(k->forward(m, &a));
+  EXPECT_NE(msg.find("unknown method 'attend'"), std::string::npos) << msg;
+  smp::host_api()->tensor_release(in);
+  k->destroy(m);
+}
+
+}  // namespace

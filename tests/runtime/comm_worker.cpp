@@ -1,0 +1,432 @@
+// A test worker for smp-launch (not a gtest): checks the communicators against
+// serial computations. Exit 0 = pass; otherwise the failing check is printed.
+//
+//   --mode check      every collective on every mesh axis (pp, dp, tp, mp, world),
+//                     plus byte counts against the documented formulas
+//   --mode allreduce  one world allreduce (two-node test)
+//   --mode loop       writes <pid-dir>/rank-R.pid, then allreduces until killed
+//   --mode timeout    rank --skip-rank skips an allreduce on the tp axis; the
+//                     others must get an smp::Error (exit 3 after printing it)
+//   --mode fail-once  rank 1 exits 5 on the first attempt (SMP_RESTART_COUNT=0),
+//                     then everyone does the allreduce check
+//   --mode env        prints the ProcessEnv and exits
+#include <smp/communicator.h>
+#include <smp/error.h>
+#include <smp/logging.h>
+#include <smp/mesh.h>
+#include <smp/process_env.h>
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using smp::Communicator;
+using smp::ReduceOp;
+
+struct CheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string str(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+void expect_eq(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type() || !at::equal(got, want))
+    throw CheckFailed(what + ": got\n" + str(got) + "\nexpected\n" + str(want));
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw CheckFailed(what);
+}
+
+// Independent re-statement of the byte formulas documented in communicator.cpp.
+int64_t chunk(int64_t numel, int n, int i) { return numel / n + (i < numel % n ? 1 : 0); }
+int64_t ring_bytes(int64_t numel, int64_t es, int n, int r) {
+  if (n == 1) return 0;
+  return 2 * numel * es - chunk(numel, n, (r + 1) % n) * es - chunk(numel, n, (r + 2) % n) * es;
+}
+
+class Checker {
+ public:
+  Checker(Communicator& c, std::string label) : c_(c), label_(std::move(label)) {}
+
+  void run() {
+    c_.reset_stats();
+    const auto& G = c_.global_ranks();
+    n_ = c_.size();
+    r_ = c_.rank();
+    me_ = G[r_];
+    allreduce();
+    allgather();
+    reduce_scatter();
+    alltoall();
+    broadcast();
+    send_recv();
+    c_.barrier();
+    calls_["barrier"]++;
+    async_handles();
+    // Calls were counted for every op, and the totals add up.
+    for (const auto& [op, k] : calls_) {
+      auto it = c_.stats().calls.find(op);
+      expect(it != c_.stats().calls.end() && it->second == k,
+             label_ + " stats.calls[" + op + "] = " +
+                 (it == c_.stats().calls.end() ? std::string("missing") : std::to_string(it->second)) +
+                 ", expected " + std::to_string(k));
+    }
+    int64_t total = 0;
+    for (const auto& [op, b] : c_.stats().bytes) total += b;
+    expect(total == c_.stats().total_bytes(), label_ + " total_bytes");
+  }
+
+ private:
+  at::TensorOptions f64() const { return at::TensorOptions().dtype(at::kDouble); }
+  at::Tensor base(int w, int64_t numel) const { return at::arange(numel, f64()) + 1000.0 * w; }
+  const std::vector<int>& G() const { return c_.global_ranks(); }
+
+  // Runs op and checks the byte delta for `key`.
+  template <class F>
+  void counted(const std::string& key, int64_t want_bytes, const std::string& what, F&& f) {
+    int64_t before = bytes(key);
+    f();
+    calls_[key]++;
+    int64_t delta = bytes(key) - before;
+    expect(delta == want_bytes, label_ + " " + what + ": counted " + std::to_string(delta) + " bytes for '" + key +
+                                    "', expected " + std::to_string(want_bytes));
+  }
+  int64_t bytes(const std::string& key) const {
+    auto it = c_.stats().bytes.find(key);
+    return it == c_.stats().bytes.end() ? 0 : it->second;
+  }
+
+  void allreduce() {
+    for (int64_t numel : {7, 12, 1}) {
+      at::Tensor t = base(me_, numel), want = at::zeros({numel}, f64());
+      for (int g : G()) want += base(g, numel);
+      counted("allreduce", ring_bytes(numel, 8, n_, r_), "allreduce sum numel " + std::to_string(numel),
+              [&] { c_.allreduce(t, ReduceOp::Sum)->wait(); });
+      expect_eq(t, want, label_ + " allreduce sum numel " + std::to_string(numel));
+    }
+    auto signed_base = [&](int g) { return base(g, 6) * ((g % 2) ? -1.0 : 1.0); };
+    {
+      at::Tensor t = signed_base(me_), want = signed_base(G()[0]);
+      for (int g : G()) want = at::maximum(want, signed_base(g));
+      counted("allreduce", ring_bytes(6, 8, n_, r_), "allreduce max", [&] { c_.allreduce(t, ReduceOp::Max)->wait(); });
+      expect_eq(t, want, label_ + " allreduce max");
+    }
+    {
+      at::Tensor t = signed_base(me_), want = signed_base(G()[0]);
+      for (int g : G()) want = at::minimum(want, signed_base(g));
+      counted("allreduce", ring_bytes(6, 8, n_, r_), "allreduce min", [&] { c_.allreduce(t, ReduceOp::Min)->wait(); });
+      expect_eq(t, want, label_ + " allreduce min");
+    }
+    {
+      auto val = [](int g) { return at::full({5}, static_cast<double>(g % 3 + 1), at::kDouble); };
+      at::Tensor t = val(me_), want = at::ones({5}, at::kDouble);
+      for (int g : G()) want = want * val(g);
+      counted("allreduce", ring_bytes(5, 8, n_, r_), "allreduce product",
+              [&] { c_.allreduce(t, ReduceOp::Product)->wait(); });
+      expect_eq(t, want, label_ + " allreduce product");
+    }
+    {  // int64
+      auto val = [](int g) { return at::arange(9, at::kLong) * (g + 1); };
+      at::Tensor t = val(me_), want = at::zeros({9}, at::kLong);
+      for (int g : G()) want += val(g);
+      counted("allreduce", ring_bytes(9, 8, n_, r_), "allreduce int64", [&] { c_.allreduce(t, ReduceOp::Sum)->wait(); });
+      expect_eq(t, want, label_ + " allreduce int64");
+    }
+    {  // float32, non-contiguous view: the result must land in the caller's tensor
+      auto val = [&](int g) { return base(g, 12).to(at::kFloat).view({3, 4}); };
+      at::Tensor storage = val(me_);
+      at::Tensor t = storage.t();
+      expect(!t.is_contiguous(), "test setup: view should be non-contiguous");
+      at::Tensor want = at::zeros({3, 4}, at::kFloat);
+      for (int g : G()) want += val(g);
+      counted("allreduce", ring_bytes(12, 4, n_, r_), "allreduce non-contiguous",
+              [&] { c_.allreduce(t, ReduceOp::Sum)->wait(); });
+      expect_eq(storage, want, label_ + " allreduce non-contiguous (storage)");
+    }
+  }
+
+  void allgather() {
+    auto val = [&](int g) { return base(g, 6).view({2, 3}); };
+    at::Tensor in = val(me_), out = at::empty({2 * n_, 3}, f64());
+    std::vector<at::Tensor> parts;
+    for (int g : G()) parts.push_back(val(g));
+    counted("allgather", (n_ - 1) * 48, "allgather", [&] { c_.allgather(in, out)->wait(); });
+    expect_eq(out, at::cat(parts, 0), label_ + " allgather");
+  }
+
+  void reduce_scatter() {
+    // Even split, an odd row count (uneven), and fewer rows than ranks.
+    std::vector<int64_t> row_counts = {2 * n_, 2 * n_ + 1};
+    if (n_ > 2) row_counts.push_back(n_ - 1);
+    for (int64_t rows : row_counts) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+        auto val = [&](int g) { return (base(g, rows * 3) * ((g % 2) ? -1.0 : 1.0)).view({rows, 3}); };
+        at::Tensor full = val(G()[0]);
+        for (size_t i = 1; i < G().size(); ++i)
+          full = op == ReduceOp::Sum ? full + val(G()[i]) : at::maximum(full, val(G()[i]));
+        at::Tensor want = full.tensor_split(n_, 0)[r_].contiguous();
+        at::Tensor in = val(me_), out = at::empty_like(want);
+        const std::string what = std::string("reduce_scatter ") + (op == ReduceOp::Sum ? "sum" : "max") + " rows " +
+                                 std::to_string(rows);
+        counted("reduce_scatter", (rows - want.size(0)) * 3 * 8, what,
+                [&] { c_.reduce_scatter(in, out, op)->wait(); });
+        expect_eq(out, want, label_ + " " + what);
+      }
+    }
+    // A wrong output shape is an smp::Error naming the op.
+    if (n_ > 1) {
+      at::Tensor in = base(me_, 2 * n_ * 3).view({2 * n_, 3}), bad = at::empty({3, 3}, f64());
+      bool threw = false;
+      try {
+        c_.reduce_scatter(in, bad)->wait();
+      } catch (const smp::Error& e) {
+        threw = std::string(e.what()).find("reduce_scatter") != std::string::npos;
+      }
+      expect(threw, label_ + " reduce_scatter with a wrong out shape should throw smp::Error naming the op");
+    }
+  }
+
+  void alltoall() {
+    // Uneven (and sometimes empty) splits: rank a sends s(a, b) rows to rank b.
+    auto s = [](int a, int b) -> int64_t { return (a * b + a + b) % 3; };
+    // Row k of the block a -> b: [1000*G[a] + 10*b + k, -(same)].
+    auto block = [&](int a, int b) {
+      at::Tensor col = at::arange(s(a, b), f64()) + (1000.0 * G()[a] + 10.0 * b);
+      return at::stack({col, -col}, 1);
+    };
+    std::vector<int64_t> in_splits(n_), out_splits(n_);
+    std::vector<at::Tensor> in_parts, want_parts;
+    for (int j = 0; j < n_; ++j) {
+      in_splits[j] = s(r_, j);
+      out_splits[j] = s(j, r_);
+      in_parts.push_back(block(r_, j));
+      want_parts.push_back(block(j, r_));
+    }
+    at::Tensor in = at::cat(in_parts, 0), want = at::cat(want_parts, 0);
+    at::Tensor out = at::empty({want.size(0), 2}, f64());
+    int64_t sent = 0;
+    for (int j = 0; j < n_; ++j)
+      if (j != r_) sent += in_splits[j] * 16;
+    counted("alltoall", sent, "alltoall uneven", [&] { c_.alltoall(in, out, in_splits, out_splits)->wait(); });
+    expect_eq(out, want, label_ + " alltoall uneven");
+
+    // Equal splits (empty split vectors): block j of rank a is base(G[a]) + 100*j.
+    std::vector<at::Tensor> ins, wants;
+    for (int j = 0; j < n_; ++j) {
+      ins.push_back(base(me_, 4) + 100.0 * j);
+      wants.push_back(base(G()[j], 4) + 100.0 * r_);
+    }
+    at::Tensor in2 = at::stack(ins, 0).view({n_ * 2, 2}), want2 = at::stack(wants, 0).view({n_ * 2, 2});
+    at::Tensor out2 = at::empty_like(want2);
+    counted("alltoall", (n_ - 1) * 32, "alltoall equal", [&] { c_.alltoall(in2, out2, {}, {})->wait(); });
+    expect_eq(out2, want2, label_ + " alltoall equal");
+  }
+
+  void broadcast() {
+    for (int root : {n_ - 1, 0}) {
+      at::Tensor t = base(me_, 5), want = base(G()[root], 5);
+      counted("broadcast", (n_ > 1 && r_ == root) ? 40 : 0, "broadcast root " + std::to_string(root),
+              [&] { c_.broadcast(t, root)->wait(); });
+      expect_eq(t, want, label_ + " broadcast root " + std::to_string(root));
+    }
+  }
+
+  void send_recv() {
+    if (n_ == 1) return;
+    const int dst = (r_ + 1) % n_, src = (r_ - 1 + n_) % n_;
+    // Two messages with different tags, received in the opposite order.
+    at::Tensor a = base(me_, 9), b = base(me_, 3) * -1.0;
+    at::Tensor ra = at::empty({9}, f64()), rb = at::empty({3}, f64());
+    auto wb = c_.recv(rb, src, 22);
+    auto wa = c_.recv(ra, src, 21);
+    std::shared_ptr<smp::Work> sa, sb;
+    counted("send", 72 + 24, "send", [&] {
+      sa = c_.send(a, dst, 21);
+      sb = c_.send(b, dst, 22);
+    });
+    calls_["send"]++;  // two sends
+    calls_["recv"] += 2;
+    wb->wait();
+    wa->wait();
+    sa->wait();
+    sb->wait();
+    expect_eq(ra, base(G()[src], 9), label_ + " recv tag 21");
+    expect_eq(rb, base(G()[src], 3) * -1.0, label_ + " recv tag 22");
+    expect(bytes("recv") == 0, label_ + " recv counts 0 bytes");
+  }
+
+  void async_handles() {
+    std::vector<at::Tensor> ts, wants;
+    std::vector<std::shared_ptr<smp::Work>> works;
+    for (int k = 0; k < 3; ++k) {
+      ts.push_back(base(me_, 4) * (k + 1));
+      at::Tensor w = at::zeros({4}, f64());
+      for (int g : G()) w += base(g, 4) * (k + 1);
+      wants.push_back(w);
+    }
+    for (int k = 0; k < 3; ++k) works.push_back(c_.allreduce(ts[k]));
+    calls_["allreduce"] += 3;
+    for (int k = 2; k >= 0; --k) works[k]->wait();
+    works[0]->wait();  // waiting twice is fine
+    for (int k = 0; k < 3; ++k) expect_eq(ts[k], wants[k], label_ + " async allreduce " + std::to_string(k));
+  }
+
+  Communicator& c_;
+  std::string label_;
+  int n_ = 1, r_ = 0, me_ = 0;
+  std::map<std::string, int64_t> calls_;
+};
+
+struct Args {
+  std::string mode = "check";
+  int pp = 1, dp = 0, tp = 1;
+  std::string order = "pp,dp,tp";
+  int timeout_ms = 20000;
+  int connect_timeout_ms = 60000;
+  std::string pid_dir;
+  int steps = 1000000;
+  int skip_rank = 1;
+  std::string run_dir;
+};
+
+std::unique_ptr<smp::DeviceMesh> make_mesh(const Args& a, const smp::ProcessEnv& env) {
+  int dp = a.dp > 0 ? a.dp : env.world_size / (a.pp * a.tp);
+  return std::make_unique<smp::DeviceMesh>(env.world_size, env.rank, a.pp, dp, a.tp, a.order);
+}
+
+int run(const Args& a) {
+  smp::ProcessEnv env = smp::ProcessEnv::from_environment();
+  smp::logging::init(env.rank, env.world_size, a.run_dir, !a.run_dir.empty(), env.rank == 0);
+  if (a.mode == "env") {
+    std::cout << "RANK=" << env.rank << " WORLD_SIZE=" << env.world_size << " LOCAL_RANK=" << env.local_rank
+              << " LOCAL_WORLD_SIZE=" << env.local_world_size << " MASTER_ADDR=" << env.master_addr
+              << " MASTER_PORT=" << env.master_port << " SOURCE=" << env.source
+              << " OMP_NUM_THREADS=" << (std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "")
+              << std::endl;
+    return 0;
+  }
+  if (a.mode == "fail-once") {
+    const char* attempt = std::getenv("SMP_RESTART_COUNT");
+    if (env.rank == 1 && attempt && std::string(attempt) == "0") {
+      std::cout << "rank 1 failing on purpose (attempt 0)" << std::endl;
+      return 5;
+    }
+  }
+  auto rdv = smp::Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size,
+                                      std::chrono::milliseconds(a.connect_timeout_ms));
+  smp::CommOptions opts;
+  opts.timeout = std::chrono::milliseconds(a.timeout_ms);
+  auto mesh = make_mesh(a, env);
+
+  if (a.mode == "check") {
+    for (smp::Axis axis : {smp::Axis::PP, smp::Axis::DP, smp::Axis::TP, smp::Axis::MP, smp::Axis::World}) {
+      auto comm = rdv->new_communicator(smp::axis_name(axis), mesh->group_name(axis), mesh->group(axis), opts);
+      if (comm->size() != mesh->size(axis) || comm->global_ranks() != mesh->group(axis) ||
+          comm->rank() != (axis == smp::Axis::World ? env.rank : mesh->coord(axis)) ||
+          comm->axis() != smp::axis_name(axis))
+        throw CheckFailed(std::string("communicator metadata wrong on axis ") + smp::axis_name(axis));
+      if (!comm->handle()) throw CheckFailed("null handle");
+      Checker(*comm, std::string("[") + smp::axis_name(axis) + " " + mesh->group_name(axis) + "]").run();
+    }
+    // The store's key/value API.
+    rdv->set("hello/" + std::to_string(env.rank), "from " + std::to_string(env.rank));
+    const int peer = (env.rank + 1) % env.world_size;
+    std::string v = rdv->get("hello/" + std::to_string(peer));
+    if (v != "from " + std::to_string(peer)) throw CheckFailed("rendezvous get returned '" + v + "'");
+    spdlog::info("all checks passed");
+    std::cout << "rank " << env.rank << ": all checks passed" << std::endl;
+    return 0;
+  }
+  if (a.mode == "allreduce" || a.mode == "fail-once") {
+    auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
+    at::Tensor t = at::arange(10, at::kDouble) + env.rank;
+    world->allreduce(t)->wait();
+    const double W = env.world_size;
+    at::Tensor want = at::arange(10, at::kDouble) * W + W * (W - 1) / 2;
+    expect_eq(t, want, "world allreduce");
+    std::cout << "rank " << env.rank << ": allreduce ok" << std::endl;
+    return 0;
+  }
+  if (a.mode == "loop") {
+    auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
+    at::Tensor t = at::ones({1024}, at::kFloat);
+    world->allreduce(t)->wait();
+    if (!a.pid_dir.empty()) {
+      std::string tmp = a.pid_dir + "/rank-" + std::to_string(env.rank) + ".pid.tmp";
+      std::ofstream(tmp) << ::getpid() << "\n";
+      std::rename(tmp.c_str(), (a.pid_dir + "/rank-" + std::to_string(env.rank) + ".pid").c_str());
+    }
+    for (int i = 0; i < a.steps; ++i) {
+      world->allreduce(t)->wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return 0;
+  }
+  if (a.mode == "timeout") {
+    auto tp = rdv->new_communicator("tp", mesh->group_name(smp::Axis::TP), mesh->group(smp::Axis::TP), opts);
+    at::Tensor t = at::ones({16}, at::kFloat);
+    tp->allreduce(t)->wait();  // everyone
+    if (env.rank == a.skip_rank) {
+      std::cout << "rank " << env.rank << ": skipping the second allreduce" << std::endl;
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+      return 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      tp->allreduce(t)->wait();
+    } catch (const smp::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+      spdlog::error("{}", e.what());
+      std::cerr << "caught after " << ms << " ms: " << e.what() << std::endl;
+      return 3;
+    }
+    std::cerr << "the allreduce completed although rank " << a.skip_rank << " skipped it" << std::endl;
+    return 4;
+  }
+  throw CheckFailed("unknown --mode " + a.mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"smp runtime test worker"};
+  app.add_option("--mode", a.mode);
+  app.add_option("--pp", a.pp);
+  app.add_option("--dp", a.dp);
+  app.add_option("--tp", a.tp);
+  app.add_option("--order", a.order);
+  app.add_option("--timeout-ms", a.timeout_ms);
+  app.add_option("--connect-timeout-ms", a.connect_timeout_ms);
+  app.add_option("--pid-dir", a.pid_dir);
+  app.add_option("--steps", a.steps);
+  app.add_option("--skip-rank", a.skip_rank);
+  app.add_option("--run-dir", a.run_dir);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(a);
+  } catch (const CheckFailed& e) {
+    std::cerr << "CHECK FAILED: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ERROR: " << e.what() << std::endl;
+    return 2;
+  }
+}

@@ -1,0 +1,214 @@
+#include <smp/config.h>
+#include <smp/error.h>
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+namespace {
+
+using smp::Config;
+
+const std::string kData = SMP_RUNTIME_DATA;
+
+// The smp::Error message thrown by f ("" when it doesn't throw).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const smp::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR(stmt, text)                                        \
+  do {                                                                  \
+    std::string msg_ = error_of([&] { stmt; });                         \
+    EXPECT_NE(msg_, "") << "expected an smp::Error from: " #stmt;       \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
+  } while (0)
+
+TEST(ConfigTest, DefaultsFromAnEmptyFile) {
+  Config c = Config::from_string("", "job.toml");
+  EXPECT_EQ(c.get_int("parallel.pp"), 1);
+  EXPECT_EQ(c.get_int("parallel.tp"), 1);
+  EXPECT_EQ(c.get_int("parallel.microbatches"), 1);
+  EXPECT_EQ(c.get_string("parallel.schedule"), "1f1b");
+  EXPECT_EQ(c.get_int("parallel.virtual_stages"), 1);
+  EXPECT_EQ(c.get_string("parallel.partition"), "balanced");
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,tp");
+  EXPECT_FALSE(c.get_bool("parallel.sequence_parallel"));
+  EXPECT_TRUE(c.get_bool("parallel.tie_across_stages"));
+  EXPECT_EQ(c.get_int("train.steps"), 10);
+  EXPECT_EQ(c.get_int("train.batch_size"), 8);
+  EXPECT_EQ(c.get_int("train.seed"), 1234);
+  EXPECT_DOUBLE_EQ(c.get_double("train.lr"), 3e-4);
+  EXPECT_DOUBLE_EQ(c.get_double("train.min_lr"), 3e-5);
+  EXPECT_EQ(c.get_int("train.warmup_steps"), 0);
+  EXPECT_DOUBLE_EQ(c.get_double("train.weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(c.get_double("train.beta1"), 0.9);
+  EXPECT_DOUBLE_EQ(c.get_double("train.beta2"), 0.95);
+  EXPECT_DOUBLE_EQ(c.get_double("train.eps"), 1e-8);
+  EXPECT_DOUBLE_EQ(c.get_double("train.grad_clip"), 1.0);
+  EXPECT_EQ(c.get_int("train.val_every"), 0);
+  EXPECT_EQ(c.get_int("train.val_batches"), 2);
+  EXPECT_EQ(c.get_int("train.log_every"), 1);
+  EXPECT_EQ(c.get_string("run.dir"), "runs/default");
+  EXPECT_TRUE(c.get_bool("run.log_to_file"));
+  EXPECT_DOUBLE_EQ(c.get_double("run.timeout_s"), 300.0);
+  EXPECT_EQ(c.get_int("run.threads"), 0);
+  EXPECT_EQ(c.get_string("run.device"), "auto");
+  EXPECT_TRUE(c.get_string_array("plugins.paths").empty());
+  EXPECT_EQ(c.section_json("model"), nlohmann::json::object());
+  EXPECT_FALSE(c.has("train.steps"));
+  // dp is derived from the world size.
+  EXPECT_ERROR(c.get_int("parallel.dp"), "parallel.dp");
+  c.resolve_layout(4);
+  EXPECT_EQ(c.get_int("parallel.dp"), 4);
+}
+
+TEST(ConfigTest, LoadsAFileWithAliasesAndFreeTables) {
+  Config c = Config::load(kData + "/job.toml");
+  EXPECT_EQ(c.origin(), kData + "/job.toml");
+  EXPECT_EQ(c.get_int("parallel.pp"), 2);
+  EXPECT_EQ(c.get_string("parallel.schedule"), "1f1b");            // "interleaved" -> 1f1b
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,tp,dp");       // "spread"
+  EXPECT_DOUBLE_EQ(c.get_double("train.lr"), 1e-3);
+  EXPECT_DOUBLE_EQ(c.get_double("train.grad_clip"), 0.0);          // integer accepted as a float
+  EXPECT_DOUBLE_EQ(c.get_double("run.timeout_s"), 60.0);
+  EXPECT_EQ(c.get_string_array("plugins.paths"), std::vector<std::string>{"libgpt.so"});
+  EXPECT_EQ(c.get_int("model.hidden"), 64);
+  EXPECT_EQ(c.get_string("model.name"), "gpt");
+  EXPECT_TRUE(c.has("model.attention.heads"));
+  auto model = c.section_json("model");
+  EXPECT_EQ(model["attention"]["heads"], 4);
+  EXPECT_EQ(model["attention"]["causal"], true);
+  auto part = c.section_json("partition");
+  EXPECT_EQ(part["strategy"], "balanced");
+  EXPECT_DOUBLE_EQ(part["weights"][1].get<double>(), 2.5);
+  c.resolve_layout(8);
+  auto j = c.to_json();
+  EXPECT_EQ(j["parallel"]["dp"], 2);
+  EXPECT_EQ(j["parallel"]["schedule"], "1f1b");
+  EXPECT_EQ(j["train"]["steps"], 20);
+  EXPECT_EQ(j["train"]["seed"], 1234);  // default filled in
+  EXPECT_EQ(j["model"]["hidden"], 64);
+  EXPECT_EQ(j["run"]["device"], "auto");
+}
+
+TEST(ConfigTest, OverridesAreTomlValues) {
+  Config c = Config::from_string("[train]\nsteps = 3\n[model]\nhidden = 32\n", "job.toml",
+                                 {"train.steps=5", "parallel.schedule=gpipe", "model.hidden=64", "train.lr=1e-2",
+                                  "run.dir=runs/x y", "parallel.placement=\"tp,pp,dp\"", "model.new.deep=true",
+                                  "plugins.paths=[\"a.so\", \"b.so\"]", "parallel.sequence_parallel=true",
+                                  "parallel.schedule=simple"});
+  EXPECT_EQ(c.get_int("train.steps"), 5);
+  EXPECT_EQ(c.get_string("parallel.schedule"), "gpipe");  // "simple" -> gpipe
+  EXPECT_EQ(c.get_int("model.hidden"), 64);
+  EXPECT_DOUBLE_EQ(c.get_double("train.lr"), 1e-2);
+  EXPECT_EQ(c.get_string("run.dir"), "runs/x y");
+  EXPECT_EQ(c.get_string("parallel.placement"), "tp,pp,dp");
+  EXPECT_TRUE(c.get_bool("model.new.deep"));
+  EXPECT_EQ(c.get_string_array("plugins.paths"), (std::vector<std::string>{"a.so", "b.so"}));
+  EXPECT_TRUE(c.get_bool("parallel.sequence_parallel"));
+}
+
+TEST(ConfigTest, UnknownKeys) {
+  EXPECT_ERROR(Config::from_string("[train]\nstpes = 5\n", "job.toml"), "job.toml: unknown key 'train.stpes'");
+  EXPECT_ERROR(Config::from_string("[train]\nstpes = 5\n", "job.toml"), "did you mean 'train.steps'");
+  EXPECT_ERROR(Config::from_string("[trian]\nsteps = 5\n", "job.toml"), "job.toml: unknown key 'trian'");
+  EXPECT_ERROR(Config::from_string("steps = 5\n", "job.toml"), "job.toml: unknown key 'steps'");
+  EXPECT_ERROR(Config::from_string("[train.sub]\nx = 1\n", "job.toml"), "job.toml: unknown key 'train.sub'");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"train.stpes=5"}), "--set train.stpes=5: unknown key 'train.stpes'");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"foo.bar=1"}), "unknown key 'foo.bar'");
+  Config c = Config::from_string("", "job.toml");
+  EXPECT_ERROR(c.get_int("train.stpes"), "job.toml: unknown key 'train.stpes'");
+  EXPECT_ERROR(c.get_int("model.hidden"), "job.toml: model.hidden: missing");
+}
+
+TEST(ConfigTest, WrongTypes) {
+  EXPECT_ERROR(Config::load(kData + "/bad_type.toml"),
+               kData + "/bad_type.toml: parallel.pp: expected a positive integer, got \"two\"");
+  EXPECT_ERROR(Config::from_string("[parallel]\npp = 0\n", "job.toml"),
+               "job.toml: parallel.pp: expected a positive integer, got 0");
+  EXPECT_ERROR(Config::from_string("[train]\nlr = \"fast\"\n", "job.toml"),
+               "job.toml: train.lr: expected a number >= 0, got \"fast\"");
+  EXPECT_ERROR(Config::from_string("[train]\nbeta1 = 1.5\n", "job.toml"), "job.toml: train.beta1: expected a number in [0, 1)");
+  EXPECT_ERROR(Config::from_string("[run]\nlog_to_file = 1\n", "job.toml"),
+               "job.toml: run.log_to_file: expected a boolean (true or false), got 1");
+  EXPECT_ERROR(Config::from_string("[run]\ndevice = \"tpu\"\n", "job.toml"), "job.toml: run.device: expected one of");
+  EXPECT_ERROR(Config::from_string("[plugins]\npaths = \"a.so\"\n", "job.toml"),
+               "job.toml: plugins.paths: expected an array of strings");
+  EXPECT_ERROR(Config::from_string("[plugins]\npaths = [1]\n", "job.toml"), "plugins.paths: expected an array of strings");
+  EXPECT_ERROR(Config::from_string("model = 3\n", "job.toml"), "job.toml: model: expected a table");
+  EXPECT_ERROR(Config::from_string("parallel = 3\n", "job.toml"), "job.toml: parallel: expected a table");
+  EXPECT_ERROR(Config::from_string("[train]\nsteps = 1.5\n", "job.toml"),
+               "job.toml: train.steps: expected a non-negative integer, got 1.5");
+  Config c = Config::from_string("[model]\nhidden = \"big\"\n", "job.toml");
+  EXPECT_ERROR(c.get_int("model.hidden"), "job.toml: model.hidden: expected an integer, got \"big\"");
+}
+
+TEST(ConfigTest, BadSet) {
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"train.steps"}), "--set train.steps: malformed override, expected key=value");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"=5"}), "--set =5: malformed override");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"train.steps=two"}),
+               "--set train.steps=two: train.steps: expected a non-negative integer, got \"two\"");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel=3"}), "--set parallel=3: 'parallel' is a table");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"train..steps=3"}), "malformed key");
+}
+
+TEST(ConfigTest, BadScheduleAndPlacement) {
+  EXPECT_ERROR(Config::from_string("[parallel]\nschedule = \"pipedream\"\n", "job.toml"),
+               "job.toml: parallel.schedule: expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\"");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel.schedule=pipedream"}),
+               "--set parallel.schedule=pipedream: parallel.schedule: expected one of");
+  EXPECT_ERROR(Config::from_string("[parallel]\nplacement = \"pp,pp,tp\"\n", "job.toml"),
+               "job.toml: parallel.placement: expected a permutation of \"pp,dp,tp\"");
+  EXPECT_ERROR(Config::from_string("[parallel]\nplacement = \"compact\"\n", "job.toml"), "got \"compact\"");
+  Config c = Config::from_string("[parallel]\nplacement = \" tp , dp, pp\"\n", "job.toml");
+  EXPECT_EQ(c.get_string("parallel.placement"), "tp,dp,pp");
+  EXPECT_EQ(Config::from_string("[parallel]\nplacement = \"cluster\"\n", "job.toml").get_string("parallel.placement"),
+            "pp,dp,tp");
+  EXPECT_EQ(Config::from_string("[parallel]\nschedule = \"zb-h1\"\n", "job.toml").get_string("parallel.schedule"),
+            "zb-h1");
+}
+
+TEST(ConfigTest, ImpossibleLayouts) {
+  Config a = Config::from_string("[parallel]\npp = 2\ntp = 2\ndp = 2\n", "job.toml");
+  EXPECT_ERROR(a.resolve_layout(4),
+               "job.toml: parallel.pp * parallel.tp * parallel.dp = 2 * 2 * 2 = 8, but the world size is 4");
+  Config b = Config::from_string("[parallel]\npp = 3\n", "job.toml");
+  EXPECT_ERROR(b.resolve_layout(4), "job.toml: parallel.pp * parallel.tp = 3 * 1 = 3 does not divide the world size 4");
+  Config ok = Config::from_string("[parallel]\npp = 2\ntp = 2\ndp = 1\n", "job.toml", {"train.batch_size=4"});
+  EXPECT_NO_THROW(ok.resolve_layout(4));
+  EXPECT_EQ(ok.get_int("parallel.dp"), 1);
+}
+
+TEST(ConfigTest, BatchNotDivisible) {
+  Config c = Config::from_string("[parallel]\nmicrobatches = 4\n[train]\nbatch_size = 10\n", "job.toml");
+  EXPECT_ERROR(c.resolve_layout(2),
+               "job.toml: train.batch_size = 10 is not divisible by parallel.dp * parallel.microbatches = 2 * 4 = 8");
+  Config ok = Config::from_string("[parallel]\nmicrobatches = 4\n[train]\nbatch_size = 16\n", "job.toml");
+  EXPECT_NO_THROW(ok.resolve_layout(2));
+}
+
+TEST(ConfigTest, ScheduleRules) {
+  Config vs = Config::from_string("[parallel]\nvirtual_stages = 2\n", "job.toml");
+  EXPECT_ERROR(vs.resolve_layout(1), "job.toml: parallel.virtual_stages = 2 needs parallel.schedule = \"interleaved-1f1b\"");
+  Config il = Config::from_string("[parallel]\npp = 2\nschedule = \"interleaved-1f1b\"\nvirtual_stages = 2\n"
+                                  "microbatches = 3\n[train]\nbatch_size = 6\n",
+                                  "job.toml");
+  EXPECT_ERROR(il.resolve_layout(2), "needs parallel.microbatches (3) to be a multiple of parallel.pp (2)");
+  Config good = Config::from_string("[parallel]\npp = 2\nschedule = \"interleaved-1f1b\"\nvirtual_stages = 2\n"
+                                    "microbatches = 4\n",
+                                    "job.toml");
+  EXPECT_NO_THROW(good.resolve_layout(2));
+}
+
+TEST(ConfigTest, FileErrors) {
+  EXPECT_ERROR(Config::load(kData + "/does_not_exist.toml"), kData + "/does_not_exist.toml: cannot open");
+  EXPECT_ERROR(Config::from_string("[train\nsteps = 1\n", "job.toml"), "job.toml:1:");
+  EXPECT_ERROR(Config::from_string("[train]\nsteps = = 1\n", "job.toml"), "job.toml:2:");
+}
+
+}  // namespace

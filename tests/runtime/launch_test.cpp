@@ -1,0 +1,177 @@
+// smp-launch with real processes: failures, timeouts, two nodes, restarts,
+// running under srun, a missing worker.
+#include "proc_util.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+namespace {
+
+std::vector<std::string> launch(int nproc, int port, std::vector<std::string> worker_args,
+                                std::vector<std::string> launcher_args = {}) {
+  std::vector<std::string> argv = {SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(nproc), "--master-port",
+                                   std::to_string(port), "--worker", SMP_COMM_WORKER};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return argv;
+}
+
+pid_t read_pid(const std::string& path) {
+  std::ifstream in(path);
+  long pid = -1;
+  in >> pid;
+  return static_cast<pid_t>(pid);
+}
+
+// A worker killed by SIGKILL mid-run: the launcher names it, stops the others
+// within the kill timeout, leaves no process behind, exits non-zero.
+TEST(LaunchTest, KilledRankStopsTheJob) {
+  const int port = smp_test::free_port();
+  const std::string pids = smp_test::temp_dir("pids");
+  const std::string logs = smp_test::temp_dir("logs");
+  auto child = smp_test::start(
+      launch(3, port, {"--mode", "loop", "--pid-dir", pids, "--timeout-ms", "30000"},
+             {"--kill-timeout", "3", "--log-dir", logs}));
+  // Wait for every rank to be in its allreduce loop.
+  std::vector<pid_t> workers(3, -1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < 3; ++r) {
+    const std::string path = pids + "/rank-" + std::to_string(r) + ".pid";
+    struct stat st;
+    while (::stat(path.c_str(), &st) != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers[r] = read_pid(path);
+    ASSERT_GT(workers[r], 0) << "rank " << r << " never wrote its pid; output:\n"
+                             << smp_test::read_file(child.out_path);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(workers[1], SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  auto r = smp_test::wait(child, 60);
+  const double after_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(after_kill, 3 + 10.0) << "the launcher took too long to stop the job\n" << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 1 (pid " + std::to_string(workers[1]) + ") was killed by signal SIGKILL"))
+      << r.output;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(smp_test::process_gone(workers[i])) << "rank " << i << " (pid " << workers[i] << ") is still alive";
+    EXPECT_TRUE(smp_test::process_gone(-workers[i])) << "rank " << i << "'s process group is still alive";
+  }
+  // Captured ranks' output went to the log dir.
+  struct stat st;
+  EXPECT_EQ(::stat((logs + "/rank-1.out").c_str(), &st), 0);
+}
+
+// A collective one rank skips: the others get an smp::Error naming the axis,
+// the op and the ranks within about the timeout; the launcher exits non-zero.
+TEST(LaunchTest, CollectiveTimeoutNamesAxisOpAndRanks) {
+  const int port = smp_test::free_port();
+  auto r = smp_test::run(launch(2, port, {"--mode", "timeout", "--tp", "2", "--skip-rank", "1", "--timeout-ms", "2000"},
+                                {"--kill-timeout", "2"}),
+                         60);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "allreduce")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "axis 'tp'")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "world ranks [0, 1]")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "timed out")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 0 (pid ")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "exited with code 3")) << r.output;
+  EXPECT_LT(r.seconds, 40) << r.output;
+}
+
+// Two launchers (two "nodes") on one machine sharing the master port.
+TEST(LaunchTest, TwoNodesOneMachine) {
+  const int port = smp_test::free_port();
+  auto node = [&](int node_rank) {
+    return smp_test::start({SMP_LAUNCH_BIN, "--nnodes", "2", "--node-rank", std::to_string(node_rank),
+                            "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                            std::to_string(port), "--kill-timeout", "3", "--worker", SMP_COMM_WORKER, "--mode", "check",
+                            "--dp", "2", "--tp", "2", "--timeout-ms", "30000"});
+  };
+  auto n0 = node(0);
+  auto n1 = node(1);
+  auto r0 = smp_test::wait(n0, 100);
+  auto r1 = smp_test::wait(n1, 100);
+  EXPECT_EQ(r0.exit_code, 0) << "node 0:\n" << r0.output << "\nnode 1:\n" << r1.output;
+  EXPECT_EQ(r1.exit_code, 0) << "node 0:\n" << r0.output << "\nnode 1:\n" << r1.output;
+  EXPECT_TRUE(smp_test::contains(r0.output, "rank 0: all checks passed")) << r0.output;
+}
+
+// --max-restarts: rank 1 fails on the first attempt only.
+TEST(LaunchTest, MaxRestartsRestartsTheGroup) {
+  const int port = smp_test::free_port();
+  auto r = smp_test::run(launch(2, port, {"--mode", "fail-once", "--timeout-ms", "30000"},
+                                {"--max-restarts", "1", "--kill-timeout", "3"}),
+                         100);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "exited with code 5")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "failing on purpose")) << r.output;  // its last lines
+  EXPECT_TRUE(smp_test::contains(r.output, "restart 1 of 1")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 0: allreduce ok")) << r.output;
+}
+
+TEST(LaunchTest, WithoutRestartsAFailureIsFinal) {
+  const int port = smp_test::free_port();
+  auto r = smp_test::run(launch(2, port, {"--mode", "fail-once"}, {"--kill-timeout", "3"}), 60);
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "restart")) << r.output;
+}
+
+// Under srun (SLURM_PROCID/SLURM_NTASKS set): no spawning, the worker is
+// exec'd directly with RANK etc. from SLURM's variables.
+TEST(LaunchTest, UnderSlurmExecsTheWorkerDirectly) {
+  auto r = smp_test::run(launch(4, 0, {"--mode", "env"}, {}), 30,
+                         {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
+                          {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_ID", "4242"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // --master-port 0 was given explicitly but 0 means "unset" here: derived from the job id.
+  EXPECT_TRUE(smp_test::contains(r.output, "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                                           "MASTER_PORT=24242 SOURCE=smp-launch OMP_NUM_THREADS=1"))
+      << r.output;
+  // Exactly one process printed.
+  EXPECT_EQ(r.output.find("RANK="), r.output.rfind("RANK=")) << r.output;
+}
+
+TEST(LaunchTest, EnvironmentOfSpawnedRanks) {
+  auto r = smp_test::run(launch(1, 0, {"--mode", "env"}, {"--threads-per-rank", "3"}), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "smp-launch: MASTER_PORT=")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1"))
+      << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "SOURCE=smp-launch OMP_NUM_THREADS=3")) << r.output;
+}
+
+TEST(LaunchTest, MissingWorkerFailsClearly) {
+  auto r = smp_test::run({SMP_LAUNCH_BIN, "--nproc-per-node", "2", "--master-port", "0", "--kill-timeout", "2",
+                          "--worker", "/nonexistent/smp-worker"},
+                         30);
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "cannot execute /nonexistent/smp-worker")) << r.output;
+}
+
+TEST(LaunchTest, SigtermToTheLauncherStopsEverything) {
+  const int port = smp_test::free_port();
+  const std::string pids = smp_test::temp_dir("pids");
+  auto child = smp_test::start(launch(2, port, {"--mode", "loop", "--pid-dir", pids}, {"--kill-timeout", "3"}));
+  std::vector<pid_t> workers(2, -1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = pids + "/rank-" + std::to_string(r) + ".pid";
+    struct stat st;
+    while (::stat(path.c_str(), &st) != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers[r] = read_pid(path);
+    ASSERT_GT(workers[r], 0) << smp_test::read_file(child.out_path);
+  }
+  ASSERT_EQ(::kill(child.pid, SIGTERM), 0);
+  auto r = smp_test::wait(child, 30);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "received SIGTERM")) << r.output;
+  for (pid_t p : workers) EXPECT_TRUE(smp_test::process_gone(p)) << p;
+}
+
+}  // namespace
