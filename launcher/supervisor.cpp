@@ -424,7 +424,9 @@ class Supervisor {
           say(who + " " + how);
           if (first_failure_ < 0) first_failure_ = static_cast<int>(i);
           stop_all("rank " + std::to_string(r.global) + " failed");
-        } else if (!interrupted_) {
+        } else if (r.signal == SIGTERM || r.signal == SIGKILL || (interrupted_ && r.signal == interrupt_signal_)) {
+          say(who + " stopped (" + signal_name(r.signal) + ")");
+        } else {
           say(who + " " + how + " (while stopping)");
         }
         break;

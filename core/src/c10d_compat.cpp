@@ -96,6 +96,9 @@ class TcpStore final : public Store {
       return std::string(v.begin(), v.end());
     });
   }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return guarded([&] { return store_->add(key, delta); });
+  }
   const c10::intrusive_ptr<c10d::Store>& raw() const { return store_; }
 
   // One Gloo device per process and rendezvous, shared by every communicator.

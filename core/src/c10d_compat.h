@@ -39,6 +39,7 @@ class Store {
   virtual ~Store() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual std::string get(const std::string& key) = 0;  // waits up to the store timeout
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
 };
 
 // Throws Failure (bind errors, connect timeouts, workers that never joined).

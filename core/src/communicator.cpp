@@ -41,6 +41,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace smp {
 
@@ -477,6 +478,25 @@ class C10dRendezvous final : public Rendezvous {
       store_->set("smp/kv/" + key, value);
     } catch (const c10d_compat::Failure& f) {
       throw Error("rendezvous: set('" + key + "') on " + addr_ + ":" + std::to_string(port_) + " failed: " + f.what());
+    }
+  }
+
+  void shutdown(std::chrono::milliseconds timeout) override {
+    try {
+      store_->add("smp/shutdown", 1);
+      if (rank_ != 0) return;
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      int64_t n = 0;
+      while ((n = store_->add("smp/shutdown", 0)) < world_) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          spdlog::warn("rendezvous shutdown: only {} of {} ranks finished within {} ms; closing the store anyway", n,
+                       world_, timeout.count());
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    } catch (const c10d_compat::Failure& f) {
+      spdlog::warn("rendezvous shutdown on {}:{}: {}", addr_, port_, f.what());
     }
   }
 

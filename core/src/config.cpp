@@ -40,6 +40,8 @@ const std::vector<KeySpec>& schema() {
       {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement},
       {"parallel.sequence_parallel", Type::Bool, false, Rule::None},
       {"parallel.tie_across_stages", Type::Bool, true, Rule::None},
+      // Keep a node replicated (with a warning) when its sizes don't divide tp, instead of failing.
+      {"parallel.tp_replicate_indivisible", Type::Bool, false, Rule::None},
 
       {"train.steps", Type::Int, 10, Rule::NonNegative},
       {"train.batch_size", Type::Int, 8, Rule::Positive},
@@ -55,12 +57,17 @@ const std::vector<KeySpec>& schema() {
       {"train.val_every", Type::Int, 0, Rule::NonNegative},
       {"train.val_batches", Type::Int, 2, Rule::NonNegative},
       {"train.log_every", Type::Int, 1, Rule::Positive},
+      // DDP-style gradient buckets (MiB) all-reduced while backward runs; 0 = one reduction after backward.
+      {"train.bucket_mb", Type::Double, 4.0, Rule::NonNegativeReal},
 
       {"run.dir", Type::String, "runs/default", Rule::None},
       {"run.log_to_file", Type::Bool, true, Rule::None},
       {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal},
       {"run.threads", Type::Int, 0, Rule::NonNegative},
       {"run.device", Type::String, "auto", Rule::Device},
+      // Each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end
+      // (small models only: for equivalence tests and debugging).
+      {"run.dump_parameters", Type::Bool, false, Rule::None},
 
       {"plugins.paths", Type::StringArray, json::array(), Rule::None},
   };
@@ -114,18 +121,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   throw Error(msg);
 }
 
-// A TOML node rendered for messages: strings quoted, tables as "a table".
-std::string render(const toml::node& n) {
-  if (n.is_table()) return "a table";
-  std::ostringstream os;
-  n.visit([&](auto&& v) { os << v; });
-  return os.str();
-}
-
+// A value rendered for messages: strings in double quotes, tables as "a table".
 std::string render(const json& j) {
   if (j.is_object()) return "a table";
   return j.dump();
 }
+json to_json_value(const toml::node& n);
+std::string render(const toml::node& n) { return render(to_json_value(n)); }
 
 const char* expectation(Type t, Rule r) {
   switch (r) {

@@ -261,7 +261,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
     }
     // A slot lives until nothing scheduled needs it any more.
     bool finished = training ? slot.weight_done && (stage == 0 || slot.grads_sent)
-                             : (stage == last_stage || a.op == Op::SendActivation);
+                             : ((stage == last_stage && a.op == Op::Forward) || a.op == Op::SendActivation);
     if (finished) slots.erase(key);
   }
   for (auto& p : pending_sends_) std::static_pointer_cast<PendingSend>(p)->work->wait();

@@ -326,8 +326,8 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   s.materialise_local_modules();
   auto tied = s.make_tied_groups(opts);
   s.schedule = make_schedule(cfg.get_string("parallel.schedule"), pp, s.microbatches, chunks);
-  s.eval_schedule = make_schedule("gpipe", pp, s.microbatches, chunks == 1 ? 1 : chunks);
-  if (chunks > 1) s.eval_schedule = s.schedule;
+  // Evaluation runs forwards only: GPipe's order, or the training order's forwards when chunks > 1.
+  s.eval_schedule = chunks > 1 ? s.schedule : make_schedule("gpipe", pp, s.microbatches, 1);
   s.build_training_state(tied);
 
   ExecutorSetup setup;
@@ -433,10 +433,10 @@ void Runtime::reset_comm_stats() {
   for (auto& [name, c] : impl_->comms) c->reset_stats();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Runtime::parameters() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
+std::vector<ParameterView> Runtime::parameters() const {
+  std::vector<ParameterView> out;
   for (const auto& key : impl_->module_order)
-    for (const auto& p : impl_->modules.at(key)->parameters()) out.emplace_back(p.name, p.tensor);
+    for (const auto& p : impl_->modules.at(key)->parameters()) out.push_back({p.name, p.tensor, p.shard_dim});
   return out;
 }
 

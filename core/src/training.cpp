@@ -67,6 +67,28 @@ void write_summary(const std::string& dir, const nlohmann::json& summary) {
   fs::rename(tmp, path);  // atomic: a reader never sees half a summary
 }
 
+void dump_parameters(Runtime& rt) {
+  namespace fs = boost::filesystem;
+  const DeviceMesh& mesh = rt.mesh();
+  nlohmann::json j;
+  j["rank"] = mesh.rank();
+  j["pp"] = mesh.coord(Axis::PP);
+  j["dp"] = mesh.coord(Axis::DP);
+  j["tp"] = mesh.coord(Axis::TP);
+  j["tp_size"] = mesh.tp();
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& p : rt.parameters()) {
+    at::Tensor t = p.tensor.detach().to(at::kDouble).contiguous();
+    std::vector<double> data(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    params.push_back({{"name", p.name}, {"shard_dim", p.shard_dim}, {"shape", t.sizes().vec()}, {"data", data}});
+  }
+  j["parameters"] = params;
+  fs::path dir = fs::path(rt.config().get_string("run.dir")) / "parameters";
+  fs::create_directories(dir);
+  std::ofstream out((dir / ("rank-" + std::to_string(mesh.rank()) + ".json")).string());
+  out << j.dump();
+}
+
 }  // namespace
 
 nlohmann::json run_training(Runtime& rt) {
@@ -141,6 +163,7 @@ nlohmann::json run_training(Runtime& rt) {
   summary["peak_activation_bytes"] = peak_acts;
   summary["comm_bytes_rank0"] = rt.comm_bytes();
   summary["stages"] = rt.plan().to_json(rt.graph());
+  if (cfg.get_bool("run.dump_parameters")) dump_parameters(rt);
   if (rank0) {
     write_summary(cfg.get_string("run.dir"), summary);
     spdlog::info("final loss {:.4f}, {} tok/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(tokens_per_s),

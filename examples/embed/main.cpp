@@ -57,10 +57,10 @@ int main(int argc, char** argv) {
       std::cout << "plugin " << info.name << " " << info.version << " (ABI " << info.abi_major << "."
                 << info.abi_minor << ", LibTorch " << (info.torch_version.empty() ? "-" : info.torch_version)
                 << ") from " << info.path << "\n"
-                << "  module kinds:        " << join(info.module_kinds) << "\n"
-                << "  model adapters:      " << join(info.adapters) << "\n"
+                << "  module kinds: " << join(info.module_kinds) << "\n"
+                << "  model adapters: " << join(info.adapters) << "\n"
                 << "  partition strategies: " << join(info.partitioners) << "\n"
-                << "  tp rules:            " << join(info.tp_rules) << "\n";
+                << "  tp rules: " << join(info.tp_rules) << "\n";
     } catch (const smp::Error& e) {
       std::cout << "refused: " << e.what() << "\n";
       ++refused;

@@ -5,8 +5,7 @@
 
 using namespace smp_nn;
 
-// std::move: the builder chain yields PluginBuilder&, and PluginBuilder is move-only.
-SMP_PLUGIN(std::move(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
+SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .module<Embedding>("embedding")
                .module<PositionEmbedding>("position_embedding")
                .module<LayerNorm>("layer_norm")
@@ -21,4 +20,4 @@ SMP_PLUGIN(std::move(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .module<Gelu>("gelu")
                .module<Dropout>("dropout")
                .module<MseLoss>("mse_loss")
-               .module<EmbeddingTable>("embedding_table")))
+               .module<EmbeddingTable>("embedding_table"))

@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 namespace smp::partition {
 
@@ -103,7 +104,9 @@ class TreePartitioner {
         int next;
         if (it == index.end()) {
           next = static_cast<int>(tree_.size());
-          tree_.push_back(TreeNode{path});
+          TreeNode fresh;
+          fresh.name = path;
+          tree_.push_back(std::move(fresh));
           index.emplace(path, next);
           tree_[cur].kids.push_back(next);
         } else {

@@ -7,7 +7,11 @@
 # Inside smp's own build (SMP_IN_TREE) a plugin also gets an install rule into
 # ${SMP_PLUGIN_SUBDIR}, unless NO_INSTALL is given or OUTPUT_DIRECTORY sends it
 # somewhere else (test-only plugins). A third-party project using
-# find_package(smp) installs its plugins itself, wherever it likes.
+# find_package(smp) gets no install rule unless it asks for one:
+#
+# smp_install_plugin(<target> [DESTINATION <dir>]): installs the plugin into
+# <dir>, by default ${CMAKE_INSTALL_LIBDIR}/smp/plugins of the project's own
+# prefix (the folder a core installed there searches). Once per target.
 
 # We are in smp's own build when the SDK target itself exists; a third-party
 # project only sees the imported smp::sdk from smpTargets.cmake.
@@ -37,7 +41,22 @@ function(smp_add_plugin target)
   elseif(DEFINED SMP_PLUGIN_OUTPUT_DIR)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${SMP_PLUGIN_OUTPUT_DIR})
   endif()
-  if(SMP_IN_TREE AND NOT ARG_NO_INSTALL AND NOT ARG_OUTPUT_DIRECTORY AND DEFINED SMP_PLUGIN_SUBDIR)
-    install(TARGETS ${target} LIBRARY DESTINATION ${SMP_PLUGIN_SUBDIR})
+  if(SMP_IN_TREE AND NOT ARG_NO_INSTALL AND NOT ARG_OUTPUT_DIRECTORY)
+    smp_install_plugin(${target})
   endif()
+endfunction()
+
+function(smp_install_plugin target)
+  cmake_parse_arguments(ARG "" "DESTINATION" "" ${ARGN})
+  get_target_property(done ${target} SMP_PLUGIN_INSTALLED)
+  if(done)
+    return()
+  endif()
+  set(dest ${ARG_DESTINATION})
+  if(NOT dest)
+    include(GNUInstallDirs)
+    set(dest ${CMAKE_INSTALL_LIBDIR}/smp/plugins)
+  endif()
+  install(TARGETS ${target} LIBRARY DESTINATION ${dest})
+  set_target_properties(${target} PROPERTIES SMP_PLUGIN_INSTALLED ON)
 endfunction()

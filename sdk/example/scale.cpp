@@ -10,8 +10,6 @@
 
 #include <ATen/ATen.h>
 
-#include <utility>
-
 namespace {
 
 class Scale : public smp::sdk::Module {
@@ -38,5 +36,4 @@ class Scale : public smp::sdk::Module {
 
 }  // namespace
 
-// The builder is move-only: the chained calls return a reference, hence std::move.
-SMP_PLUGIN(std::move(smp::sdk::PluginBuilder("example_scale", "1.0.0").module<Scale>("example_scale")))
+SMP_PLUGIN(smp::sdk::PluginBuilder("example_scale", "1.0.0").module<Scale>("example_scale"))

@@ -152,7 +152,7 @@ TEST(HostApi, DLPackExportIsZeroCopyAndKeepsTheStorageAlive) {
   EXPECT_EQ(d.strides[1], 4);
   // Writing through the DLPack view is seen by the tensor: same memory.
   static_cast<float*>(static_cast<void*>(static_cast<char*>(d.data) + d.byte_offset))[1] = 100.f;
-  EXPECT_EQ(base[1][0].item<float>(), 100.f);
+  EXPECT_EQ(base[0][1].item<float>(), 100.f);  // element 1 in memory
   dl->deleter(dl);
 }
 

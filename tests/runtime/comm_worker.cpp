@@ -335,20 +335,24 @@ int run(const Args& a) {
   auto mesh = make_mesh(a, env);
 
   if (a.mode == "check") {
+    std::unique_ptr<smp::Communicator> world;
     for (smp::Axis axis : {smp::Axis::PP, smp::Axis::DP, smp::Axis::TP, smp::Axis::MP, smp::Axis::World}) {
       auto comm = rdv->new_communicator(smp::axis_name(axis), mesh->group_name(axis), mesh->group(axis), opts);
-      if (comm->size() != mesh->size(axis) || comm->global_ranks() != mesh->group(axis) ||
-          comm->rank() != (axis == smp::Axis::World ? env.rank : mesh->coord(axis)) ||
-          comm->axis() != smp::axis_name(axis))
+      if (axis == smp::Axis::World) world = std::move(comm), comm = nullptr;
+      smp::Communicator* c = comm ? comm.get() : world.get();
+      if (c->size() != mesh->size(axis) || c->global_ranks() != mesh->group(axis) ||
+          c->rank() != (axis == smp::Axis::World ? env.rank : mesh->coord(axis)) || c->axis() != smp::axis_name(axis))
         throw CheckFailed(std::string("communicator metadata wrong on axis ") + smp::axis_name(axis));
-      if (!comm->handle()) throw CheckFailed("null handle");
-      Checker(*comm, std::string("[") + smp::axis_name(axis) + " " + mesh->group_name(axis) + "]").run();
+      if (!c->handle()) throw CheckFailed("null handle");
+      Checker(*c, std::string("[") + smp::axis_name(axis) + " " + mesh->group_name(axis) + "]").run();
     }
     // The store's key/value API.
     rdv->set("hello/" + std::to_string(env.rank), "from " + std::to_string(env.rank));
     const int peer = (env.rank + 1) % env.world_size;
     std::string v = rdv->get("hello/" + std::to_string(peer));
     if (v != "from " + std::to_string(peer)) throw CheckFailed("rendezvous get returned '" + v + "'");
+    // Rank 0 hosts the store: it waits until everyone is done with it.
+    rdv->shutdown(std::chrono::milliseconds(a.timeout_ms));
     spdlog::info("all checks passed");
     std::cout << "rank " << env.rank << ": all checks passed" << std::endl;
     return 0;

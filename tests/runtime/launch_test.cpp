@@ -82,14 +82,14 @@ TEST(LaunchTest, CollectiveTimeoutNamesAxisOpAndRanks) {
   EXPECT_LT(r.seconds, 40) << r.output;
 }
 
-// Two launchers (two "nodes") on one machine sharing the master port.
+// Two launchers (two "nodes", one rank each) on one machine sharing the master port.
 TEST(LaunchTest, TwoNodesOneMachine) {
   const int port = smp_test::free_port();
   auto node = [&](int node_rank) {
     return smp_test::start({SMP_LAUNCH_BIN, "--nnodes", "2", "--node-rank", std::to_string(node_rank),
-                            "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
                             std::to_string(port), "--kill-timeout", "3", "--worker", SMP_COMM_WORKER, "--mode", "check",
-                            "--dp", "2", "--tp", "2", "--timeout-ms", "30000"});
+                            "--dp", "2", "--timeout-ms", "30000"});
   };
   auto n0 = node(0);
   auto n1 = node(1);
@@ -114,13 +114,6 @@ TEST(LaunchTest, MaxRestartsRestartsTheGroup) {
   EXPECT_TRUE(smp_test::contains(r.output, "rank 0: allreduce ok")) << r.output;
 }
 
-TEST(LaunchTest, WithoutRestartsAFailureIsFinal) {
-  const int port = smp_test::free_port();
-  auto r = smp_test::run(launch(2, port, {"--mode", "fail-once"}, {"--kill-timeout", "3"}), 60);
-  EXPECT_EQ(r.exit_code, 5) << r.output;
-  EXPECT_FALSE(smp_test::contains(r.output, "restart")) << r.output;
-}
-
 // Under srun (SLURM_PROCID/SLURM_NTASKS set): no spawning, the worker is
 // exec'd directly with RANK etc. from SLURM's variables.
 TEST(LaunchTest, UnderSlurmExecsTheWorkerDirectly) {
@@ -133,7 +126,7 @@ TEST(LaunchTest, UnderSlurmExecsTheWorkerDirectly) {
                                            "MASTER_PORT=24242 SOURCE=smp-launch OMP_NUM_THREADS=1"))
       << r.output;
   // Exactly one process printed.
-  EXPECT_EQ(r.output.find("RANK="), r.output.rfind("RANK=")) << r.output;
+  EXPECT_EQ(r.output.find("SOURCE="), r.output.rfind("SOURCE=")) << r.output;
 }
 
 TEST(LaunchTest, EnvironmentOfSpawnedRanks) {

@@ -90,6 +90,11 @@ class Rendezvous {
                                                          const CommOptions& options) = 0;
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual std::string get(const std::string& key) = 0;  // waits for the key
+  // World rank 0 hosts the store, so it must not exit while others still use
+  // it: every rank calls shutdown() at the end of a successful run; rank 0
+  // returns once all have called it (or after `timeout`, with a warning), the
+  // others return at once. Communicators stay usable.
+  virtual void shutdown(std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace smp

@@ -28,6 +28,12 @@ namespace smp {
 class DeviceMesh;
 class PluginRegistry;
 
+struct ParameterView {
+  std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
+  at::Tensor tensor; // this rank's shard
+  int shard_dim = -1;  // split across tp ranks along this dim, -1 when replicated
+};
+
 struct StepResult {
   int64_t step = 0;         // 0-based index of the step just taken
   double loss = 0;          // mean training loss over the global batch (same on every rank)
@@ -65,7 +71,7 @@ class Runtime {
   nlohmann::json comm_bytes() const;
   void reset_comm_stats();
   // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's shards.
-  std::vector<std::pair<std::string, at::Tensor>> parameters() const;
+  std::vector<ParameterView> parameters() const;
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);
 

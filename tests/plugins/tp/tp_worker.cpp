@@ -16,6 +16,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -247,7 +249,7 @@ void check_embedding_and_ce() {
   }
   {  // a non-negative ignore_index that some rank owns
     Json c{{"ignore_index", 1}};
-    Tensor t2 = targets.clone();
+    Tensor t2 = targets.clamp_min(0);
     t2[0][0] = 1, t2[1][1] = 1, t2[0][2] = 0;
     smp_nn::CrossEntropy s(c, serial_ctx("ce", 0));
     smp_tp::VocabParallelCrossEntropy d(c, dist_ctx("ce", 0));
@@ -337,9 +339,124 @@ void check_tables() {
   close("sharded_embedding_table distinct ids output", o, mine_out);
   (o * randn(o.sizes(), 500 + g_rank)).sum().backward();
   compare_params("sharded_embedding_table distinct ids", s, d);
+  {  // the last rank looks nothing up (zero rows to and from every owner)
+    smp_nn::EmbeddingTable s2(cfg, serial_ctx("tab", 43));
+    smp_tp::ShardedEmbeddingTable d2(dcfg, dist_ctx("tab", 43));
+    auto ids2 = [&](int j) { return j == g_t - 1 ? at::empty({0}, at::kLong) : ids_of(j); };
+    Tensor sl = at::zeros({});
+    for (int j = 0; j < g_t; ++j) {
+      Tensor so = s2.forward(Call{"forward", {ids2(j)}})[0];
+      sl = sl + (so * randn(so.sizes(), 600 + j)).sum();
+    }
+    sl.backward();
+    Tensor od = d2.forward(Call{"forward", {ids2(g_rank)}})[0];
+    expect(od.size(0) == ids2(g_rank).size(0) && od.size(1) == dim, "sharded_embedding_table empty ids shape");
+    (od * randn(od.sizes(), 600 + g_rank)).sum().backward();
+    compare_params("sharded_embedding_table distinct ids, one rank empty", s2, d2);
+  }
   // 2-D ids, rank-distinct shapes
   Tensor o2 = d.forward(Call{"forward", {ids_of(g_rank).narrow(0, 0, 2).view({1, 2})}})[0];
   expect(o2.sizes() == at::IntArrayRef({1, 2, dim}), "sharded_embedding_table 2-D ids shape " + c10::str(o2.sizes()));
+}
+
+// ---- the same comparison through the built plugins and the C ABI ----
+// A Module over a plugin's smp_module_kind: create/forward/parameters through handles.
+class AbiModule : public Module {
+ public:
+  AbiModule(const smp_module_kind* k, const Json& cfg, const ModuleContext& c) : k_(k) {
+    smp_module_context ctx{};
+    ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+    ctx.node_name = c.node_name.c_str();
+    ctx.init_seed = c.init_seed;
+    ctx.device_type = SMP_DEVICE_CPU;
+    ctx.tp_rank = c.tp_rank;
+    ctx.tp_size = c.tp_size;
+    ctx.tp_comm = c.tp.get();
+    ctx.sequence_parallel = c.sequence_parallel ? 1 : 0;
+    std::string js = cfg.dump();
+    smp::throw_if_error(k->create(k->state, js.c_str(), &ctx, &m_), std::string("create ") + k->name);
+  }
+  ~AbiModule() override {
+    if (m_) k_->destroy(m_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    std::vector<smp_tensor*> in;
+    for (auto& t : call.inputs) in.push_back(smp::make_tensor_handle(t));
+    smp_tensor* out = nullptr;
+    smp_forward_args a{};
+    a.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+    a.method = call.method.c_str();
+    a.inputs = in.data();
+    a.n_inputs = in.size();
+    a.outputs = &out;
+    a.n_outputs = 1;
+    a.training = call.training ? 1 : 0;
+    a.rng_seed = call.rng_seed;
+    smp_error* err = k_->forward(m_, &a);
+    for (auto* h : in) smp::host_api()->tensor_release(h);
+    smp::throw_if_error(err, std::string("forward ") + k_->name);
+    Tensor y = smp::tensor_of(out);
+    smp::host_api()->tensor_release(out);
+    return {y};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    smp::throw_if_error(k_->parameters(m_, &visit, &out), std::string("parameters ") + k_->name);
+    return out;
+  }
+
+ private:
+  static void visit(void* user, const smp_param_info* p) {
+    static_cast<std::vector<Param>*>(user)->push_back(
+        {p->name, smp::tensor_of(p->tensor), p->shard_dim, p->tp_grad_sum != 0});
+  }
+  const smp_module_kind* k_;
+  smp_module* m_ = nullptr;
+};
+
+const smp_plugin_descriptor* load_plugin(const std::string& path) {
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) throw std::runtime_error(std::string("dlopen: ") + ::dlerror());
+  auto entry = reinterpret_cast<smp_plugin_entry_fn>(::dlsym(lib, SMP_PLUGIN_ENTRY_SYMBOL));
+  if (!entry) throw std::runtime_error("no entry symbol in " + path);
+  smp_error* err = nullptr;
+  const smp_plugin_descriptor* d = entry(smp::host_api(), &err);
+  smp::throw_if_error(err, "loading " + path);
+  return d;
+}
+const smp_module_kind* kind_of(const smp_plugin_descriptor* d, const std::string& name) {
+  for (size_t i = 0; i < d->n_module_kinds; ++i)
+    if (name == d->module_kinds[i]->name) return d->module_kinds[i];
+  throw std::runtime_error(std::string("plugin ") + d->name + " has no kind " + name);
+}
+std::string rule_target(const smp_plugin_descriptor* d, const std::string& kind) {
+  for (size_t i = 0; i < d->n_tp_rules; ++i)
+    if (kind == d->tp_rules[i]->kind) return d->tp_rules[i]->dist_kind;
+  throw std::runtime_error(std::string("plugin ") + d->name + " has no rule for " + kind);
+}
+
+void check_through_abi() {
+  const smp_plugin_descriptor* nn = load_plugin(std::string(SMP_PLUGIN_DIR) + "/smp_nn.so");
+  const smp_plugin_descriptor* tp = load_plugin(std::string(SMP_PLUGIN_DIR) + "/smp_tp.so");
+  Tensor x = randn({B, S, H}, 14);
+  {  // the rule's target, as the core would pick it
+    AbiModule s(kind_of(nn, "transformer_layer"), layer_cfg(0.1), serial_ctx("h.0", 71));
+    AbiModule d(kind_of(tp, rule_target(tp, "transformer_layer")), layer_cfg(0.1), dist_ctx("h.0", 71));
+    compare("ABI transformer_layer -> " + rule_target(tp, "transformer_layer"), s, d,
+            {{x, pad_mask()}, {act(), Lay::Full}}, act(), "forward", true, 17);
+  }
+  {
+    Json c{{"num", V}, {"dim", H}};
+    AbiModule s(kind_of(nn, "embedding"), c, serial_ctx("wte", 72));
+    AbiModule d(kind_of(tp, rule_target(tp, "embedding")), c, dist_ctx("wte", 72));
+    compare("ABI embedding attend", s, d, {{x}, {act()}}, Lay::Last, "attend");
+  }
+  // the out-of-tree-style plugin: its own kind, its own rule, SDK collectives only
+  const smp_plugin_descriptor* tpp = load_plugin(std::string(SMP_TEST_PLUGIN_DIR) + "/smp_third_party_rule.so");
+  Json c{{"in", H}, {"out", 2 * H}, {"scale", 0.5}};
+  AbiModule s(kind_of(tpp, "scaled_linear"), c, serial_ctx("ext", 73));
+  AbiModule d(kind_of(tpp, rule_target(tpp, "scaled_linear")), c, dist_ctx("ext", 73));
+  compare("third-party scaled_linear -> scaled_linear_tp", s, d, {{x}, {Lay::Full}}, Lay::Full);
 }
 
 // ---- communication volume ----
@@ -458,11 +575,13 @@ void check_gpt() {
       if (!g_sp) {  // embedding all-reduce, 2 per layer, CE's two small ones; attend's f sends nothing
         bytes = {{"allreduce", 5 * allreduce_bytes(act) + ce_bytes}};
         calls = {{"allreduce", 7}};
-      } else {  // embedding RS, 2 (AG + RS) per layer, attend AG
+      } else {  // embedding RS, 2 x (AG + RS) per layer, attend AG: the same bytes as 5 all-reduces
         bytes = {{"allreduce", ce_bytes},
-                 {"allgather", 3 * allgather_bytes(act / g_t)},
-                 {"reduce_scatter", 3 * reduce_scatter_bytes(act)}};
-        calls = {{"allreduce", 2}, {"allgather", 3}, {"reduce_scatter", 3}};
+                 {"allgather", 5 * allgather_bytes(act / g_t)},
+                 {"reduce_scatter", 5 * reduce_scatter_bytes(act)}};
+        calls = {{"allreduce", 2}, {"allgather", 5}, {"reduce_scatter", 5}};
+        expect(5 * allgather_bytes(act / g_t) + 5 * reduce_scatter_bytes(act) == 5 * allreduce_bytes(act),
+               "SP moves the bytes of the all-reduces it replaces");
       }
       expect_traffic("GPT stack forward", bytes, calls);
     }
@@ -518,6 +637,7 @@ int main(int argc, char** argv) {
     check_embedding_and_ce();
     check_blocks();
     check_tables();
+    check_through_abi();
     check_layer_traffic();
     check_gpt();
     g_comm->barrier();

@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include <deque>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -160,7 +161,7 @@ inline bool accept_host(const smp_host_api* host, smp_error** error) {
                                                                   smp_error** error) {           \
     if (!::smp::sdk::detail::accept_host(host, error)) return nullptr;                           \
     try {                                                                                        \
-      static ::smp::sdk::PluginBuilder smp_plugin_builder_instance = (builder_expr);             \
+      static ::smp::sdk::PluginBuilder smp_plugin_builder_instance = std::move(builder_expr);    \
       static const smp_plugin_descriptor* smp_plugin_descriptor_instance =                       \
           smp_plugin_builder_instance.descriptor();                                              \
       return smp_plugin_descriptor_instance;                                                     \

@@ -80,8 +80,7 @@ void check_scaled_linear(const Json& cfg, int tp) {
 
 }  // namespace
 
-// std::move: the builder chain yields PluginBuilder&, and PluginBuilder is move-only.
-SMP_PLUGIN(std::move(smp::sdk::PluginBuilder("smp_third_party_rule", "1.0.0")
-                         .module<ScaledLinear>("scaled_linear")
-                         .module<ScaledLinearTp>("scaled_linear_tp")
-                         .tp_rule("scaled_linear", "scaled_linear_tp", &check_scaled_linear)))
+SMP_PLUGIN(smp::sdk::PluginBuilder("smp_third_party_rule", "1.0.0")
+               .module<ScaledLinear>("scaled_linear")
+               .module<ScaledLinearTp>("scaled_linear_tp")
+               .tp_rule("scaled_linear", "scaled_linear_tp", &check_scaled_linear))

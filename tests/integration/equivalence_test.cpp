@@ -1,0 +1,114 @@
+// Serial equivalence: the same job under every parallel layout must give the
+// single-process run's losses and final parameters (fp32, stated tolerances).
+// Each test runs the serial job once, then its layouts, all through smp-launch.
+#include "job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace smp::testing {
+namespace {
+
+// Tolerances: pipeline layouts do the same arithmetic in the same order; dp and
+// tp change the order of floating-point sums (all-reduce, split matmuls), which
+// moves fp32 results by ~1e-6 relative; Adam can amplify that on parameters
+// whose gradient is ~0, so parameters get a looser absolute bound.
+constexpr double kLossRtol = 2e-5;
+constexpr double kParamAtol = 2e-4;
+
+struct Layout {
+  std::string name;
+  int nproc;
+  std::vector<std::string> sets;
+};
+
+struct Model {
+  std::string plugin, config;
+};
+
+Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
+Model towers() { return {plugin_path("towers"), source_path("tests/integration/data/towers-equiv.toml")}; }
+
+void expect_equivalent(const Model& model, const std::vector<Layout>& layouts) {
+  JobResult serial = run_job(1, model.plugin, model.config, {});
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  std::string problem;
+  auto reference = assemble_parameters(serial.run_dir, 0, &problem);
+  ASSERT_TRUE(problem.empty()) << problem;
+  const auto ref_losses = serial.summary["losses"].get<std::vector<double>>();
+  ASSERT_FALSE(ref_losses.empty());
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE("layout " + layout.name);
+    JobResult r = run_job(layout.nproc, model.plugin, model.config, layout.sets);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto losses = r.summary["losses"].get<std::vector<double>>();
+    ASSERT_EQ(losses.size(), ref_losses.size());
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], ref_losses[i], kLossRtol * std::abs(ref_losses[i])) << "step " << i << "\n" << r.output;
+    EXPECT_NEAR(r.summary["val_loss"].get<double>(), serial.summary["val_loss"].get<double>(),
+                kLossRtol * std::abs(serial.summary["val_loss"].get<double>()));
+    std::string replica_problem;
+    auto params = assemble_parameters(r.run_dir, 1e-6, &replica_problem);
+    EXPECT_TRUE(replica_problem.empty()) << replica_problem;
+    ASSERT_EQ(params.size(), reference.size());
+    double worst = 0;
+    std::string worst_name;
+    for (const auto& [name, ref] : reference) {
+      ASSERT_TRUE(params.count(name)) << "missing parameter " << name;
+      ASSERT_EQ(params[name].sizes(), ref.sizes()) << name;
+      double d = (params[name] - ref).abs().max().item<double>();
+      if (d > worst) {
+        worst = d;
+        worst_name = name;
+      }
+    }
+    EXPECT_LE(worst, kParamAtol) << "largest parameter difference at " << worst_name;
+    std::printf("[ layout ] %-28s max |loss diff| ok, max |param diff| %.3g (%s)\n", layout.name.c_str(), worst,
+                worst_name.c_str());
+  }
+}
+
+std::vector<Layout> pipeline_layouts(int pp, const std::string& manual) {
+  const std::string P = "parallel.pp=" + std::to_string(pp);
+  std::vector<Layout> l;
+  for (std::string s : {"gpipe", "1f1b", "zb-h1"})
+    l.push_back({"pp" + std::to_string(pp) + " " + s + " balanced", pp, {P, "parallel.schedule=" + s}});
+  l.push_back({"pp" + std::to_string(pp) + " interleaved v2", pp,
+               {P, "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2"}});
+  l.push_back({"pp" + std::to_string(pp) + " 1f1b tree", pp, {P, "parallel.partition=tree"}});
+  l.push_back({"pp" + std::to_string(pp) + " 1f1b manual", pp, {P, "parallel.partition=manual", "partition.manual=" + manual}});
+  return l;
+}
+
+TEST(GptEquivalence, Pipeline2) {
+  expect_equivalent(gpt(), pipeline_layouts(2, R"({ "wte" = 0, "wpe" = 0, "blocks.0" = 0, "blocks.1" = 0, "blocks.2" = 1, "blocks.3" = 1, "ln_f" = 1, "lm_head" = 1, "loss" = 1 })"));
+}
+
+TEST(GptEquivalence, Pipeline4) {
+  expect_equivalent(gpt(), pipeline_layouts(4, R"({ "wte" = 0, "wpe" = 0, "blocks.0" = 0, "blocks.1" = 1, "blocks.2" = 2, "blocks.3" = 3, "ln_f" = 3, "lm_head" = 3, "loss" = 3 })"));
+}
+
+TEST(GptEquivalence, TensorAndDataParallel) {
+  expect_equivalent(gpt(), {
+                               {"dp2", 2, {"parallel.dp=2"}},
+                               {"tp2", 2, {"parallel.tp=2"}},
+                               {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                               {"tp4", 4, {"parallel.tp=4"}},
+                               {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}},
+                               {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
+                               {"dp2 x tp2", 4, {"parallel.dp=2", "parallel.tp=2"}},
+                               {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
+                           });
+}
+
+TEST(TowersEquivalence, Pipeline2) {
+  expect_equivalent(towers(), pipeline_layouts(2, R"({ "towerA" = 0, "towerB" = 0, "merge" = 1, "head" = 1, "loss" = 1 })"));
+}
+
+TEST(TowersEquivalence, Pipeline4) {
+  expect_equivalent(towers(), pipeline_layouts(4, R"({ "towerA" = 0, "towerB" = 1, "merge" = 2, "head.fc1" = 2, "head.skip" = 3, "head.act" = 3, "head.out" = 3, "loss" = 3 })"));
+}
+
+}  // namespace
+}  // namespace smp::testing

@@ -1,0 +1,107 @@
+#include "job_runner.h"
+
+#include <smp/process_env.h>
+
+#include <boost/filesystem.hpp>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace smp::testing {
+
+namespace fs = boost::filesystem;
+
+std::string source_path(const std::string& relative) { return std::string(SMP_SOURCE_DIR) + "/" + relative; }
+
+std::string plugin_path(const std::string& name) {
+  for (const std::string dir : {std::string(SMP_PLUGIN_DIR), std::string(SMP_TEST_PLUGIN_DIR)}) {
+    fs::path p = fs::path(dir) / (name + ".so");
+    if (fs::exists(p)) return p.string();
+  }
+  return name;
+}
+
+namespace {
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+JobResult run_job(int nproc, const std::string& plugin, const std::string& config, std::vector<std::string> overrides,
+                  const std::vector<std::string>& launcher_args) {
+  JobResult r;
+  r.run_dir = (fs::temp_directory_path() / fs::unique_path("smp-job-%%%%-%%%%-%%%%")).string();
+  overrides.push_back("run.dir=" + r.run_dir);
+  std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
+                    " --master-port " + std::to_string(find_free_port());
+  for (const auto& a : launcher_args) cmd += " " + quote(a);
+  cmd += " --plugin " + quote(plugin) + " --config " + quote(config);
+  for (const auto& o : overrides) cmd += " --set " + quote(o);
+  cmd += " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  int status = pipe ? pclose(pipe) : -1;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(r.run_dir + "/summary.json");
+  if (in) r.summary = nlohmann::json::parse(in);
+  r.output = "$ " + cmd + "\n" + r.output;
+  return r;
+}
+
+std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem) {
+  struct Piece {
+    int dp, tp, tp_size, pp, shard_dim;
+    at::Tensor t;
+  };
+  std::map<std::string, std::vector<Piece>> pieces;
+  for (auto& e : fs::directory_iterator(fs::path(run_dir) / "parameters")) {
+    std::ifstream in(e.path().string());
+    auto j = nlohmann::json::parse(in);
+    for (auto& p : j["parameters"]) {
+      auto data = p["data"].get<std::vector<double>>();
+      at::Tensor t = at::tensor(data, at::kDouble).reshape(p["shape"].get<std::vector<int64_t>>());
+      pieces[p["name"]].push_back({j["dp"], j["tp"], j["tp_size"], j["pp"], p["shard_dim"], t});
+    }
+  }
+  std::map<std::string, at::Tensor> full;
+  auto note = [&](const std::string& msg) {
+    if (problem && problem->empty()) *problem = msg;
+  };
+  for (auto& [name, ps] : pieces) {
+    const int tp_size = ps.front().tp_size;
+    const int shard_dim = ps.front().shard_dim;
+    // Reference replica: dp 0, lowest pp rank holding it.
+    int ref_pp = 1 << 30;
+    for (auto& p : ps)
+      if (p.dp == 0) ref_pp = std::min(ref_pp, p.pp);
+    std::vector<at::Tensor> shards(tp_size);
+    for (auto& p : ps)
+      if (p.dp == 0 && p.pp == ref_pp) shards[p.tp] = p.t;
+    at::Tensor whole;
+    if (shard_dim >= 0) {
+      whole = at::cat(shards, shard_dim);
+    } else {
+      whole = shards[0];
+    }
+    for (auto& p : ps) {  // every replica must hold the same values
+      at::Tensor expect = shard_dim >= 0 ? shards[p.tp] : whole;
+      if (!expect.defined() || expect.sizes() != p.t.sizes()) {
+        note(name + ": replica shapes differ");
+        continue;
+      }
+      double d = (expect - p.t).abs().max().item<double>();
+      if (d > tol)
+        note(name + ": replica at dp " + std::to_string(p.dp) + " pp " + std::to_string(p.pp) + " tp " +
+             std::to_string(p.tp) + " differs by " + std::to_string(d));
+    }
+    full[name] = whole;
+  }
+  return full;
+}
+
+}  // namespace smp::testing
