@@ -264,8 +264,15 @@ class Supervisor {
     std::vector<char*> argv = c_array(args), envp = c_array(env);
     const pid_t parent = ::getpid();
 
+    // Signals stay blocked across fork() until the child has dropped our
+    // handlers: a SIGTERM sent to a just-forked child must not run on_signal
+    // there (it would write to our self-pipe and look like the launcher's own).
+    sigset_t all, old;
+    sigfillset(&all);
+    ::sigprocmask(SIG_BLOCK, &all, &old);
     pid_t pid = ::fork();
     if (pid < 0) {
+      ::sigprocmask(SIG_SETMASK, &old, nullptr);
       say(std::string("fork: ") + std::strerror(errno));
       if (fds[0] >= 0) ::close(fds[0]), ::close(fds[1]);
       return false;
@@ -276,7 +283,10 @@ class Supervisor {
       dfl.sa_handler = SIG_DFL;
       sigemptyset(&dfl.sa_mask);
       for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+      ::close(g_signal_pipe[0]);
+      ::close(g_signal_pipe[1]);
       ::setpgid(0, 0);
+      ::sigprocmask(SIG_SETMASK, &old, nullptr);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       if (!to_terminal) {
@@ -293,6 +303,7 @@ class Supervisor {
       ::_exit(127);
     }
     ::setpgid(pid, pid);  // also here, so kill(-pid) works at once
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
     if (!to_terminal) {
       ::close(fds[1]);
       r.out_fd = fds[0];

@@ -256,6 +256,7 @@ std::shared_ptr<Store> connect_tcp_store(const std::string& host, int port, bool
   // The server may not be listening yet: TCPStore's client retries refused
   // connections itself; we also retry anything else until the deadline.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(100);
   while (true) {
     try {
       return guarded([&] {
@@ -266,8 +267,9 @@ std::shared_ptr<Store> connect_tcp_store(const std::string& host, int port, bool
         return std::make_shared<TcpStore>(s, host);
       });
     } catch (const Failure& f) {
-      if (std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (std::chrono::steady_clock::now() + pause >= deadline) throw;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(1000));
     }
   }
 }

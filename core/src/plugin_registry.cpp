@@ -236,6 +236,11 @@ std::string PluginRegistry::provider(const std::string& name) const {
   return "";
 }
 
+std::string PluginRegistry::provider(const std::string& type, const std::string& name) const {
+  auto it = providers_.find(type + ":" + name);
+  return it == providers_.end() ? "" : it->second;
+}
+
 namespace {
 template <class M>
 std::vector<std::string> keys(const M& m) {

@@ -36,7 +36,7 @@ void apply_tensor_parallel_rules(ModelGraph& graph, const PluginRegistry& regist
         spdlog::warn("node '{}' ({}): not split {} ways ({}); replicated instead", node.name, node.kind, tp_size, reason);
       } else {
         throw Error("node '" + node.name + "' (kind '" + node.kind + "'): cannot be split for parallel.tp = " +
-                    std::to_string(tp_size) + ": " + reason + " [rule from plugin '" + registry.provider(node.kind) +
+                    std::to_string(tp_size) + ": " + reason + " [rule from plugin '" + registry.provider("tp rule", node.kind) +
                     "'; set parallel.tp_replicate_indivisible = true to replicate it instead]");
       }
     }

@@ -125,8 +125,8 @@ nlohmann::json run_training(Runtime& rt) {
     if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
-      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | {:.2f} GFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
-                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(tok_s), flops / 1e9, 100 * flops / peak,
+      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | {:.4f} TFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
+                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(tok_s), flops / 1e12, 100 * flops / peak,
                    1000 * r.seconds, eta);
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {

@@ -34,8 +34,12 @@ std::string quote(const std::string& s) {
 JobResult run_job(int nproc, const std::string& plugin, const std::string& config, std::vector<std::string> overrides,
                   const std::vector<std::string>& launcher_args) {
   JobResult r;
-  r.run_dir = (fs::temp_directory_path() / fs::unique_path("smp-job-%%%%-%%%%-%%%%")).string();
-  overrides.push_back("run.dir=" + r.run_dir);
+  for (const auto& o : overrides)
+    if (o.rfind("run.dir=", 0) == 0) r.run_dir = o.substr(8);
+  if (r.run_dir.empty()) {
+    r.run_dir = (fs::temp_directory_path() / fs::unique_path("smp-job-%%%%-%%%%-%%%%")).string();
+    overrides.push_back("run.dir=" + r.run_dir);
+  }
   std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
                     " --master-port " + std::to_string(find_free_port());
   for (const auto& a : launcher_args) cmd += " " + quote(a);

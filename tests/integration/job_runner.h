@@ -18,7 +18,7 @@ struct JobResult {
 };
 
 // smp-launch --nproc-per-node nproc --master-port <free> <extra...> --plugin P --config C --set k=v...
-// run.dir is set to a fresh temporary folder.
+// run.dir is a fresh temporary folder unless an override sets it.
 JobResult run_job(int nproc, const std::string& plugin, const std::string& config,
                   std::vector<std::string> overrides, const std::vector<std::string>& launcher_args = {});
 

@@ -45,6 +45,8 @@ class PluginRegistry {
   const smp_tp_rule* tp_rule(const std::string& kind) const;
   // The plugin that registered a capability, for messages ("" if none).
   std::string provider(const std::string& capability_name) const;
+  // type: "module kind", "adapter", "partition strategy" or "tp rule".
+  std::string provider(const std::string& type, const std::string& name) const;
 
   std::vector<std::string> module_kinds() const;
   std::vector<std::string> adapters() const;

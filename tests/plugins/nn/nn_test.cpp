@@ -73,7 +73,9 @@ void check_against(Module& m, const std::vector<Tensor>& inputs, const RefFn& re
   (out * w).sum().backward();
   (rout * w).sum().backward();
   for (size_t i = 0; i < min.size(); ++i)
-    if (min[i].is_floating_point()) EXPECT_TRUE(close(min[i].grad(), rin[i].grad())) << "grad of input " << i;
+    if (min[i].is_floating_point()) {
+      EXPECT_TRUE(close(min[i].grad(), rin[i].grad())) << "grad of input " << i;
+    }
   for (auto& p : params) {
     Tensor want = rp[p.name].grad().defined() ? rp[p.name].grad() : at::zeros_like(p.tensor);
     EXPECT_TRUE(close(p.tensor.grad(), want)) << "grad of " << p.name;
@@ -294,8 +296,9 @@ TEST_F(NnTest, InitIsDeterministicPerSeed) {
   ASSERT_EQ(pa.size(), 16u);
   for (auto& [n, t] : pa) {
     EXPECT_TRUE(at::equal(t, pb[n])) << n;
-    if (n.find("weight") != std::string::npos && n.find("ln") == std::string::npos)
+    if (n.find("weight") != std::string::npos && n.find("ln") == std::string::npos) {
       EXPECT_FALSE(at::equal(t, po[n])) << n;
+    }
   }
   EXPECT_TRUE(at::equal(pa["ln1.weight"], at::ones({8})));
   EXPECT_TRUE(at::equal(pa["ln1.bias"], at::zeros({8})));

@@ -137,6 +137,8 @@ struct Layout {
   bool sp;
 };
 
+void PrintTo(const Layout& l, std::ostream* os) { *os << "tp=" << l.tp << (l.sp ? " sequence-parallel" : ""); }
+
 class TpLayers : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TpLayers, MatchSerialLayersAndCommVolume) {

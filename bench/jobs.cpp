@@ -1,0 +1,230 @@
+#include "jobs.h"
+
+#include <smp/process_env.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <boost/filesystem.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <thread>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace bench {
+
+namespace fs = boost::filesystem;
+
+Paths& paths() {
+  static Paths p;
+  return p;
+}
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string fresh_dir(const std::string& label) {
+  fs::path base = paths().work_dir.empty() ? fs::temp_directory_path() / "smp-bench" : fs::path(paths().work_dir);
+  fs::create_directories(base);
+  std::string safe;
+  for (char c : label) safe += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+  return (base / fs::unique_path(safe + "-%%%%%%")).string();
+}
+
+std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+
+}  // namespace
+
+JobResult run_job(const Job& job) {
+  JobResult r;
+  const std::string run_dir = fresh_dir(job.label);
+  std::string cmd;
+  if (job.plain) {
+    fs::create_directories(run_dir);
+    cmd = "OMP_NUM_THREADS=1 " + quote(paths().self) + " plain-run --config " + quote(job.config);
+    for (const auto& o : job.overrides) cmd += " --set " + quote(o);
+    cmd += " --out " + quote(run_dir + "/summary.json");
+  } else {
+    cmd = quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
+          " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) +
+          " --plugin gpt --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
+          " --set run.threads=1";
+    for (const auto& o : job.overrides) cmd += " --set " + quote(o);
+  }
+  cmd += " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  int status = pipe ? pclose(pipe) : -1;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(run_dir + "/summary.json");
+  if (in) {
+    try {
+      r.summary = json::parse(in);
+    } catch (const std::exception& e) {
+      r.output += std::string("\nsmp-bench: cannot parse summary.json: ") + e.what();
+    }
+  }
+  if (r.exit_code != 0 || r.summary.is_null())
+    std::cerr << "smp-bench: job '" << job.label << "' failed (exit " << r.exit_code << ")\n$ " << cmd << "\n"
+              << tail(r.output, 4000) << "\n";
+  r.output = "$ " + cmd + "\n" + tail(r.output, 2000);
+  if (!paths().keep_runs) {
+    boost::system::error_code ec;
+    fs::remove_all(run_dir, ec);
+  }
+  return r;
+}
+
+std::vector<double> load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return {-1, -1, -1};
+  return {l[0], l[1], l[2]};
+}
+
+int online_cores() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
+
+double wait_for_quiet(double threshold, double max_wait_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double l = load_average()[0];
+  bool told = false;
+  while (l >= threshold &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < max_wait_s) {
+    if (!told) {
+      std::cerr << "smp-bench: 1-min load " << fmt(l, 2) << " >= " << fmt(threshold, 2) << ", waiting up to "
+                << max_wait_s << " s for a quieter machine...\n";
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    l = load_average()[0];
+  }
+  if (l >= threshold) std::cerr << "smp-bench: still busy (load " << fmt(l, 2) << "); measuring anyway\n";
+  return l;
+}
+
+json machine_json() {
+  auto l = load_average();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string cpu;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  return {{"host", host}, {"cpu", cpu}, {"cores", online_cores()}, {"load_1_5_15", l}, {"time", now_iso()}};
+}
+
+double gemm_peak_flops_1thread() {
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  double best = 0;
+  for (int64_t n : {512, 1024}) {
+    at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+    at::Tensor c = at::mm(a, b);  // warm-up
+    const int reps = n == 512 ? 8 : 2;
+    for (int rep = 0; rep < 5; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) at::mm_out(c, a, b);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, reps * 2.0 * n * n * n / s);
+    }
+  }
+  at::set_num_threads(before);
+  return best;
+}
+
+std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat) {
+  std::vector<Measured> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) out[i].job = jobs[i];
+  for (int r = 0; r < std::max(1, repeat); ++r)
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::cerr << "smp-bench: [" << (r + 1) << "/" << repeat << "] " << jobs[i].label << " (load "
+                << fmt(load_average()[0], 2) << ")" << std::flush;
+      JobResult res = run_job(jobs[i]);
+      const bool ok = res.exit_code == 0 && res.summary.is_object() && res.summary.contains("step_seconds");
+      double s = ok ? res.summary["step_seconds"].get<double>() : std::numeric_limits<double>::quiet_NaN();
+      std::cerr << " -> " << (ok ? fmt(1000 * s, 1) + " ms/step" : std::string("FAILED")) << " (" << fmt(res.wall_s, 1)
+                << " s wall)\n";
+      if (!ok) {
+        if (!out[i].ok) out[i].best = res;
+        continue;
+      }
+      out[i].step_seconds_all.push_back(s);
+      if (!out[i].ok || s < out[i].best.summary["step_seconds"].get<double>()) out[i].best = res;
+      out[i].ok = true;
+    }
+  return out;
+}
+
+std::string fmt(double v, int prec) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(prec) << v;
+  return os.str();
+}
+
+std::string human_bytes(double b) {
+  const char* unit[] = {"B", "KB", "MB", "GB"};
+  int u = 0;
+  while (std::abs(b) >= 1000 && u < 3) b /= 1000, ++u;
+  return fmt(b, u == 0 ? 0 : 2) + " " + unit[u];
+}
+
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(header.size(), 0);
+  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    for (size_t c = 0; c < w.size(); ++c) {
+      std::string v = c < r.size() ? r[c] : "";
+      std::cout << (c ? "  " : "") << (c ? std::string(w[c] - v.size(), ' ') + v : v + std::string(w[c] - v.size(), ' '));
+    }
+    std::cout << "\n";
+  };
+  line(header);
+  size_t total = 0;
+  for (auto x : w) total += x + 2;
+  std::cout << std::string(total - 2, '-') << "\n";
+  for (const auto& r : rows) line(r);
+  std::cout << std::flush;
+}
+
+void write_json(const std::string& path, const json& j) {
+  fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << j.dump(2) << "\n";
+  std::cout << "wrote " << path << "\n";
+}
+
+std::string default_config() { return paths().source_dir + "/bench/configs/gpt-bench.toml"; }
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace bench

@@ -1,0 +1,73 @@
+// Launching smp jobs (smp-launch subprocesses) and the plain-LibTorch subprocess,
+// machine facts (load, cores), the fp32 GEMM peak, and small table/JSON helpers.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace bench {
+
+using nlohmann::json;
+
+struct Paths {
+  std::string bin_dir;     // where smp-bench, smp-launch and smp-worker live
+  std::string self;        // this executable
+  std::string source_dir;  // the smp source tree (for bench/configs)
+  std::string work_dir;    // run dirs go under here
+  bool keep_runs = false;  // keep the run folders (else removed after reading)
+};
+Paths& paths();
+
+struct Job {
+  std::string label;
+  bool plain = false;  // the plain LibTorch loop (smp-bench plain-run) instead of smp
+  int nproc = 1;
+  std::string config;
+  std::vector<std::string> overrides;
+};
+
+struct JobResult {
+  int exit_code = -1;
+  double wall_s = 0;
+  std::string output;  // launcher + rank 0 output (tail kept on failure)
+  json summary;        // <run.dir>/summary.json, null when missing
+};
+
+// smp: smp-launch --nproc-per-node N --threads-per-rank 1 --master-port <free> --plugin gpt
+//        --config C --set run.dir=<fresh> --set run.threads=1 --set ...
+// plain: OMP_NUM_THREADS=1 smp-bench plain-run --config C --set ... --out <fresh>/summary.json
+JobResult run_job(const Job& job);
+
+// 1-, 5-, 15-minute load averages.
+std::vector<double> load_average();
+int online_cores();
+// Waits (up to max_wait_s) until the 1-minute load is below `threshold`;
+// returns the load seen last. Prints what it waits for.
+double wait_for_quiet(double threshold, double max_wait_s);
+json machine_json();
+
+// Best-of-5 timed fp32 GEMM (n x n, n = 512 and 1024) on ONE intra-op thread: FLOP/s.
+double gemm_peak_flops_1thread();
+
+// Run `jobs` `repeat` times, interleaved (all jobs once, then again...); per job the
+// run with the lowest step_seconds is kept; all step times are recorded.
+struct Measured {
+  Job job;
+  JobResult best;
+  std::vector<double> step_seconds_all;
+  bool ok = false;
+};
+std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat);
+
+// Table printing.
+std::string fmt(double v, int prec = 3);
+std::string human_bytes(double b);
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+
+void write_json(const std::string& path, const json& j);
+std::string default_config();
+std::string now_iso();
+
+}  // namespace bench

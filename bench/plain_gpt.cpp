@@ -1,0 +1,312 @@
+// The plain LibTorch GPT-2 training loop (see plain_gpt.h). Everything the smp job
+// does per step is here, written the way one writes a LibTorch loop by hand:
+//   zero the grads; fetch the batch; forward (token + position embedding, pre-LN
+//   blocks with separate q/k/v projections, causal softmax attention, GELU(tanh) MLP,
+//   final LN, LM head tied to the token embedding, token-mean cross entropy);
+//   backward; global grad-norm clipping; AdamW (decay on dim >= 2 tensors only)
+//   with linear warm-up + cosine learning rate; read the loss.
+// Initialisation reproduces smp's exactly (same per-module seeds, same draw order),
+// and the data sampler reproduces the gpt adapter's, so the losses can be compared
+// step by step with an smp job (a check that both run the same computation).
+#include "plain_gpt.h"
+
+#include <smp/config.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <dirent.h>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <sys/stat.h>
+
+namespace bench {
+
+namespace {
+
+using at::Tensor;
+using Clock = std::chrono::steady_clock;
+
+// ---- data: the same samples as adapters/gpt/text_dataset.cpp ----
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+struct Bytes {
+  std::vector<uint8_t> bytes;
+  int64_t split = 0, seq = 0;
+  uint64_t seed = 0;
+
+  Bytes(const std::string& path, double val_fraction, int64_t seq_len, uint64_t s) : seq(seq_len), seed(s) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) throw std::runtime_error("no such file or folder: " + path);
+    std::vector<std::string> files;
+    if (S_ISDIR(st.st_mode)) {
+      if (DIR* d = opendir(path.c_str())) {
+        while (dirent* e = readdir(d)) {
+          std::string f = path + "/" + e->d_name;
+          struct stat fst {};
+          if (e->d_name[0] != '.' && stat(f.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) files.push_back(f);
+        }
+        closedir(d);
+      }
+      std::sort(files.begin(), files.end());
+    } else {
+      files.push_back(path);
+    }
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    split = static_cast<int64_t>(static_cast<double>(bytes.size()) * (1.0 - val_fraction));
+    if (split < seq + 2) throw std::runtime_error("too little data in " + path);
+  }
+  // Training samples [first, first + count) of `step`'s global batch.
+  void fill(int64_t step, int64_t first, int64_t count, int64_t* tokens, int64_t* targets) const {
+    const uint64_t range = static_cast<uint64_t>(split - seq - 1);
+    for (int64_t i = 0; i < count; ++i) {
+      uint64_t h = splitmix(seed ^ splitmix(0ULL ^ splitmix(static_cast<uint64_t>(step) * 1000003ULL +
+                                                             static_cast<uint64_t>(first + i))));
+      int64_t off = static_cast<int64_t>(h % (range + 1));
+      for (int64_t t = 0; t < seq; ++t) {
+        tokens[i * seq + t] = bytes[off + t];
+        targets[i * seq + t] = bytes[off + t + 1];
+      }
+    }
+  }
+};
+
+// ---- parameters, initialised as smp does ----
+uint64_t seed_for(uint64_t seed, const std::string& key) {  // core/src/runtime.cpp
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
+  return h & 0x7fffffffffffffffULL;
+}
+Tensor normal(at::Generator& g, at::IntArrayRef shape, double std) {
+  return at::empty(shape, at::kFloat).normal_(0.0, std, g).requires_grad_(true);
+}
+Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat).requires_grad_(true); }
+Tensor ones(int64_t n) { return at::ones({n}, at::kFloat).requires_grad_(true); }
+
+struct Block {
+  Tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, pr_w, pr_b;
+};
+
+struct Model {
+  int64_t L, h, heads, s, V, ffn;
+  Tensor wte, wpe, lnf_w, lnf_b;
+  std::vector<Block> blocks;
+  Tensor causal;  // [s, s] true above the diagonal
+
+  Model(int64_t L_, int64_t h_, int64_t heads_, int64_t s_, int64_t V_, int64_t ffn_, uint64_t seed)
+      : L(L_), h(h_), heads(heads_), s(s_), V(V_), ffn(ffn_) {
+    auto gen = [&](const std::string& key) { return at::detail::createCPUGenerator(seed_for(seed, key)); };
+    {
+      auto g = gen("wte");
+      wte = normal(g, {V, h}, 0.02);
+    }
+    {
+      auto g = gen("wpe");
+      wpe = normal(g, {s, h}, 0.01);
+    }
+    const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(L));
+    for (int64_t i = 0; i < L; ++i) {
+      auto g = gen("blocks." + std::to_string(i));
+      Block b;
+      b.ln1_w = ones(h), b.ln1_b = zeros(h);
+      b.q_w = normal(g, {h, h}, 0.02), b.q_b = zeros(h);
+      b.k_w = normal(g, {h, h}, 0.02), b.k_b = zeros(h);
+      b.v_w = normal(g, {h, h}, 0.02), b.v_b = zeros(h);
+      b.o_w = normal(g, {h, h}, out_std), b.o_b = zeros(h);
+      b.ln2_w = ones(h), b.ln2_b = zeros(h);
+      b.fc_w = normal(g, {ffn, h}, 0.02), b.fc_b = zeros(ffn);
+      b.pr_w = normal(g, {h, ffn}, out_std), b.pr_b = zeros(h);
+      blocks.push_back(b);
+    }
+    lnf_w = ones(h), lnf_b = zeros(h);
+    causal = at::ones({s, s}, at::kBool).triu(1);
+  }
+
+  std::vector<Tensor> parameters() const {
+    std::vector<Tensor> p{wte, wpe};
+    for (const auto& b : blocks)
+      for (const Tensor& t : {b.ln1_w, b.ln1_b, b.q_w, b.q_b, b.k_w, b.k_b, b.v_w, b.v_b, b.o_w, b.o_b, b.ln2_w,
+                              b.ln2_b, b.fc_w, b.fc_b, b.pr_w, b.pr_b})
+        p.push_back(t);
+    p.push_back(lnf_w);
+    p.push_back(lnf_b);
+    return p;
+  }
+
+  Tensor attention(const Block& p, const Tensor& x, bool mask_per_call) const {
+    const int64_t b = x.size(0), hd = h / heads;
+    auto split = [&](const Tensor& t) { return t.view({b, s, heads, hd}).transpose(1, 2); };
+    Tensor q = split(at::linear(x, p.q_w, p.q_b)), k = split(at::linear(x, p.k_w, p.k_b)),
+           v = split(at::linear(x, p.v_w, p.v_b));
+    Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(1.0 / std::sqrt(static_cast<double>(hd)));
+    Tensor mask = mask_per_call ? at::ones({s, s}, at::kBool).triu(1) : causal;
+    Tensor probs = at::softmax(scores.masked_fill(mask, -1e9), -1);
+    Tensor ctx = at::matmul(probs, v).transpose(1, 2).reshape({b, s, h});
+    return at::linear(ctx, p.o_w, p.o_b);
+  }
+
+  Tensor loss(const Tensor& tokens, const Tensor& targets, bool smp_ce, bool mask_per_call) const {
+    Tensor x = at::embedding(wte, tokens) + wpe.narrow(0, 0, tokens.size(1));
+    for (const auto& p : blocks) {
+      x = x + attention(p, at::layer_norm(x, {h}, p.ln1_w, p.ln1_b, 1e-5), mask_per_call);
+      Tensor m = at::layer_norm(x, {h}, p.ln2_w, p.ln2_b, 1e-5);
+      x = x + at::linear(at::gelu(at::linear(m, p.fc_w, p.fc_b), "tanh"), p.pr_w, p.pr_b);
+    }
+    Tensor logits = at::linear(at::layer_norm(x, {h}, lnf_w, lnf_b, 1e-5), wte);
+    if (!smp_ce) return at::cross_entropy_loss(logits.view({-1, V}), targets.view({-1}));
+    // smp_nn::cross_entropy, for the "ce" ablation.
+    Tensor lsm = at::log_softmax(logits, -1);
+    Tensor valid = targets.ne(-100);
+    Tensor idx = targets.masked_fill(valid.logical_not(), 0).unsqueeze(-1);
+    Tensor nll = lsm.gather(-1, idx).squeeze(-1).neg().mul(valid.to(logits.scalar_type()));
+    return nll.sum().div(valid.sum().clamp_min(1).to(logits.scalar_type()));
+  }
+};
+
+struct AdamW {
+  std::vector<Tensor> params, m, v;
+  double b1, b2, eps, wd;
+  int64_t t = 0;
+  AdamW(std::vector<Tensor> p, double b1_, double b2_, double eps_, double wd_)
+      : params(std::move(p)), b1(b1_), b2(b2_), eps(eps_), wd(wd_) {
+    for (auto& x : params) {
+      m.push_back(at::zeros_like(x).detach());
+      v.push_back(at::zeros_like(x).detach());
+    }
+  }
+  void step(double lr) {
+    c10::NoGradGuard ng;
+    ++t;
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor& p = params[i];
+      const Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      if (wd > 0 && p.dim() >= 2) p.mul_(1.0 - lr * wd);
+      m[i].mul_(b1).add_(g, 1.0 - b1);
+      v[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
+      Tensor denom = v[i].sqrt().div_(std::sqrt(bc2)).add_(eps);
+      p.addcdiv_(m[i], denom, -lr / bc1);
+    }
+  }
+};
+
+double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t total) {  // smp's LrSchedule
+  if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (total <= warmup) return lr;
+  double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  progress = std::min(1.0, std::max(0.0, progress));
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+nlohmann::json run_plain_gpt(const PlainOptions& o) {
+  smp::Config cfg = smp::Config::load(o.config, o.overrides);
+  auto has = [&](const char* m) { return std::find(o.mimic.begin(), o.mimic.end(), m) != o.mimic.end(); };
+  const bool smp_norm = has("norm"), smp_ce = has("ce"), mask_per_call = has("mask");
+  at::set_num_threads(1);
+
+  const int64_t L = cfg.get_int("model.layers"), h = cfg.get_int("model.hidden"), heads = cfg.get_int("model.heads"),
+                s = cfg.get_int("model.seq_len"), V = cfg.get_int("model.vocab");
+  const int64_t ffn = cfg.has("model.ffn") ? cfg.get_int("model.ffn") : 4 * h;
+  const int64_t B = cfg.get_int("train.batch_size"), steps = cfg.get_int("train.steps");
+  const uint64_t seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
+  const double lr = cfg.get_double("train.lr"), min_lr = cfg.get_double("train.min_lr"),
+               clip = cfg.get_double("train.grad_clip");
+  const int64_t warmup = cfg.get_int("train.warmup_steps");
+  if (cfg.has("model.dropout") && cfg.get_double("model.dropout") > 0)
+    throw std::runtime_error("plain-run: model.dropout must be 0 (the reference has no dropout)");
+
+  Bytes data(cfg.get_string("model.data"), cfg.has("model.val_fraction") ? cfg.get_double("model.val_fraction") : 0.1,
+             s, seed);
+  Model model(L, h, heads, s, V, ffn, seed);
+  std::vector<Tensor> params = model.parameters();
+  AdamW opt(params, cfg.get_double("train.beta1"), cfg.get_double("train.beta2"), cfg.get_double("train.eps"),
+            cfg.get_double("train.weight_decay"));
+  int64_t n_params = 0;
+  for (auto& p : params) n_params += p.numel();
+
+  nlohmann::json losses = nlohmann::json::array(), step_times = nlohmann::json::array();
+  double timed = 0, ph_fwd = 0, ph_bwd = 0, ph_clip = 0, ph_opt = 0;
+  int64_t n_timed = 0;
+  Tensor tokens = at::empty({B, s}, at::kLong), targets = at::empty({B, s}, at::kLong);
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto t0 = Clock::now();
+    for (auto& p : params)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    data.fill(step, 0, B, tokens.data_ptr<int64_t>(), targets.data_ptr<int64_t>());
+    Tensor loss = model.loss(tokens, targets, smp_ce, mask_per_call);
+    const auto t1 = Clock::now();
+    loss.backward();
+    const double loss_v = loss.item<double>();
+    const auto t2 = Clock::now();
+    double norm = 0;
+    {
+      c10::NoGradGuard ng;
+      if (smp_norm) {
+        for (auto& p : params) norm += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+        norm = std::sqrt(norm);
+      } else {
+        std::vector<Tensor> norms;
+        norms.reserve(params.size());
+        for (auto& p : params) norms.push_back(at::norm(p.grad()));
+        norm = at::stack(norms).norm().item<double>();
+      }
+      if (clip > 0 && norm > clip) {
+        const double scale = clip / (norm + 1e-6);
+        for (auto& p : params) p.mutable_grad().mul_(scale);
+      }
+    }
+    const auto t3 = Clock::now();
+    opt.step(lr_at(step, lr, min_lr, warmup, steps));
+    const double dt = seconds_since(t0);
+    losses.push_back(loss_v);
+    step_times.push_back(dt);
+    if (step > 0 || steps == 1) {  // the same rule as smp's run_training
+      timed += dt;
+      ++n_timed;
+      ph_fwd += std::chrono::duration<double>(t1 - t0).count();
+      ph_bwd += std::chrono::duration<double>(t2 - t1).count();
+      ph_clip += std::chrono::duration<double>(t3 - t2).count();
+      ph_opt += seconds_since(t3);
+    }
+  }
+  const double step_s = n_timed ? timed / n_timed : 0;
+  const double flops = 72.0 * static_cast<double>(B * s * L) * h * h *
+                       (1.0 + static_cast<double>(s) / (6.0 * h) + static_cast<double>(V) / (12.0 * L * h));
+  nlohmann::json j;
+  j["losses"] = losses;
+  j["final_loss"] = losses.empty() ? 0.0 : losses.back().get<double>();
+  j["step_seconds"] = step_s;
+  j["step_seconds_each"] = step_times;
+  j["tokens_per_s"] = step_s > 0 ? static_cast<double>(B * s) / step_s : 0;
+  j["model_flops_per_step"] = flops;
+  j["parameters"] = n_params;
+  j["parameter_bytes"] = n_params * 4;
+  j["threads"] = at::get_num_threads();
+  j["mimic"] = o.mimic;
+  if (n_timed)
+    j["phase_seconds"] = {{"zero_data_forward", ph_fwd / n_timed}, {"backward_and_loss_item", ph_bwd / n_timed},
+                          {"grad_norm_clip", ph_clip / n_timed}, {"adamw", ph_opt / n_timed}};
+  return j;
+}
+
+}  // namespace bench

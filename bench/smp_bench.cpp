@@ -1,0 +1,451 @@
+// smp-bench: side-by-side benchmarks of smp (see bench/README.md).
+//
+//   smp-bench gpt      [--steps N] [--out F]   issue 6: plain LibTorch vs smp 1 rank vs dp=2 / pp=2 / tp=2
+//   smp-bench pipeline [--steps N] [--out F]   issue 4: pp=2, 4 schedules x m in {2,4,8} vs serial and theory
+//   smp-bench tp       [--steps N] [--out F]   issue 5: tp=2 with / without sequence parallelism vs serial
+//   smp-bench plain-run --config C [--set k=v] --out F   (internal: the plain LibTorch loop, one process)
+//
+// Every smp job is a real `smp-launch ... --plugin gpt` run with one intra-op thread
+// per rank; numbers come from its <run.dir>/summary.json (step_seconds = mean step
+// time excluding the first step; the plain loop uses the same rule).
+#include "analytic.h"
+#include "jobs.h"
+#include "plain_gpt.h"
+
+#include <smp/config.h>
+#include <smp/schedule.h>
+#include <smp/schedule_simulator.h>
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+
+#include <boost/filesystem.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <map>
+
+namespace {
+
+using bench::fmt;
+using bench::Job;
+using bench::json;
+using bench::Measured;
+
+struct Common {
+  int steps = 12;
+  int64_t batch = 8;
+  int repeat = 1;
+  std::string out;
+  std::string config;
+  std::vector<std::string> sets;  // extra overrides for every job
+  double max_load = 1.5;
+  double wait_s = 120;
+};
+
+void add_common(CLI::App* sub, Common& c, int default_steps, int64_t default_batch, const std::string& default_out) {
+  c.steps = default_steps;
+  c.batch = default_batch;
+  c.out = default_out;
+  sub->add_option("--steps", c.steps, "training steps per job (the first is excluded from timing)")
+      ->capture_default_str();
+  sub->add_option("--batch", c.batch, "global batch size (samples of seq_len tokens)")->capture_default_str();
+  sub->add_option("--repeat", c.repeat, "run every job R times (interleaved) and keep each job's fastest run")
+      ->capture_default_str();
+  sub->add_option("--out", c.out, "JSON result file")->capture_default_str();
+  sub->add_option("--config", c.config, "job TOML (default bench/configs/gpt-bench.toml)");
+  sub->add_option("--set", c.sets, "extra config override for every job, e.g. --set train.lr=1e-3")->take_all();
+  sub->add_option("--max-load", c.max_load, "wait for the 1-minute load average to drop below this first")
+      ->capture_default_str();
+  sub->add_option("--wait", c.wait_s, "seconds to wait at most for that")->capture_default_str();
+}
+
+std::vector<std::string> base_overrides(const Common& c) {
+  std::vector<std::string> o{"train.steps=" + std::to_string(c.steps), "train.batch_size=" + std::to_string(c.batch),
+                             "train.val_batches=0", "train.val_every=0", "train.log_every=1"};
+  o.insert(o.end(), c.sets.begin(), c.sets.end());
+  return o;
+}
+
+bench::Shape shape_of(const std::string& config, const std::vector<std::string>& overrides) {
+  smp::Config cfg = smp::Config::load(config, overrides);
+  bench::Shape m;
+  m.layers = cfg.get_int("model.layers");
+  m.hidden = cfg.get_int("model.hidden");
+  m.heads = cfg.get_int("model.heads");
+  m.seq = cfg.get_int("model.seq_len");
+  m.vocab = cfg.get_int("model.vocab");
+  m.ffn = cfg.has("model.ffn") ? cfg.get_int("model.ffn") : 4 * m.hidden;
+  return m;
+}
+
+json shape_json(const bench::Shape& m) {
+  return {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"seq_len", m.seq},
+          {"vocab", m.vocab},   {"ffn", m.ffn},       {"parameters", bench::param_count(m)},
+          {"parameter_bytes", 4 * bench::param_count(m)}};
+}
+
+// comm_bytes_rank0 {axis: {op: bytes}} / steps, dropping zero entries and the end-of-run
+// "world" gather (one-off, for the summary itself).
+json per_step_comm(const json& summary, int steps) {
+  json out = json::object();
+  if (!summary.contains("comm_bytes_rank0")) return out;
+  for (auto& [axis, ops] : summary["comm_bytes_rank0"].items()) {
+    if (axis == "world") continue;
+    for (auto& [op, v] : ops.items()) {
+      double b = v.get<double>();
+      if (b > 0) out[axis][op] = b / steps;
+    }
+  }
+  return out;
+}
+double axis_total(const json& per_step, const std::string& axis) {
+  double t = 0;
+  if (per_step.contains(axis))
+    for (auto& [op, v] : per_step[axis].items()) t += v.get<double>();
+  return t;
+}
+
+double max_abs_diff(const json& a, const json& b) {
+  double d = 0;
+  if (!a.is_array() || !b.is_array()) return NAN;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    d = std::max(d, std::abs(a[i].get<double>() - b[i].get<double>()));
+  return d;
+}
+
+json run_record(const Measured& m, double peak_1thread, int ranks) {
+  json r;
+  r["label"] = m.job.label;
+  r["ranks"] = ranks;
+  r["ok"] = m.ok;
+  if (!m.ok) {
+    r["error_output"] = m.best.output;
+    return r;
+  }
+  const json& s = m.best.summary;
+  const double step = s["step_seconds"].get<double>();
+  const double flops = s["model_flops_per_step"].get<double>();
+  r["step_seconds"] = step;
+  r["step_seconds_all_repeats"] = m.step_seconds_all;
+  r["tokens_per_s"] = s["tokens_per_s"];
+  r["model_flops_per_step"] = flops;
+  r["mfu"] = flops / step / (ranks * peak_1thread);
+  if (s.contains("mfu")) r["mfu_worker_reported"] = s["mfu"];
+  if (s.contains("peak_flops_per_rank")) r["peak_flops_per_rank_worker_measured"] = s["peak_flops_per_rank"];
+  r["final_loss"] = s["final_loss"];
+  r["losses"] = s["losses"];
+  for (const char* k : {"peak_activation_bytes", "peak_memory_bytes", "layout", "phase_seconds", "mimic"})
+    if (s.contains(k)) r[k] = s[k];
+  r["wall_seconds_incl_startup"] = m.best.wall_s;
+  return r;
+}
+
+void finish(json& result, const Common& c) {
+  result["machine_after"] = bench::machine_json();
+  bench::write_json(c.out, result);
+}
+
+json start(const std::string& name, const Common& c, const bench::Shape& shape, double* peak) {
+  json result;
+  result["benchmark"] = name;
+  result["config_file"] = c.config;
+  result["model"] = shape_json(shape);
+  result["steps"] = c.steps;
+  result["batch_size"] = c.batch;
+  result["repeat"] = c.repeat;
+  result["timing_rule"] = "mean step time over steps 2..N (first step excluded), fastest of the repeats";
+  double load = bench::wait_for_quiet(c.max_load, c.wait_s);
+  result["machine_before"] = bench::machine_json();
+  result["machine_before"]["load_when_started"] = load;
+  *peak = bench::gemm_peak_flops_1thread();
+  result["peak_flops_per_core"] = *peak;
+  result["peak_flops_method"] = "best of 5 timed fp32 at::mm (n = 512 and 1024), 1 intra-op thread, in smp-bench";
+  std::cout << "measured fp32 GEMM peak: " << fmt(*peak / 1e9, 1) << " GFLOP/s per core (1 thread); load "
+            << fmt(bench::load_average()[0], 2) << " on " << bench::online_cores() << " cores\n";
+  return result;
+}
+
+// ----------------------------------------------------------------------------- gpt
+int cmd_gpt(const Common& c) {
+  const auto base = base_overrides(c);
+  const bench::Shape shape = shape_of(c.config, base);
+  double peak = 0;
+  json result = start("gpt", c, shape, &peak);
+
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
+  std::vector<Job> jobs{
+      {"plain-libtorch", true, 1, c.config, base},
+      {"smp-1rank", false, 1, c.config, with({})},
+      {"smp-dp2", false, 2, c.config, with({"parallel.dp=2"})},
+      {"smp-pp2-1f1b-m4", false, 2, c.config,
+       with({"parallel.pp=2", "parallel.microbatches=4", "parallel.schedule=1f1b"})},
+      {"smp-tp2", false, 2, c.config, with({"parallel.tp=2"})},
+  };
+  auto measured = bench::run_repeated(jobs, c.repeat);
+
+  const Measured& plain = measured[0];
+  const Measured& one = measured[1];
+  const double plain_tps = plain.ok ? plain.best.summary["tokens_per_s"].get<double>() : NAN;
+  const double one_tps = one.ok ? one.best.summary["tokens_per_s"].get<double>() : NAN;
+
+  json runs = json::array();
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const Measured& m = measured[i];
+    json r = run_record(m, peak, m.job.nproc);
+    if (m.ok) {
+      const double tps = m.best.summary["tokens_per_s"].get<double>();
+      r["ratio_to_plain"] = tps / plain_tps;
+      r["speedup_vs_smp_1rank"] = tps / one_tps;
+      r["max_abs_loss_diff_vs_plain"] = plain.ok ? max_abs_diff(m.best.summary["losses"], plain.best.summary["losses"]) : NAN;
+      json comm = per_step_comm(m.best.summary, c.steps), analytic;
+      const std::string l = m.job.label;
+      std::string axis;
+      if (l == "smp-dp2") axis = "dp", analytic = bench::dp_bytes_per_step(shape, 2);
+      if (l.rfind("smp-pp2", 0) == 0) axis = "pp", analytic = bench::pp_bytes_per_step_rank0(shape, c.batch / 4, 4, 2, 1);
+      if (l == "smp-tp2") axis = "tp", analytic = bench::tp_bytes_per_step(shape, c.batch, 2, false);
+      if (!m.job.plain) r["comm_bytes_per_step_rank0_measured"] = comm;
+      if (!axis.empty()) {
+        r["comm_bytes_per_step_rank0_analytic"] = analytic;
+        const double meas = axis_total(comm, axis), ana = analytic["total_" + axis].get<double>();
+        r["comm_check"] = {{"axis", axis}, {"measured", meas}, {"analytic", ana}, {"measured_over_analytic", meas / ana}};
+      }
+      rows.push_back({l, std::to_string(m.job.nproc), fmt(1000 * m.best.summary["step_seconds"].get<double>(), 1),
+                      fmt(tps, 0), fmt(tps / plain_tps, 3), fmt(tps / one_tps, 3), fmt(100 * r["mfu"].get<double>(), 1),
+                      axis.empty() ? "-" : bench::human_bytes(r["comm_check"]["measured"].get<double>()),
+                      axis.empty() ? "-" : bench::human_bytes(r["comm_check"]["analytic"].get<double>()),
+                      fmt(r["max_abs_loss_diff_vs_plain"].get<double>(), 6)});
+    } else {
+      rows.push_back({m.job.label, std::to_string(m.job.nproc), "FAILED"});
+    }
+    runs.push_back(r);
+  }
+  result["runs"] = runs;
+  const double r1 = one_tps / plain_tps;
+  const double dp = measured[2].ok ? measured[2].best.summary["tokens_per_s"].get<double>() / one_tps : NAN;
+  result["targets"] = {
+      {"smp_1rank_over_plain", {{"target", 0.97}, {"measured", r1}, {"met", r1 >= 0.97}}},
+      {"dp2_over_smp_1rank", {{"target", 1.85}, {"measured", dp}, {"met", dp >= 1.85}}},
+  };
+  std::cout << "\nsmp-bench gpt: " << shape.layers << " layers, hidden " << shape.hidden << ", " << shape.heads
+            << " heads, seq " << shape.seq << ", vocab " << shape.vocab << ", batch " << c.batch << ", " << c.steps
+            << " steps (first excluded), 1 thread per rank\n";
+  bench::print_table({"run", "ranks", "ms/step", "tok/s", "vs plain", "vs smp-1", "MFU%", "bytes/step", "analytic",
+                      "max|dloss|"},
+                     rows);
+  std::cout << "targets: smp 1 rank / plain = " << fmt(r1, 3) << " (>= 0.97: " << (r1 >= 0.97 ? "met" : "NOT met")
+            << "), dp=2 / smp 1 rank = " << fmt(dp, 3) << " (>= 1.85: " << (dp >= 1.85 ? "met" : "NOT met") << ")\n";
+  finish(result, c);
+  return 0;
+}
+
+// ------------------------------------------------------------------------ pipeline
+double formula_bubble(const std::string& sched, int p, int m, int v) {
+  if (sched == "interleaved-1f1b") return double(p - 1) / (v * m);
+  if (sched == "zb-h1") return double(p - 1) / (3.0 * m);
+  return double(p - 1) / m;
+}
+
+int cmd_pipeline(const Common& c) {
+  const auto base = base_overrides(c);
+  const bench::Shape shape = shape_of(c.config, base);
+  double peak = 0;
+  json result = start("pipeline", c, shape, &peak);
+  const std::vector<int> ms{2, 4, 8};
+  const std::vector<std::string> scheds{"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"};
+  const int p = 2, v = 2;
+
+  std::vector<Job> jobs;
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
+  jobs.push_back({"serial-m1", false, 1, c.config, with({})});
+  for (int m : ms) jobs.push_back({"serial-m" + std::to_string(m), false, 1, c.config,
+                                   with({"parallel.microbatches=" + std::to_string(m)})});
+  for (const auto& s : scheds)
+    for (int m : ms) {
+      auto o = with({"parallel.pp=2", "parallel.microbatches=" + std::to_string(m), "parallel.schedule=" + s});
+      if (s == "interleaved-1f1b") o.push_back("parallel.virtual_stages=" + std::to_string(v));
+      jobs.push_back({"pp2-" + s + "-m" + std::to_string(m), false, 2, c.config, o});
+    }
+  auto measured = bench::run_repeated(jobs, c.repeat);
+  std::map<int, double> serial;  // microbatches -> step seconds
+  json serial_runs = json::array();
+  for (size_t i = 0; i < 1 + ms.size(); ++i) {
+    const int m = i == 0 ? 1 : ms[i - 1];
+    json r = run_record(measured[i], peak, 1);
+    r["microbatches"] = m;
+    if (measured[i].ok) serial[m] = measured[i].best.summary["step_seconds"].get<double>();
+    serial_runs.push_back(r);
+  }
+  result["serial"] = serial_runs;
+
+  json runs = json::array();
+  std::vector<std::vector<std::string>> rows;
+  size_t k = 1 + ms.size();
+  for (const auto& s : scheds)
+    for (int m : ms) {
+      const Measured& mm = measured[k++];
+      const int vv = s == "interleaved-1f1b" ? v : 1;
+      json r = run_record(mm, peak, 2);
+      r["schedule"] = s;
+      r["microbatches"] = m;
+      r["virtual_stages"] = vv;
+      const double bubble = formula_bubble(s, p, m, vv);
+      smp::SimResult sim = smp::simulate(smp::make_schedule(s, p, m, vv));
+      r["bubble_formula"] = bubble;
+      r["bubble_simulated_F1_B2"] = sim.bubble_ratio;
+      if (!mm.ok) {
+        rows.push_back({s, std::to_string(m), "FAILED"});
+        runs.push_back(r);
+        continue;
+      }
+      const double step = mm.best.summary["step_seconds"].get<double>();
+      const double ser_m = serial.count(m) ? serial[m] : NAN, ser_1 = serial.count(1) ? serial[1] : NAN;
+      const double theory = ser_m / p * (1 + bubble);
+      r["serial_step_seconds_same_microbatches"] = ser_m;
+      r["serial_step_seconds_m1"] = ser_1;
+      r["speedup_vs_serial_m1"] = ser_1 / step;
+      r["speedup_vs_serial_same_m"] = ser_m / step;
+      r["theoretical_step_seconds"] = theory;
+      r["measured_over_theoretical"] = step / theory;
+      r["implied_bubble"] = step / (ser_m / p) - 1;
+      json comm = per_step_comm(mm.best.summary, c.steps);
+      json analytic = bench::pp_bytes_per_step_rank0(shape, c.batch / m, m, p, vv);
+      r["comm_bytes_per_step_rank0_measured"] = comm;
+      r["comm_bytes_per_step_rank0_analytic"] = analytic;
+      const double meas = axis_total(comm, "pp"), ana = analytic["total_pp"].get<double>();
+      r["comm_check"] = {{"axis", "pp"}, {"measured", meas}, {"analytic", ana}, {"measured_over_analytic", meas / ana}};
+      auto act = mm.best.summary["peak_activation_bytes"];
+      rows.push_back({s, std::to_string(m), fmt(1000 * step, 1), fmt(1000 * ser_m, 1), fmt(1000 * theory, 1),
+                      fmt(step / theory, 3), fmt(ser_1 / step, 3), fmt(bubble, 3), fmt(r["implied_bubble"].get<double>(), 3),
+                      bench::human_bytes(act[0].get<double>()) + " / " + bench::human_bytes(act[1].get<double>()),
+                      fmt(meas / ana, 4)});
+      runs.push_back(r);
+    }
+  result["pipeline"] = runs;
+  std::cout << "\nsmp-bench pipeline: pp=2, batch " << c.batch << ", " << c.steps
+            << " steps; theory = serial(same m)/2 * (1 + bubble)\n";
+  std::vector<std::vector<std::string>> srows;
+  for (auto& [m, s] : serial) srows.push_back({std::to_string(m), fmt(1000 * s, 1)});
+  bench::print_table({"serial m", "ms/step"}, srows);
+  std::cout << "\n";
+  bench::print_table({"schedule", "m", "ms/step", "serial(m)", "theory", "meas/theory", "x serial(m1)", "bubble",
+                      "implied", "peak act st0 / st1", "pp bytes/an."},
+                     rows);
+  finish(result, c);
+  return 0;
+}
+
+// ------------------------------------------------------------------------------ tp
+int cmd_tp(const Common& c) {
+  const auto base = base_overrides(c);
+  const bench::Shape shape = shape_of(c.config, base);
+  double peak = 0;
+  json result = start("tp", c, shape, &peak);
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
+  std::vector<Job> jobs{{"serial", false, 1, c.config, with({})},
+                        {"tp2", false, 2, c.config, with({"parallel.tp=2"})},
+                        {"tp2-sp", false, 2, c.config, with({"parallel.tp=2", "parallel.sequence_parallel=true"})}};
+  auto measured = bench::run_repeated(jobs, c.repeat);
+  const double ser = measured[0].ok ? measured[0].best.summary["step_seconds"].get<double>() : NAN;
+  json runs = json::array();
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const Measured& m = measured[i];
+    json r = run_record(m, peak, m.job.nproc);
+    if (!m.ok) {
+      rows.push_back({m.job.label, "FAILED"});
+      runs.push_back(r);
+      continue;
+    }
+    const double step = m.best.summary["step_seconds"].get<double>();
+    r["speedup_vs_serial"] = ser / step;
+    r["max_abs_loss_diff_vs_serial"] = max_abs_diff(m.best.summary["losses"], measured[0].best.summary["losses"]);
+    std::string bytes = "-", ana_s = "-", ratio = "-";
+    if (i > 0) {
+      const bool sp = m.job.label == "tp2-sp";
+      json comm = per_step_comm(m.best.summary, c.steps);
+      json analytic = bench::tp_bytes_per_step(shape, c.batch, 2, sp);
+      r["sequence_parallel"] = sp;
+      r["comm_bytes_per_step_rank0_measured"] = comm;
+      r["comm_bytes_per_step_rank0_analytic"] = analytic;
+      const double meas = axis_total(comm, "tp"), ana = analytic["total_tp"].get<double>();
+      r["comm_check"] = {{"axis", "tp"}, {"measured", meas}, {"analytic", ana}, {"measured_over_analytic", meas / ana}};
+      bytes = bench::human_bytes(meas), ana_s = bench::human_bytes(ana), ratio = fmt(meas / ana, 4);
+    }
+    auto act = m.best.summary["peak_activation_bytes"];
+    rows.push_back({m.job.label, fmt(1000 * step, 1), fmt(ser / step, 3), fmt(100 * r["mfu"].get<double>(), 1), bytes,
+                    ana_s, ratio, bench::human_bytes(act[0].get<double>()),
+                    fmt(r["max_abs_loss_diff_vs_serial"].get<double>(), 6)});
+    runs.push_back(r);
+  }
+  result["runs"] = runs;
+  std::cout << "\nsmp-bench tp: tp=2, batch " << c.batch << ", " << c.steps << " steps\n";
+  bench::print_table({"run", "ms/step", "x serial", "MFU%", "tp bytes/step", "analytic", "meas/an.", "peak act r0",
+                      "max|dloss|"},
+                     rows);
+  finish(result, c);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace fs = boost::filesystem;
+  bench::Paths& P = bench::paths();
+  P.self = fs::canonical("/proc/self/exe").string();
+  P.bin_dir = fs::path(P.self).parent_path().string();
+  P.source_dir = SMP_SOURCE_DIR;
+
+  CLI::App app{"smp-bench: smp vs plain LibTorch, pipeline schedules, tensor parallelism (see bench/README.md)"};
+  app.require_subcommand(1);
+  app.add_option("--work-dir", P.work_dir, "where job run folders go (default $TMPDIR/smp-bench)");
+  app.add_flag("--keep-runs", P.keep_runs, "keep the job run folders (logs, summary.json)");
+
+  Common gpt, pipe, tp;
+  auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
+  add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
+  auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
+  add_common(pl, pipe, 8, 16, P.source_dir + "/bench/results/pipeline.json");
+  auto* t = app.add_subcommand("tp", "tp=2 with/without sequence parallelism vs serial (issue 5)");
+  add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
+
+  bench::PlainOptions po;
+  std::string plain_out;
+  auto* pr = app.add_subcommand("plain-run", "(internal) the plain LibTorch GPT loop in this process, 1 thread");
+  pr->add_option("--config", po.config, "job TOML")->required();
+  pr->add_option("--set", po.overrides, "override")->take_all();
+  pr->add_option("--out", plain_out, "summary JSON to write (default: print)");
+  pr->add_option("--mimic", po.mimic, "ablations: norm, ce, mask (do it the way smp does)")->take_all();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (Common* c : {&gpt, &pipe, &tp})
+      if (c->config.empty()) c->config = bench::default_config();
+    if (*g) return cmd_gpt(gpt);
+    if (*pl) return cmd_pipeline(pipe);
+    if (*t) return cmd_tp(tp);
+    if (*pr) {
+      json j = bench::run_plain_gpt(po);
+      if (plain_out.empty()) std::cout << j.dump(2) << "\n";
+      else bench::write_json(plain_out, j);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "smp-bench: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

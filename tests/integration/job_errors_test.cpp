@@ -1,0 +1,71 @@
+// Bad jobs fail with a clear message naming the key, node, plugin or rank, a
+// non-zero exit, and without destroying what an earlier run wrote.
+#include "job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
+
+#include <fstream>
+
+namespace smp::testing {
+namespace {
+
+std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.toml"); }
+
+void expect_failure(const JobResult& r, const std::vector<std::string>& needles) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const auto& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << "missing '" << n << "' in:\n" << r.output;
+}
+
+TEST(JobErrors, UnknownModelKeyNamesIt) {
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"model.layerz=3"}), {"model.layerz", "unknown key"});
+}
+
+TEST(JobErrors, BadModelValueNamesKey) {
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"model.layers=-2"}), {"model.layers", "positive"});
+}
+
+TEST(JobErrors, MissingDataFileNamesIt) {
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"model.data=/nonexistent/corpus.txt"}),
+                 {"model.data", "/nonexistent/corpus.txt"});
+}
+
+TEST(JobErrors, TensorParallelDegreeThatDoesNotDivideNamesNodeAndSizes) {
+  // Neither the 256-entry vocabulary nor 4 heads split 3 ways; the first node in order is named.
+  expect_failure(run_job(3, plugin_path("gpt"), gpt_config(), {"parallel.tp=3", "train.batch_size=12"}),
+                 {"parallel.tp = 3", "node 'wte'", "256", "rule from plugin 'smp_tp'"});
+}
+
+TEST(JobErrors, MorePipelineStagesThanNodesIsAnError) {
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(),
+                         {"parallel.pp=2", "parallel.virtual_stages=8", "parallel.schedule=interleaved-1f1b",
+                          "parallel.microbatches=4"}),
+                 {"stage"});
+}
+
+TEST(JobErrors, UnknownPartitionerNamesKnownOnes) {
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.pp=2", "parallel.partition=magic"}),
+                 {"parallel.partition", "magic", "balanced"});
+}
+
+TEST(JobErrors, MissingAdapterPluginNamesFile) {
+  expect_failure(run_job(1, "/nonexistent/model.so", gpt_config(), {}), {"/nonexistent/model.so"});
+}
+
+TEST(JobErrors, FailedRunKeepsPreviousSummary) {
+  JobResult ok = run_job(1, plugin_path("gpt"), gpt_config(), {"train.steps=1"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  ASSERT_TRUE(boost::filesystem::exists(ok.run_dir + "/summary.json"));
+  std::ifstream before(ok.run_dir + "/summary.json");
+  std::string content((std::istreambuf_iterator<char>(before)), std::istreambuf_iterator<char>());
+  // Same run.dir, a config that fails while building the runtime.
+  JobResult bad = run_job(1, plugin_path("gpt"), gpt_config(), {"model.heads=5", "run.dir=" + ok.run_dir});
+  EXPECT_NE(bad.exit_code, 0);
+  std::ifstream after(ok.run_dir + "/summary.json");
+  std::string content_after((std::istreambuf_iterator<char>(after)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, content_after);
+}
+
+}  // namespace
+}  // namespace smp::testing
