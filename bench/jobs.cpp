@@ -19,6 +19,7 @@
 #include <limits>
 #include <sstream>
 #include <thread>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,29 @@ std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : ".
 
 }  // namespace
 
+double machine_busy_seconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  long long user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  in >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal;
+  return static_cast<double>(user + nice + sys + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double children_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+double competing_cores_now(double seconds) {
+  const double b0 = machine_busy_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return (machine_busy_seconds() - b0) / wall;
+}
+
 JobResult run_job(const Job& job) {
   JobResult r;
   const std::string run_dir = fresh_dir(job.label);
@@ -68,12 +92,16 @@ JobResult run_job(const Job& job) {
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
   }
   cmd += " 2>&1";
+  const double busy0 = machine_busy_seconds(), kids0 = children_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
   while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
   int status = pipe ? pclose(pipe) : -1;
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double kids = children_cpu_seconds() - kids0;
+  r.job_cpu_cores = kids / r.wall_s;
+  r.competing_cores = std::max(0.0, (machine_busy_seconds() - busy0 - kids) / r.wall_s);
   r.exit_code = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::ifstream in(run_dir + "/summary.json");
   if (in) {
@@ -164,7 +192,8 @@ std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat) {
       const bool ok = res.exit_code == 0 && res.summary.is_object() && res.summary.contains("step_seconds");
       double s = ok ? res.summary["step_seconds"].get<double>() : std::numeric_limits<double>::quiet_NaN();
       std::cerr << " -> " << (ok ? fmt(1000 * s, 1) + " ms/step" : std::string("FAILED")) << " (" << fmt(res.wall_s, 1)
-                << " s wall)\n";
+                << " s wall, other processes used " << fmt(res.competing_cores, 2) << " cores meanwhile)\n";
+      out[i].competing_cores_all.push_back(res.competing_cores);
       if (!ok) {
         if (!out[i].ok) out[i].best = res;
         continue;

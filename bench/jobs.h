@@ -33,12 +33,22 @@ struct JobResult {
   double wall_s = 0;
   std::string output;  // launcher + rank 0 output (tail kept on failure)
   json summary;        // <run.dir>/summary.json, null when missing
+  // CPU use by OTHER processes while the job ran, in cores: (all busy CPU time from
+  // /proc/stat - the job's own CPU time from getrusage(RUSAGE_CHILDREN)) / wall time.
+  double competing_cores = 0;
+  double job_cpu_cores = 0;  // the job's own CPU time / wall time
 };
 
 // smp: smp-launch --nproc-per-node N --threads-per-rank 1 --master-port <free> --plugin gpt
 //        --config C --set run.dir=<fresh> --set run.threads=1 --set ...
 // plain: OMP_NUM_THREADS=1 smp-bench plain-run --config C --set ... --out <fresh>/summary.json
 JobResult run_job(const Job& job);
+
+// Busy CPU seconds of the whole machine so far (/proc/stat), and our children's CPU seconds.
+double machine_busy_seconds();
+double children_cpu_seconds();
+// Cores kept busy by other processes over `seconds` while this process idles.
+double competing_cores_now(double seconds = 1.0);
 
 // 1-, 5-, 15-minute load averages.
 std::vector<double> load_average();
@@ -57,6 +67,7 @@ struct Measured {
   Job job;
   JobResult best;
   std::vector<double> step_seconds_all;
+  std::vector<double> competing_cores_all;  // per attempt
   bool ok = false;
 };
 std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat);

@@ -16,6 +16,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -157,6 +158,12 @@ struct Model {
     Tensor probs = at::softmax(scores.masked_fill(mask, -1e9), -1);
     Tensor ctx = at::matmul(probs, v).transpose(1, 2).reshape({b, s, h});
     return at::linear(ctx, p.o_w, p.o_b);
+  }
+
+  Tensor block(const Block& p, Tensor x) const {
+    x = x + attention(p, at::layer_norm(x, {h}, p.ln1_w, p.ln1_b, 1e-5), false);
+    Tensor m = at::layer_norm(x, {h}, p.ln2_w, p.ln2_b, 1e-5);
+    return x + at::linear(at::gelu(at::linear(m, p.fc_w, p.fc_b), "tanh"), p.pr_w, p.pr_b);
   }
 
   Tensor loss(const Tensor& tokens, const Tensor& targets, bool smp_ce, bool mask_per_call) const {
@@ -307,6 +314,53 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
     j["phase_seconds"] = {{"zero_data_forward", ph_fwd / n_timed}, {"backward_and_loss_item", ph_bwd / n_timed},
                           {"grad_norm_clip", ph_clip / n_timed}, {"adamw", ph_opt / n_timed}};
   return j;
+}
+
+nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int reps) {
+  at::set_num_threads(1);
+  Model model(std::max<int64_t>(layers_in_stage, 1), 256, 4, 128, 256, 1024, 1234);
+  std::vector<Tensor> params;
+  for (const auto& b : model.blocks)
+    for (const Tensor& t : {b.ln1_w, b.ln1_b, b.q_w, b.q_b, b.k_w, b.k_b, b.v_w, b.v_b, b.o_w, b.o_b, b.ln2_w,
+                            b.ln2_b, b.fc_w, b.fc_b, b.pr_w, b.pr_b})
+      params.push_back(t);
+  Tensor x0 = at::randn({micro_batch, model.s, model.h});
+  Tensor gy = at::randn({micro_batch, model.s, model.h});
+  auto forward = [&](Tensor& leaf) {
+    leaf = x0.clone().requires_grad_(true);
+    Tensor y = leaf;
+    for (const auto& b : model.blocks) y = model.block(b, y);
+    return y;
+  };
+  double t_f = 1e9, t_b = 1e9, t_bi = 1e9, t_bw = 1e9, t_ideal_bi = 1e9;
+  for (int r = 0; r < reps; ++r) {
+    Tensor leaf;
+    auto t0 = Clock::now();
+    Tensor y = forward(leaf);
+    t_f = std::min(t_f, seconds_since(t0));
+    t0 = Clock::now();
+    torch::autograd::backward({y}, {gy}, false);  // Op::Backward: input + weight grads in one pass
+    t_b = std::min(t_b, seconds_since(t0));
+    y = forward(leaf);
+    t0 = Clock::now();  // Op::BackwardInput, as core/src/executor.cpp does it
+    auto gi = torch::autograd::grad({y}, {leaf}, {gy}, /*retain_graph=*/true, false, /*allow_unused=*/true);
+    t_bi = std::min(t_bi, seconds_since(t0));
+    t0 = Clock::now();  // Op::BackwardWeight: backward again from the root, inputs = parameters
+    torch::autograd::backward({y}, {gy}, false, false, params);
+    t_bw = std::min(t_bw, seconds_since(t0));
+    // The input-gradient chain alone (parameters frozen): what BI needs to cost.
+    for (auto& p : params) p.requires_grad_(false);
+    y = forward(leaf);
+    t0 = Clock::now();
+    torch::autograd::grad({y}, {leaf}, {gy}, false, false, true);
+    t_ideal_bi = std::min(t_ideal_bi, seconds_since(t0));
+    for (auto& p : params) p.requires_grad_(true);
+  }
+  return {{"micro_batch", micro_batch},         {"layers", layers_in_stage},
+          {"forward_s", t_f},                  {"backward_full_s", t_b},
+          {"backward_input_s", t_bi},          {"backward_weight_s", t_bw},
+          {"input_grad_chain_only_s", t_ideal_bi},
+          {"bi_plus_bw_over_b", (t_bi + t_bw) / t_b}, {"b_over_f", t_b / t_f}};
 }
 
 }  // namespace bench

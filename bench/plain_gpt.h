@@ -26,4 +26,10 @@ struct PlainOptions {
 // model_flops_per_step, per-step seconds, parameter count and bytes).
 nlohmann::json run_plain_gpt(const PlainOptions& o);
 
+// Times one pipeline stage of `layers_in_stage` GPT blocks (hidden 256) on a
+// micro-batch: forward, full backward, and the zero-bubble split done the way the
+// executor does it (BI = autograd::grad w.r.t. the stage input with retain_graph,
+// BW = autograd::backward from the root again with inputs = the parameters).
+nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int reps);
+
 }  // namespace bench

@@ -22,6 +22,7 @@
 #include <boost/filesystem.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <map>
 
@@ -106,6 +107,12 @@ double axis_total(const json& per_step, const std::string& axis) {
   return t;
 }
 
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", v);
+  return buf;
+}
+
 double max_abs_diff(const json& a, const json& b) {
   double d = 0;
   if (!a.is_array() || !b.is_array()) return NAN;
@@ -138,6 +145,9 @@ json run_record(const Measured& m, double peak_1thread, int ranks) {
   for (const char* k : {"peak_activation_bytes", "peak_memory_bytes", "layout", "phase_seconds", "mimic"})
     if (s.contains(k)) r[k] = s[k];
   r["wall_seconds_incl_startup"] = m.best.wall_s;
+  r["competing_cores_during_best_run"] = m.best.competing_cores;
+  r["competing_cores_all_repeats"] = m.competing_cores_all;
+  r["own_cpu_cores_during_best_run"] = m.best.job_cpu_cores;
   return r;
 }
 
@@ -158,6 +168,7 @@ json start(const std::string& name, const Common& c, const bench::Shape& shape, 
   double load = bench::wait_for_quiet(c.max_load, c.wait_s);
   result["machine_before"] = bench::machine_json();
   result["machine_before"]["load_when_started"] = load;
+  result["machine_before"]["competing_cores_1s_sample"] = bench::competing_cores_now(1.0);
   *peak = bench::gemm_peak_flops_1thread();
   result["peak_flops_per_core"] = *peak;
   result["peak_flops_method"] = "best of 5 timed fp32 at::mm (n = 512 and 1024), 1 intra-op thread, in smp-bench";
@@ -219,7 +230,7 @@ int cmd_gpt(const Common& c) {
                       fmt(tps, 0), fmt(tps / plain_tps, 3), fmt(tps / one_tps, 3), fmt(100 * r["mfu"].get<double>(), 1),
                       axis.empty() ? "-" : bench::human_bytes(r["comm_check"]["measured"].get<double>()),
                       axis.empty() ? "-" : bench::human_bytes(r["comm_check"]["analytic"].get<double>()),
-                      fmt(r["max_abs_loss_diff_vs_plain"].get<double>(), 6)});
+                      sci(r["max_abs_loss_diff_vs_plain"].get<double>()), fmt(m.best.competing_cores, 2)});
     } else {
       rows.push_back({m.job.label, std::to_string(m.job.nproc), "FAILED"});
     }
@@ -234,9 +245,9 @@ int cmd_gpt(const Common& c) {
   };
   std::cout << "\nsmp-bench gpt: " << shape.layers << " layers, hidden " << shape.hidden << ", " << shape.heads
             << " heads, seq " << shape.seq << ", vocab " << shape.vocab << ", batch " << c.batch << ", " << c.steps
-            << " steps (first excluded), 1 thread per rank\n";
+            << " steps (first excluded), 1 thread per rank; others = cores used by other processes during the run\n";
   bench::print_table({"run", "ranks", "ms/step", "tok/s", "vs plain", "vs smp-1", "MFU%", "bytes/step", "analytic",
-                      "max|dloss|"},
+                      "max|dloss|", "others"},
                      rows);
   std::cout << "targets: smp 1 rank / plain = " << fmt(r1, 3) << " (>= 0.97: " << (r1 >= 0.97 ? "met" : "NOT met")
             << "), dp=2 / smp 1 rank = " << fmt(dp, 3) << " (>= 1.85: " << (dp >= 1.85 ? "met" : "NOT met") << ")\n";
@@ -327,18 +338,21 @@ int cmd_pipeline(const Common& c) {
       rows.push_back({s, std::to_string(m), fmt(1000 * step, 1), fmt(1000 * ser_m, 1), fmt(1000 * theory, 1),
                       fmt(step / theory, 3), fmt(ser_1 / step, 3), fmt(bubble, 3), fmt(r["implied_bubble"].get<double>(), 3),
                       bench::human_bytes(act[0].get<double>()) + " / " + bench::human_bytes(act[1].get<double>()),
-                      fmt(meas / ana, 4)});
+                      fmt(meas / ana, 4), fmt(mm.best.competing_cores, 2)});
       runs.push_back(r);
     }
   result["pipeline"] = runs;
   std::cout << "\nsmp-bench pipeline: pp=2, batch " << c.batch << ", " << c.steps
-            << " steps; theory = serial(same m)/2 * (1 + bubble)\n";
+            << " steps; theory = serial(same m)/2 * (1 + bubble); others = cores used by other processes\n";
   std::vector<std::vector<std::string>> srows;
-  for (auto& [m, s] : serial) srows.push_back({std::to_string(m), fmt(1000 * s, 1)});
-  bench::print_table({"serial m", "ms/step"}, srows);
+  for (size_t i = 0; i < 1 + ms.size(); ++i)
+    if (measured[i].ok)
+      srows.push_back({std::to_string(i == 0 ? 1 : ms[i - 1]), fmt(1000 * serial[i == 0 ? 1 : ms[i - 1]], 1),
+                       fmt(measured[i].best.competing_cores, 2)});
+  bench::print_table({"serial m", "ms/step", "others"}, srows);
   std::cout << "\n";
   bench::print_table({"schedule", "m", "ms/step", "serial(m)", "theory", "meas/theory", "x serial(m1)", "bubble",
-                      "implied", "peak act st0 / st1", "pp bytes/an."},
+                      "implied", "peak act st0 / st1", "pp bytes/an.", "others"},
                      rows);
   finish(result, c);
   return 0;
@@ -388,13 +402,14 @@ int cmd_tp(const Common& c) {
     auto act = m.best.summary["peak_activation_bytes"];
     rows.push_back({m.job.label, fmt(1000 * step, 1), fmt(ser / step, 3), fmt(100 * r["mfu"].get<double>(), 1), bytes,
                     ana_s, ratio, bench::human_bytes(act[0].get<double>()),
-                    fmt(r["max_abs_loss_diff_vs_serial"].get<double>(), 6)});
+                    sci(r["max_abs_loss_diff_vs_serial"].get<double>()), fmt(m.best.competing_cores, 2)});
     runs.push_back(r);
   }
   result["runs"] = runs;
-  std::cout << "\nsmp-bench tp: tp=2, batch " << c.batch << ", " << c.steps << " steps\n";
+  std::cout << "\nsmp-bench tp: tp=2, batch " << c.batch << ", " << c.steps
+            << " steps (others = cores used by other processes during the run)\n";
   bench::print_table({"run", "ms/step", "x serial", "MFU%", "tp bytes/step", "analytic", "meas/an.", "peak act r0",
-                      "max|dloss|"},
+                      "max|dloss|", "others"},
                      rows);
   finish(result, c);
   return 0;
@@ -430,6 +445,13 @@ int main(int argc, char** argv) {
   pr->add_option("--out", plain_out, "summary JSON to write (default: print)");
   pr->add_option("--mimic", po.mimic, "ablations: norm, ce, mask (do it the way smp does)")->take_all();
 
+  int64_t zb_mb = 4, zb_layers = 2;
+  int zb_reps = 5;
+  auto* zb = app.add_subcommand("zb-probe", "(diagnostic) cost of the executor's BI + BW split vs one backward");
+  zb->add_option("--micro-batch", zb_mb)->capture_default_str();
+  zb->add_option("--layers", zb_layers)->capture_default_str();
+  zb->add_option("--reps", zb_reps)->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     for (Common* c : {&gpt, &pipe, &tp})
@@ -437,6 +459,10 @@ int main(int argc, char** argv) {
     if (*g) return cmd_gpt(gpt);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
+    if (*zb) {
+      std::cout << bench::run_zb_probe(zb_mb, zb_layers, zb_reps).dump(2) << "\n";
+      return 0;
+    }
     if (*pr) {
       json j = bench::run_plain_gpt(po);
       if (plain_out.empty()) std::cout << j.dump(2) << "\n";

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
                        env.rank == 0);
     auto runtime = smp::Runtime::create(config, env, plugins);
     smp::run_training(*runtime);
+    runtime->shutdown();
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "smp-worker rank " << rank << ": error: " << e.what() << std::endl;

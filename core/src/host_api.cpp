@@ -147,7 +147,14 @@ smp_error* tensor_from_dlpack(DLManagedTensor* dl, smp_tensor** out) {
   return guarded([&] {
     if (!dl) throw Error("tensor_from_dlpack: null DLManagedTensor");
     if (!out) throw Error("tensor_from_dlpack: null out pointer");
-    *out = make_tensor_handle(at::fromDLPack(dl));
+    at::Tensor t;
+    try {
+      t = at::fromDLPack(dl);
+    } catch (...) {
+      if (dl->deleter) dl->deleter(dl);  // we own it: release it on failure too
+      throw;
+    }
+    *out = make_tensor_handle(t);
   });
 }
 smp_tensor* tensor_from_aten(const void* aten) {

@@ -94,9 +94,6 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   } catch (const std::exception& e) {
     throw Error("plugin " + path + ": cannot be loaded: " + e.what());
   }
-  // Pin the library for the life of the process: autograd nodes and tensors
-  // created by its code may outlive the registry.
-  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
   if (!library->lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
     throw Error("plugin " + path + ": missing entry symbol '" SMP_PLUGIN_ENTRY_SYMBOL
                 "' (is it an smp plugin? build it with smp_add_plugin / SMP_PLUGIN)");
@@ -207,6 +204,10 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
     providers_[std::string("tp rule:") + d->tp_rules[i]->kind] = info.name;
   }
   spdlog::debug("loaded plugin '{}' {} (ABI {}) from {}", info.name, info.version, plugin_abi, path);
+  // Pin an accepted library for the life of the process: autograd nodes and
+  // tensors created by its code may outlive the registry. (A refused one is
+  // unloaded when `library` goes out of scope.)
+  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
   libraries_.push_back(std::move(library));
   infos_.push_back(std::move(info));
   return infos_.back();

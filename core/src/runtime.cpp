@@ -246,8 +246,21 @@ struct Runtime::Impl {
 };
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+void Runtime::shutdown() {
+  if (!impl_ || !impl_->rendezvous) return;
+  auto rdv = std::move(impl_->rendezvous);
+  rdv->shutdown(std::chrono::milliseconds(static_cast<int64_t>(impl_->config.get_double("run.timeout_s") * 1000)));
+}
+
 Runtime::~Runtime() {
   if (!impl_) return;
+  if (impl_->rendezvous && !std::uncaught_exceptions()) {
+    try {
+      shutdown();
+    } catch (const std::exception& e) {
+      spdlog::warn("shutdown: {}", e.what());
+    }
+  }
   // Modules before the plugins that made them; communicators last.
   impl_->executor.reset();
   impl_->sync.reset();

@@ -50,6 +50,10 @@ class Runtime {
   // everything. Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
                                          const std::vector<std::string>& plugins);
+  // Leaves the job: waits (up to run.timeout_s) until every rank got here, so
+  // the rank hosting the rendezvous store does not exit under the others.
+  // Called by the destructor when not called before; idempotent.
+  void shutdown();
   ~Runtime();
 
   StepResult train_step();

@@ -15,3 +15,8 @@
 #include <smp/host_api.h>
 #include <smp/model_graph.h>
 #include <smp/plugin_registry.h>
+#include <smp/config.h>
+#include <smp/mesh.h>
+#include <smp/process_env.h>
+#include <smp/runtime.h>
+#include <smp/training.h>
