@@ -378,10 +378,11 @@ StepResult Runtime::train_step() {
   at::Tensor sq = at::zeros({2}, at::kDouble);
   {
     c10::NoGradGuard ng;
-    double local = 0;
+    // One norm kernel per parameter (no copies), summed in double.
+    std::vector<at::Tensor> norms;
     for (auto& [t, counted] : s.norm_params)
-      if (counted && t.grad().defined()) local += t.grad().to(at::kDouble).pow(2).sum().item<double>();
-    sq[0] = local;
+      if (counted && t.grad().defined()) norms.push_back(t.grad().norm().to(at::kDouble));
+    sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
     sq[1] = r.loss_sum;
   }
   s.comm("mp")->allreduce(sq)->wait();
