@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <sys/resource.h>
@@ -79,13 +80,14 @@ JobResult run_job(const Job& job) {
   JobResult r;
   const std::string run_dir = fresh_dir(job.label);
   std::string cmd;
+  if (!paths().malloc_env.empty()) cmd = paths().malloc_env + " ";
   if (job.plain) {
     fs::create_directories(run_dir);
-    cmd = "OMP_NUM_THREADS=1 " + quote(paths().self) + " plain-run --config " + quote(job.config);
+    cmd += "OMP_NUM_THREADS=1 " + quote(paths().self) + " plain-run --config " + quote(job.config);
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
     cmd += " --out " + quote(run_dir + "/summary.json");
   } else {
-    cmd = quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
+    cmd += quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
           " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) +
           " --plugin gpt --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
           " --set run.threads=1";
@@ -110,6 +112,14 @@ JobResult run_job(const Job& job) {
     } catch (const std::exception& e) {
       r.output += std::string("\nsmp-bench: cannot parse summary.json: ") + e.what();
     }
+  }
+  if (job.plain && r.summary.contains("step_seconds_each")) {
+    r.step_seconds_each = r.summary["step_seconds_each"].get<std::vector<double>>();
+  } else {
+    // rank 0's progress lines: "step 3/12 | loss ... | 297 ms | eta ..."
+    static const std::regex line(R"(step (\d+)/(\d+) \|[^\n]*?\| (\d+) ms \|)");
+    for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it)
+      r.step_seconds_each.push_back(std::stod((*it)[3].str()) / 1000.0);
   }
   if (r.exit_code != 0 || r.summary.is_null())
     std::cerr << "smp-bench: job '" << job.label << "' failed (exit " << r.exit_code << ")\n$ " << cmd << "\n"
@@ -181,13 +191,18 @@ double gemm_peak_flops_1thread() {
   return best;
 }
 
-std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat) {
+std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, double quiet_cores, double job_wait_s) {
   std::vector<Measured> out(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) out[i].job = jobs[i];
   for (int r = 0; r < std::max(1, repeat); ++r)
     for (size_t i = 0; i < jobs.size(); ++i) {
+      const auto w0 = std::chrono::steady_clock::now();
+      double busy = competing_cores_now(1.0);
+      while (busy > quiet_cores &&
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < job_wait_s)
+        busy = competing_cores_now(2.0);
       std::cerr << "smp-bench: [" << (r + 1) << "/" << repeat << "] " << jobs[i].label << " (load "
-                << fmt(load_average()[0], 2) << ")" << std::flush;
+                << fmt(load_average()[0], 2) << ", others busy " << fmt(busy, 2) << " cores before)" << std::flush;
       JobResult res = run_job(jobs[i]);
       const bool ok = res.exit_code == 0 && res.summary.is_object() && res.summary.contains("step_seconds");
       double s = ok ? res.summary["step_seconds"].get<double>() : std::numeric_limits<double>::quiet_NaN();
@@ -199,10 +214,19 @@ std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat) {
         continue;
       }
       out[i].step_seconds_all.push_back(s);
+      out[i].median_step_all.push_back(median_from(res.step_seconds_each, 1));
       if (!out[i].ok || s < out[i].best.summary["step_seconds"].get<double>()) out[i].best = res;
       out[i].ok = true;
     }
   return out;
+}
+
+double median_from(const std::vector<double>& v, size_t skip) {
+  if (v.size() <= skip) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> w(v.begin() + static_cast<long>(skip), v.end());
+  std::sort(w.begin(), w.end());
+  const size_t n = w.size();
+  return n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
 }
 
 std::string fmt(double v, int prec) {

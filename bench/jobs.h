@@ -11,12 +11,19 @@ namespace bench {
 
 using nlohmann::json;
 
+inline constexpr const char* kTunedMalloc =
+    "MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PAD_=268435456";
+
 struct Paths {
   std::string bin_dir;     // where smp-bench, smp-launch and smp-worker live
   std::string self;        // this executable
   std::string source_dir;  // the smp source tree (for bench/configs)
   std::string work_dir;    // run dirs go under here
   bool keep_runs = false;  // keep the run folders (else removed after reading)
+  // glibc malloc settings exported to every job (plain and smp alike) so that freed
+  // activations stay in the heap instead of going back to the kernel and page-faulting
+  // in again every step; empty = leave the environment alone. See README "Allocator".
+  std::string malloc_env = kTunedMalloc;
 };
 Paths& paths();
 
@@ -36,6 +43,7 @@ struct JobResult {
   // CPU use by OTHER processes while the job ran, in cores: (all busy CPU time from
   // /proc/stat - the job's own CPU time from getrusage(RUSAGE_CHILDREN)) / wall time.
   double competing_cores = 0;
+  std::vector<double> step_seconds_each;  // every step, from the rank-0 log (ms resolution) or the plain summary
   double job_cpu_cores = 0;  // the job's own CPU time / wall time
 };
 
@@ -68,9 +76,16 @@ struct Measured {
   JobResult best;
   std::vector<double> step_seconds_all;
   std::vector<double> competing_cores_all;  // per attempt
+  std::vector<double> median_step_all;      // per successful attempt: median step time over steps 2..N
   bool ok = false;
 };
-std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat);
+// Before each job: sample other processes' CPU use for 1 s and wait (up to job_wait_s)
+// while it is above quiet_cores.
+std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, double quiet_cores = 0.5,
+                                   double job_wait_s = 60);
+
+// Median of v[skip..] (NaN when empty).
+double median_from(const std::vector<double>& v, size_t skip);
 
 // Table printing.
 std::string fmt(double v, int prec = 3);

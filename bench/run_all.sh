@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds smp-bench (and what its jobs need) if needed, then runs the three
-# benchmarks, writing bench/results/{gpt,pipeline,tp}.json.
+# benchmarks and the two diagnostic probes, writing bench/results/*.json.
 #
-#   bench/run_all.sh                 # build dir build-bench, 2 repeats per job
-#   BUILD=build REPEAT=3 bench/run_all.sh
+#   bench/run_all.sh
+#   BUILD=build GPT_REPEAT=8 bench/run_all.sh
 #   MAX_LOAD=1.5 WAIT=300 bench/run_all.sh   # wait for a quiet machine first
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD:-$SRC/build-bench}"
-REPEAT="${REPEAT:-2}"
+GPT_REPEAT="${GPT_REPEAT:-6}"     # plain vs smp differ by a few %: many back-to-back pairs
+PIPE_REPEAT="${PIPE_REPEAT:-2}"
+TP_REPEAT="${TP_REPEAT:-3}"
 MAX_LOAD="${MAX_LOAD:-1.5}"
-WAIT="${WAIT:-180}"
+WAIT="${WAIT:-300}"
 JOBS="${JOBS:-2}"
 OUT="${OUT:-$SRC/bench/results}"
 
@@ -21,9 +23,14 @@ cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt sm
 
 mkdir -p "$OUT"
 BENCH="$BUILD/bin/smp-bench"
-common=(--repeat "$REPEAT" --max-load "$MAX_LOAD" --wait "$WAIT")
+wait_args=(--max-load "$MAX_LOAD" --wait "$WAIT")
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-"$BENCH" gpt      "${common[@]}" --out "$OUT/gpt.json"
-"$BENCH" pipeline "${common[@]}" --out "$OUT/pipeline.json"
-"$BENCH" tp       "${common[@]}" --out "$OUT/tp.json"
+"$BENCH" gpt      --repeat "$GPT_REPEAT"  "${wait_args[@]}" --out "$OUT/gpt.json"
+"$BENCH" pipeline --repeat "$PIPE_REPEAT" "${wait_args[@]}" --out "$OUT/pipeline.json"
+"$BENCH" tp       --repeat "$TP_REPEAT"   "${wait_args[@]}" --out "$OUT/tp.json"
+# The same gpt comparison with glibc's default heap settings (see README "Allocator").
+"$BENCH" --default-malloc gpt --repeat 3 "${wait_args[@]}" --out "$OUT/gpt-default-malloc.json"
+# Diagnostics used in the README's findings.
+MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PAD_=268435456 "$BENCH" zb-probe --micro-batch 4 --layers 2 --reps 7 > "$OUT/zb-probe.json"
+"$BENCH" allreduce-probe --reps 7 > "$OUT/allreduce-probe.json"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,14 @@
+// `smp-bench allreduce-probe`: the cost of a dp=2 gradient all-reduce on this machine
+// (c10d ProcessGroupGloo directly, two forked processes), the gradient-sync copies,
+// and whether the transfer hides behind a 1-thread GEMM loop. See comm_probe.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+namespace bench {
+
+nlohmann::json run_allreduce_probe(int64_t bytes, int reps);
+
+}  // namespace bench
