@@ -29,11 +29,6 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 uint64_t hash_str(const std::string& s) { return std::hash<std::string>{}(s); }
 
-struct PendingSend {
-  std::shared_ptr<Work> work;
-  std::vector<at::Tensor> keep;  // buffers must outlive the send
-};
-
 }  // namespace
 
 struct Executor::Slot {
@@ -94,7 +89,6 @@ void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
   auto* h = header.data_ptr<int64_t>();
   int pos = 0;
   h[pos++] = static_cast<int64_t>(values.size());
-  PendingSend p;
   std::vector<at::Tensor> payload;
   for (const auto& v : values) {
     at::Tensor t = slot.env.at(v).detach().contiguous();
@@ -104,11 +98,10 @@ void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
     for (auto d : t.sizes()) h[pos++] = d;
     payload.push_back(t);
   }
-  pending_sends_.push_back(std::make_shared<PendingSend>(
-      PendingSend{setup_.pp_comm->send(header, peer, tag(0, mb, chunk, 0)), {header}}));
+  pending_sends_.emplace_back(setup_.pp_comm->send(header, peer, tag(0, mb, chunk, 0)), header);
   for (size_t i = 0; i < payload.size(); ++i)
-    pending_sends_.push_back(std::make_shared<PendingSend>(
-        PendingSend{setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)), {payload[i]}}));
+    pending_sends_.emplace_back(setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)),
+                                payload[i]);
 }
 
 void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool training) {
@@ -146,8 +139,7 @@ void Executor::send_grads(Slot& slot, int mb, int chunk, int peer) {
     auto it = slot.grads_out.find(v);
     if (it == slot.grads_out.end()) continue;  // not floating: no gradient travels
     at::Tensor g = it->second.contiguous();
-    pending_sends_.push_back(
-        std::make_shared<PendingSend>(PendingSend{setup_.pp_comm->send(g, peer, tag(1, mb, chunk, i)), {g}}));
+    pending_sends_.emplace_back(setup_.pp_comm->send(g, peer, tag(1, mb, chunk, i)), g);
   }
 }
 
@@ -229,8 +221,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   MemoryTracker memory;
   std::map<std::pair<int, int>, Slot> slots;
   batch_cache_.clear();
-  std::unique_ptr<torch::autograd::AutoGradMode> grad_mode;
-  grad_mode = std::make_unique<torch::autograd::AutoGradMode>(training);
+  torch::autograd::AutoGradMode grad_mode(training);
   const int M = schedule.microbatches;
   const int last_stage = setup_.plan->num_stages() - 1;
   for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
@@ -264,7 +255,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
                              : ((stage == last_stage && a.op == Op::Forward) || a.op == Op::SendActivation);
     if (finished) slots.erase(key);
   }
-  for (auto& p : pending_sends_) std::static_pointer_cast<PendingSend>(p)->work->wait();
+  for (auto& [work, buffer] : pending_sends_) work->wait();
   pending_sends_.clear();
   batch_cache_.clear();
   result.peak_bytes = memory.peak();

@@ -19,6 +19,7 @@
 namespace smp {
 
 class Communicator;
+class Work;
 
 struct ExecutorSetup {
   const ModelGraph* graph = nullptr;
@@ -57,7 +58,8 @@ class Executor {
 
   ExecutorSetup setup_;
   std::map<int, std::vector<at::Tensor>> batch_cache_;
-  std::vector<std::shared_ptr<void>> pending_sends_;
+  // Sends in flight, with the buffers they read from (they must outlive the send).
+  std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
 };
 
 }  // namespace smp

@@ -30,8 +30,6 @@ StagePlan StagePlan::build(const ModelGraph& graph, std::vector<int> stage_of_no
       throw Error("stage plan: stage " + std::to_string(s) + " has no nodes (" + std::to_string(n) + " nodes over " +
                   std::to_string(S) + " stages)");
 
-  auto producers = graph.producers();
-  std::vector<int> value_stage;  // per node output: producing stage
   std::map<std::string, int> produced_on;
   std::map<std::string, int> last_use;
   std::set<std::string> graph_inputs(graph.inputs.begin(), graph.inputs.end());
