@@ -209,6 +209,8 @@ int cmd_gpt(const Common& c) {
       {"smp-pp2-1f1b-m4", false, 2, c.config,
        with({"parallel.pp=2", "parallel.microbatches=4", "parallel.schedule=1f1b"})},
       {"smp-tp2", false, 2, c.config, with({"parallel.tp=2"})},
+      // dp = 2 with the all-reduce through Gloo over loopback instead of shared memory.
+      {"smp-dp2-gloo", false, 2, c.config, with({"parallel.dp=2", "comm.shm_mb=0"})},
   };
   auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
 
@@ -230,7 +232,7 @@ int cmd_gpt(const Common& c) {
       json comm = per_step_comm(m.best.summary, c.steps), analytic;
       const std::string l = m.job.label;
       std::string axis;
-      if (l == "smp-dp2") axis = "dp", analytic = bench::dp_bytes_per_step(shape, 2);
+      if (l.rfind("smp-dp2", 0) == 0) axis = "dp", analytic = bench::dp_bytes_per_step(shape, 2);
       if (l.rfind("smp-pp2", 0) == 0) axis = "pp", analytic = bench::pp_bytes_per_step_rank0(shape, c.batch / 4, 4, 2, 1);
       if (l == "smp-tp2") axis = "tp", analytic = bench::tp_bytes_per_step(shape, c.batch, 2, false);
       if (!m.job.plain) r["comm_bytes_per_step_rank0_measured"] = comm;
@@ -257,6 +259,16 @@ int cmd_gpt(const Common& c) {
     paired_median.push_back(plain.median_step_all[k] / one.median_step_all[k]);
   }
   const double pm = bench::median_from(paired_mean, 0), pmed = bench::median_from(paired_median, 0);
+  // The same pairing for dp = 2 against one rank (they also ran back to back in each repeat).
+  std::vector<double> dp_paired;
+  const Measured& dp2 = measured[2];
+  for (size_t k = 0; k < std::min(dp2.step_seconds_all.size(), one.step_seconds_all.size()); ++k)
+    dp_paired.push_back(one.step_seconds_all[k] / dp2.step_seconds_all[k]);
+  const double dp_pm = bench::median_from(dp_paired, 0);
+  result["dp2_over_smp_1rank_paired"] = {
+      {"per_repeat_ratio_of_means", dp_paired},
+      {"median_of_ratio_of_means", dp_pm},
+      {"note", "tokens/s ratio smp-dp2 / smp-1rank within each repeat (same global batch)"}};
   result["smp_1rank_over_plain_paired"] = {
       {"per_repeat_ratio_of_means", paired_mean},
       {"per_repeat_ratio_of_medians", paired_median},
@@ -270,7 +282,9 @@ int cmd_gpt(const Common& c) {
       {"smp_1rank_over_plain",
        {{"target", 0.97}, {"measured_best_of_repeats", r1}, {"measured_paired_median", pm},
         {"measured_paired_median_of_step_medians", pmed}, {"met", r1 >= 0.97 && pm >= 0.97}}},
-      {"dp2_over_smp_1rank", {{"target", 1.85}, {"measured", dp}, {"met", dp >= 1.85}}},
+      {"dp2_over_smp_1rank",
+       {{"target", 1.85}, {"measured_best_of_repeats", dp}, {"measured_paired_median", dp_pm},
+        {"met", dp >= 1.85 && dp_pm >= 1.85}}},
   };
   std::cout << "\nsmp-bench gpt: " << shape.layers << " layers, hidden " << shape.hidden << ", " << shape.heads
             << " heads, seq " << shape.seq << ", vocab " << shape.vocab << ", batch " << c.batch << ", " << c.steps
@@ -281,7 +295,8 @@ int cmd_gpt(const Common& c) {
   std::cout << "targets: smp 1 rank / plain = " << fmt(r1, 3) << " best-of-repeats, " << fmt(pm, 3)
             << " median of back-to-back pairs, " << fmt(pmed, 3) << " same on per-step medians (>= 0.97: "
             << (r1 >= 0.97 && pm >= 0.97 ? "met" : "NOT met")
-            << "), dp=2 / smp 1 rank = " << fmt(dp, 3) << " (>= 1.85: " << (dp >= 1.85 ? "met" : "NOT met") << ")\n";
+            << "), dp=2 / smp 1 rank = " << fmt(dp, 3) << " best-of-repeats, " << fmt(dp_pm, 3)
+            << " median of back-to-back pairs (>= 1.85: " << (dp >= 1.85 && dp_pm >= 1.85 ? "met" : "NOT met") << ")\n";
   finish(result, c);
   return 0;
 }

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads-per-rank", o.threads_per_rank,
                  "OMP_NUM_THREADS for each rank (default: the environment's, else 1 when nproc > 1)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--bind-cores", o.bind_cores,
+               "pin each local rank to its own cores (--threads-per-rank each, default an even split)");
   app.add_option("--kill-timeout", o.kill_timeout_s, "seconds between SIGTERM and SIGKILL when stopping (default 30)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-dir", o.log_dir, "write each captured rank's output to <dir>/rank-R.out");

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -178,6 +179,7 @@ class Supervisor {
       say("MASTER_PORT=" + std::to_string(port));
     }
     port_ = port;
+    if (o_.bind_cores && !plan_core_binding()) return 2;
 
     const int attempts = o_.max_restarts + 1;
     int rc = 0;
@@ -192,6 +194,36 @@ class Supervisor {
   }
 
  private:
+  // --bind-cores: rank i gets cores [i*k, (i+1)*k) of the launcher's own affinity mask.
+  bool plan_core_binding() {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) {
+      say(std::string("--bind-cores: sched_getaffinity: ") + std::strerror(errno));
+      return false;
+    }
+    std::vector<int> cores;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mine)) cores.push_back(c);
+    const int n = o_.nproc_per_node;
+    const int k = o_.threads_per_rank > 0 ? o_.threads_per_rank : static_cast<int>(cores.size()) / n;
+    if (k < 1 || static_cast<size_t>(n) * k > cores.size()) {
+      say("--bind-cores: " + std::to_string(n) + " ranks x " + std::to_string(std::max(k, 1)) +
+          " cores each need " + std::to_string(n * std::max(k, 1)) + " cores, but this launcher may use " +
+          std::to_string(cores.size()));
+      return false;
+    }
+    core_sets_.assign(n, {});
+    for (int i = 0; i < n; ++i) {
+      CPU_ZERO(&core_sets_[i]);
+      for (int j = 0; j < k; ++j) CPU_SET(cores[i * k + j], &core_sets_[i]);
+    }
+    std::string desc;
+    for (int i = 0; i < n; ++i) desc += (i ? ", " : "") + std::to_string(cores[i * k]) + (k > 1 ? "-" + std::to_string(cores[i * k + k - 1]) : "");
+    say("binding local ranks to cores " + desc);
+    return true;
+  }
+
   int run_once(int attempt) {
     ranks_.assign(o_.nproc_per_node, Rank{});
     first_failure_ = -1;
@@ -289,6 +321,7 @@ class Supervisor {
       ::sigprocmask(SIG_SETMASK, &old, nullptr);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
+      if (!core_sets_.empty()) ::sched_setaffinity(0, sizeof(cpu_set_t), &core_sets_[r.local]);
       if (!to_terminal) {
         ::dup2(fds[1], STDOUT_FILENO);
         ::dup2(fds[1], STDERR_FILENO);
@@ -509,6 +542,7 @@ class Supervisor {
   const LaunchOptions& o_;
   int port_ = 0;
   std::vector<Rank> ranks_;
+  std::vector<cpu_set_t> core_sets_;  // per local rank, with --bind-cores
   int first_failure_ = -1;
   bool stopping_ = false, killed_ = false;
   bool interrupted_ = false;

@@ -17,6 +17,10 @@ struct LaunchOptions {
   bool master_port_given = false;
   int max_restarts = 0;
   int threads_per_rank = 0;       // 0: OMP_NUM_THREADS from the environment, else 1 when nproc > 1
+  // Pin local rank i to its own block of the cores this launcher may use
+  // (threads_per_rank cores each, default all of them split evenly), like
+  // DeepSpeed's --bind_cores_to_rank: no migrations, no two ranks on one core.
+  bool bind_cores = false;
   double kill_timeout_s = 30;     // SIGTERM -> SIGKILL grace
   std::string log_dir;            // "" = no per-rank files
   bool tee = false;               // echo other ranks' lines as "[rank R] ..."

@@ -28,6 +28,7 @@
 // (CUDA, even split).
 #include "c10d_compat.h"
 #include "comm_handle.h"
+#include "shm_allreduce.h"
 
 #include <smp/communicator.h>
 #include <smp/error.h>
@@ -162,8 +163,9 @@ Staged stage(const at::Tensor& t) {
 
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend)
-      : ctx_(std::move(ctx)), backend_(std::move(backend)), handle_{this} {}
+  C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend,
+                   std::unique_ptr<ShmAllreduce> shm)
+      : ctx_(std::move(ctx)), backend_(std::move(backend)), shm_(std::move(shm)), handle_{this} {}
 
   const std::string& axis() const override { return ctx_->axis; }
   int rank() const override { return ctx_->rank; }
@@ -176,6 +178,12 @@ class C10dCommunicator final : public Communicator {
   }
   smp_comm* handle() override { return &handle_; }
 
+  std::string transport(const std::string& op, const c10::Device& device) const override {
+    if (!backend_) return "local";
+    if (op == "allreduce" && shm_ && device.is_cpu()) return "shm";
+    return backend_->name();
+  }
+
   std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op) override {
     const std::string name = std::string("allreduce(") + op_name(op) + ")";
     check_dense(name, t, "tensor");
@@ -184,7 +192,8 @@ class C10dCommunicator final : public Communicator {
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
     at::Tensor target = t;
-    return submit(name, [&] { return backend_->allreduce(s.t, op); },
+    const bool via_shm = shm_ && t.device().is_cpu();
+    return submit(name, [&] { return via_shm ? shm_->allreduce(s.t, op) : backend_->allreduce(s.t, op); },
                   s.copied ? std::function<void()>([target, src = s.t]() mutable { target.copy_(src); })
                            : std::function<void()>([keep = s.t] {}));
   }
@@ -399,6 +408,7 @@ class C10dCommunicator final : public Communicator {
 
   std::shared_ptr<const Context> ctx_;
   std::unique_ptr<c10d_compat::Backend> backend_;  // null for groups of one
+  std::unique_ptr<ShmAllreduce> shm_;              // null unless every member is on this host
   smp_comm handle_;
   std::mutex stats_mu_;
   CommStats stats_;
@@ -443,6 +453,7 @@ class C10dRendezvous final : public Rendezvous {
     }
     ctx->rank = me;
     std::unique_ptr<c10d_compat::Backend> backend;
+    std::unique_ptr<ShmAllreduce> shm;
     const int n = static_cast<int>(global_ranks.size());
     if (n > 1) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -463,14 +474,18 @@ class C10dRendezvous final : public Rendezvous {
         bo.cuda = options.cuda;
         bo.master_addr = addr_;
         backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
+        if (options.shm_slot_bytes > 0)
+          shm = ShmAllreduce::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
+                                     options.timeout);
       } catch (const c10d_compat::Failure& f) {
         throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
                     (f.timed_out() ? " (timed out: did every member create it?)" : "") + ": " + f.what());
       }
-      spdlog::debug("communicator {} ({}, {} ranks {}) ready in {} ms", name, backend->name(), n, join(global_ranks),
+      spdlog::debug("communicator {} ({}{}, {} ranks {}) ready in {} ms", name, backend->name(),
+                    shm ? ", CPU all-reduce through shared memory" : "", n, join(global_ranks),
                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     }
-    return std::make_unique<C10dCommunicator>(ctx, std::move(backend));
+    return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(shm));
   }
 
   void set(const std::string& key, const std::string& value) override {

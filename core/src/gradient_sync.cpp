@@ -3,12 +3,18 @@
 #include <smp/communicator.h>
 
 #include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 namespace smp {
 
+// A bucket owns one flat tensor and its parameters' .grad are views into it
+// (DDP's gradient_as_bucket_view): backward accumulates straight into the
+// buffer that is all-reduced, so a step copies no gradient in or out.
 struct GradientSync::Bucket {
   std::vector<size_t> params;
   int pending = 0;  // params whose gradient is not final yet
@@ -41,13 +47,27 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, Communicator* dp
   for (size_t k = params_.size(); k-- > 0;) {
     const at::Tensor& t = params_[k].tensor;
     if (!t.requires_grad()) continue;
-    if (buckets_.empty() || (overlap_ && bytes >= bucket_bytes)) {
+    const bool new_dtype = !buckets_.empty() && params_[buckets_.back()->params.back()].tensor.scalar_type() != t.scalar_type();
+    if (buckets_.empty() || new_dtype || (overlap_ && bytes >= bucket_bytes)) {
       buckets_.push_back(std::make_unique<Bucket>());
       bytes = 0;
     }
     buckets_.back()->params.push_back(k);
     bucket_of_[k] = static_cast<int>(buckets_.size()) - 1;
     bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  for (auto& b : buckets_) {
+    int64_t numel = 0;
+    for (size_t k : b->params) numel += params_[k].tensor.numel();
+    b->flat = at::zeros({numel}, params_[b->params.front()].tensor.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t k : b->params) {
+      at::Tensor& t = params_[k].tensor;
+      at::Tensor view = b->flat.narrow(0, offset, t.numel()).view_as(t);
+      if (t.grad().defined()) view.copy_(t.grad());
+      t.mutable_grad() = view;
+      offset += t.numel();
+    }
   }
   if (overlap_)
     for (size_t k = 0; k < params_.size(); ++k)
@@ -81,31 +101,27 @@ void GradientSync::launch_ready() {
 }
 
 void GradientSync::launch(Bucket& b) {
-  std::vector<at::Tensor> grads;
-  for (size_t k : b.params) {
-    at::Tensor& t = params_[k].tensor;
-    if (!t.grad().defined()) t.mutable_grad() = at::zeros_like(t);
-    grads.push_back(t.grad().reshape({-1}));
-  }
-  b.flat = at::cat(grads);
+  for (size_t k : b.params) check_view(k, b);
   b.work = dp_->allreduce(b.flat);
   b.launched = true;
 }
 
+// Something replaced a .grad (set it to a new tensor or undefined) instead of
+// accumulating into it: the bucket would reduce stale values, so stop loudly.
+void GradientSync::check_view(size_t k, const Bucket& b) const {
+  const at::Tensor& g = params_[k].tensor.grad();
+  const auto* base = static_cast<const char*>(b.flat.data_ptr());
+  const auto* p = g.defined() ? static_cast<const char*>(g.data_ptr()) : nullptr;
+  if (!p || p < base || p >= base + b.flat.numel() * b.flat.element_size())
+    throw std::logic_error("gradient sync: parameter " + std::to_string(k) +
+                           "'s .grad no longer points into its dp bucket (it was replaced, not accumulated into)");
+}
+
+double GradientSync::grad_scale() const { return dp_ ? 1.0 / dp_->size() : 1.0; }
+
 void GradientSync::finish_step() {
   while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
-  const double scale = dp_ ? 1.0 / dp_->size() : 1.0;
-  for (auto& b : buckets_) {
-    b->work->wait();
-    int64_t offset = 0;
-    for (size_t k : b->params) {
-      at::Tensor& t = params_[k].tensor;
-      int64_t n = t.numel();
-      t.mutable_grad().copy_(b->flat.narrow(0, offset, n).view_as(t)).mul_(scale);
-      offset += n;
-    }
-    b->flat = at::Tensor();
-  }
+  for (auto& b : buckets_) b->work->wait();
   for (auto& p : params_) {
     if (!p.tensor.requires_grad()) continue;
     if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);

@@ -30,8 +30,11 @@ class GradientSync {
 
   void begin_step();
   // Waits for / launches the remaining reductions; afterwards every .grad holds
-  // the dp-averaged, tp-summed, tie-summed gradient.
+  // the dp-summed, tp-summed, tie-summed gradient. The dp average is left to
+  // the optimizer (grad_scale()), which applies it on the fly instead of in
+  // another pass over every gradient.
   void finish_step();
+  double grad_scale() const;  // 1 / dp
 
  private:
   struct Bucket;
@@ -39,6 +42,7 @@ class GradientSync {
   void on_grad(size_t param);
   void launch_ready();
   void launch(Bucket& b);
+  void check_view(size_t param, const Bucket& b) const;
 
   std::vector<SyncedParameter> params_;
   Communicator* dp_;

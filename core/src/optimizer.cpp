@@ -1,6 +1,7 @@
 #include "optimizer.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -16,7 +17,39 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : opt_(option
   }
 }
 
-void AdamW::step(double lr) {
+namespace {
+
+struct Coefficients {
+  float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, inv_bc2, eps, step_size, grad_scale;
+};
+
+// One pass per element. Built for AVX2+FMA and for the baseline ISA; the
+// loader picks the clone the CPU supports (GCC function multi-versioning).
+// sqrt vectorizes because this file is compiled with -fno-math-errno.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2,fma", "default")))
+#endif
+void adamw_fp32(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                Coefficients c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * c.grad_scale;
+    const float mi = c.beta1 * m[i] + c.one_minus_beta1 * gi;
+    const float vi = c.beta2 * v[i] + c.one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * c.decay - c.step_size * mi / (std::sqrt(vi * c.inv_bc2) + c.eps);
+  }
+}
+
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+  for (const at::Tensor* t : {&p, &g, &m, &v})
+    if (t->scalar_type() != at::kFloat || !t->is_contiguous() || !t->device().is_cpu()) return false;
+  return g.numel() == p.numel();
+}
+
+}  // namespace
+
+void AdamW::step(double lr, double grad_scale) {
   c10::NoGradGuard no_grad;
   ++t_;
   const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(t_));
@@ -25,10 +58,26 @@ void AdamW::step(double lr) {
     at::Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     const at::Tensor& g = p.grad();
-    if (opt_.weight_decay > 0 && p.dim() >= 2) p.mul_(1.0 - lr * opt_.weight_decay);
-    exp_avg_[i].mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
-    exp_avg_sq_[i].mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
-    at::Tensor denom = (exp_avg_sq_[i] / bc2).sqrt_().add_(opt_.eps);
+    const double decay = opt_.weight_decay > 0 && p.dim() >= 2 ? 1.0 - lr * opt_.weight_decay : 1.0;
+    if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
+      const Coefficients c{static_cast<float>(decay),
+                           static_cast<float>(opt_.beta1),
+                           static_cast<float>(opt_.beta2),
+                           static_cast<float>(1.0 - opt_.beta1),
+                           static_cast<float>(1.0 - opt_.beta2),
+                           static_cast<float>(1.0 / bc2),
+                           static_cast<float>(opt_.eps),
+                           static_cast<float>(lr / bc1),
+                           static_cast<float>(grad_scale)};
+      adamw_fp32(p.data_ptr<float>(), g.data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
+                 exp_avg_sq_[i].data_ptr<float>(), p.numel(), c);
+      continue;
+    }
+    const at::Tensor gs = grad_scale == 1.0 ? g : g.mul(grad_scale);
+    if (decay != 1.0) p.mul_(decay);
+    exp_avg_[i].mul_(opt_.beta1).add_(gs, 1.0 - opt_.beta1);
+    exp_avg_sq_[i].mul_(opt_.beta2).addcmul_(gs, gs, 1.0 - opt_.beta2);
+    at::Tensor denom = exp_avg_sq_[i].div(bc2).sqrt_().add_(opt_.eps);
     p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
   }
 }

@@ -285,6 +285,7 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   s.rendezvous = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
   CommOptions opts;
   opts.timeout = timeout;
+  opts.shm_slot_bytes = static_cast<int64_t>(cfg.get_double("comm.shm_mb") * 1024 * 1024);
   s.make_communicators(opts);
 
   s.load_plugins(plugins);
@@ -367,12 +368,20 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
 StepResult Runtime::train_step() {
   Impl& s = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
+  // Zeroing in place keeps .grad the same tensor (dp buckets may alias it).
   for (auto& [key, m] : s.modules)
     for (const auto& p : m->parameters())
       if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  StepResult out;
   s.sync->begin_step();
   ExecutorResult r = s.executor->run(s.schedule, s.steps, true);
+  out.phases.compute = since(t0);
+  auto t1 = clock::now();
   s.sync->finish_step();
+  out.phases.grad_sync = since(t1);
+  t1 = clock::now();
 
   // Global gradient norm over distinct values, then clipping.
   at::Tensor sq = at::zeros({2}, at::kDouble);
@@ -386,24 +395,25 @@ StepResult Runtime::train_step() {
     sq[1] = r.loss_sum;
   }
   s.comm("mp")->allreduce(sq)->wait();
-  const double norm = std::sqrt(sq[0].item<double>());
+  // .grad holds dp sums: the gradient is grad_scale() times that. Clipping
+  // joins the same factor, which the optimizer applies as it reads .grad.
+  double grad_scale = s.sync->grad_scale();
+  const double norm = std::sqrt(sq[0].item<double>()) * grad_scale;
   const double clip = s.config.get_double("train.grad_clip");
-  if (clip > 0 && norm > clip) {
-    c10::NoGradGuard ng;
-    const double scale = clip / (norm + 1e-6);
-    for (auto& [t, counted] : s.norm_params)
-      if (t.grad().defined()) t.mutable_grad().mul_(scale);
-  }
+  if (clip > 0 && norm > clip) grad_scale *= clip / (norm + 1e-6);
   // Loss: summed over the pp stages above (only the last one has it), averaged over dp.
   at::Tensor loss = at::full({1}, sq[1].item<double>() / s.mesh->tp(), at::kDouble);
   s.comm("dp")->allreduce(loss)->wait();
   const double lr = s.lr.at(s.steps);
-  s.optimizer->step(lr);
+  out.phases.clip = since(t1);
+  t1 = clock::now();
+  s.optimizer->step(lr, grad_scale);
+  out.phases.optimizer = since(t1);
 
-  StepResult out;
   out.step = s.steps++;
   out.loss = loss.item<double>() / (s.mesh->dp() * s.microbatches);
   out.grad_norm = norm;
+  out.grad_scale = grad_scale;
   out.lr = lr;
   out.peak_activation_bytes = r.peak_bytes;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

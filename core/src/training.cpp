@@ -111,6 +111,7 @@ nlohmann::json run_training(Runtime& rt) {
   nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   int64_t timed_steps = 0, peak_act = 0;
+  StepPhases phase_sum;
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();
   while (rt.steps_done() < steps) {
@@ -121,6 +122,10 @@ nlohmann::json run_training(Runtime& rt) {
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
       train_seconds += r.seconds;
       ++timed_steps;
+      phase_sum.compute += r.phases.compute;
+      phase_sum.grad_sync += r.phases.grad_sync;
+      phase_sum.clip += r.phases.clip;
+      phase_sum.optimizer += r.phases.optimizer;
     }
     const double tok_s = rt.tokens_per_step() / r.seconds;
     const double flops = rt.flops_per_step() / r.seconds;
@@ -147,6 +152,13 @@ nlohmann::json run_training(Runtime& rt) {
   const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
   auto peak_mem = rt.gather_world(static_cast<double>(peak_resident_bytes()));
   auto peak_acts = rt.gather_world(static_cast<double>(peak_act));
+  // Mean seconds per timed step, per rank: where each rank's step went.
+  const double n = std::max<int64_t>(1, timed_steps);
+  nlohmann::json phases;
+  phases["compute"] = rt.gather_world(phase_sum.compute / n);
+  phases["grad_sync"] = rt.gather_world(phase_sum.grad_sync / n);
+  phases["clip"] = rt.gather_world(phase_sum.clip / n);
+  phases["optimizer"] = rt.gather_world(phase_sum.optimizer / n);
   nlohmann::json summary;
   summary["config"] = cfg.to_json();
   summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()}, {"world", world},
@@ -163,6 +175,7 @@ nlohmann::json run_training(Runtime& rt) {
   summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
   summary["peak_memory_bytes"] = peak_mem;
   summary["peak_activation_bytes"] = peak_acts;
+  summary["phase_seconds"] = phases;
   summary["comm_bytes_rank0"] = rt.comm_bytes();
   summary["stages"] = rt.plan().to_json(rt.graph());
   if (cfg.get_bool("run.dump_parameters")) dump_parameters(rt);

@@ -19,19 +19,75 @@ void PrintTo(const Shape& s, std::ostream* os) {
 
 class CommTest : public ::testing::TestWithParam<Shape> {};
 
+smp_test::Result check(const Shape& s, const char* shm_mb) {
+  const int port = smp_test::free_port();
+  return smp_test::run({SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(s.world), "--master-port",
+                        std::to_string(port), "--kill-timeout", "5", "--worker", SMP_COMM_WORKER, "--mode", "check",
+                        "--pp", std::to_string(s.pp), "--dp", std::to_string(s.dp), "--tp", std::to_string(s.tp),
+                        "--order", s.order, "--timeout-ms", "30000", "--shm-mb", shm_mb},
+                       /*timeout_s=*/100);
+}
+
+// All-reduces go through shared memory here (every rank is on this host).
 TEST_P(CommTest, EveryCollectiveMatchesTheSerialResult) {
   const Shape s = GetParam();
-  const int port = smp_test::free_port();
-  auto r = smp_test::run({SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(s.world), "--master-port",
-                          std::to_string(port), "--kill-timeout", "5", "--worker", SMP_COMM_WORKER, "--mode", "check",
-                          "--pp", std::to_string(s.pp), "--dp", std::to_string(s.dp), "--tp", std::to_string(s.tp),
-                          "--order", s.order, "--timeout-ms", "30000"},
-                         /*timeout_s=*/100);
+  auto r = check(s, "16");
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // Rank 0 prints to the terminal (here: the captured output).
   EXPECT_TRUE(smp_test::contains(r.output, "rank 0: all checks passed")) << r.output;
   RecordProperty("seconds", std::to_string(r.seconds));
+}
+
+// The same checks with every collective through Gloo (comm.shm_mb = 0).
+TEST_P(CommTest, EveryCollectiveMatchesTheSerialResultThroughGloo) {
+  const Shape s = GetParam();
+  if (s.world != 4 || s.dp != 2 || s.tp != 2) GTEST_SKIP() << "one shape is enough for the Gloo-only path";
+  auto r = check(s, "0");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 0: all checks passed")) << r.output;
+}
+
+smp_test::Result launch_mode(int world, const std::string& mode, const std::vector<std::string>& extra = {}) {
+  const int port = smp_test::free_port();
+  std::vector<std::string> cmd{SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(world), "--master-port",
+                               std::to_string(port), "--kill-timeout", "5", "--worker", SMP_COMM_WORKER, "--mode",
+                               mode, "--timeout-ms", "60000"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return smp_test::run(cmd, /*timeout_s=*/100);
+}
+
+// Shared-memory all-reduce vs Gloo's and the serial result: 5 dtypes x 4 ops,
+// sizes from 1 element to many 4 KiB chunks, strided, async, growing slots.
+TEST(ShmAllreduceTest, MatchesGlooAndSerialOnTwoThreeAndFourRanks) {
+  for (int world : {2, 3, 4}) {
+    auto r = launch_mode(world, "shm");
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << "world " << world << ":\n" << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, "rank 0: 61 shm checks passed")) << r.output;
+  }
+}
+
+TEST(ShmAllreduceTest, MismatchedCallsFailOnEveryRankWithBothSizes) {
+  auto r = launch_mode(2, "shm-mismatch");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "mismatched all-reduce calls")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "16 elements")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "17 elements")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "axis 'world'")) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+// The survivor learns of the exit from the pid check, not from the 60 s timeout.
+TEST(ShmAllreduceTest, APeerThatExitsIsReportedWithinSeconds) {
+  auto r = launch_mode(2, "shm-peer-exit", {"--skip-rank", "1"});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "group rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "exited while this rank waited")) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(

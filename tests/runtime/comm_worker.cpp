@@ -10,6 +10,12 @@
 //   --mode fail-once  rank 1 exits 5 on the first attempt (SMP_RESTART_COUNT=0),
 //                     then everyone does the allreduce check
 //   --mode env        prints the ProcessEnv and exits
+//   --mode shm        the shared-memory all-reduce (tiny 4 KiB slots, so most
+//                     tensors go in many chunks) against Gloo's and the serial
+//                     result: dtypes, ops, sizes, strides, async, growth
+//   --mode shm-mismatch  ranks pass different sizes: everyone must get an error
+//   --mode shm-peer-exit rank --skip-rank exits mid-job: the others must hear of
+//                     it long before the (60 s) timeout
 #include <smp/communicator.h>
 #include <smp/error.h>
 #include <smp/logging.h>
@@ -20,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -293,6 +300,17 @@ class Checker {
   std::map<std::string, int64_t> calls_;
 };
 
+// This process's CPU affinity as "0,1,...".
+std::string affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
 struct Args {
   std::string mode = "check";
   int pp = 1, dp = 0, tp = 1;
@@ -303,7 +321,103 @@ struct Args {
   int steps = 1000000;
   int skip_rank = 1;
   std::string run_dir;
+  double shm_mb = -1;  // < 0: CommOptions' default
 };
+
+// Integer-valued data (exact in every dtype tested) so sums compare bit for bit.
+at::Tensor sample(int64_t numel, at::ScalarType dtype, int rank, int salt) {
+  return ((at::arange(numel, at::kLong) * (7 + salt) + rank * 13 + salt) % 23 - 11).to(dtype);
+}
+
+int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, smp::CommOptions opts) {
+  const auto& ranks = mesh.group(smp::Axis::World);
+  opts.shm_slot_bytes = 4096;
+  auto shm = rdv.new_communicator("world", "world.shm", ranks, opts);
+  opts.shm_slot_bytes = 0;
+  auto gloo = rdv.new_communicator("world", "world.gloo", ranks, opts);
+  const int n = shm->size(), me = shm->rank();
+  expect(n == 1 || shm->transport("allreduce", at::kCPU) == "shm",
+         "allreduce transport is " + shm->transport("allreduce", at::kCPU) + ", expected shm");
+  expect(n == 1 || gloo->transport("allreduce", at::kCPU) == "gloo", "shm_slot_bytes = 0 must mean gloo");
+  expect(shm->transport("allgather", at::kCPU) == gloo->transport("allgather", at::kCPU), "allgather goes to the backend");
+  int checks = 0;
+  int salt = 0;
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong, at::kInt, at::kBFloat16}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product}) {
+      // 1 element, an odd size inside one slot, several slots with a ragged tail.
+      for (int64_t numel : {int64_t{1}, int64_t{333}, int64_t{5000}}) {
+        if (op == ReduceOp::Product && numel > 333) continue;  // keep products small and exact
+        ++salt;
+        at::Tensor a1 = sample(numel, dtype, me, salt), a2 = a1.clone();
+        if (op == ReduceOp::Product) a1 = a1.remainder(3).add(1).to(dtype), a2 = a1.clone();
+        at::Tensor want = op == ReduceOp::Product ? at::ones({numel}, dtype) : at::Tensor();
+        for (int r = 0; r < n; ++r) {
+          at::Tensor x = sample(numel, dtype, r, salt);
+          if (op == ReduceOp::Product) x = x.remainder(3).add(1).to(dtype);
+          if (op == ReduceOp::Sum) want = want.defined() ? want + x : x.clone();
+          if (op == ReduceOp::Max) want = want.defined() ? at::maximum(want, x) : x.clone();
+          if (op == ReduceOp::Min) want = want.defined() ? at::minimum(want, x) : x.clone();
+          if (op == ReduceOp::Product) want = want * x;
+        }
+        const std::string what = std::string("shm allreduce ") + c10::toString(dtype) + " op " +
+                                 std::to_string(static_cast<int>(op)) + " numel " + std::to_string(numel);
+        shm->allreduce(a1, op)->wait();
+        expect_eq(a1, want.to(dtype), what + " vs serial");
+        if (dtype != at::kBFloat16) {  // Gloo in LibTorch 1.13 has no bfloat16
+          gloo->allreduce(a2, op)->wait();
+          expect_eq(a1, a2, what + " vs gloo");
+        }
+        ++checks;
+      }
+    }
+  }
+  // Random floats: every rank must end with the same bits (each part is reduced once).
+  {
+    at::Tensor x = at::randn({10007}, at::TensorOptions().dtype(at::kFloat)).mul_(me + 1);
+    shm->allreduce(x)->wait();
+    at::Tensor all = at::empty({n * 10007}, at::kFloat);
+    gloo->allgather(x, all)->wait();
+    for (int r = 0; r < n; ++r) expect(at::equal(all.narrow(0, r * 10007, 10007), x), "ranks differ after shm allreduce");
+    ++checks;
+  }
+  // A non-contiguous tensor (staged through a contiguous copy and written back).
+  {
+    at::Tensor base = sample(60, at::kFloat, me, 99).view({6, 10}), t = base.t();
+    at::Tensor want = at::zeros({10, 6});
+    for (int r = 0; r < n; ++r) want += sample(60, at::kFloat, r, 99).view({6, 10}).t();
+    shm->allreduce(t)->wait();
+    expect_eq(t, want, "shm allreduce of a transposed view");
+    expect_eq(base.t(), want, "the transposed view's base");
+    ++checks;
+  }
+  // Several in flight, waited out of order; then the slots grow (64 KiB, the default 16 MiB) on a new communicator.
+  {
+    std::vector<at::Tensor> ts, wants;
+    std::vector<std::shared_ptr<smp::Work>> works;
+    for (int k = 0; k < 4; ++k) {
+      ts.push_back(sample(3000 + k, at::kDouble, me, k));
+      at::Tensor w = at::zeros({3000 + k}, at::kDouble);
+      for (int r = 0; r < n; ++r) w += sample(3000 + k, at::kDouble, r, k);
+      wants.push_back(w);
+    }
+    for (auto& t : ts) works.push_back(shm->allreduce(t));
+    for (int k = 3; k >= 0; --k) works[k]->wait();
+    for (int k = 0; k < 4; ++k) expect_eq(ts[k], wants[k], "async shm allreduce " + std::to_string(k));
+    ++checks;
+    opts.shm_slot_bytes = int64_t{16} << 20;
+    auto big = rdv.new_communicator("world", "world.shm-big", ranks, opts);
+    for (int64_t numel : {int64_t{2}, int64_t{100000}, int64_t{5000000}}) {  // 8 B, 400 KB, 20 MB (> one slot)
+      at::Tensor t = sample(numel, at::kFloat, me, 5), w = at::zeros({numel});
+      for (int r = 0; r < n; ++r) w += sample(numel, at::kFloat, r, 5);
+      big->allreduce(t)->wait();
+      expect_eq(t, w, "growing shm allreduce numel " + std::to_string(numel));
+      ++checks;
+    }
+  }
+  rdv.shutdown(std::chrono::milliseconds(a.timeout_ms));
+  std::cout << "rank " << mesh.rank() << ": " << checks << " shm checks passed" << std::endl;
+  return 0;
+}
 
 std::unique_ptr<smp::DeviceMesh> make_mesh(const Args& a, const smp::ProcessEnv& env) {
   int dp = a.dp > 0 ? a.dp : env.world_size / (a.pp * a.tp);
@@ -318,7 +432,7 @@ int run(const Args& a) {
               << " LOCAL_WORLD_SIZE=" << env.local_world_size << " MASTER_ADDR=" << env.master_addr
               << " MASTER_PORT=" << env.master_port << " SOURCE=" << env.source
               << " OMP_NUM_THREADS=" << (std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "")
-              << std::endl;
+              << " CPUS=" << affinity() << std::endl;
     return 0;
   }
   if (a.mode == "fail-once") {
@@ -332,7 +446,31 @@ int run(const Args& a) {
                                       std::chrono::milliseconds(a.connect_timeout_ms));
   smp::CommOptions opts;
   opts.timeout = std::chrono::milliseconds(a.timeout_ms);
+  if (a.shm_mb >= 0) opts.shm_slot_bytes = static_cast<int64_t>(a.shm_mb * (1 << 20));
   auto mesh = make_mesh(a, env);
+  if (a.mode == "shm") return run_shm(a, *rdv, *mesh, opts);
+  if (a.mode == "shm-mismatch" || a.mode == "shm-peer-exit") {
+    auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
+    expect(world->transport("allreduce", at::kCPU) == "shm", "expected the shm transport");
+    at::Tensor t = at::ones({16}, at::kFloat);
+    world->allreduce(t)->wait();  // everyone
+    if (a.mode == "shm-peer-exit" && env.rank == a.skip_rank) {
+      std::cout << "rank " << env.rank << ": exiting without the second allreduce" << std::endl;
+      std::_Exit(0);
+    }
+    at::Tensor u = at::ones({a.mode == "shm-mismatch" ? 16 + env.rank : 16}, at::kFloat);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      world->allreduce(u)->wait();
+    } catch (const smp::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+      std::cerr << "rank " << env.rank << " caught after " << ms << " ms: " << e.what() << std::endl;
+      return 3;
+    }
+    std::cerr << "the allreduce completed" << std::endl;
+    return 4;
+  }
 
   if (a.mode == "check") {
     std::unique_ptr<smp::Communicator> world;
@@ -423,6 +561,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps);
   app.add_option("--skip-rank", a.skip_rank);
   app.add_option("--run-dir", a.run_dir);
+  app.add_option("--shm-mb", a.shm_mb);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

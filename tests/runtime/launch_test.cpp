@@ -2,6 +2,8 @@
 // running under srun, a missing worker.
 #include "proc_util.h"
 
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -136,6 +138,28 @@ TEST(LaunchTest, EnvironmentOfSpawnedRanks) {
   EXPECT_TRUE(smp_test::contains(r.output, "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1"))
       << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "SOURCE=smp-launch OMP_NUM_THREADS=3")) << r.output;
+}
+
+// --bind-cores: each local rank gets its own core of the launcher's mask; asking
+// for more cores than there are is refused before anything starts.
+TEST(LaunchTest, BindCoresPinsEachRankToItsOwnCore) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  if (cores.size() < 2) GTEST_SKIP() << "needs 2 cores";
+  auto r = smp_test::run(launch(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "1", "--tee"}), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "LOCAL_RANK=0 LOCAL_WORLD_SIZE=2")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "CPUS=" + std::to_string(cores[0]) + "\n")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "CPUS=" + std::to_string(cores[1]) + "\n")) << r.output;
+
+  auto bad = smp_test::run(launch(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "4096"}), 30);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(smp_test::contains(bad.output, "--bind-cores: 2 ranks x 4096 cores each need 8192 cores")) << bad.output;
+  EXPECT_FALSE(smp_test::contains(bad.output, "RANK=")) << bad.output;
 }
 
 TEST(LaunchTest, MissingWorkerFailsClearly) {

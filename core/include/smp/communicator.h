@@ -58,6 +58,10 @@ class Communicator {
   virtual std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
+  // What carries an op for tensors on `device`: "shm" (shared memory, all
+  // members on this host), "gloo", "nccl", or "local" (a group of one).
+  virtual std::string transport(const std::string& op, const c10::Device& device) const = 0;
+
   virtual const CommStats& stats() const = 0;
   virtual void reset_stats() = 0;
 
@@ -72,6 +76,10 @@ namespace smp {
 struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool cuda = false;  // NCCL for CUDA tensors (when LibTorch has CUDA), else Gloo
+  // All-reduce CPU tensors through shared memory when every member runs on this
+  // host, with per-rank slots of up to this many bytes (larger tensors go in
+  // chunks); 0 = through the c10d backend. See core/src/shm_allreduce.h.
+  int64_t shm_slot_bytes = int64_t{16} << 20;
 };
 
 // The job's rendezvous (a c10d TCPStore; world rank 0 hosts it) and the factory

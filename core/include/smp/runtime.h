@@ -34,13 +34,27 @@ struct ParameterView {
   int shard_dim = -1;  // split across tp ranks along this dim, -1 when replicated
 };
 
+// Where a step's wall time went on this rank (seconds). compute = the
+// schedule's forwards/backwards, including the waits for pipeline peers and
+// the dp buckets launched during backward; grad_sync = what is left of the
+// gradient reductions after the last backward; clip = global norm + clipping
+// + the loss/norm all-reduce; optimizer = the parameter update.
+struct StepPhases {
+  double compute = 0, grad_sync = 0, clip = 0, optimizer = 0;
+};
+
 struct StepResult {
   int64_t step = 0;         // 0-based index of the step just taken
   double loss = 0;          // mean training loss over the global batch (same on every rank)
   double grad_norm = 0;     // global gradient norm before clipping
+  // After a step each .grad holds the gradient summed over dp ranks, not
+  // clipped; the optimizer used grad_scale x .grad (1/dp times the clipping
+  // coefficient), applied on the fly rather than by extra passes.
+  double grad_scale = 1;
   double lr = 0;
   double seconds = 0;       // wall time of the step
   int64_t peak_activation_bytes = 0;  // this rank, during the step
+  StepPhases phases;
 };
 
 class Runtime {

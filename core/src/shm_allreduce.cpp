@@ -1,0 +1,466 @@
+#include "shm_allreduce.h"
+
+#include <ATen/Functions.h>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace smp {
+namespace {
+
+using c10d_compat::Failure;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kLine = 64;
+constexpr int64_t kPage = 4096;
+constexpr int64_t kMinSlot = 64 * 1024;
+// Polling before sleeping on the futex (~10-100 us) pays off only when every
+// rank on the host has a core of its own; with more ranks than cores a
+// spinning rank takes the core from the rank it waits for.
+constexpr int kSpins = 4000;
+
+int spins_for_this_host(int group_size) {
+  int ranks_here = group_size;
+  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) ranks_here = std::max(ranks_here, std::atoi(v));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return ranks_here <= cores ? kSpins : 0;
+}
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Shared between processes: only lock-free atomics (address-free) and plain data.
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
+
+struct Header {  // the segment's first cache line
+  std::atomic<uint32_t> futex;    // bumped by every publish; sleepers wait on it
+  std::atomic<uint32_t> sleepers; // ranks inside futex_wait (publishers skip the wake syscall when 0)
+};
+
+struct RankControl {  // one cache line per rank
+  std::atomic<uint64_t> progress;  // 3*chunk + {1 ready, 2 reduced, 3 released}
+  int64_t numel;                   // the whole call's, for the mismatch check
+  int32_t dtype;
+  int32_t op;
+  int32_t pid;
+};
+static_assert(sizeof(Header) <= kLine && sizeof(RankControl) <= kLine);
+
+// Same boot, same pid namespace, same /dev/shm: segment names and pids mean
+// the same thing to every member. Empty when unknown (then no sharing).
+std::string host_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat ns {}, dev {};
+  if (boot.empty() || stat("/proc/self/ns/pid", &ns) != 0 || stat("/dev/shm", &dev) != 0) return "";
+  return boot + "/" + std::to_string(ns.st_ino) + "/" + std::to_string(dev.st_dev);
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds) {
+  timespec ts{0, nanoseconds};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Product: return "product";
+  }
+  return "?";
+}
+
+// out = a (op) b, elementwise; out may be a or b.
+void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: at::add_out(out, a, b); return;
+    case ReduceOp::Product: at::mul_out(out, a, b); return;
+    case ReduceOp::Max: at::maximum_out(out, a, b); return;
+    case ReduceOp::Min: at::minimum_out(out, a, b); return;
+  }
+}
+
+// One mapping of the group's segment: header, n rank controls, n slots.
+class Segment {
+ public:
+  Segment(void* base, size_t bytes, int n, int64_t slot) : base_(static_cast<char*>(base)), bytes_(bytes), n_(n), slot_(slot) {}
+  ~Segment() { munmap(base_, bytes_); }
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  static int64_t data_offset(int n) { return round_up(kLine * (1 + n), kPage); }
+  static int64_t total_bytes(int n, int64_t slot) { return data_offset(n) + n * slot; }
+
+  Header* header() { return reinterpret_cast<Header*>(base_); }
+  RankControl* control(int r) { return reinterpret_cast<RankControl*>(base_ + kLine * (1 + r)); }
+  char* slot(int r) { return base_ + data_offset(n_) + r * slot_; }
+  int64_t slot_bytes() const { return slot_; }
+
+ private:
+  char* base_;
+  size_t bytes_;
+  int n_;
+  int64_t slot_;
+};
+
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+  bool timed_out = false;
+};
+
+class ShmWork final : public c10d_compat::PendingWork {
+ public:
+  explicit ShmWork(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  void wait() override {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->cv.wait(lock, [&] { return s_->done; });
+    if (!s_->error.empty()) throw Failure(s_->error, s_->timed_out);
+  }
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+struct Task {
+  at::Tensor t;
+  ReduceOp op;
+  std::shared_ptr<State> state;
+};
+
+std::atomic<uint64_t> g_segment_counter{0};
+
+}  // namespace
+
+struct ShmAllreduce::Impl {
+  std::shared_ptr<c10d_compat::Store> store;
+  std::string prefix;
+  int rank = 0, n = 0;
+  int64_t max_slot = 0;
+  std::chrono::milliseconds timeout{0};
+  int spins = 0;
+
+  std::unique_ptr<Segment> seg;  // touched only by the worker, or by the submitter while the worker is idle
+  int generation = 0;
+  uint64_t chunks_done = 0;      // in the current segment
+
+  std::mutex mu;
+  std::condition_variable has_task, idle;
+  std::deque<Task> queue;
+  bool busy = false;
+  std::string poisoned;  // the first failure; every later call fails with it
+  bool poisoned_timeout = false;
+  std::atomic<bool> stop{false};
+  std::thread worker;
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    has_task.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        has_task.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+        busy = true;
+      }
+      std::string error;
+      bool timed_out = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        error = poisoned, timed_out = poisoned_timeout;
+      }
+      if (error.empty()) {
+        try {
+          run(task.t, task.op);
+        } catch (const Failure& f) {
+          error = f.what(), timed_out = f.timed_out();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error.empty() && poisoned.empty()) poisoned = error, poisoned_timeout = timed_out;
+        busy = false;
+      }
+      idle.notify_all();
+      {
+        std::lock_guard<std::mutex> lock(task.state->mu);
+        task.state->done = true;
+        task.state->error = error;
+        task.state->timed_out = timed_out;
+      }
+      task.state->cv.notify_all();
+    }
+  }
+
+  // ---- the protocol (worker thread) ----
+
+  void publish(uint64_t value) {
+    seg->control(rank)->progress.store(value);
+    seg->header()->futex.fetch_add(1);
+    if (seg->header()->sleepers.load() > 0) futex_wake_all(&seg->header()->futex);
+  }
+
+  bool all_reached(uint64_t target) {
+    for (int j = 0; j < n; ++j)
+      if (seg->control(j)->progress.load(std::memory_order_acquire) < target) return false;
+    return true;
+  }
+
+  void wait_all(uint64_t target) {
+    for (int i = 0; i < spins; ++i) {
+      if (all_reached(target)) return;
+      cpu_relax();
+    }
+    const auto start = Clock::now();
+    auto next_liveness_check = start + std::chrono::milliseconds(100);
+    Header* h = seg->header();
+    for (;;) {
+      h->sleepers.fetch_add(1);
+      const uint32_t seen = h->futex.load();
+      const bool ok = all_reached(target);
+      if (!ok) futex_wait(&h->futex, seen, 5'000'000);
+      h->sleepers.fetch_sub(1);
+      if (ok || all_reached(target)) return;
+      if (stop) throw Failure("the communicator was destroyed while an all-reduce was in flight", false);
+      const auto now = Clock::now();
+      if (now >= next_liveness_check) {
+        next_liveness_check = now + std::chrono::milliseconds(100);
+        for (int j = 0; j < n; ++j) {
+          const pid_t pid = seg->control(j)->pid;
+          if (j != rank && pid > 0 && seg->control(j)->progress.load() < target && kill(pid, 0) != 0 && errno == ESRCH)
+            throw Failure("group rank " + std::to_string(j) + " (pid " + std::to_string(pid) +
+                              ") exited while this rank waited for it in a shared-memory all-reduce",
+                          false);
+        }
+      }
+      if (now - start >= timeout) {
+        std::string late;
+        for (int j = 0; j < n; ++j)
+          if (seg->control(j)->progress.load() < target) late += (late.empty() ? "" : ", ") + std::to_string(j);
+        throw Failure("shared-memory all-reduce timed out after " + std::to_string(timeout.count()) +
+                          " ms waiting for group rank(s) " + late,
+                      true);
+      }
+    }
+  }
+
+  void run(const at::Tensor& t, ReduceOp op) {
+    const int64_t esize = t.element_size(), numel = t.numel();
+    const int64_t per_chunk = seg->slot_bytes() / esize;
+    char* data = static_cast<char*>(t.data_ptr());
+    for (int64_t offset = 0; offset < numel; offset += per_chunk)
+      run_chunk(data + offset * esize, std::min(per_chunk, numel - offset), t, op);
+  }
+
+  void run_chunk(char* data, int64_t len, const at::Tensor& t, ReduceOp op) {
+    const int64_t esize = t.element_size();
+    const uint64_t base = 3 * chunks_done++;
+    wait_all(base);  // everyone has copied the previous chunk out of my slot
+    std::memcpy(seg->slot(rank), data, len * esize);
+    RankControl* me = seg->control(rank);
+    me->numel = t.numel();
+    me->dtype = static_cast<int32_t>(t.scalar_type());
+    me->op = static_cast<int32_t>(op);
+    publish(base + 1);
+    wait_all(base + 1);
+    for (int j = 0; j < n; ++j) {
+      const RankControl* c = seg->control(j);
+      if (c->numel != me->numel || c->dtype != me->dtype || c->op != me->op)
+        throw Failure("mismatched all-reduce calls: group rank " + std::to_string(j) + " passed " +
+                          std::to_string(c->numel) + " elements of " +
+                          c10::toString(static_cast<c10::ScalarType>(c->dtype)) + " (" +
+                          op_name(static_cast<ReduceOp>(c->op)) + "), this rank (group rank " + std::to_string(rank) +
+                          ") passed " + std::to_string(me->numel) + " elements of " + c10::toString(t.scalar_type()) +
+                          " (" + op_name(op) + ")",
+                      false);
+    }
+    auto lo = [&](int i) { return i * (len / n) + std::min<int64_t>(i, len % n); };
+    const int64_t begin = lo(rank), count = lo(rank + 1) - begin;
+    if (count > 0) {
+      const auto options = at::TensorOptions().dtype(t.scalar_type());
+      auto part = [&](int j) { return at::from_blob(seg->slot(j) + begin * esize, {count}, options); };
+      // Rank order on every part, so every rank's result is the same bits.
+      at::Tensor out = part(rank);
+      if (rank <= 1) {
+        combine(out, part(0), part(1), op);
+        for (int j = 2; j < n; ++j) combine(out, out, part(j), op);
+      } else {
+        at::Tensor acc = at::empty({count}, options);
+        combine(acc, part(0), part(1), op);
+        for (int j = 2; j < n; ++j) combine(acc, acc, part(j), op);
+        out.copy_(acc);
+      }
+    }
+    publish(base + 2);
+    wait_all(base + 2);
+    for (int j = 0; j < n; ++j) {
+      const int64_t b = lo(j), c = lo(j + 1) - b;
+      if (c > 0) std::memcpy(data + b * esize, seg->slot(j) + b * esize, c * esize);
+    }
+    publish(base + 3);
+  }
+
+  // ---- segment (re)creation (submitting thread, worker idle, all ranks at the same call) ----
+
+  void map_segment(int64_t slot) {
+    const std::string key = prefix + "segment/" + std::to_string(++generation);
+    const size_t total = static_cast<size_t>(Segment::total_bytes(n, slot));
+    std::string name;
+    int fd = -1;
+    if (rank == 0) {
+      name = "/smp-" + std::to_string(getpid()) + "-" + std::to_string(g_segment_counter++);
+      std::string error;
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) {
+        error = std::string("shm_open(") + name + "): " + std::strerror(errno);
+      } else if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+        error = std::string("ftruncate: ") + std::strerror(errno);
+      } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+        error = "could not reserve " + std::to_string(total >> 20) + " MiB in /dev/shm (" + std::strerror(rc) +
+                "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to "
+                "all-reduce through Gloo";
+      }
+      if (!error.empty()) {
+        if (fd >= 0) close(fd), shm_unlink(name.c_str());
+        store->set(key, "!" + error);
+        throw Failure(error, false);
+      }
+      store->set(key, name);
+    } else {
+      name = store->get(key);
+      if (!name.empty() && name[0] == '!')
+        throw Failure("group rank 0 could not create the shared-memory segment: " + name.substr(1), false);
+      fd = shm_open(name.c_str(), O_RDWR, 0600);
+      if (fd < 0) throw Failure("shm_open(" + name + ") made by group rank 0: " + std::strerror(errno), false);
+    }
+    void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int mmap_errno = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+      if (rank == 0) shm_unlink(name.c_str());
+      throw Failure("mmap of " + std::to_string(total) + " bytes of " + name + ": " + std::strerror(mmap_errno), false);
+    }
+    seg = std::make_unique<Segment>(base, total, n, slot);
+    chunks_done = 0;
+    seg->control(rank)->pid = getpid();
+    store->add(key + "/mapped", 1);
+    if (rank == 0) {
+      // Unlink once everyone has it mapped: the memory then lives exactly as long as the mappings.
+      const auto deadline = Clock::now() + timeout;
+      while (store->add(key + "/mapped", 0) < n) {
+        if (Clock::now() >= deadline) {
+          shm_unlink(name.c_str());
+          throw Failure("timed out waiting for every group rank to map the shared-memory segment", true);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      shm_unlink(name.c_str());
+    }
+  }
+
+  void grow_to(int64_t bytes) {
+    int64_t slot = kMinSlot;
+    while (slot < bytes && slot < max_slot) slot *= 2;
+    slot = std::min(slot, max_slot);
+    if (seg && slot <= seg->slot_bytes()) return;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      idle.wait(lock, [&] { return queue.empty() && !busy; });
+      if (!poisoned.empty()) return;  // the call fails with it below
+    }
+    try {
+      map_segment(slot);
+    } catch (const Failure& f) {
+      std::lock_guard<std::mutex> lock(mu);
+      poisoned = f.what(), poisoned_timeout = f.timed_out();
+    }
+  }
+};
+
+ShmAllreduce::ShmAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->worker = std::thread([i = impl_.get()] { i->loop(); });
+}
+
+ShmAllreduce::~ShmAllreduce() = default;
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(std::shared_ptr<c10d_compat::Store> store,
+                                                   const std::string& key_prefix, int rank, int size,
+                                                   int64_t max_slot_bytes, std::chrono::milliseconds timeout) {
+  const std::string mine = host_identity();
+  store->set(key_prefix + "host/" + std::to_string(rank), mine);
+  bool same = !mine.empty();
+  for (int j = 0; j < size; ++j)
+    if (j != rank && store->get(key_prefix + "host/" + std::to_string(j)) != mine) same = false;
+  if (!same) return nullptr;
+  auto impl = std::make_unique<Impl>();
+  impl->store = std::move(store);
+  impl->prefix = key_prefix;
+  impl->rank = rank;
+  impl->n = size;
+  impl->max_slot = round_up(std::max<int64_t>(max_slot_bytes, kPage), kPage);
+  impl->timeout = timeout;
+  impl->spins = spins_for_this_host(size);
+  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(std::move(impl)));
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmAllreduce::allreduce(const at::Tensor& t, ReduceOp op) {
+  Impl& s = *impl_;
+  auto state = std::make_shared<State>();
+  s.grow_to(t.numel() * static_cast<int64_t>(t.element_size()));
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.queue.push_back(Task{t, op, state});
+  }
+  s.has_task.notify_one();
+  return std::make_shared<ShmWork>(state);
+}
+
+int64_t ShmAllreduce::slot_bytes() const { return impl_->seg ? impl_->seg->slot_bytes() : 0; }
+
+}  // namespace smp
