@@ -1,5 +1,5 @@
 // `smp-bench allreduce-probe`: the cost of a dp=2 gradient all-reduce on this machine
-// (c10d ProcessGroupGloo directly, two forked processes), the gradient-sync copies,
+// through smp's Communicator (Gloo and shared memory, two forked processes)
 // and whether the transfer hides behind a 1-thread GEMM loop. See comm_probe.cpp.
 #pragma once
 

@@ -504,7 +504,7 @@ int main(int argc, char** argv) {
 
   int64_t ar_bytes = 13031424;
   int ar_reps = 5;
-  auto* ar = app.add_subcommand("allreduce-probe", "(diagnostic) Gloo all-reduce cost, copies and overlap, 2 processes");
+  auto* ar = app.add_subcommand("allreduce-probe", "(diagnostic) all-reduce cost and overlap, Gloo vs shared memory, 2 processes");
   ar->add_option("--bytes", ar_bytes, "bytes to all-reduce (default: the benchmark GPT's gradients)")
       ->capture_default_str();
   ar->add_option("--reps", ar_reps)->capture_default_str();
