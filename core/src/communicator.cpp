@@ -68,16 +68,6 @@ std::string shape(const at::Tensor& t) {
   return os.str();
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Product: return "product";
-  }
-  return "?";
-}
-
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 // Rows of slice i when `rows` rows are split n ways (torch.tensor_split).
@@ -185,7 +175,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op) override {
-    const std::string name = std::string("allreduce(") + op_name(op) + ")";
+    const std::string name = std::string("allreduce(") + to_string(op) + ")";
     check_dense(name, t, "tensor");
     const int n = size();
     count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
@@ -225,7 +215,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
-    const std::string name = std::string("reduce_scatter(") + op_name(op) + ")";
+    const std::string name = std::string("reduce_scatter(") + to_string(op) + ")";
     check_dense(name, in, "in");
     check_dense(name, out, "out");
     check_same_kind(name, in, out);
@@ -562,6 +552,16 @@ std::shared_ptr<Rendezvous> Rendezvous::connect(const std::string& master_addr, 
   spdlog::debug("rendezvous at {} ({} ranks) done in {} ms", where, world_size,
                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
   return std::make_shared<C10dRendezvous>(std::move(store), master_addr, master_port, rank, world_size, timeout);
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Product: return "product";
+  }
+  return "?";
 }
 
 }  // namespace smp

@@ -92,16 +92,6 @@ inline void cpu_relax() {
 #endif
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Product: return "product";
-  }
-  return "?";
-}
-
 // out = a (op) b, elementwise; out may be a or b.
 void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceOp op) {
   switch (op) {
@@ -315,9 +305,9 @@ struct ShmAllreduce::Impl {
         throw Failure("mismatched all-reduce calls: group rank " + std::to_string(j) + " passed " +
                           std::to_string(c->numel) + " elements of " +
                           c10::toString(static_cast<c10::ScalarType>(c->dtype)) + " (" +
-                          op_name(static_cast<ReduceOp>(c->op)) + "), this rank (group rank " + std::to_string(rank) +
+                          to_string(static_cast<ReduceOp>(c->op)) + "), this rank (group rank " + std::to_string(rank) +
                           ") passed " + std::to_string(me->numel) + " elements of " + c10::toString(t.scalar_type()) +
-                          " (" + op_name(op) + ")",
+                          " (" + to_string(op) + ")",
                       false);
     }
     auto lo = [&](int i) { return i * (len / n) + std::min<int64_t>(i, len % n); };

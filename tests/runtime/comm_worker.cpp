@@ -311,6 +311,23 @@ std::string affinity() {
   return out;
 }
 
+// Runs f, which must throw smp::Error: prints and logs it with the time it took
+// and returns 3; returns 4 (after printing `if_not`) when f completes.
+template <class F>
+int expect_error(const std::string& who, F&& f, const std::string& if_not) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    f();
+  } catch (const smp::Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    spdlog::error("{}", e.what());
+    std::cerr << who << " caught after " << ms << " ms: " << e.what() << std::endl;
+    return 3;
+  }
+  std::cerr << if_not << std::endl;
+  return 4;
+}
+
 struct Args {
   std::string mode = "check";
   int pp = 1, dp = 0, tp = 1;
@@ -459,17 +476,8 @@ int run(const Args& a) {
       std::_Exit(0);
     }
     at::Tensor u = at::ones({a.mode == "shm-mismatch" ? 16 + env.rank : 16}, at::kFloat);
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      world->allreduce(u)->wait();
-    } catch (const smp::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-      std::cerr << "rank " << env.rank << " caught after " << ms << " ms: " << e.what() << std::endl;
-      return 3;
-    }
-    std::cerr << "the allreduce completed" << std::endl;
-    return 4;
+    return expect_error("rank " + std::to_string(env.rank), [&] { world->allreduce(u)->wait(); },
+                        "the allreduce completed");
   }
 
   if (a.mode == "check") {
@@ -529,18 +537,8 @@ int run(const Args& a) {
       std::this_thread::sleep_for(std::chrono::seconds(120));
       return 0;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      tp->allreduce(t)->wait();
-    } catch (const smp::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-      spdlog::error("{}", e.what());
-      std::cerr << "caught after " << ms << " ms: " << e.what() << std::endl;
-      return 3;
-    }
-    std::cerr << "the allreduce completed although rank " << a.skip_rank << " skipped it" << std::endl;
-    return 4;
+    return expect_error("rank " + std::to_string(env.rank), [&] { tp->allreduce(t)->wait(); },
+                        "the allreduce completed although rank " + std::to_string(a.skip_rank) + " skipped it");
   }
   throw CheckFailed("unknown --mode " + a.mode);
 }

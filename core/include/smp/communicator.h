@@ -15,6 +15,7 @@
 namespace smp {
 
 enum class ReduceOp { Sum, Max, Min, Product };
+const char* to_string(ReduceOp op);  // "sum", "max", "min", "product"
 
 // Bytes this rank sent, per operation name ("allreduce", "allgather", ...).
 // Counted as the payload a ring/direct algorithm moves from this rank, documented
