@@ -99,10 +99,16 @@ struct Runtime::Impl {
   }
 
   void make_communicators(const CommOptions& opts) {
+    std::string transports;
     for (Axis a : {Axis::PP, Axis::DP, Axis::TP, Axis::MP, Axis::World}) {
-      comms[axis_name(a)] =
-          rendezvous->new_communicator(axis_name(a), mesh->group_name(a), mesh->group(a), opts);
+      auto& c = comms[axis_name(a)];
+      c = rendezvous->new_communicator(axis_name(a), mesh->group_name(a), mesh->group(a), opts);
+      if (c->size() > 1 && a != Axis::PP)
+        transports += std::string(transports.empty() ? "" : ", ") + axis_name(a) + " " +
+                      c->transport("allreduce", at::kCPU);
     }
+    // Rank 0's groups; a group spanning hosts uses the backend (the others' are alike on one host).
+    if (mesh->rank() == 0 && !transports.empty()) spdlog::info("CPU all-reduce transport: {}", transports);
   }
 
   void load_plugins(const std::vector<std::string>& plugins) {
