@@ -39,11 +39,9 @@ TEST_P(CommTest, EveryCollectiveMatchesTheSerialResult) {
   RecordProperty("seconds", std::to_string(r.seconds));
 }
 
-// The same checks with every collective through Gloo (comm.shm_mb = 0).
-TEST_P(CommTest, EveryCollectiveMatchesTheSerialResultThroughGloo) {
-  const Shape s = GetParam();
-  if (s.world != 4 || s.dp != 2 || s.tp != 2) GTEST_SKIP() << "one shape is enough for the Gloo-only path";
-  auto r = check(s, "0");
+// The same checks with every collective through Gloo (comm.shm_mb = 0), on one shape.
+TEST(CommTestGloo, EveryCollectiveMatchesTheSerialResultOnDp2Tp2) {
+  auto r = check(Shape{4, 1, 2, 2, "pp,dp,tp", "w4_dp2_tp2"}, "0");
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "rank 0: all checks passed")) << r.output;
