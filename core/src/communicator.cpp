@@ -28,7 +28,7 @@
 // (CUDA, even split).
 #include "c10d_compat.h"
 #include "comm_handle.h"
-#include "shm_allreduce.h"
+#include "shm_collectives.h"
 
 #include <smp/communicator.h>
 #include <smp/error.h>
@@ -154,7 +154,7 @@ Staged stage(const at::Tensor& t) {
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend,
-                   std::unique_ptr<ShmAllreduce> shm)
+                   std::unique_ptr<ShmCollectives> shm)
       : ctx_(std::move(ctx)), backend_(std::move(backend)), shm_(std::move(shm)), handle_{this} {}
 
   const std::string& axis() const override { return ctx_->axis; }
@@ -170,7 +170,7 @@ class C10dCommunicator final : public Communicator {
 
   std::string transport(const std::string& op, const c10::Device& device) const override {
     if (!backend_) return "local";
-    if (op == "allreduce" && shm_ && device.is_cpu()) return "shm";
+    if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && shm_ && device.is_cpu()) return "shm";
     return backend_->name();
   }
 
@@ -208,7 +208,8 @@ class C10dCommunicator final : public Communicator {
     if (in.numel() == 0) return done(name);
     Staged si = stage(in), so = stage(out);
     at::Tensor target = out;
-    return submit(name, [&] { return backend_->allgather(si.t, so.t); },
+    const bool via_shm = shm_ && in.device().is_cpu();
+    return submit(name, [&] { return via_shm ? shm_->allgather(si.t, so.t) : backend_->allgather(si.t, so.t); },
                   [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
                     if (copied) target.copy_(src);
                   });
@@ -239,6 +240,16 @@ class C10dCommunicator final : public Communicator {
     if (backend_->has_reduce_scatter() && rows % n == 0 && in.device().is_cuda()) {
       Staged so = stage(out);
       return submit(name, [&] { return backend_->reduce_scatter(si.t, so.t, op); },
+                    [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
+                      if (copied) target.copy_(src);
+                    });
+    }
+    if (shm_ && in.device().is_cpu()) {
+      Staged so = stage(out);
+      const int64_t row = rows > 0 ? in.numel() / rows : 0;
+      std::vector<int64_t> counts(n);
+      for (int i = 0; i < n; ++i) counts[i] = split_rows(rows, n, i) * row;
+      return submit(name, [&] { return shm_->reduce_scatter(si.t, so.t, counts, op); },
                     [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
                       if (copied) target.copy_(src);
                     });
@@ -398,7 +409,7 @@ class C10dCommunicator final : public Communicator {
 
   std::shared_ptr<const Context> ctx_;
   std::unique_ptr<c10d_compat::Backend> backend_;  // null for groups of one
-  std::unique_ptr<ShmAllreduce> shm_;              // null unless every member is on this host
+  std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host
   smp_comm handle_;
   std::mutex stats_mu_;
   CommStats stats_;
@@ -443,7 +454,7 @@ class C10dRendezvous final : public Rendezvous {
     }
     ctx->rank = me;
     std::unique_ptr<c10d_compat::Backend> backend;
-    std::unique_ptr<ShmAllreduce> shm;
+    std::unique_ptr<ShmCollectives> shm;
     const int n = static_cast<int>(global_ranks.size());
     if (n > 1) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -465,14 +476,14 @@ class C10dRendezvous final : public Rendezvous {
         bo.master_addr = addr_;
         backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
         if (options.shm_slot_bytes > 0)
-          shm = ShmAllreduce::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
+          shm = ShmCollectives::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
                                      options.timeout);
       } catch (const c10d_compat::Failure& f) {
         throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
                     (f.timed_out() ? " (timed out: did every member create it?)" : "") + ": " + f.what());
       }
       spdlog::debug("communicator {} ({}{}, {} ranks {}) ready in {} ms", name, backend->name(),
-                    shm ? ", CPU all-reduce through shared memory" : "", n, join(global_ranks),
+                    shm ? ", CPU all-reduce/all-gather/reduce-scatter through shared memory" : "", n, join(global_ranks),
                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     }
     return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(shm));

@@ -56,14 +56,15 @@ smp_test::Result launch_mode(int world, const std::string& mode, const std::vect
   return smp_test::run(cmd, /*timeout_s=*/100);
 }
 
-// Shared-memory all-reduce vs Gloo's and the serial result: 5 dtypes x 4 ops,
-// sizes from 1 element to many 4 KiB chunks, strided, async, growing slots.
+// Shared-memory collectives vs Gloo's and the serial result: all-reduce with 5
+// dtypes x 4 ops, sizes from 1 element to many 4 KiB chunks, strided, async,
+// growing slots; all-gather and (uneven) reduce-scatter with 3 dtypes x 3 sizes.
 TEST(ShmAllreduceTest, MatchesGlooAndSerialOnTwoThreeAndFourRanks) {
   for (int world : {2, 3, 4}) {
     auto r = launch_mode(world, "shm");
     EXPECT_FALSE(r.timed_out) << r.output;
     EXPECT_EQ(r.exit_code, 0) << "world " << world << ":\n" << r.output;
-    EXPECT_TRUE(smp_test::contains(r.output, "rank 0: 61 shm checks passed")) << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, "rank 0: 88 shm checks passed")) << r.output;
   }
 }
 
@@ -71,9 +72,9 @@ TEST(ShmAllreduceTest, MismatchedCallsFailOnEveryRankWithBothSizes) {
   auto r = launch_mode(2, "shm-mismatch");
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_TRUE(smp_test::contains(r.output, "mismatched all-reduce calls")) << r.output;
-  EXPECT_TRUE(smp_test::contains(r.output, "16 elements")) << r.output;
-  EXPECT_TRUE(smp_test::contains(r.output, "17 elements")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "mismatched collective calls")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "all-reduce with 16 elements")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "all-reduce with 17 elements")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "axis 'world'")) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
 }

@@ -356,7 +356,9 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
   expect(n == 1 || shm->transport("allreduce", at::kCPU) == "shm",
          "allreduce transport is " + shm->transport("allreduce", at::kCPU) + ", expected shm");
   expect(n == 1 || gloo->transport("allreduce", at::kCPU) == "gloo", "shm_slot_bytes = 0 must mean gloo");
-  expect(shm->transport("allgather", at::kCPU) == gloo->transport("allgather", at::kCPU), "allgather goes to the backend");
+  for (const char* op : {"allgather", "reduce_scatter"})
+    expect(n == 1 || shm->transport(op, at::kCPU) == "shm", std::string(op) + " should go through shm");
+  expect(shm->transport("broadcast", at::kCPU) == gloo->transport("broadcast", at::kCPU), "broadcast goes to the backend");
   int checks = 0;
   int salt = 0;
   for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong, at::kInt, at::kBFloat16}) {
@@ -384,6 +386,43 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
           gloo->allreduce(a2, op)->wait();
           expect_eq(a1, a2, what + " vs gloo");
         }
+        ++checks;
+      }
+    }
+  }
+  // All-gather and reduce-scatter (uneven rows: tensor_split), many 4 KiB chunks, vs Gloo and serial.
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong}) {
+    for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{1001}}) {
+      ++salt;
+      const int64_t cols = 3;
+      at::Tensor in = sample(rows * cols, dtype, me, salt).view({rows, cols});
+      at::Tensor got = at::empty({n * rows, cols}, dtype), via_gloo = at::empty({n * rows, cols}, dtype);
+      shm->allgather(in, got)->wait();
+      gloo->allgather(in, via_gloo)->wait();
+      at::Tensor want = at::empty({n * rows, cols}, dtype);
+      for (int r = 0; r < n; ++r) want.narrow(0, r * rows, rows).copy_(sample(rows * cols, dtype, r, salt).view({rows, cols}));
+      const std::string what = std::string("shm allgather ") + c10::toString(dtype) + " rows " + std::to_string(rows);
+      expect_eq(got, want, what + " vs serial");
+      expect_eq(got, via_gloo, what + " vs gloo");
+      ++checks;
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+        // Reduce-scatter of n*rows+1 rows: slices of rows+1 (rank 0) and rows.
+        const int64_t total = n * rows + 1, mine = total / n + (me < total % n ? 1 : 0);
+        int64_t first = 0;
+        for (int r = 0; r < me; ++r) first += total / n + (r < total % n ? 1 : 0);
+        at::Tensor x = sample(total * cols, dtype, me, salt + 1).view({total, cols});
+        at::Tensor out = at::empty({mine, cols}, dtype), out_gloo = at::empty({mine, cols}, dtype);
+        shm->reduce_scatter(x, out, op)->wait();
+        gloo->reduce_scatter(x, out_gloo, op)->wait();
+        at::Tensor full;
+        for (int r = 0; r < n; ++r) {
+          at::Tensor y = sample(total * cols, dtype, r, salt + 1).view({total, cols});
+          full = !full.defined() ? y.clone() : (op == ReduceOp::Sum ? full + y : at::maximum(full, y));
+        }
+        const std::string rs = std::string("shm reduce_scatter ") + c10::toString(dtype) + " rows " +
+                               std::to_string(total) + " op " + smp::to_string(op);
+        expect_eq(out, full.narrow(0, first, mine), rs + " vs serial");
+        expect_eq(out, out_gloo, rs + " vs gloo");
         ++checks;
       }
     }

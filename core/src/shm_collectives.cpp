@@ -1,4 +1,4 @@
-#include "shm_allreduce.h"
+#include "shm_collectives.h"
 
 #include <ATen/Functions.h>
 
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -58,10 +59,11 @@ struct Header {  // the segment's first cache line
 };
 
 struct RankControl {  // one cache line per rank
-  std::atomic<uint64_t> progress;  // 3*chunk + {1 ready, 2 reduced, 3 released}
-  int64_t numel;                   // the whole call's, for the mismatch check
+  std::atomic<uint64_t> progress;  // 3*chunk + {1 ready, 2 reduced (all-reduce only), 3 released}
+  int64_t numel;                   // the whole call's input, for the mismatch check
   int32_t dtype;
   int32_t op;
+  int32_t kind;                    // ShmCollectives::Kind
   int32_t pid;
 };
 static_assert(sizeof(Header) <= kLine && sizeof(RankControl) <= kLine);
@@ -146,17 +148,28 @@ class ShmWork final : public c10d_compat::PendingWork {
   std::shared_ptr<State> s_;
 };
 
-struct Task {
-  at::Tensor t;
-  ReduceOp op;
-  std::shared_ptr<State> state;
-};
+const char* kind_name(int kind) {
+  switch (kind) {
+    case 0: return "all-reduce";
+    case 1: return "all-gather";
+    case 2: return "reduce-scatter";
+  }
+  return "?";
+}
 
 std::atomic<uint64_t> g_segment_counter{0};
 
 }  // namespace
 
-struct ShmAllreduce::Impl {
+struct ShmCollectives::Task {
+  int kind = kAllreduce;
+  at::Tensor in, out;  // all-reduce: in is also the result
+  ReduceOp op = ReduceOp::Sum;
+  std::vector<int64_t> counts;  // reduce-scatter: elements of each rank's slice
+  std::shared_ptr<State> state;
+};
+
+struct ShmCollectives::Impl {
   std::shared_ptr<c10d_compat::Store> store;
   std::string prefix;
   int rank = 0, n = 0;
@@ -205,7 +218,7 @@ struct ShmAllreduce::Impl {
       }
       if (error.empty()) {
         try {
-          run(task.t, task.op);
+          run(task);
         } catch (const Failure& f) {
           error = f.what(), timed_out = f.timed_out();
         } catch (const std::exception& e) {
@@ -265,7 +278,7 @@ struct ShmAllreduce::Impl {
           const pid_t pid = seg->control(j)->pid;
           if (j != rank && pid > 0 && seg->control(j)->progress.load() < target && kill(pid, 0) != 0 && errno == ESRCH)
             throw Failure("group rank " + std::to_string(j) + " (pid " + std::to_string(pid) +
-                              ") exited while this rank waited for it in a shared-memory all-reduce",
+                              ") exited while this rank waited for it in a shared-memory collective",
                           false);
         }
       }
@@ -273,57 +286,78 @@ struct ShmAllreduce::Impl {
         std::string late;
         for (int j = 0; j < n; ++j)
           if (seg->control(j)->progress.load() < target) late += (late.empty() ? "" : ", ") + std::to_string(j);
-        throw Failure("shared-memory all-reduce timed out after " + std::to_string(timeout.count()) +
+        throw Failure("shared-memory collective timed out after " + std::to_string(timeout.count()) +
                           " ms waiting for group rank(s) " + late,
                       true);
       }
     }
   }
 
-  void run(const at::Tensor& t, ReduceOp op) {
-    const int64_t esize = t.element_size(), numel = t.numel();
-    const int64_t per_chunk = seg->slot_bytes() / esize;
-    char* data = static_cast<char*>(t.data_ptr());
-    for (int64_t offset = 0; offset < numel; offset += per_chunk)
-      run_chunk(data + offset * esize, std::min(per_chunk, numel - offset), t, op);
+  void run(const Task& task) {
+    const int64_t esize = task.in.element_size(), numel = task.in.numel();
+    char* in = static_cast<char*>(task.in.data_ptr());
+    if (task.kind == kAllreduce) {
+      const int64_t per_chunk = seg->slot_bytes() / esize;
+      for (int64_t offset = 0; offset < numel; offset += per_chunk)
+        allreduce_chunk(in + offset * esize, std::min(per_chunk, numel - offset), task);
+    } else if (task.kind == kAllgather) {
+      const int64_t per_chunk = seg->slot_bytes() / esize;
+      for (int64_t offset = 0; offset < numel; offset += per_chunk)
+        allgather_chunk(offset, std::min(per_chunk, numel - offset), task);
+    } else {
+      // Each slot holds n sub-blocks, one per destination rank.
+      const int64_t per_chunk = seg->slot_bytes() / (esize * n);
+      const int64_t longest = *std::max_element(task.counts.begin(), task.counts.end());
+      for (int64_t offset = 0; offset < longest; offset += per_chunk)
+        reduce_scatter_chunk(offset, per_chunk, task);
+    }
   }
 
-  void run_chunk(char* data, int64_t len, const at::Tensor& t, ReduceOp op) {
-    const int64_t esize = t.element_size();
-    const uint64_t base = 3 * chunks_done++;
-    wait_all(base);  // everyone has copied the previous chunk out of my slot
-    std::memcpy(seg->slot(rank), data, len * esize);
+  // Every rank's call must be the same kind, op, dtype and size.
+  void enter(uint64_t base, const Task& task) {
     RankControl* me = seg->control(rank);
-    me->numel = t.numel();
-    me->dtype = static_cast<int32_t>(t.scalar_type());
-    me->op = static_cast<int32_t>(op);
+    me->numel = task.in.numel();
+    me->dtype = static_cast<int32_t>(task.in.scalar_type());
+    me->op = static_cast<int32_t>(task.op);
+    me->kind = task.kind;
     publish(base + 1);
     wait_all(base + 1);
     for (int j = 0; j < n; ++j) {
       const RankControl* c = seg->control(j);
-      if (c->numel != me->numel || c->dtype != me->dtype || c->op != me->op)
-        throw Failure("mismatched all-reduce calls: group rank " + std::to_string(j) + " passed " +
-                          std::to_string(c->numel) + " elements of " +
+      if (c->numel != me->numel || c->dtype != me->dtype || c->op != me->op || c->kind != me->kind)
+        throw Failure(std::string("mismatched collective calls: group rank ") + std::to_string(j) + " called " +
+                          kind_name(c->kind) + " with " + std::to_string(c->numel) + " elements of " +
                           c10::toString(static_cast<c10::ScalarType>(c->dtype)) + " (" +
                           to_string(static_cast<ReduceOp>(c->op)) + "), this rank (group rank " + std::to_string(rank) +
-                          ") passed " + std::to_string(me->numel) + " elements of " + c10::toString(t.scalar_type()) +
-                          " (" + to_string(op) + ")",
+                          ") called " + kind_name(task.kind) + " with " + std::to_string(me->numel) +
+                          " elements of " + c10::toString(task.in.scalar_type()) + " (" + to_string(task.op) + ")",
                       false);
     }
+  }
+
+  // out = part(0) op part(1) op ... in rank order, so every rank computes the same bits.
+  static void reduce_in_rank_order(at::Tensor& out, const std::function<at::Tensor(int)>& part, int n, ReduceOp op) {
+    combine(out, part(0), part(1), op);
+    for (int j = 2; j < n; ++j) combine(out, out, part(j), op);
+  }
+
+  void allreduce_chunk(char* data, int64_t len, const Task& task) {
+    const int64_t esize = task.in.element_size();
+    const uint64_t base = 3 * chunks_done++;
+    wait_all(base);  // everyone has copied the previous chunk out of my slot
+    std::memcpy(seg->slot(rank), data, len * esize);
+    enter(base, task);
     auto lo = [&](int i) { return i * (len / n) + std::min<int64_t>(i, len % n); };
     const int64_t begin = lo(rank), count = lo(rank + 1) - begin;
     if (count > 0) {
-      const auto options = at::TensorOptions().dtype(t.scalar_type());
+      const auto options = at::TensorOptions().dtype(task.in.scalar_type());
       auto part = [&](int j) { return at::from_blob(seg->slot(j) + begin * esize, {count}, options); };
-      // Rank order on every part, so every rank's result is the same bits.
       at::Tensor out = part(rank);
       if (rank <= 1) {
-        combine(out, part(0), part(1), op);
-        for (int j = 2; j < n; ++j) combine(out, out, part(j), op);
+        reduce_in_rank_order(out, part, n, task.op);  // out is one of the first two inputs: in place
       } else {
         at::Tensor acc = at::empty({count}, options);
-        combine(acc, part(0), part(1), op);
-        for (int j = 2; j < n; ++j) combine(acc, acc, part(j), op);
+        reduce_in_rank_order(acc, part, n, task.op);
         out.copy_(acc);
       }
     }
@@ -332,6 +366,42 @@ struct ShmAllreduce::Impl {
     for (int j = 0; j < n; ++j) {
       const int64_t b = lo(j), c = lo(j + 1) - b;
       if (c > 0) std::memcpy(data + b * esize, seg->slot(j) + b * esize, c * esize);
+    }
+    publish(base + 3);
+  }
+
+  // out holds every rank's input, rank after rank.
+  void allgather_chunk(int64_t offset, int64_t len, const Task& task) {
+    const int64_t esize = task.in.element_size(), numel = task.in.numel();
+    const uint64_t base = 3 * chunks_done++;
+    wait_all(base);
+    std::memcpy(seg->slot(rank), static_cast<const char*>(task.in.data_ptr()) + offset * esize, len * esize);
+    enter(base, task);
+    char* out = static_cast<char*>(task.out.data_ptr());
+    for (int j = 0; j < n; ++j) std::memcpy(out + (j * numel + offset) * esize, seg->slot(j), len * esize);
+    publish(base + 3);
+  }
+
+  // Rank j's slice is in[start_j, start_j + counts[j]); this chunk covers
+  // elements [offset, offset + per_chunk) of every slice.
+  void reduce_scatter_chunk(int64_t offset, int64_t per_chunk, const Task& task) {
+    const int64_t esize = task.in.element_size();
+    const uint64_t base = 3 * chunks_done++;
+    wait_all(base);
+    const char* in = static_cast<const char*>(task.in.data_ptr());
+    int64_t start = 0;
+    for (int j = 0; j < n; ++j) {
+      const int64_t len = std::max<int64_t>(0, std::min(per_chunk, task.counts[j] - offset));
+      if (len > 0) std::memcpy(seg->slot(rank) + j * per_chunk * esize, in + (start + offset) * esize, len * esize);
+      start += task.counts[j];
+    }
+    enter(base, task);
+    const int64_t len = std::max<int64_t>(0, std::min(per_chunk, task.counts[rank] - offset));
+    if (len > 0) {
+      const auto options = at::TensorOptions().dtype(task.in.scalar_type());
+      auto part = [&](int j) { return at::from_blob(seg->slot(j) + rank * per_chunk * esize, {len}, options); };
+      at::Tensor out = task.out.view({-1}).narrow(0, offset, len);
+      reduce_in_rank_order(out, part, n, task.op);
     }
     publish(base + 3);
   }
@@ -413,13 +483,13 @@ struct ShmAllreduce::Impl {
   }
 };
 
-ShmAllreduce::ShmAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+ShmCollectives::ShmCollectives(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->worker = std::thread([i = impl_.get()] { i->loop(); });
 }
 
-ShmAllreduce::~ShmAllreduce() = default;
+ShmCollectives::~ShmCollectives() = default;
 
-std::unique_ptr<ShmAllreduce> ShmAllreduce::create(std::shared_ptr<c10d_compat::Store> store,
+std::unique_ptr<ShmCollectives> ShmCollectives::create(std::shared_ptr<c10d_compat::Store> store,
                                                    const std::string& key_prefix, int rank, int size,
                                                    int64_t max_slot_bytes, std::chrono::milliseconds timeout) {
   const std::string mine = host_identity();
@@ -436,21 +506,50 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(std::shared_ptr<c10d_compat::
   impl->max_slot = round_up(std::max<int64_t>(max_slot_bytes, kPage), kPage);
   impl->timeout = timeout;
   impl->spins = spins_for_this_host(size);
-  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(std::move(impl)));
+  return std::unique_ptr<ShmCollectives>(new ShmCollectives(std::move(impl)));
 }
 
-std::shared_ptr<c10d_compat::PendingWork> ShmAllreduce::allreduce(const at::Tensor& t, ReduceOp op) {
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::submit(Task task, int64_t slot_bytes_wanted) {
   Impl& s = *impl_;
-  auto state = std::make_shared<State>();
-  s.grow_to(t.numel() * static_cast<int64_t>(t.element_size()));
+  task.state = std::make_shared<State>();
+  auto work = std::make_shared<ShmWork>(task.state);
+  s.grow_to(slot_bytes_wanted);
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    s.queue.push_back(Task{t, op, state});
+    s.queue.push_back(std::move(task));
   }
   s.has_task.notify_one();
-  return std::make_shared<ShmWork>(state);
+  return work;
 }
 
-int64_t ShmAllreduce::slot_bytes() const { return impl_->seg ? impl_->seg->slot_bytes() : 0; }
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allreduce(const at::Tensor& t, ReduceOp op) {
+  Task task;
+  task.kind = kAllreduce;
+  task.in = t;
+  task.op = op;
+  return submit(std::move(task), t.numel() * static_cast<int64_t>(t.element_size()));
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allgather(const at::Tensor& in, const at::Tensor& out) {
+  Task task;
+  task.kind = kAllgather;
+  task.in = in;
+  task.out = out;
+  return submit(std::move(task), in.numel() * static_cast<int64_t>(in.element_size()));
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::reduce_scatter(const at::Tensor& in, const at::Tensor& out,
+                                                                         std::vector<int64_t> counts, ReduceOp op) {
+  Task task;
+  task.kind = kReduceScatter;
+  task.in = in;
+  task.out = out;
+  task.op = op;
+  const int64_t longest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  task.counts = std::move(counts);
+  return submit(std::move(task), longest * impl_->n * static_cast<int64_t>(in.element_size()));
+}
+
+int64_t ShmCollectives::slot_bytes() const { return impl_->seg ? impl_->seg->slot_bytes() : 0; }
 
 }  // namespace smp

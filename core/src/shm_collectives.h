@@ -1,0 +1,82 @@
+// All-reduce, all-gather and reduce-scatter through shared memory, for a group
+// whose ranks all run on one host (what DeepSpeed's CPU "shm" collectives and
+// oneCCL do within a node).
+//
+// Why: over loopback, Gloo moves every byte through two socket copies and its
+// own staging, and Gloo in LibTorch 1.13 has no reduce-scatter at all (smp
+// emulates it with an all-to-all). A 13 MB gradient all-reduce between 2 ranks
+// takes 12 ms through Gloo here, 3.4 ms through shared memory. Other operations
+// (broadcast, all-to-all, send/recv) keep going through the c10d backend.
+//
+// Each rank owns a slot. Per chunk of at most one slot:
+//   all-reduce      copy my chunk into my slot (READY); reduce my 1/n part (split
+//                   like tensor_split) over every slot into mine (REDUCED); copy
+//                   every rank's reduced part out (RELEASED)
+//   all-gather      copy my chunk into my slot (READY); copy every slot out (RELEASED)
+//   reduce-scatter  copy the chunk of every destination's slice into n
+//                   sub-blocks of my slot (READY); reduce my sub-block over every
+//                   slot into my output (RELEASED)
+// A rank writes its slot for the next chunk only after all ranks RELEASED the
+// previous one. Reductions run in rank order, so every rank's result is the
+// same bits. Waiting spins briefly (only when every rank has a core), then
+// sleeps on a futex in the segment.
+//
+// Slots start small and grow (collectively, at the same call on every rank) to
+// what the largest call needs, up to max_slot_bytes; /dev/shm space is reserved
+// with posix_fallocate so a small /dev/shm is an error, not a SIGBUS later.
+// The segment is unlinked as soon as every member mapped it: nothing is left
+// behind when a process dies. Waiters notice a dead peer (kill(pid, 0)) within
+// ~100 ms instead of waiting for the timeout.
+#pragma once
+
+#include "c10d_compat.h"
+
+#include <smp/communicator.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class ShmCollectives {
+ public:
+  enum Kind { kAllreduce = 0, kAllgather = 1, kReduceScatter = 2 };
+
+  // Collective over the group (every member calls it, same key_prefix). Returns
+  // null when the members are not all on this host (then the caller uses its
+  // backend). Throws c10d_compat::Failure when the exchange fails.
+  static std::unique_ptr<ShmCollectives> create(std::shared_ptr<c10d_compat::Store> store,
+                                                const std::string& key_prefix, int rank, int size,
+                                                int64_t max_slot_bytes, std::chrono::milliseconds timeout);
+  ~ShmCollectives();
+
+  // Tensors: dense, contiguous, CPU, alive until wait() returns. Every rank
+  // makes the same sequence of calls with the same kinds, sizes, dtypes and
+  // ops. They run on this group's worker thread in submission order; wait()
+  // throws c10d_compat::Failure (mismatched calls, a dead peer, a timeout).
+  // After a failure every later call fails too.
+  std::shared_ptr<c10d_compat::PendingWork> allreduce(const at::Tensor& t, ReduceOp op);
+  // out: n * in.numel() elements, rank j's input at [j * in.numel(), ...).
+  std::shared_ptr<c10d_compat::PendingWork> allgather(const at::Tensor& in, const at::Tensor& out);
+  // in: the concatenation of n slices, slice j of counts[j] elements; out:
+  // counts[rank] elements, the reduction of every rank's slice `rank`.
+  std::shared_ptr<c10d_compat::PendingWork> reduce_scatter(const at::Tensor& in, const at::Tensor& out,
+                                                           std::vector<int64_t> counts, ReduceOp op);
+
+  int64_t slot_bytes() const;
+
+  struct Impl;
+  struct Task;
+
+ private:
+  explicit ShmCollectives(std::unique_ptr<Impl> impl);
+  std::shared_ptr<c10d_compat::PendingWork> submit(Task task, int64_t slot_bytes_wanted);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace smp
