@@ -69,8 +69,9 @@ const std::vector<KeySpec>& schema() {
       // (small models only: for equivalence tests and debugging).
       {"run.dump_parameters", Type::Bool, false, Rule::None},
 
-      // All-reduce CPU tensors through shared memory in groups whose ranks share a host, with
-      // per-rank slots of up to this many MiB (larger tensors go in chunks); 0 = through Gloo.
+      // All-reduce, all-gather and reduce-scatter CPU tensors through shared memory in groups whose
+      // ranks share a host, with per-rank slots of up to this many MiB (larger tensors go in
+      // chunks); 0 = through Gloo.
       {"comm.shm_mb", Type::Double, 16.0, Rule::NonNegativeReal},
 
       {"plugins.paths", Type::StringArray, json::array(), Rule::None},
