@@ -151,6 +151,15 @@ Staged stage(const at::Tensor& t) {
   return {t.contiguous(), true};
 }
 
+// What an op does once it completed: copy the staged result back into the
+// caller's tensor when staging made a copy; the captures keep the staged
+// tensors (and keep_alive, the staged input) alive until then.
+std::function<void()> write_back(at::Tensor target, const Staged& result, at::Tensor keep_alive = {}) {
+  return [target, src = result.t, copied = result.copied, keep = std::move(keep_alive)]() mutable {
+    if (copied) target.copy_(src);
+  };
+}
+
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend,
@@ -170,7 +179,7 @@ class C10dCommunicator final : public Communicator {
 
   std::string transport(const std::string& op, const c10::Device& device) const override {
     if (!backend_) return "local";
-    if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && shm_ && device.is_cpu()) return "shm";
+    if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && via_shm(device)) return "shm";
     return backend_->name();
   }
 
@@ -181,11 +190,9 @@ class C10dCommunicator final : public Communicator {
     count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
-    at::Tensor target = t;
-    const bool via_shm = shm_ && t.device().is_cpu();
-    return submit(name, [&] { return via_shm ? shm_->allreduce(s.t, op) : backend_->allreduce(s.t, op); },
-                  s.copied ? std::function<void()>([target, src = s.t]() mutable { target.copy_(src); })
-                           : std::function<void()>([keep = s.t] {}));
+    const bool shm = via_shm(t.device());
+    return submit(name, [&] { return shm ? shm_->allreduce(s.t, op) : backend_->allreduce(s.t, op); },
+                  write_back(t, s));
   }
 
   std::shared_ptr<Work> allgather(const at::Tensor& in, at::Tensor& out) override {
@@ -207,12 +214,9 @@ class C10dCommunicator final : public Communicator {
     }
     if (in.numel() == 0) return done(name);
     Staged si = stage(in), so = stage(out);
-    at::Tensor target = out;
-    const bool via_shm = shm_ && in.device().is_cpu();
-    return submit(name, [&] { return via_shm ? shm_->allgather(si.t, so.t) : backend_->allgather(si.t, so.t); },
-                  [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
-                    if (copied) target.copy_(src);
-                  });
+    const bool shm = via_shm(in.device());
+    return submit(name, [&] { return shm ? shm_->allgather(si.t, so.t) : backend_->allgather(si.t, so.t); },
+                  write_back(out, so, si.t));
   }
 
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
@@ -236,23 +240,16 @@ class C10dCommunicator final : public Communicator {
     }
     if (in.numel() == 0) return done(name);
     Staged si = stage(in);
-    at::Tensor target = out;
     if (backend_->has_reduce_scatter() && rows % n == 0 && in.device().is_cuda()) {
       Staged so = stage(out);
-      return submit(name, [&] { return backend_->reduce_scatter(si.t, so.t, op); },
-                    [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
-                      if (copied) target.copy_(src);
-                    });
+      return submit(name, [&] { return backend_->reduce_scatter(si.t, so.t, op); }, write_back(out, so, si.t));
     }
-    if (shm_ && in.device().is_cpu()) {
+    if (via_shm(in.device())) {
       Staged so = stage(out);
       const int64_t row = rows > 0 ? in.numel() / rows : 0;
       std::vector<int64_t> counts(n);
       for (int i = 0; i < n; ++i) counts[i] = split_rows(rows, n, i) * row;
-      return submit(name, [&] { return shm_->reduce_scatter(si.t, so.t, counts, op); },
-                    [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
-                      if (copied) target.copy_(src);
-                    });
+      return submit(name, [&] { return shm_->reduce_scatter(si.t, so.t, counts, op); }, write_back(out, so, si.t));
     }
     // alltoall of the slices, then reduce the n slices received.
     std::vector<int64_t> in_splits(n), out_splits(n, want[0]);
@@ -260,6 +257,7 @@ class C10dCommunicator final : public Communicator {
     auto recv_sizes = want;
     recv_sizes[0] = want[0] * n;
     at::Tensor recv = at::empty(recv_sizes, in.options());
+    at::Tensor target = out;
     return submit(name, [&] { return backend_->alltoall(si.t, recv, in_splits, out_splits); },
                   [target, recv, n, op, keep = si.t]() mutable {
                     auto parts_shape = target.sizes().vec();
@@ -317,11 +315,7 @@ class C10dCommunicator final : public Communicator {
       return done(name);
     }
     Staged si = stage(in), so = stage(out);
-    at::Tensor target = out;
-    return submit(name, [&] { return backend_->alltoall(si.t, so.t, is, os); },
-                  [target, src = so.t, copied = so.copied, keep = si.t]() mutable {
-                    if (copied) target.copy_(src);
-                  });
+    return submit(name, [&] { return backend_->alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t));
   }
 
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
@@ -333,11 +327,7 @@ class C10dCommunicator final : public Communicator {
     count("broadcast", n > 1 && root == rank() ? nbytes(t) : 0);
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
-    at::Tensor target = t;
-    return submit(name, [&] { return backend_->broadcast(s.t, root); },
-                  [target, src = s.t, copied = s.copied]() mutable {
-                    if (copied) target.copy_(src);
-                  });
+    return submit(name, [&] { return backend_->broadcast(s.t, root); }, write_back(t, s));
   }
 
   std::shared_ptr<Work> send(const at::Tensor& t, int peer, int tag) override {
@@ -355,11 +345,7 @@ class C10dCommunicator final : public Communicator {
     check_peer(name, peer, tag);
     count("recv", 0);
     Staged s = stage(t);
-    at::Tensor target = t;
-    return submit(name, [&] { return backend_->recv(s.t, peer, tag); },
-                  [target, src = s.t, copied = s.copied]() mutable {
-                    if (copied) target.copy_(src);
-                  });
+    return submit(name, [&] { return backend_->recv(s.t, peer, tag); }, write_back(t, s));
   }
 
   void barrier() override {
@@ -389,6 +375,9 @@ class C10dCommunicator final : public Communicator {
     }
     return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish));
   }
+
+  // The one rule for all-reduce, all-gather and reduce-scatter (and for transport()).
+  bool via_shm(const c10::Device& device) const { return shm_ && device.is_cpu(); }
 
   void check_dense(const std::string& op, const at::Tensor& t, const char* what) const {
     if (!t.defined()) throw ctx_->invalid(op, std::string(what) + " is an undefined tensor");
