@@ -3,12 +3,12 @@
 #include <smp/communicator.h>
 
 #include <ATen/ATen.h>
-
-#include <stdexcept>
-#include <string>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <stdexcept>
+#include <string>
 
 namespace smp {
 

@@ -373,13 +373,13 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
 
 StepResult Runtime::train_step() {
   Impl& s = *impl_;
-  const auto t0 = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  const auto t0 = clock::now();
   // Zeroing in place keeps .grad the same tensor (dp buckets may alias it).
   for (auto& [key, m] : s.modules)
     for (const auto& p : m->parameters())
       if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
-  using clock = std::chrono::steady_clock;
-  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   StepResult out;
   s.sync->begin_step();
   ExecutorResult r = s.executor->run(s.schedule, s.steps, true);
@@ -422,7 +422,7 @@ StepResult Runtime::train_step() {
   out.grad_scale = grad_scale;
   out.lr = lr;
   out.peak_activation_bytes = r.peak_bytes;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.seconds = since(t0);
   return out;
 }
 

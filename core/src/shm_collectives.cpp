@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <climits>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -150,9 +150,9 @@ class ShmWork final : public c10d_compat::PendingWork {
 
 const char* kind_name(int kind) {
   switch (kind) {
-    case 0: return "all-reduce";
-    case 1: return "all-gather";
-    case 2: return "reduce-scatter";
+    case ShmCollectives::kAllreduce: return "all-reduce";
+    case ShmCollectives::kAllgather: return "all-gather";
+    case ShmCollectives::kReduceScatter: return "reduce-scatter";
   }
   return "?";
 }
@@ -270,7 +270,7 @@ struct ShmCollectives::Impl {
       if (!ok) futex_wait(&h->futex, seen, 5'000'000);
       h->sleepers.fetch_sub(1);
       if (ok || all_reached(target)) return;
-      if (stop) throw Failure("the communicator was destroyed while an all-reduce was in flight", false);
+      if (stop) throw Failure("the communicator was destroyed while a collective was in flight", false);
       const auto now = Clock::now();
       if (now >= next_liveness_check) {
         next_liveness_check = now + std::chrono::milliseconds(100);
@@ -313,6 +313,14 @@ struct ShmCollectives::Impl {
     }
   }
 
+  // The chunk's progress base; returns once every rank has copied the previous
+  // chunk out of my slot, so it may be overwritten.
+  uint64_t begin_chunk() {
+    const uint64_t base = 3 * chunks_done++;
+    wait_all(base);
+    return base;
+  }
+
   // Every rank's call must be the same kind, op, dtype and size.
   void enter(uint64_t base, const Task& task) {
     RankControl* me = seg->control(rank);
@@ -343,8 +351,7 @@ struct ShmCollectives::Impl {
 
   void allreduce_chunk(char* data, int64_t len, const Task& task) {
     const int64_t esize = task.in.element_size();
-    const uint64_t base = 3 * chunks_done++;
-    wait_all(base);  // everyone has copied the previous chunk out of my slot
+    const uint64_t base = begin_chunk();
     std::memcpy(seg->slot(rank), data, len * esize);
     enter(base, task);
     auto lo = [&](int i) { return i * (len / n) + std::min<int64_t>(i, len % n); };
@@ -373,8 +380,7 @@ struct ShmCollectives::Impl {
   // out holds every rank's input, rank after rank.
   void allgather_chunk(int64_t offset, int64_t len, const Task& task) {
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
-    const uint64_t base = 3 * chunks_done++;
-    wait_all(base);
+    const uint64_t base = begin_chunk();
     std::memcpy(seg->slot(rank), static_cast<const char*>(task.in.data_ptr()) + offset * esize, len * esize);
     enter(base, task);
     char* out = static_cast<char*>(task.out.data_ptr());
@@ -386,8 +392,7 @@ struct ShmCollectives::Impl {
   // elements [offset, offset + per_chunk) of every slice.
   void reduce_scatter_chunk(int64_t offset, int64_t per_chunk, const Task& task) {
     const int64_t esize = task.in.element_size();
-    const uint64_t base = 3 * chunks_done++;
-    wait_all(base);
+    const uint64_t base = begin_chunk();
     const char* in = static_cast<const char*>(task.in.data_ptr());
     int64_t start = 0;
     for (int j = 0; j < n; ++j) {
@@ -424,7 +429,7 @@ struct ShmCollectives::Impl {
       } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
         error = "could not reserve " + std::to_string(total >> 20) + " MiB in /dev/shm (" + std::strerror(rc) +
                 "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to "
-                "all-reduce through Gloo";
+                "use Gloo";
       }
       if (!error.empty()) {
         if (fd >= 0) close(fd), shm_unlink(name.c_str());
@@ -549,7 +554,5 @@ std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::reduce_scatter(const a
   task.counts = std::move(counts);
   return submit(std::move(task), longest * impl_->n * static_cast<int64_t>(in.element_size()));
 }
-
-int64_t ShmCollectives::slot_bytes() const { return impl_->seg ? impl_->seg->slot_bytes() : 0; }
 
 }  // namespace smp

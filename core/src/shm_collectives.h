@@ -68,8 +68,6 @@ class ShmCollectives {
   std::shared_ptr<c10d_compat::PendingWork> reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                                            std::vector<int64_t> counts, ReduceOp op);
 
-  int64_t slot_bytes() const;
-
   struct Impl;
   struct Task;
 
