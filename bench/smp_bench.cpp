@@ -252,18 +252,17 @@ int cmd_gpt(const Common& c) {
     runs.push_back(r);
   }
   result["runs"] = runs;
-  // Paired comparison: repeat k of plain and of smp-1rank ran back to back.
-  std::vector<double> paired_mean, paired_median;
-  for (size_t k = 0; k < std::min(plain.step_seconds_all.size(), one.step_seconds_all.size()); ++k) {
-    paired_mean.push_back(plain.step_seconds_all[k] / one.step_seconds_all[k]);
-    paired_median.push_back(plain.median_step_all[k] / one.median_step_all[k]);
-  }
+  // Paired comparisons: within repeat k every job ran back to back, so a[k] / b[k] is robust to the
+  // machine's slow drift. Step-time ratios: slower / faster = tokens/s faster / slower.
+  auto paired = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> r;
+    for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) r.push_back(a[k] / b[k]);
+    return r;
+  };
+  const std::vector<double> paired_mean = paired(plain.step_seconds_all, one.step_seconds_all);
+  const std::vector<double> paired_median = paired(plain.median_step_all, one.median_step_all);
   const double pm = bench::median_from(paired_mean, 0), pmed = bench::median_from(paired_median, 0);
-  // The same pairing for dp = 2 against one rank (they also ran back to back in each repeat).
-  std::vector<double> dp_paired;
-  const Measured& dp2 = measured[2];
-  for (size_t k = 0; k < std::min(dp2.step_seconds_all.size(), one.step_seconds_all.size()); ++k)
-    dp_paired.push_back(one.step_seconds_all[k] / dp2.step_seconds_all[k]);
+  const std::vector<double> dp_paired = paired(one.step_seconds_all, measured[2].step_seconds_all);
   const double dp_pm = bench::median_from(dp_paired, 0);
   result["dp2_over_smp_1rank_paired"] = {
       {"per_repeat_ratio_of_means", dp_paired},

@@ -20,11 +20,11 @@ void PrintTo(const Shape& s, std::ostream* os) {
 class CommTest : public ::testing::TestWithParam<Shape> {};
 
 smp_test::Result check(const Shape& s, const char* shm_mb) {
-  const int port = smp_test::free_port();
-  return smp_test::run({SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(s.world), "--master-port",
-                        std::to_string(port), "--kill-timeout", "5", "--worker", SMP_COMM_WORKER, "--mode", "check",
-                        "--pp", std::to_string(s.pp), "--dp", std::to_string(s.dp), "--tp", std::to_string(s.tp),
-                        "--order", s.order, "--timeout-ms", "30000", "--shm-mb", shm_mb},
+  return smp_test::run(smp_test::launch_comm_worker(s.world, smp_test::free_port(),
+                                                    {"--mode", "check", "--pp", std::to_string(s.pp), "--dp",
+                                                     std::to_string(s.dp), "--tp", std::to_string(s.tp), "--order",
+                                                     s.order, "--timeout-ms", "30000", "--shm-mb", shm_mb},
+                                                    {"--kill-timeout", "5"}),
                        /*timeout_s=*/100);
 }
 
@@ -48,12 +48,10 @@ TEST(CommTestGloo, EveryCollectiveMatchesTheSerialResultOnDp2Tp2) {
 }
 
 smp_test::Result launch_mode(int world, const std::string& mode, const std::vector<std::string>& extra = {}) {
-  const int port = smp_test::free_port();
-  std::vector<std::string> cmd{SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(world), "--master-port",
-                               std::to_string(port), "--kill-timeout", "5", "--worker", SMP_COMM_WORKER, "--mode",
-                               mode, "--timeout-ms", "60000"};
-  cmd.insert(cmd.end(), extra.begin(), extra.end());
-  return smp_test::run(cmd, /*timeout_s=*/100);
+  std::vector<std::string> worker_args{"--mode", mode, "--timeout-ms", "60000"};
+  worker_args.insert(worker_args.end(), extra.begin(), extra.end());
+  return smp_test::run(smp_test::launch_comm_worker(world, smp_test::free_port(), worker_args, {"--kill-timeout", "5"}),
+                       /*timeout_s=*/100);
 }
 
 // Shared-memory collectives vs Gloo's and the serial result: all-reduce with 5

@@ -10,14 +10,7 @@
 
 namespace {
 
-std::vector<std::string> launch(int nproc, int port, std::vector<std::string> worker_args,
-                                std::vector<std::string> launcher_args = {}) {
-  std::vector<std::string> argv = {SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(nproc), "--master-port",
-                                   std::to_string(port), "--worker", SMP_COMM_WORKER};
-  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
-  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return argv;
-}
+using smp_test::launch_comm_worker;
 
 pid_t read_pid(const std::string& path) {
   std::ifstream in(path);
@@ -33,7 +26,7 @@ TEST(LaunchTest, KilledRankStopsTheJob) {
   const std::string pids = smp_test::temp_dir("pids");
   const std::string logs = smp_test::temp_dir("logs");
   auto child = smp_test::start(
-      launch(3, port, {"--mode", "loop", "--pid-dir", pids, "--timeout-ms", "30000"},
+      launch_comm_worker(3, port, {"--mode", "loop", "--pid-dir", pids, "--timeout-ms", "30000"},
              {"--kill-timeout", "3", "--log-dir", logs}));
   // Wait for every rank to be in its allreduce loop.
   std::vector<pid_t> workers(3, -1);
@@ -70,7 +63,7 @@ TEST(LaunchTest, KilledRankStopsTheJob) {
 // the op and the ranks within about the timeout; the launcher exits non-zero.
 TEST(LaunchTest, CollectiveTimeoutNamesAxisOpAndRanks) {
   const int port = smp_test::free_port();
-  auto r = smp_test::run(launch(2, port, {"--mode", "timeout", "--tp", "2", "--skip-rank", "1", "--timeout-ms", "2000"},
+  auto r = smp_test::run(launch_comm_worker(2, port, {"--mode", "timeout", "--tp", "2", "--skip-rank", "1", "--timeout-ms", "2000"},
                                 {"--kill-timeout", "2"}),
                          60);
   EXPECT_FALSE(r.timed_out) << r.output;
@@ -105,7 +98,7 @@ TEST(LaunchTest, TwoNodesOneMachine) {
 // --max-restarts: rank 1 fails on the first attempt only.
 TEST(LaunchTest, MaxRestartsRestartsTheGroup) {
   const int port = smp_test::free_port();
-  auto r = smp_test::run(launch(2, port, {"--mode", "fail-once", "--timeout-ms", "30000"},
+  auto r = smp_test::run(launch_comm_worker(2, port, {"--mode", "fail-once", "--timeout-ms", "30000"},
                                 {"--max-restarts", "1", "--kill-timeout", "3"}),
                          100);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -119,7 +112,7 @@ TEST(LaunchTest, MaxRestartsRestartsTheGroup) {
 // Under srun (SLURM_PROCID/SLURM_NTASKS set): no spawning, the worker is
 // exec'd directly with RANK etc. from SLURM's variables.
 TEST(LaunchTest, UnderSlurmExecsTheWorkerDirectly) {
-  auto r = smp_test::run(launch(4, 0, {"--mode", "env"}, {}), 30,
+  auto r = smp_test::run(launch_comm_worker(4, 0, {"--mode", "env"}, {}), 30,
                          {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
                           {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_JOB_ID", "4242"}});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -132,7 +125,7 @@ TEST(LaunchTest, UnderSlurmExecsTheWorkerDirectly) {
 }
 
 TEST(LaunchTest, EnvironmentOfSpawnedRanks) {
-  auto r = smp_test::run(launch(1, 0, {"--mode", "env"}, {"--threads-per-rank", "3"}), 30);
+  auto r = smp_test::run(launch_comm_worker(1, 0, {"--mode", "env"}, {"--threads-per-rank", "3"}), 30);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "smp-launch: MASTER_PORT=")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1"))
@@ -150,13 +143,13 @@ TEST(LaunchTest, BindCoresPinsEachRankToItsOwnCore) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cores.push_back(c);
   if (cores.size() < 2) GTEST_SKIP() << "needs 2 cores";
-  auto r = smp_test::run(launch(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "1", "--tee"}), 30);
+  auto r = smp_test::run(launch_comm_worker(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "1", "--tee"}), 30);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "LOCAL_RANK=0 LOCAL_WORLD_SIZE=2")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "CPUS=" + std::to_string(cores[0]) + "\n")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "CPUS=" + std::to_string(cores[1]) + "\n")) << r.output;
 
-  auto bad = smp_test::run(launch(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "4096"}), 30);
+  auto bad = smp_test::run(launch_comm_worker(2, 0, {"--mode", "env"}, {"--bind-cores", "--threads-per-rank", "4096"}), 30);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_TRUE(smp_test::contains(bad.output, "--bind-cores: 2 ranks x 4096 cores each need 8192 cores")) << bad.output;
   EXPECT_FALSE(smp_test::contains(bad.output, "RANK=")) << bad.output;
@@ -173,7 +166,7 @@ TEST(LaunchTest, MissingWorkerFailsClearly) {
 TEST(LaunchTest, SigtermToTheLauncherStopsEverything) {
   const int port = smp_test::free_port();
   const std::string pids = smp_test::temp_dir("pids");
-  auto child = smp_test::start(launch(2, port, {"--mode", "loop", "--pid-dir", pids}, {"--kill-timeout", "3"}));
+  auto child = smp_test::start(launch_comm_worker(2, port, {"--mode", "loop", "--pid-dir", pids}, {"--kill-timeout", "3"}));
   std::vector<pid_t> workers(2, -1);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (int r = 0; r < 2; ++r) {

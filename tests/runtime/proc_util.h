@@ -133,4 +133,17 @@ inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
+#if defined(SMP_LAUNCH_BIN) && defined(SMP_COMM_WORKER)
+// smp-launch running the comm test worker on one node: its own options
+// (launcher_args) first, then what goes to every worker.
+inline std::vector<std::string> launch_comm_worker(int nproc, int port, const std::vector<std::string>& worker_args,
+                                                   const std::vector<std::string>& launcher_args = {}) {
+  std::vector<std::string> argv = {SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(nproc), "--master-port",
+                                   std::to_string(port), "--worker", SMP_COMM_WORKER};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return argv;
+}
+#endif
+
 }  // namespace smp_test
