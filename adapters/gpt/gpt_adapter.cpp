@@ -41,7 +41,7 @@ class GptAdapter : public smp::sdk::Adapter {
  public:
   GptAdapter(const Json& cfg, uint64_t seed) {
     static const char* known[] = {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "dropout",
-                                  "data", "val_fraction", "ffn"};
+                                  "data", "val_fraction", "ffn", "mask_fraction"};
     for (auto it = cfg.begin(); it != cfg.end(); ++it) {
       bool ok = false;
       for (const char* k : known) ok = ok || it.key() == k;
@@ -68,6 +68,9 @@ class GptAdapter : public smp::sdk::Adapter {
     shape_ = s;
     ffn_ = positive(cfg, "ffn", 4 * s.hidden);
     dropout_ = cfg.contains("dropout") ? get<double>(cfg, "dropout") : 0.0;
+    mask_fraction_ = cfg.contains("mask_fraction") ? get<double>(cfg, "mask_fraction") : 0.0;
+    if (mask_fraction_ < 0 || mask_fraction_ >= 1)
+      throw Error("model.mask_fraction: expected a number in [0, 1), got " + std::to_string(mask_fraction_));
     if (s.hidden % s.heads != 0)
       throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                   std::to_string(s.heads) + ")");
@@ -112,9 +115,13 @@ class GptAdapter : public smp::sdk::Adapter {
     g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
     g.node({"lm_head", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
             "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * V});
-    g.node({"loss", "cross_entropy", {{"vocab", s.vocab}}, {"logits", "targets"}, {"loss"}, "", "", 5.0 * sl * V, 0,
-            4.0 * sl * V});
-    g.loss("loss");
+    // The loss is a sum over the tokens that count (masked targets do not) with
+    // their count: the core divides by the step's tokens once, so masked batches
+    // weigh every token the same whatever the microbatching.
+    g.node({"loss", "cross_entropy", {{"vocab", s.vocab}, {"reduction", "sum"}}, {"logits", "targets"},
+            {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V});
+    g.loss_sum("loss_sum", "loss_tokens");
+    g.throughput_unit("tokens", sl);
     // Megatron's training FLOPs per sample without recomputation.
     g.flops_per_sample(72.0 * sl * L * h * h * (1.0 + sl / (6.0 * h) + V / (12.0 * L * h)));
   }
@@ -124,6 +131,7 @@ class GptAdapter : public smp::sdk::Adapter {
     at::Tensor targets = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
     data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
                 targets.data_ptr<int64_t>());
+    if (mask_fraction_ > 0) mask_targets(r, targets);
     return {tokens, targets};
   }
 
@@ -143,9 +151,22 @@ class GptAdapter : public smp::sdk::Adapter {
     return v;
   }
 
+  // Padding-like masking: each target is ignored (-100) with probability
+  // mask_fraction, drawn per (split, step, global sample) so every layout masks
+  // the same tokens, and microbatches end up with different token counts.
+  void mask_targets(const smp::sdk::BatchRequest& r, at::Tensor& targets) const {
+    for (int64_t i = 0; i < r.num_samples; ++i) {
+      const uint64_t s = 0x5eedULL * 1000003ULL + static_cast<uint64_t>(r.step) * 7919ULL +
+                         static_cast<uint64_t>(r.first_sample + i) + (r.split == SMP_SPLIT_VALIDATION ? 777777ULL : 0ULL);
+      at::Tensor drop = at::rand({shape_.seq_len}, smp::sdk::init_generator(s)).lt(mask_fraction_);
+      targets[i].masked_fill_(drop, -100);
+    }
+  }
+
   Shape shape_{};
   int64_t ffn_ = 0;
   double dropout_ = 0;
+  double mask_fraction_ = 0;
   std::unique_ptr<TextDataset> data_;
 };
 

@@ -78,6 +78,9 @@ class C10dWork final : public PendingWork {
       if (!done) throw Failure("operation did not complete within " + std::to_string(timeout_.count()) + " ms", true);
     });
   }
+  bool ready() override {
+    return guarded([&] { return work_->isCompleted(); });
+  }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;

@@ -31,6 +31,7 @@ class PendingWork {
  public:
   virtual ~PendingWork() = default;
   virtual void wait() = 0;
+  virtual bool ready() = 0;  // true once wait() would not block
 };
 
 // A c10d TCPStore (world rank 0 hosts the server).

@@ -131,6 +131,16 @@ class CommWork final : public Work {
     if (error_) std::rethrow_exception(error_);
   }
 
+  bool ready() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ || !inner_) return true;
+    try {
+      return inner_->ready();
+    } catch (...) {
+      return true;  // wait() reports the failure
+    }
+  }
+
  private:
   std::shared_ptr<const Context> ctx_;
   std::string op_;

@@ -33,6 +33,9 @@ const std::vector<KeySpec>& schema() {
       {"parallel.pp", Type::Int, 1, Rule::Positive},
       {"parallel.tp", Type::Int, 1, Rule::Positive},
       {"parallel.dp", Type::Int, nullptr, Rule::Positive},
+      // Expert parallelism: the dp ranks of a (pp, tp) slice split into groups of ep that
+      // exchange tokens; expert parameters are data-parallel over the other dp / ep ranks.
+      {"parallel.ep", Type::Int, 1, Rule::Positive},
       {"parallel.microbatches", Type::Int, 1, Rule::Positive},
       {"parallel.schedule", Type::String, "1f1b", Rule::Schedule},
       {"parallel.virtual_stages", Type::Int, 1, Rule::Positive},
@@ -539,6 +542,10 @@ void Config::resolve_layout(int world_size) {
     dp = world_size / (pp * tp);
     values_["parallel"]["dp"] = dp;
   }
+  const int64_t ep = get_int("parallel.ep");
+  if (dp % ep != 0)
+    throw Error(origin_ + ": parallel.ep = " + std::to_string(ep) + " must divide parallel.dp = " +
+                std::to_string(dp) + " (expert parallelism splits the data-parallel ranks)");
   const int64_t mb = get_int("parallel.microbatches");
   const int64_t batch = get_int("train.batch_size");
   if (batch % (dp * mb) != 0)

@@ -38,6 +38,7 @@ struct Executor::Slot {
   std::map<std::string, at::Tensor> grads_in;   // grads of sent values, from the next stage
   std::map<std::string, at::Tensor> grads_out;  // grads of received values, for the previous stage
   at::Tensor loss;
+  at::Tensor loss_count;  // LossReduction::Sum only
   bool weight_done = false;
   bool grads_sent = false;
 };
@@ -75,7 +76,10 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
                                                            training, rng);
     for (size_t i = 0; i < outs.size(); ++i) slot.env[node.outputs[i]] = std::move(outs[i]);
   }
-  if (stage == setup_.plan->num_stages() - 1) slot.loss = slot.env.at(g.loss);
+  if (stage == setup_.plan->num_stages() - 1) {
+    slot.loss = slot.env.at(g.loss);
+    if (!g.loss_count.empty()) slot.loss_count = slot.env.at(g.loss_count);
+  }
   // Keep only what later work needs: values sent on, and (for backward) everything
   // is referenced by the autograd graph anyway.
   std::map<std::string, at::Tensor> keep;
@@ -157,13 +161,13 @@ void Executor::recv_grads(Slot& slot, int mb, int chunk, int peer) {
   }
 }
 
-void Executor::backward(Slot& slot, int chunk, int microbatches, bool input_part, bool weight_part) {
+void Executor::backward(Slot& slot, int chunk, bool input_part, bool weight_part) {
   const int stage = stage_of(chunk);
   std::vector<at::Tensor> roots, grads;
   std::map<std::string, at::Tensor> passthrough;  // received values sent on unchanged
   if (slot.loss.defined()) {
     roots.push_back(slot.loss);
-    grads.push_back(at::full({}, 1.0 / microbatches, slot.loss.options().requires_grad(false)));
+    grads.push_back(at::full({}, setup_.loss->seed(), slot.loss.options().requires_grad(false)));
   }
   for (const auto& [v, g] : slot.grads_in) {
     const at::Tensor& value = slot.env.at(v);
@@ -222,7 +226,6 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   std::map<std::pair<int, int>, Slot> slots;
   batch_cache_.clear();
   torch::autograd::AutoGradMode grad_mode(training);
-  const int M = schedule.microbatches;
   const int last_stage = setup_.plan->num_stages() - 1;
   for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
     const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
@@ -236,15 +239,15 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
       case Op::Forward:
         forward(slot, step, a.microbatch, a.chunk, training);
         if (stage == last_stage) {
-          result.loss_sum += slot.loss.detach().item<double>();
+          setup_.loss->add(result.loss, slot.loss, slot.loss_count);
           result.losses += 1;
         }
         break;
       case Op::SendActivation: send_activations(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::RecvGrad: recv_grads(slot, a.microbatch, a.chunk, a.peer); break;
-      case Op::Backward: backward(slot, a.chunk, M, true, true); slot.weight_done = true; break;
-      case Op::BackwardInput: backward(slot, a.chunk, M, true, false); break;
-      case Op::BackwardWeight: backward(slot, a.chunk, M, false, true); slot.weight_done = true; break;
+      case Op::Backward: backward(slot, a.chunk, true, true); slot.weight_done = true; break;
+      case Op::BackwardInput: backward(slot, a.chunk, true, false); break;
+      case Op::BackwardWeight: backward(slot, a.chunk, false, true); slot.weight_done = true; break;
       case Op::SendGrad:
         send_grads(slot, a.microbatch, a.chunk, a.peer);
         slot.grads_sent = true;

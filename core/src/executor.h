@@ -6,6 +6,7 @@
 #include <smp/schedule.h>
 #include <smp/stage_plan.h>
 
+#include "loss_normalizer.h"
 #include "module_instance.h"
 
 #include <ATen/core/Tensor.h>
@@ -30,10 +31,11 @@ struct ExecutorSetup {
   // The graph inputs of one microbatch (graph.inputs order) for a step.
   std::function<std::vector<at::Tensor>(int64_t step, int microbatch, bool training)> batch;
   uint64_t seed = 0;
+  const LossNormalizer* loss = nullptr;  // seeds backward, sums the losses
 };
 
 struct ExecutorResult {
-  double loss_sum = 0;   // sum of microbatch losses (last stage only, else 0)
+  LossSums loss;         // this rank's microbatch losses (last stage only, else 0)
   int losses = 0;        // microbatches that produced a loss here
   int64_t peak_bytes = 0;  // peak bytes allocated on this thread during the run
 };
@@ -41,14 +43,14 @@ struct ExecutorResult {
 class Executor {
  public:
   explicit Executor(ExecutorSetup setup);
-  // Training: forward + backward for every microbatch; gradients accumulate in
-  // the parameters' .grad scaled by 1/microbatches. Evaluation: forwards only.
+  // Training: forward + backward for every microbatch; .grad accumulates the
+  // gradient of the summed loss (see LossNormalizer). Evaluation: forwards only.
   ExecutorResult run(const Schedule& schedule, int64_t step, bool training);
 
  private:
   struct Slot;  // one (microbatch, chunk) in flight
   void forward(Slot& slot, int64_t step, int mb, int chunk, bool training);
-  void backward(Slot& slot, int chunk, int microbatches, bool input_part, bool weight_part);
+  void backward(Slot& slot, int chunk, bool input_part, bool weight_part);
   void send_activations(Slot& slot, int mb, int chunk, int peer);
   void recv_activations(Slot& slot, int mb, int chunk, int peer, bool training);
   void send_grads(Slot& slot, int mb, int chunk, int peer);

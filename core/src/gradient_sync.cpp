@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,7 @@ namespace smp {
 // (DDP's gradient_as_bucket_view): backward accumulates straight into the
 // buffer that is all-reduced, so a step copies no gradient in or out.
 struct GradientSync::Bucket {
+  Communicator* comm = nullptr;
   std::vector<size_t> params;
   int pending = 0;  // params whose gradient is not final yet
   at::Tensor flat;
@@ -36,25 +38,28 @@ struct GradientSync::Hook : torch::autograd::FunctionPostHook {
   }
 };
 
-GradientSync::GradientSync(std::vector<SyncedParameter> params, Communicator* dp, Communicator* tp,
-                           int64_t bucket_bytes)
-    : params_(std::move(params)), dp_(dp && dp->size() > 1 ? dp : nullptr), tp_(tp), overlap_(bucket_bytes > 0) {
+GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_bytes)
+    : params_(std::move(params)), overlap_(bucket_bytes > 0) {
   bucket_of_.assign(params_.size(), -1);
   seen_.assign(params_.size(), 0);
-  if (!dp_) return;
-  // Gradients become final roughly in reverse registration order.
-  int64_t bytes = 0;
+  // Gradients become final roughly in reverse registration order. A bucket
+  // holds one group's parameters of one dtype; every rank of a group has the
+  // same parameters, so it builds the same buckets and launches them in order.
+  std::map<std::pair<Communicator*, int>, std::pair<int, int64_t>> open;  // (group, dtype) -> (bucket, bytes)
   for (size_t k = params_.size(); k-- > 0;) {
     const at::Tensor& t = params_[k].tensor;
-    if (!t.requires_grad()) continue;
-    const bool new_dtype = !buckets_.empty() && params_[buckets_.back()->params.back()].tensor.scalar_type() != t.scalar_type();
-    if (buckets_.empty() || new_dtype || (overlap_ && bytes >= bucket_bytes)) {
+    Communicator* comm = params_[k].data_parallel;
+    if (!t.requires_grad() || !comm || comm->size() == 1) continue;
+    auto key = std::make_pair(comm, static_cast<int>(t.scalar_type()));
+    auto it = open.find(key);
+    if (it == open.end() || (overlap_ && it->second.second >= bucket_bytes)) {
       buckets_.push_back(std::make_unique<Bucket>());
-      bytes = 0;
+      buckets_.back()->comm = comm;
+      it = open.insert_or_assign(key, std::make_pair(static_cast<int>(buckets_.size()) - 1, int64_t{0})).first;
     }
-    buckets_.back()->params.push_back(k);
-    bucket_of_[k] = static_cast<int>(buckets_.size()) - 1;
-    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    buckets_[it->second.first]->params.push_back(k);
+    bucket_of_[k] = it->second.first;
+    it->second.second += t.numel() * static_cast<int64_t>(t.element_size());
   }
   for (auto& b : buckets_) {
     int64_t numel = 0;
@@ -102,7 +107,7 @@ void GradientSync::launch_ready() {
 
 void GradientSync::launch(Bucket& b) {
   for (size_t k : b.params) check_view(k, b);
-  b.work = dp_->allreduce(b.flat);
+  b.work = b.comm->allreduce(b.flat);
   b.launched = true;
 }
 
@@ -117,16 +122,15 @@ void GradientSync::check_view(size_t k, const Bucket& b) const {
                            "'s .grad no longer points into its dp bucket (it was replaced, not accumulated into)");
 }
 
-double GradientSync::grad_scale() const { return dp_ ? 1.0 / dp_->size() : 1.0; }
-
 void GradientSync::finish_step() {
   while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
   for (auto& b : buckets_) b->work->wait();
   for (auto& p : params_) {
     if (!p.tensor.requires_grad()) continue;
     if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
-    if (p.tp_grad_sum && tp_ && tp_->size() > 1) tp_->allreduce(p.tensor.mutable_grad())->wait();
-    if (p.tied) p.tied->allreduce(p.tensor.mutable_grad())->wait();
+    for (Communicator* c : p.partial)
+      if (c && c->size() > 1) c->allreduce(p.tensor.mutable_grad())->wait();
+    if (p.tied && p.tied->size() > 1) p.tied->allreduce(p.tensor.mutable_grad())->wait();
   }
 }
 

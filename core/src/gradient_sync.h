@@ -1,7 +1,9 @@
-// Gradient reduction after the microbatches of a step: DDP-style bucketed dp
-// all-reduce overlapped with the last backward, sums over tp for parameters
-// whose replicas get different gradients (sequence-parallel norms), and sums
-// across the pipeline stages that hold replicas of a tied parameter.
+// Gradient reduction after the microbatches of a step, with every group given
+// per parameter (the runtime derives them from the parameter's placements):
+// DDP-style bucketed all-reduce over its data-parallel group (dp, or edp for
+// an expert) overlapped with the last backward, sums over the axes where its
+// gradient is partial (sequence-parallel norms over tp), and sums across the
+// pipeline stages that hold replicas of a tied parameter.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,25 +18,25 @@ class Work;
 
 struct SyncedParameter {
   at::Tensor tensor;
-  int expected_grads = 1;            // AccumulateGrad calls per step (microbatches x uses on this rank)
-  bool tp_grad_sum = false;
-  Communicator* tied = nullptr;      // stages holding replicas of a tied parameter
+  int expected_grads = 1;             // AccumulateGrad calls per step (microbatches x uses on this rank)
+  Communicator* data_parallel = nullptr;  // summed over (bucketed, overlapped); null or size 1: none
+  std::vector<Communicator*> partial;     // then summed over each of these (partial-gradient axes)
+  Communicator* tied = nullptr;       // then over the stages holding replicas of a tied parameter
 };
 
 class GradientSync {
  public:
   // bucket_bytes: dp buckets are launched as soon as all their gradients are
   // final; 0 disables overlap (one reduction after backward).
-  GradientSync(std::vector<SyncedParameter> params, Communicator* dp, Communicator* tp, int64_t bucket_bytes);
+  GradientSync(std::vector<SyncedParameter> params, int64_t bucket_bytes);
   ~GradientSync();
 
   void begin_step();
   // Waits for / launches the remaining reductions; afterwards every .grad holds
-  // the dp-summed, tp-summed, tie-summed gradient. The dp average is left to
-  // the optimizer (grad_scale()), which applies it on the fly instead of in
+  // the summed gradient. Averaging is left to the optimizer (the loss
+  // normaliser's grad scale), which applies it on the fly instead of in
   // another pass over every gradient.
   void finish_step();
-  double grad_scale() const;  // 1 / dp
 
  private:
   struct Bucket;
@@ -45,8 +47,6 @@ class GradientSync {
   void check_view(size_t param, const Bucket& b) const;
 
   std::vector<SyncedParameter> params_;
-  Communicator* dp_;
-  Communicator* tp_;
   std::vector<std::unique_ptr<Bucket>> buckets_;  // in launch order
   std::vector<int> bucket_of_;
   std::vector<int> seen_;

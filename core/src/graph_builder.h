@@ -17,6 +17,8 @@ class GraphBuilder {
   void add_node(const smp_graph_node* node);
   void set_loss(const std::string& name);
   void set_flops_per_sample(double flops);
+  void set_loss_sum(const std::string& sum, const std::string& count);
+  void set_throughput_unit(const std::string& unit, double per_sample);
 
   ModelGraph& graph() { return graph_; }
 

@@ -4,9 +4,11 @@
 
 #include <smp/communicator.h>
 #include <smp/error.h>
+#include <smp/mesh.h>
 
 #include "comm_handle.h"
 #include "graph_builder.h"
+#include "process_groups.h"
 
 #include <ATen/DLConvertor.h>
 #include <ATen/ATen.h>
@@ -27,6 +29,14 @@ struct smp_error {
 struct smp_tensor {
   std::atomic<int64_t> refs{1};
   at::Tensor tensor;
+};
+
+// An asynchronous collective handed to a plugin. Keeps the tensors alive until
+// the operation is waited, whatever the plugin does with its own references.
+struct smp_event {
+  std::shared_ptr<smp::Work> work;
+  std::vector<at::Tensor> keep;
+  bool waited = false;
 };
 
 namespace smp {
@@ -164,27 +174,105 @@ const void* tensor_aten(const smp_tensor* t) { return t ? &t->tensor : nullptr; 
 
 int32_t comm_rank(const smp_comm* c) { return c && c->comm ? c->comm->rank() : 0; }
 int32_t comm_size(const smp_comm* c) { return c && c->comm ? c->comm->size() : 1; }
+// Each collective is written once, as a launch returning the core's Work: the
+// blocking ABI functions wait on it, the _async ones hand it out as an event.
+std::shared_ptr<Work> launch_allreduce(smp_comm* c, smp_tensor* t, smp_reduce_op op) {
+  return comm_of(c).allreduce(mutable_tensor(t), to_core(op));
+}
+std::shared_ptr<Work> launch_allgather(smp_comm* c, smp_tensor* in, smp_tensor* out) {
+  return comm_of(c).allgather(mutable_tensor(in), mutable_tensor(out));
+}
+std::shared_ptr<Work> launch_reduce_scatter(smp_comm* c, smp_tensor* in, smp_tensor* out, smp_reduce_op op) {
+  return comm_of(c).reduce_scatter(mutable_tensor(in), mutable_tensor(out), to_core(op));
+}
+std::shared_ptr<Work> launch_alltoall(smp_comm* c, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
+                                      const int64_t* out_splits) {
+  Communicator& comm = comm_of(c);
+  std::vector<int64_t> is, os;
+  if (in_splits) is.assign(in_splits, in_splits + comm.size());
+  if (out_splits) os.assign(out_splits, out_splits + comm.size());
+  return comm.alltoall(mutable_tensor(in), mutable_tensor(out), is, os);
+}
+
 smp_error* comm_allreduce(smp_comm* c, smp_tensor* t, smp_reduce_op op) {
-  return guarded([&] { comm_of(c).allreduce(mutable_tensor(t), to_core(op))->wait(); });
+  return guarded([&] { launch_allreduce(c, t, op)->wait(); });
 }
 smp_error* comm_allgather(smp_comm* c, smp_tensor* in, smp_tensor* out) {
-  return guarded([&] { comm_of(c).allgather(mutable_tensor(in), mutable_tensor(out))->wait(); });
+  return guarded([&] { launch_allgather(c, in, out)->wait(); });
 }
 smp_error* comm_reduce_scatter(smp_comm* c, smp_tensor* in, smp_tensor* out, smp_reduce_op op) {
-  return guarded([&] { comm_of(c).reduce_scatter(mutable_tensor(in), mutable_tensor(out), to_core(op))->wait(); });
+  return guarded([&] { launch_reduce_scatter(c, in, out, op)->wait(); });
 }
 smp_error* comm_alltoall(smp_comm* c, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
                          const int64_t* out_splits) {
-  return guarded([&] {
-    Communicator& comm = comm_of(c);
-    std::vector<int64_t> is, os;
-    if (in_splits) is.assign(in_splits, in_splits + comm.size());
-    if (out_splits) os.assign(out_splits, out_splits + comm.size());
-    comm.alltoall(mutable_tensor(in), mutable_tensor(out), is, os)->wait();
-  });
+  return guarded([&] { launch_alltoall(c, in, out, in_splits, out_splits)->wait(); });
 }
 smp_error* comm_broadcast(smp_comm* c, smp_tensor* t, int32_t root) {
   return guarded([&] { comm_of(c).broadcast(mutable_tensor(t), root)->wait(); });
+}
+
+template <class Launch>
+smp_error* make_event(smp_event** event, std::vector<smp_tensor*> tensors, Launch&& launch) {
+  return guarded([&] {
+    if (!event) throw Error("asynchronous collective: null event pointer");
+    *event = nullptr;
+    auto e = std::make_unique<smp_event>();
+    for (auto* t : tensors) e->keep.push_back(mutable_tensor(t));
+    e->work = launch();
+    *event = e.release();
+  });
+}
+smp_error* comm_allreduce_async(smp_comm* c, smp_tensor* t, smp_reduce_op op, smp_event** event) {
+  return make_event(event, {t}, [&] { return launch_allreduce(c, t, op); });
+}
+smp_error* comm_allgather_async(smp_comm* c, smp_tensor* in, smp_tensor* out, smp_event** event) {
+  return make_event(event, {in, out}, [&] { return launch_allgather(c, in, out); });
+}
+smp_error* comm_reduce_scatter_async(smp_comm* c, smp_tensor* in, smp_tensor* out, smp_reduce_op op,
+                                     smp_event** event) {
+  return make_event(event, {in, out}, [&] { return launch_reduce_scatter(c, in, out, op); });
+}
+smp_error* comm_alltoall_async(smp_comm* c, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
+                               const int64_t* out_splits, smp_event** event) {
+  return make_event(event, {in, out}, [&] { return launch_alltoall(c, in, out, in_splits, out_splits); });
+}
+int32_t event_ready(smp_event* e) { return !e || e->waited || e->work->ready() ? 1 : 0; }
+smp_error* event_wait(smp_event* e) {
+  return guarded([&] {
+    if (!e) throw Error("event_wait: null event");
+    if (e->waited) return;
+    e->waited = true;
+    e->work->wait();
+  });
+}
+void event_destroy(smp_event* e) {
+  if (!e) return;
+  if (!e->waited) {
+    // The buffers must not be freed under a running collective.
+    std::string err = consume_error(event_wait(e));
+    if (!err.empty()) spdlog::warn("an asynchronous collective destroyed without a wait failed: {}", err);
+  }
+  delete e;
+}
+
+// A NULL mesh is a one-rank mesh (unit tests, the cost profiler).
+smp_error* mesh_axis(const smp_mesh* m, const char* axis, int32_t* rank, int32_t* size) {
+  return guarded([&] {
+    if (!axis) throw Error("mesh_axis: null axis name");
+    const Axis a = axis_from_name(axis);
+    const int r = m ? m->groups->mesh().coord(a) : 0, n = m ? m->groups->mesh().size(a) : 1;
+    if (rank) *rank = r;
+    if (size) *size = n;
+  });
+}
+smp_error* mesh_comm(smp_mesh* m, const char* axis, smp_comm** out) {
+  return guarded([&] {
+    if (!axis) throw Error("mesh_comm: null axis name");
+    if (!out) throw Error("mesh_comm: null out pointer");
+    *out = nullptr;
+    const Axis a = axis_from_name(axis);
+    if (m) *out = m->groups->get(a).handle();
+  });
 }
 
 smp_error* graph_add_input(smp_graph_builder* b, const char* name) {
@@ -199,13 +287,20 @@ smp_error* graph_set_loss(smp_graph_builder* b, const char* name) {
 smp_error* graph_set_flops_per_sample(smp_graph_builder* b, double flops) {
   return guarded([&] { GraphBuilder::from(b).set_flops_per_sample(flops); });
 }
+smp_error* graph_set_loss_sum(smp_graph_builder* b, const char* sum, const char* count) {
+  return guarded([&] { GraphBuilder::from(b).set_loss_sum(sum ? sum : "", count ? count : ""); });
+}
+smp_error* graph_set_throughput_unit(smp_graph_builder* b, const char* unit, double per_sample) {
+  return guarded([&] { GraphBuilder::from(b).set_throughput_unit(unit ? unit : "", per_sample); });
+}
 
 smp_host_api make_table() {
   smp_host_api h{};
-  h.struct_size = SMP_STRUCT_SIZE(smp_host_api, graph_set_flops_per_sample);
+  h.struct_size = SMP_HOST_API_STRUCT_SIZE;
   h.abi_major = SMP_ABI_VERSION_MAJOR;
   h.abi_minor = SMP_ABI_VERSION_MINOR;
   h.torch_version = TORCH_VERSION;  // the same macro the SDK stamps into plugins
+  h.extension_start = nullptr;     // ABI 2.0 ships no host extension yet
   h.error_create = &error_create;
   h.error_code = &error_code;
   h.error_message = &error_message;
@@ -230,10 +325,21 @@ smp_host_api make_table() {
   h.comm_reduce_scatter = &comm_reduce_scatter;
   h.comm_alltoall = &comm_alltoall;
   h.comm_broadcast = &comm_broadcast;
+  h.comm_allreduce_async = &comm_allreduce_async;
+  h.comm_allgather_async = &comm_allgather_async;
+  h.comm_reduce_scatter_async = &comm_reduce_scatter_async;
+  h.comm_alltoall_async = &comm_alltoall_async;
+  h.event_ready = &event_ready;
+  h.event_wait = &event_wait;
+  h.event_destroy = &event_destroy;
+  h.mesh_axis = &mesh_axis;
+  h.mesh_comm = &mesh_comm;
   h.graph_add_input = &graph_add_input;
   h.graph_add_node = &graph_add_node;
   h.graph_set_loss = &graph_set_loss;
   h.graph_set_flops_per_sample = &graph_set_flops_per_sample;
+  h.graph_set_loss_sum = &graph_set_loss_sum;
+  h.graph_set_throughput_unit = &graph_set_throughput_unit;
   return h;
 }
 

@@ -12,10 +12,26 @@ const char* axis_name(Axis axis) {
     case Axis::PP: return "pp";
     case Axis::DP: return "dp";
     case Axis::TP: return "tp";
+    case Axis::EP: return "ep";
+    case Axis::EDP: return "edp";
     case Axis::MP: return "mp";
     case Axis::World: return "world";
   }
   return "?";
+}
+
+const std::vector<Axis>& all_axes() {
+  static const std::vector<Axis> axes{Axis::PP, Axis::DP, Axis::TP, Axis::EP, Axis::EDP, Axis::MP, Axis::World};
+  return axes;
+}
+
+Axis axis_from_name(const std::string& name) {
+  std::string known;
+  for (Axis a : all_axes()) {
+    if (name == axis_name(a)) return a;
+    known += std::string(known.empty() ? "" : ", ") + axis_name(a);
+  }
+  throw Error("device mesh: no axis named \"" + name + "\" (known: " + known + ")");
 }
 
 namespace {
@@ -43,11 +59,14 @@ std::vector<std::string> parse_order(const std::string& order) {
 
 }  // namespace
 
-DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order)
-    : world_(world_size), rank_(rank), pp_(pp), dp_(dp), tp_(tp) {
+DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order, int ep)
+    : world_(world_size), rank_(rank), pp_(pp), dp_(dp), tp_(tp), ep_(ep) {
   if (pp < 1 || dp < 1 || tp < 1)
     throw Error("device mesh: degrees must be >= 1, got pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
                 " tp=" + std::to_string(tp));
+  if (ep < 1 || dp % ep != 0)
+    throw Error("device mesh: ep = " + std::to_string(ep) + " must be >= 1 and divide dp = " + std::to_string(dp) +
+                " (expert parallelism splits the data-parallel ranks)");
   if (static_cast<long long>(pp) * dp * tp != world_size)
     throw Error("device mesh: pp*dp*tp = " + std::to_string(pp) + "*" + std::to_string(dp) + "*" +
                 std::to_string(tp) + " = " + std::to_string(static_cast<long long>(pp) * dp * tp) +
@@ -70,6 +89,8 @@ int DeviceMesh::size(Axis axis) const {
     case Axis::PP: return pp_;
     case Axis::DP: return dp_;
     case Axis::TP: return tp_;
+    case Axis::EP: return ep_;
+    case Axis::EDP: return dp_ / ep_;
     case Axis::MP: return pp_ * tp_;
     case Axis::World: return world_;
   }
@@ -84,6 +105,8 @@ int DeviceMesh::coord_of(int r, Axis axis) const {
     case Axis::PP: return p;
     case Axis::DP: return d;
     case Axis::TP: return t;
+    case Axis::EP: return d % ep_;
+    case Axis::EDP: return d / ep_;
     case Axis::MP: return p * tp_ + t;
     case Axis::World: return r;
   }
@@ -113,6 +136,12 @@ std::vector<int> DeviceMesh::group_of(int r, Axis axis) const {
     case Axis::TP:
       for (int i = 0; i < tp_; ++i) g.push_back(rank_of(p, d, i));
       break;
+    case Axis::EP:
+      for (int i = 0; i < ep_; ++i) g.push_back(rank_of(p, d - d % ep_ + i, t));
+      break;
+    case Axis::EDP:
+      for (int i = 0; i < dp_ / ep_; ++i) g.push_back(rank_of(p, d % ep_ + i * ep_, t));
+      break;
     case Axis::MP:
       for (int i = 0; i < pp_; ++i)
         for (int j = 0; j < tp_; ++j) g.push_back(rank_of(i, d, j));
@@ -128,13 +157,16 @@ std::vector<int> DeviceMesh::group(Axis axis) const { return group_of(rank_, axi
 
 // Groups are numbered by the coordinates that stay fixed along the axis, in
 // (pp, dp, tp) order: pp groups by (dp, tp), dp groups by (pp, tp), tp groups
-// by (pp, dp), mp groups by dp.
+// by (pp, dp), ep groups by (pp, dp / ep, tp), edp groups by (pp, dp % ep, tp),
+// mp groups by dp.
 int DeviceMesh::index_of(int r, Axis axis) const {
   const int p = coord_of(r, Axis::PP), d = coord_of(r, Axis::DP), t = coord_of(r, Axis::TP);
   switch (axis) {
     case Axis::PP: return d * tp_ + t;
     case Axis::DP: return p * tp_ + t;
     case Axis::TP: return p * dp_ + d;
+    case Axis::EP: return (p * (dp_ / ep_) + d / ep_) * tp_ + t;
+    case Axis::EDP: return (p * ep_ + d % ep_) * tp_ + t;
     case Axis::MP: return d;
     case Axis::World: return 0;
   }

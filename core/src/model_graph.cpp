@@ -20,10 +20,9 @@ void GraphBuilder::add_input(const std::string& name) {
 
 void GraphBuilder::add_node(const smp_graph_node* n) {
   if (!n) throw Error("graph_add_node: null node");
-  if (n->struct_size < SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint))
+  if (n->struct_size < SMP_GRAPH_NODE_STRUCT_SIZE)
     throw Error("graph_add_node: smp_graph_node.struct_size " + std::to_string(n->struct_size) +
-                " is smaller than ABI 1.0's " +
-                std::to_string(SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)));
+                " is smaller than ABI 2.0's " + std::to_string(SMP_GRAPH_NODE_STRUCT_SIZE));
   if (!n->name || !*n->name) throw Error("graph_add_node: node without a name");
   if (!n->kind || !*n->kind) throw Error(std::string("graph node '") + n->name + "' has no kind");
   GraphNode g;
@@ -40,7 +39,23 @@ void GraphBuilder::add_node(const smp_graph_node* n) {
   graph_.nodes.push_back(std::move(g));
 }
 
-void GraphBuilder::set_loss(const std::string& name) { graph_.loss = name; }
+void GraphBuilder::set_loss(const std::string& name) {
+  graph_.loss = name;
+  graph_.loss_reduction = ModelGraph::LossReduction::Mean;
+  graph_.loss_count.clear();
+}
+void GraphBuilder::set_loss_sum(const std::string& sum, const std::string& count) {
+  if (count.empty()) throw Error("graph_set_loss_sum: the loss '" + sum + "' needs a count value");
+  graph_.loss = sum;
+  graph_.loss_reduction = ModelGraph::LossReduction::Sum;
+  graph_.loss_count = count;
+}
+void GraphBuilder::set_throughput_unit(const std::string& unit, double per_sample) {
+  if (unit.empty()) throw Error("graph_set_throughput_unit: empty unit name");
+  if (!(per_sample > 0)) throw Error("graph_set_throughput_unit: " + unit + " per sample must be > 0");
+  graph_.throughput_unit = unit;
+  graph_.throughput_per_sample = per_sample;
+}
 void GraphBuilder::set_flops_per_sample(double flops) { graph_.flops_per_sample = flops; }
 
 void ModelGraph::validate(const std::string& adapter) const {
@@ -67,6 +82,15 @@ void ModelGraph::validate(const std::string& adapter) const {
   }
   if (loss.empty()) throw Error(where + ": no loss value set (graph_set_loss)");
   if (!produced.count(loss)) throw Error(where + ": loss value '" + loss + "' is never produced");
+  if (loss_reduction == LossReduction::Sum) {
+    // The count must be at hand wherever the loss is: an output of the same node.
+    auto p = producers();
+    auto c = p.find(loss_count);
+    if (c == p.end()) throw Error(where + ": loss count value '" + loss_count + "' is never produced");
+    if (c->second < 0 || c->second != p.at(loss))
+      throw Error(where + ": loss count value '" + loss_count + "' must be an output of the node producing the loss '" +
+                  loss + "'");
+  }
 }
 
 std::map<std::string, int> ModelGraph::producers() const {

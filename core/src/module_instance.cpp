@@ -14,22 +14,33 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
     : kind_(kind), plugin_(std::move(plugin)), key_(std::move(key)), kind_name_(kind->name) {
   throw_if_error(kind_->create(kind_->state, config_json.c_str(), &context, &module_), where(key_, "create"));
   if (!module_) throw Error(where(key_, "create") + ": returned no module");
+  // The visitor is called from plugin code: it must not throw, so it notes the first problem.
   struct Collect {
     ModuleInstance* self;
-  } collect{this};
+    std::string problem;
+  } collect{this, {}};
   auto visit = [](void* user, const smp_param_info* p) {
-    auto* self = static_cast<Collect*>(user)->self;
-    ModuleParameter mp;
-    mp.name = self->key_ + "." + (p->name ? p->name : "?");
-    mp.tensor = tensor_of(p->tensor);
-    mp.shard_dim = p->shard_dim;
-    mp.tp_grad_sum = p->struct_size >= SMP_STRUCT_SIZE(smp_param_info, tp_grad_sum) && p->tp_grad_sum;
-    self->params_.push_back(std::move(mp));
+    auto* collect = static_cast<Collect*>(user);
+    try {
+      ModuleParameter mp;
+      mp.name = collect->self->key_ + "." + (p && p->name ? p->name : "?");
+      if (!p || p->struct_size < SMP_PARAM_INFO_STRUCT_SIZE)
+        throw Error("parameter '" + mp.name + "': smp_param_info.struct_size " +
+                    std::to_string(p ? p->struct_size : 0) + " is smaller than ABI 2.0's " +
+                    std::to_string(SMP_PARAM_INFO_STRUCT_SIZE));
+      mp.tensor = tensor_of(p->tensor);
+      mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'");
+      collect->self->params_.push_back(std::move(mp));
+    } catch (const std::exception& e) {
+      if (collect->problem.empty()) collect->problem = e.what();
+    }
   };
   smp_error* err = kind_->parameters(module_, visit, &collect);
-  if (err) {
+  if (err || !collect.problem.empty()) {
     kind_->destroy(module_);
+    module_ = nullptr;
     throw_if_error(err, where(key_, "parameters"));
+    throw Error(where(key_, "parameters") + ": " + collect.problem);
   }
   for (auto& p : params_)
     if (!p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
@@ -48,7 +59,7 @@ std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const
   for (const auto& t : inputs) in.push_back(make_tensor_handle(t));
   std::vector<smp_tensor*> out(n_outputs, nullptr);
   smp_forward_args args{};
-  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  args.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
   args.method = method.c_str();
   args.inputs = in.data();
   args.n_inputs = in.size();

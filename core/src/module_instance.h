@@ -3,6 +3,8 @@
 
 #include <smp/abi.h>
 
+#include "placement.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -13,8 +15,7 @@ namespace smp {
 struct ModuleParameter {
   std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
   at::Tensor tensor;
-  int shard_dim = -1;
-  bool tp_grad_sum = false;
+  Placements placements;
 };
 
 class ModuleInstance {

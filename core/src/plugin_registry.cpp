@@ -114,20 +114,23 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   }
   consume_error(err);
   // struct_size first: it tells which fields we may read.
-  if (d->struct_size < SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor))
+  if (d->struct_size < SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX)
     throw Error("plugin " + path + ": descriptor struct_size " + std::to_string(d->struct_size) +
                 " is too small to hold a version (core has ABI " + versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR) +
-                ", whose descriptor is " + std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules)) +
-                " bytes)");
+                ", whose descriptor is " + std::to_string(SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE) + " bytes)");
   const std::string plugin_abi = versions(d->abi_major, d->abi_minor);
   const std::string core_abi = versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
+  // The version prefix (name, plugin_version, abi_major, abi_minor) is the same
+  // in every major, so a plugin of another major is refused by name.
+  const std::string named = std::string(d->name ? d->name : "?") + " " + (d->plugin_version ? d->plugin_version : "?");
   if (d->abi_major != SMP_ABI_VERSION_MAJOR)
-    throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", core has ABI " + core_abi +
-                " (major versions differ)");
+    throw Error("plugin " + path + " ('" + named + "'): built for smp ABI " + plugin_abi + ", core has ABI " +
+                core_abi + " (major versions differ: rebuild the plugin against the smp " +
+                std::to_string(SMP_ABI_VERSION_MAJOR) + ".x SDK)");
   if (d->abi_minor > SMP_ABI_VERSION_MINOR)
     throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", newer than the core's ABI " +
                 core_abi + " (rebuild the plugin against this core or upgrade the core)");
-  require_size(d, SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules), "descriptor", path);
+  require_size(d, SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE, "descriptor", path);
 
   PluginInfo info;
   info.path = path;
@@ -150,7 +153,7 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   require_array(d->module_kinds, d->n_module_kinds, "module kinds");
   require_array(d->adapters, d->n_adapters, "adapters");
   require_array(d->partitioners, d->n_partitioners, "partition strategies");
-  require_array(d->tp_rules, d->n_tp_rules, "tp rules");
+  require_array(d->rules, d->n_rules, "rules");
   std::set<std::string> seen;
   auto claim = [&](const std::string& type, const char* name, const std::map<std::string, std::string>& taken) {
     if (!name || !*name) throw Error(who + ": a " + type + " without a name");
@@ -162,29 +165,34 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   };
   for (size_t i = 0; i < d->n_module_kinds; ++i) {
     const smp_module_kind* k = d->module_kinds[i];
-    require_size(k, SMP_STRUCT_SIZE(smp_module_kind, destroy), "module kind", path);
+    require_size(k, SMP_MODULE_KIND_STRUCT_SIZE, "module kind", path);
     if (!k->create || !k->forward || !k->parameters || !k->destroy)
       throw Error(who + ": module kind '" + (k->name ? k->name : "?") + "' lacks a function");
     info.module_kinds.push_back(claim("module kind", k->name, providers_));
   }
   for (size_t i = 0; i < d->n_adapters; ++i) {
     const smp_model_adapter* a = d->adapters[i];
-    require_size(a, SMP_STRUCT_SIZE(smp_model_adapter, destroy), "model adapter", path);
+    require_size(a, SMP_MODEL_ADAPTER_STRUCT_SIZE, "model adapter", path);
     if (!a->create || !a->describe || !a->batch || !a->destroy)
       throw Error(who + ": adapter '" + (a->name ? a->name : "?") + "' lacks a function");
     info.adapters.push_back(claim("adapter", a->name, providers_));
   }
   for (size_t i = 0; i < d->n_partitioners; ++i) {
     const smp_partition_strategy* p = d->partitioners[i];
-    require_size(p, SMP_STRUCT_SIZE(smp_partition_strategy, partition), "partition strategy", path);
+    require_size(p, SMP_PARTITION_STRATEGY_STRUCT_SIZE, "partition strategy", path);
     if (!p->partition) throw Error(who + ": partition strategy lacks its function");
     info.partitioners.push_back(claim("partition strategy", p->name, providers_));
   }
-  for (size_t i = 0; i < d->n_tp_rules; ++i) {
-    const smp_tp_rule* r = d->tp_rules[i];
-    require_size(r, SMP_STRUCT_SIZE(smp_tp_rule, check), "tp rule", path);
-    if (!r->dist_kind || !*r->dist_kind) throw Error(who + ": tp rule without a dist_kind");
-    info.tp_rules.push_back(claim("tp rule", r->kind, providers_));
+  for (size_t i = 0; i < d->n_rules; ++i) {
+    const smp_rule* r = d->rules[i];
+    require_size(r, SMP_RULE_STRUCT_SIZE, "rule", path);
+    const std::string axis = r->axis ? r->axis : "";
+    if (axis != "tp" && axis != "ep")
+      throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +
+                  "'; rules exist for the axes \"tp\" and \"ep\"");
+    if (!r->dist_kind || !*r->dist_kind) throw Error(who + ": " + axis + " rule without a dist_kind");
+    claim(axis + " rule", r->kind, providers_);
+    info.rules.push_back(axis + ":" + r->kind);
   }
 
   for (size_t i = 0; i < d->n_module_kinds; ++i) {
@@ -199,9 +207,10 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
     partitioners_[d->partitioners[i]->name] = d->partitioners[i];
     providers_[std::string("partition strategy:") + d->partitioners[i]->name] = info.name;
   }
-  for (size_t i = 0; i < d->n_tp_rules; ++i) {
-    rules_[d->tp_rules[i]->kind] = d->tp_rules[i];
-    providers_[std::string("tp rule:") + d->tp_rules[i]->kind] = info.name;
+  for (size_t i = 0; i < d->n_rules; ++i) {
+    const smp_rule* r = d->rules[i];
+    rules_[std::string(r->axis) + ":" + r->kind] = r;
+    providers_[std::string(r->axis) + " rule:" + r->kind] = info.name;
   }
   spdlog::debug("loaded plugin '{}' {} (ABI {}) from {}", info.name, info.version, plugin_abi, path);
   // Pin an accepted library for the life of the process: autograd nodes and
@@ -225,12 +234,12 @@ const smp_partition_strategy* PluginRegistry::partitioner(const std::string& n) 
   auto it = partitioners_.find(n);
   return it == partitioners_.end() ? nullptr : it->second;
 }
-const smp_tp_rule* PluginRegistry::tp_rule(const std::string& k) const {
-  auto it = rules_.find(k);
+const smp_rule* PluginRegistry::rule(const std::string& axis, const std::string& k) const {
+  auto it = rules_.find(axis + ":" + k);
   return it == rules_.end() ? nullptr : it->second;
 }
 std::string PluginRegistry::provider(const std::string& name) const {
-  for (const char* type : {"module kind:", "adapter:", "partition strategy:", "tp rule:"}) {
+  for (const char* type : {"module kind:", "adapter:", "partition strategy:", "tp rule:", "ep rule:"}) {
     auto it = providers_.find(type + name);
     if (it != providers_.end()) return it->second;
   }

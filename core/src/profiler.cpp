@@ -27,10 +27,11 @@ std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistr
     auto& m = live[node.module_key()];
     if (!m) {
       smp_module_context ctx{};
-      ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+      ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
       ctx.node_name = node.module_key().c_str();
       ctx.init_seed = seed;
-      ctx.tp_size = 1;
+      ctx.mesh = nullptr;  // one rank: every axis has size 1
+      ctx.parallel_json = "{}";
       m = std::make_unique<ModuleInstance>(registry.module_kind(node.kind), registry.provider(node.kind),
                                            node.module_key(), node.config_json, ctx);
     }

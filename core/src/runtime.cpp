@@ -10,10 +10,12 @@
 #include "executor.h"
 #include "gradient_sync.h"
 #include "graph_builder.h"
+#include "loss_normalizer.h"
 #include "module_instance.h"
 #include "optimizer.h"
+#include "parallel_rules.h"
+#include "process_groups.h"
 #include "profiler.h"
-#include "tensor_parallel_rules.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -25,13 +27,9 @@
 
 namespace smp {
 
-namespace {
+uint64_t derive_seed(uint64_t seed, const std::string& key);
 
-uint64_t seed_for(uint64_t seed, const std::string& key) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
-  return h & 0x7fffffffffffffffULL;
-}
+namespace {
 
 struct AdapterHandle {
   const smp_model_adapter* table = nullptr;
@@ -50,13 +48,14 @@ struct Runtime::Impl {
   ProcessEnv env;
   std::unique_ptr<DeviceMesh> mesh;
   std::shared_ptr<Rendezvous> rendezvous;
-  std::map<std::string, std::unique_ptr<Communicator>> comms;  // "pp", "dp", "tp", "mp", "world", "tied.<key>"
+  std::unique_ptr<ProcessGroups> groups;  // every axis' and derived group's communicator
   PluginRegistry registry;
   AdapterHandle adapter;
   ModelGraph graph;
   StagePlan plan;
   std::map<std::string, std::shared_ptr<ModuleInstance>> modules;
   std::vector<std::string> module_order;  // creation order
+  std::unique_ptr<LossNormalizer> loss;
   std::unique_ptr<Executor> executor;
   std::unique_ptr<GradientSync> sync;
   std::unique_ptr<AdamW> optimizer;
@@ -65,22 +64,19 @@ struct Runtime::Impl {
   int microbatches = 1;
   int64_t global_batch = 0;
   int64_t steps = 0;
-  int64_t tokens_per_sample = 0;
+  uint64_t seed = 0;
   std::vector<std::pair<at::Tensor, bool>> norm_params;  // (param, counted on this rank)
 
-  Communicator* comm(const std::string& axis) {
-    auto it = comms.find(axis);
-    return it == comms.end() ? nullptr : it->second.get();
-  }
+  Communicator& comm(Axis axis) { return groups->get(axis); }
 
-  std::vector<at::Tensor> batch(smp_split split, int64_t step, int mb, int64_t global, int micro) {
-    const int64_t per_dp = global / mesh->dp();
-    const int64_t per_mb = per_dp / micro;
+  std::vector<at::Tensor> batch(smp_split split, int64_t step, int mb) {
+    const int64_t per_dp = global_batch / mesh->dp();
+    const int64_t per_mb = per_dp / microbatches;
     smp_batch_request req{};
-    req.struct_size = SMP_STRUCT_SIZE(smp_batch_request, num_samples);
+    req.struct_size = SMP_BATCH_REQUEST_STRUCT_SIZE;
     req.split = split;
     req.step = step;
-    req.global_batch = global;
+    req.global_batch = global_batch;
     req.first_sample = mesh->coord(Axis::DP) * per_dp + mb * per_mb;
     req.num_samples = per_mb;
     std::vector<smp_tensor*> out(graph.inputs.size(), nullptr);
@@ -98,20 +94,37 @@ struct Runtime::Impl {
     return result;
   }
 
-  void make_communicators(const CommOptions& opts) {
+  // ---- phase 1: layout — the mesh and its communicators ----
+  void layout() {
+    const Config& cfg = config;
+    if (int threads = static_cast<int>(cfg.get_int("run.threads")); threads > 0) at::set_num_threads(threads);
+    seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.get_double("run.timeout_s") * 1000));
+    mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, static_cast<int>(cfg.get_int("parallel.pp")),
+                                        static_cast<int>(cfg.get_int("parallel.dp")),
+                                        static_cast<int>(cfg.get_int("parallel.tp")),
+                                        cfg.get_string("parallel.placement"),
+                                        static_cast<int>(cfg.get_int("parallel.ep")));
+    rendezvous = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
+    CommOptions opts;
+    opts.timeout = timeout;
+    opts.shm_slot_bytes = static_cast<int64_t>(cfg.get_double("comm.shm_mb") * 1024 * 1024);
+    groups = std::make_unique<ProcessGroups>(*mesh, rendezvous, opts);
+    // The axes every job uses are made up front, in one order on every rank;
+    // others (ep, edp, tied groups) when first asked for.
     std::string transports;
-    for (Axis a : {Axis::PP, Axis::DP, Axis::TP, Axis::MP, Axis::World}) {
-      auto& c = comms[axis_name(a)];
-      c = rendezvous->new_communicator(axis_name(a), mesh->group_name(a), mesh->group(a), opts);
-      if (c->size() > 1 && a != Axis::PP)
+    for (Axis a : {Axis::PP, Axis::DP, Axis::TP, Axis::World}) {
+      Communicator& c = comm(a);
+      if (c.size() > 1 && a != Axis::PP)
         transports += std::string(transports.empty() ? "" : ", ") + axis_name(a) + " " +
-                      c->transport("allreduce", at::kCPU);
+                      c.transport("allreduce", at::kCPU);
     }
     // Rank 0's groups; a group spanning hosts uses the backend (the others' are alike on one host).
     if (mesh->rank() == 0 && !transports.empty()) spdlog::info("CPU all-reduce transport: {}", transports);
   }
 
-  void load_plugins(const std::vector<std::string>& plugins) {
+  // ---- phase 2: model — plugins, the adapter's graph, rules per axis ----
+  void model(const std::vector<std::string>& plugins) {
     for (const auto& p : plugins) registry.load(p);
     for (const auto& p : config.get_string_array("plugins.paths")) registry.load(p);
     // The standard plugins, unless something already provides their capabilities.
@@ -124,6 +137,16 @@ struct Runtime::Impl {
         spdlog::debug("standard plugin {} not loaded: {}", std_plugin, msg);
       }
     }
+    create_adapter();
+    const bool replicate = config.get_bool("parallel.tp_replicate_indivisible");
+    for (Axis a : {Axis::TP, Axis::EP})
+      if (mesh->size(a) > 1) apply_parallel_rules(graph, registry, axis_name(a), mesh->size(a), replicate);
+    for (const auto& n : graph.nodes)
+      if (!registry.module_kind(n.kind)) {
+        std::string loaded;
+        for (const auto& p : registry.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
+        throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
+      }
   }
 
   void create_adapter() {
@@ -139,12 +162,12 @@ struct Runtime::Impl {
     adapter.table = registry.adapter(name);
     if (!adapter.table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
     adapter.plugin = registry.provider(name);
-    nlohmann::json model = config.section_json("model");
-    model.erase("adapter");
-    std::string model_json = model.dump();
+    nlohmann::json model_cfg = config.section_json("model");
+    model_cfg.erase("adapter");
+    std::string model_json = model_cfg.dump();
     smp_adapter_context ctx{};
-    ctx.struct_size = SMP_STRUCT_SIZE(smp_adapter_context, seq_parallel_capable);
-    ctx.seed = static_cast<uint64_t>(config.get_int("train.seed"));
+    ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
+    ctx.seed = seed;
     const std::string where = "adapter '" + name + "' (plugin '" + adapter.plugin + "')";
     throw_if_error(adapter.table->create(adapter.table->state, model_json.c_str(), &ctx, &adapter.instance),
                    where + " create from [model] of " + config.origin());
@@ -154,10 +177,58 @@ struct Runtime::Impl {
     graph.validate(name);
   }
 
+  // ---- phase 3: plan — partition into stages, the schedules ----
+  void make_plan() {
+    const Config& cfg = config;
+    microbatches = static_cast<int>(cfg.get_int("parallel.microbatches"));
+    global_batch = cfg.get_int("train.batch_size");
+    const int chunks = static_cast<int>(cfg.get_int("parallel.virtual_stages"));
+    const int pp = mesh->pp();
+    // Partition: every rank must agree, so costs come from hints or rank 0's profile.
+    const int num_stages = pp * chunks;
+    std::vector<int> stages(graph.nodes.size(), 0);
+    const int64_t mb_samples = global_batch / (mesh->dp() * microbatches);
+    std::vector<NodeCost> costs;
+    if (num_stages > 1) {
+      bool hinted = costs_from_hints(graph, mb_samples, costs);
+      if (!hinted) {
+        if (env.rank == 0) {
+          costs = profile_costs(graph, registry, [&](int mb) { return batch(SMP_SPLIT_TRAIN, 0, mb); }, seed);
+          nlohmann::json j = nlohmann::json::array();
+          for (auto& c : costs) j.push_back({c.compute, c.memory});
+          rendezvous->set("smp/profile", j.dump());
+        } else {
+          auto j = nlohmann::json::parse(rendezvous->get("smp/profile"));
+          costs.clear();
+          for (auto& c : j) costs.push_back({c[0].get<double>(), c[1].get<double>()});
+        }
+      }
+      stages = run_partitioner(registry, cfg.get_string("parallel.partition"), graph, costs, num_stages,
+                               cfg.section_json("partition"), cfg.get_bool("parallel.tie_across_stages"));
+    }
+    plan = StagePlan::build(graph, stages, pp, chunks);
+    plan.costs = costs;
+    if (env.rank == 0)
+      for (int st = 0; st < num_stages; ++st)
+        spdlog::info("stage {} (rank {}, chunk {}): {} nodes, first '{}', last '{}'", st, plan.rank_of(st),
+                     plan.chunk_of(st), plan.nodes_of_stage[st].size(),
+                     graph.nodes[plan.nodes_of_stage[st].front()].name,
+                     graph.nodes[plan.nodes_of_stage[st].back()].name);
+    schedule = make_schedule(cfg.get_string("parallel.schedule"), pp, microbatches, chunks);
+    // Evaluation runs forwards only: GPipe's order, or the training order's forwards when chunks > 1.
+    eval_schedule = chunks > 1 ? schedule : make_schedule("gpipe", pp, microbatches, 1);
+    loss = std::make_unique<LossNormalizer>(graph.loss_reduction, mb_samples);
+  }
+
+  // ---- phase 4: state — this rank's modules, gradient groups, optimizer ----
+  void state() {
+    materialise_local_modules();
+    build_training_state(make_tied_groups());
+  }
+
   void materialise_local_modules() {
     const int pp_rank = mesh->coord(Axis::PP);
-    Communicator* tp = comm("tp");
-    const bool sp = config.get_bool("parallel.sequence_parallel");
+    const std::string parallel_json = config.section_json("parallel").dump();
     for (int c = 0; c < plan.chunks; ++c) {
       const int stage = c * plan.pp + pp_rank;
       for (int idx : plan.nodes_of_stage[stage]) {
@@ -166,15 +237,13 @@ struct Runtime::Impl {
         if (modules.count(key)) continue;
         const smp_module_kind* kind = registry.module_kind(node.kind);
         smp_module_context ctx{};
-        ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+        ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
         ctx.node_name = key.c_str();
-        ctx.init_seed = seed_for(static_cast<uint64_t>(config.get_int("train.seed")), key);
+        ctx.init_seed = derive_seed(seed, key);
         ctx.device_type = SMP_DEVICE_CPU;
         ctx.device_index = 0;
-        ctx.tp_rank = mesh->coord(Axis::TP);
-        ctx.tp_size = mesh->tp();
-        ctx.tp_comm = tp->handle();
-        ctx.sequence_parallel = sp && mesh->tp() > 1 ? 1 : 0;
+        ctx.mesh = groups->handle();
+        ctx.parallel_json = parallel_json.c_str();
         modules[key] = std::make_shared<ModuleInstance>(kind, registry.provider(node.kind), key, node.config_json, ctx);
         module_order.push_back(key);
       }
@@ -183,7 +252,7 @@ struct Runtime::Impl {
 
   // Shared modules whose nodes sit on stages of different pp ranks keep one
   // replica per rank; their gradients are summed over those ranks.
-  std::map<std::string, Communicator*> make_tied_groups(const CommOptions& opts) {
+  std::map<std::string, Communicator*> make_tied_groups() {
     std::map<std::string, std::set<int>> ranks_of_key;
     for (size_t i = 0; i < graph.nodes.size(); ++i)
       if (!graph.nodes[i].shared_key.empty())
@@ -195,13 +264,14 @@ struct Runtime::Impl {
       std::vector<int> world_ranks;
       for (int p : ranks) world_ranks.push_back(mesh->rank_of(p, dp_i, tp_i));
       std::string name = "tied." + key + ".dp" + std::to_string(dp_i) + ".tp" + std::to_string(tp_i);
-      auto c = rendezvous->new_communicator("tied", name, world_ranks, opts);
-      tied[key] = c.get();
-      comms["tied." + key] = std::move(c);
+      tied[key] = &groups->derived("tied." + key, "tied", name, world_ranks);
     }
     return tied;
   }
 
+  // Every reduction group of a parameter comes from its placements: its
+  // data-parallel group (dp, or edp when sharded over ep), the axes where its
+  // gradient is partial, and the tied-weight group of its module.
   void build_training_state(const std::map<std::string, Communicator*>& tied) {
     const int pp_rank = mesh->coord(Axis::PP);
     std::map<std::string, int> uses;        // stages on this rank using a module key
@@ -218,7 +288,6 @@ struct Runtime::Impl {
     }
     std::vector<SyncedParameter> synced;
     std::vector<at::Tensor> all;
-    const bool tp0 = mesh->coord(Axis::TP) == 0;
     for (const auto& key : module_order) {
       auto tied_it = tied.find(key);
       for (const auto& p : modules[key]->parameters()) {
@@ -226,18 +295,19 @@ struct Runtime::Impl {
         SyncedParameter s;
         s.tensor = p.tensor;
         s.expected_grads = microbatches * uses[key];
-        s.tp_grad_sum = p.tp_grad_sum;
+        s.data_parallel = &comm(p.placements.data_parallel_axis());
+        for (const auto& pl : p.placements.list())
+          if (pl.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&comm(pl.axis));
         s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
         synced.push_back(s);
         all.push_back(p.tensor);
         // Count each distinct value once in the global norm: shards everywhere,
-        // tp replicas on tp rank 0, tied replicas on their first pp rank.
-        bool counted = (p.shard_dim >= 0 || tp0) && first_rank[key] == pp_rank;
-        norm_params.emplace_back(p.tensor, counted);
+        // replicas at coordinate 0 of their axes, tied replicas on their first pp rank.
+        norm_params.emplace_back(p.tensor, p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
       }
     }
     const int64_t bucket = static_cast<int64_t>(config.get_double("train.bucket_mb") * 1024 * 1024);
-    sync = std::make_unique<GradientSync>(std::move(synced), comm("dp"), comm("tp"), bucket);
+    sync = std::make_unique<GradientSync>(std::move(synced), bucket);
     AdamWOptions o;
     o.beta1 = config.get_double("train.beta1");
     o.beta2 = config.get_double("train.beta2");
@@ -249,7 +319,45 @@ struct Runtime::Impl {
     lr.warmup = config.get_int("train.warmup_steps");
     lr.total = config.get_int("train.steps");
   }
+
+  // ---- phase 5: step — the executor over this rank's stages ----
+  void step_machinery() {
+    ExecutorSetup setup;
+    setup.graph = &graph;
+    setup.plan = &plan;
+    setup.pp_rank = mesh->coord(Axis::PP);
+    setup.pp_comm = mesh->pp() > 1 ? &comm(Axis::PP) : nullptr;
+    setup.modules = &modules;
+    setup.seed = seed;
+    setup.loss = loss.get();
+    setup.batch = [this](int64_t step, int mb, bool training) {
+      return batch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
+    };
+    executor = std::make_unique<Executor>(setup);
+    groups->reset_stats();
+  }
+
+  // The step's loss sums over the job: the last stage's, counted once per tp
+  // group (every tp rank has the same loss), summed over every rank with
+  // `extra` values in the same all-reduce.
+  LossSums global_loss(const LossSums& local, std::vector<double>& extra) {
+    const bool counted = mesh->coord(Axis::TP) == 0;
+    std::vector<double> v = {counted ? local.loss : 0.0, counted ? local.items : 0.0};
+    v.insert(v.end(), extra.begin(), extra.end());
+    at::Tensor t = at::tensor(v, at::kDouble);
+    comm(Axis::World).allreduce(t)->wait();
+    for (size_t i = 0; i < extra.size(); ++i) extra[i] = t[2 + i].item<double>();
+    return {t[0].item<double>(), t[1].item<double>()};
+  }
 };
+
+// One seed for everything derived from the job seed and a name (module init,
+// per-node streams): the same for every parallel layout.
+uint64_t derive_seed(uint64_t seed, const std::string& key) {
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
+  return h & 0x7fffffffffffffffULL;
+}
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 void Runtime::shutdown() {
@@ -275,99 +383,17 @@ Runtime::~Runtime() {
   impl_->modules.clear();
 }
 
+// The phases, top to bottom: layout -> model -> plan -> state -> step.
 std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<std::string>& plugins) {
   config.resolve_layout(env.world_size);
   std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(std::move(config))));
   Impl& s = *rt->impl_;
   s.env = env;
-  const Config& cfg = s.config;
-
-  if (int threads = static_cast<int>(cfg.get_int("run.threads")); threads > 0) at::set_num_threads(threads);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.get_double("run.timeout_s") * 1000));
-  s.mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, static_cast<int>(cfg.get_int("parallel.pp")),
-                                        static_cast<int>(cfg.get_int("parallel.dp")),
-                                        static_cast<int>(cfg.get_int("parallel.tp")),
-                                        cfg.get_string("parallel.placement"));
-  s.rendezvous = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
-  CommOptions opts;
-  opts.timeout = timeout;
-  opts.shm_slot_bytes = static_cast<int64_t>(cfg.get_double("comm.shm_mb") * 1024 * 1024);
-  s.make_communicators(opts);
-
-  s.load_plugins(plugins);
-  s.create_adapter();
-
-  s.microbatches = static_cast<int>(cfg.get_int("parallel.microbatches"));
-  s.global_batch = cfg.get_int("train.batch_size");
-  const int chunks = static_cast<int>(cfg.get_int("parallel.virtual_stages"));
-  const int pp = s.mesh->pp();
-
-  if (s.mesh->tp() > 1) apply_tensor_parallel_rules(s.graph, s.registry, s.mesh->tp(),
-                                                    cfg.get_bool("parallel.tp_replicate_indivisible"));
-  for (const auto& n : s.graph.nodes)
-    if (!s.registry.module_kind(n.kind)) {
-      std::string loaded;
-      for (const auto& p : s.registry.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
-      throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
-    }
-
-  // Partition: every rank must agree, so costs come from hints or rank 0's profile.
-  const int num_stages = pp * chunks;
-  std::vector<int> stages(s.graph.nodes.size(), 0);
-  const int64_t mb_samples = s.global_batch / (s.mesh->dp() * s.microbatches);
-  std::vector<NodeCost> costs;
-  if (num_stages > 1) {
-    bool hinted = costs_from_hints(s.graph, mb_samples, costs);
-    if (!hinted) {
-      if (env.rank == 0) {
-        costs = profile_costs(s.graph, s.registry, [&](int mb) { return s.batch(SMP_SPLIT_TRAIN, 0, mb, s.global_batch, s.microbatches); },
-                              static_cast<uint64_t>(cfg.get_int("train.seed")));
-        nlohmann::json j = nlohmann::json::array();
-        for (auto& c : costs) j.push_back({c.compute, c.memory});
-        s.rendezvous->set("smp/profile", j.dump());
-      } else {
-        auto j = nlohmann::json::parse(s.rendezvous->get("smp/profile"));
-        costs.clear();
-        for (auto& c : j) costs.push_back({c[0].get<double>(), c[1].get<double>()});
-      }
-    }
-    stages = run_partitioner(s.registry, cfg.get_string("parallel.partition"), s.graph, costs, num_stages,
-                             cfg.section_json("partition"), cfg.get_bool("parallel.tie_across_stages"));
-  }
-  s.plan = StagePlan::build(s.graph, stages, pp, chunks);
-  s.plan.costs = costs;
-  if (env.rank == 0)
-    for (int st = 0; st < num_stages; ++st)
-      spdlog::info("stage {} (rank {}, chunk {}): {} nodes, first '{}', last '{}'", st, s.plan.rank_of(st),
-                   s.plan.chunk_of(st), s.plan.nodes_of_stage[st].size(),
-                   s.graph.nodes[s.plan.nodes_of_stage[st].front()].name,
-                   s.graph.nodes[s.plan.nodes_of_stage[st].back()].name);
-
-  s.materialise_local_modules();
-  auto tied = s.make_tied_groups(opts);
-  s.schedule = make_schedule(cfg.get_string("parallel.schedule"), pp, s.microbatches, chunks);
-  // Evaluation runs forwards only: GPipe's order, or the training order's forwards when chunks > 1.
-  s.eval_schedule = chunks > 1 ? s.schedule : make_schedule("gpipe", pp, s.microbatches, 1);
-  s.build_training_state(tied);
-
-  ExecutorSetup setup;
-  setup.graph = &s.graph;
-  setup.plan = &s.plan;
-  setup.pp_rank = s.mesh->coord(Axis::PP);
-  setup.pp_comm = pp > 1 ? s.comm("pp") : nullptr;
-  setup.modules = &s.modules;
-  setup.seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
-  Impl* impl = &s;
-  setup.batch = [impl](int64_t step, int mb, bool training) {
-    if (training) return impl->batch(SMP_SPLIT_TRAIN, step, mb, impl->global_batch, impl->microbatches);
-    return impl->batch(SMP_SPLIT_VALIDATION, step, mb, impl->global_batch, impl->microbatches);
-  };
-  s.executor = std::make_unique<Executor>(setup);
-
-  // Items per sample: the first graph input's elements per sample.
-  auto probe = s.batch(SMP_SPLIT_TRAIN, 0, 0, s.global_batch, s.microbatches);
-  s.tokens_per_sample = probe.empty() || probe[0].dim() == 0 ? 1 : probe[0].numel() / std::max<int64_t>(1, probe[0].size(0));
-  for (auto& [name, c] : s.comms) c->reset_stats();
+  s.layout();
+  s.model(plugins);
+  s.make_plan();
+  s.state();
+  s.step_machinery();
   return rt;
 }
 
@@ -390,26 +416,24 @@ StepResult Runtime::train_step() {
   t1 = clock::now();
 
   // Global gradient norm over distinct values, then clipping.
-  at::Tensor sq = at::zeros({2}, at::kDouble);
+  std::vector<double> norm_sq{0.0};
   {
     c10::NoGradGuard ng;
     // One norm kernel per parameter (no copies), summed in double.
     std::vector<at::Tensor> norms;
     for (auto& [t, counted] : s.norm_params)
       if (counted && t.grad().defined()) norms.push_back(t.grad().norm().to(at::kDouble));
-    sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
-    sq[1] = r.loss_sum;
+    norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
   }
-  s.comm("mp")->allreduce(sq)->wait();
-  // .grad holds dp sums: the gradient is grad_scale() times that. Clipping
-  // joins the same factor, which the optimizer applies as it reads .grad.
-  double grad_scale = s.sync->grad_scale();
-  const double norm = std::sqrt(sq[0].item<double>()) * grad_scale;
+  // One all-reduce over the world: the squared norm and the loss sums.
+  const LossSums global = s.global_loss(r.loss, norm_sq);
+  // .grad holds the gradient of the summed loss: the mean's gradient is
+  // grad_scale times that. Clipping joins the same factor, which the optimizer
+  // applies as it reads .grad.
+  double grad_scale = LossNormalizer::grad_scale(global);
+  const double norm = std::sqrt(norm_sq[0]) * grad_scale;
   const double clip = s.config.get_double("train.grad_clip");
   if (clip > 0 && norm > clip) grad_scale *= clip / (norm + 1e-6);
-  // Loss: summed over the pp stages above (only the last one has it), averaged over dp.
-  at::Tensor loss = at::full({1}, sq[1].item<double>() / s.mesh->tp(), at::kDouble);
-  s.comm("dp")->allreduce(loss)->wait();
   const double lr = s.lr.at(s.steps);
   out.phases.clip = since(t1);
   t1 = clock::now();
@@ -417,7 +441,7 @@ StepResult Runtime::train_step() {
   out.phases.optimizer = since(t1);
 
   out.step = s.steps++;
-  out.loss = loss.item<double>() / (s.mesh->dp() * s.microbatches);
+  out.loss = LossNormalizer::mean(global);
   out.grad_norm = norm;
   out.grad_scale = grad_scale;
   out.lr = lr;
@@ -429,15 +453,14 @@ StepResult Runtime::train_step() {
 double Runtime::evaluate(int batches) {
   Impl& s = *impl_;
   c10::NoGradGuard ng;
-  double total = 0;
+  LossSums local;
   for (int b = 0; b < batches; ++b) {
     ExecutorResult r = s.executor->run(s.eval_schedule, b, false);
-    total += r.loss_sum;
+    local.loss += r.loss.loss;
+    local.items += r.loss.items;
   }
-  at::Tensor t = at::full({1}, total / s.mesh->tp(), at::kDouble);
-  s.comm("mp")->allreduce(t)->wait();
-  s.comm("dp")->allreduce(t)->wait();
-  return t.item<double>() / (static_cast<double>(batches) * s.mesh->dp() * s.microbatches);
+  std::vector<double> none;
+  return LossNormalizer::mean(s.global_loss(local, none));
 }
 
 int64_t Runtime::steps_done() const { return impl_->steps; }
@@ -447,11 +470,14 @@ const ModelGraph& Runtime::graph() const { return impl_->graph; }
 const StagePlan& Runtime::plan() const { return impl_->plan; }
 const PluginRegistry& Runtime::plugins() const { return impl_->registry; }
 double Runtime::flops_per_step() const { return impl_->graph.flops_per_sample * impl_->global_batch; }
-int64_t Runtime::tokens_per_step() const { return impl_->tokens_per_sample * impl_->global_batch; }
+double Runtime::items_per_step() const {
+  return impl_->graph.throughput_per_sample * static_cast<double>(impl_->global_batch);
+}
+const std::string& Runtime::throughput_unit() const { return impl_->graph.throughput_unit; }
 
 nlohmann::json Runtime::comm_bytes() const {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, c] : impl_->comms) {
+  for (const auto& [name, c] : impl_->groups->all()) {
     nlohmann::json ops = nlohmann::json::object();
     for (const auto& [op, bytes] : c->stats().bytes) ops[op] = bytes;
     j[name] = ops;
@@ -459,14 +485,13 @@ nlohmann::json Runtime::comm_bytes() const {
   return j;
 }
 
-void Runtime::reset_comm_stats() {
-  for (auto& [name, c] : impl_->comms) c->reset_stats();
-}
+void Runtime::reset_comm_stats() { impl_->groups->reset_stats(); }
 
 std::vector<ParameterView> Runtime::parameters() const {
   std::vector<ParameterView> out;
   for (const auto& key : impl_->module_order)
-    for (const auto& p : impl_->modules.at(key)->parameters()) out.push_back({p.name, p.tensor, p.shard_dim});
+    for (const auto& p : impl_->modules.at(key)->parameters())
+      out.push_back({p.name, p.tensor, p.placements.shard_dim(Axis::TP), p.placements.shard_dim(Axis::EP)});
   return out;
 }
 
@@ -474,7 +499,7 @@ std::vector<double> Runtime::gather_world(double value) {
   const int world = impl_->mesh->world_size();
   at::Tensor in = at::full({1}, value, at::kDouble);
   at::Tensor out = at::empty({world}, at::kDouble);
-  impl_->comm("world")->allgather(in, out)->wait();
+  impl_->comm(Axis::World).allgather(in, out)->wait();
   std::vector<double> v(world);
   for (int i = 0; i < world; ++i) v[i] = out[i].item<double>();
   return v;

@@ -143,6 +143,10 @@ class ShmWork final : public c10d_compat::PendingWork {
     s_->cv.wait(lock, [&] { return s_->done; });
     if (!s_->error.empty()) throw Failure(s_->error, s_->timed_out);
   }
+  bool ready() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    return s_->done;
+  }
 
  private:
   std::shared_ptr<State> s_;

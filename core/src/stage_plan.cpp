@@ -109,7 +109,7 @@ std::vector<int> run_partitioner(const PluginRegistry& registry, const std::stri
   std::vector<smp_cost_node> nodes(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     nodes[i] = smp_cost_node{};
-    nodes[i].struct_size = SMP_STRUCT_SIZE(smp_cost_node, shared_key);
+    nodes[i].struct_size = SMP_COST_NODE_STRUCT_SIZE;
     nodes[i].name = graph.nodes[i].name.c_str();
     nodes[i].compute = costs[i].compute;
     nodes[i].memory = costs[i].memory;
@@ -126,7 +126,7 @@ std::vector<int> run_partitioner(const PluginRegistry& registry, const std::stri
       }
     }
   smp_cost_graph g{};
-  g.struct_size = SMP_STRUCT_SIZE(smp_cost_graph, n_edges);
+  g.struct_size = SMP_COST_GRAPH_STRUCT_SIZE;
   g.nodes = nodes.data();
   g.n_nodes = nodes.size();
   g.edge_src = src.data();
@@ -135,7 +135,7 @@ std::vector<int> run_partitioner(const PluginRegistry& registry, const std::stri
   std::vector<int32_t> stages(nodes.size(), -1);
   std::string opts = options.dump();
   smp_partition_request req{};
-  req.struct_size = SMP_STRUCT_SIZE(smp_partition_request, stage_of_node);
+  req.struct_size = SMP_PARTITION_REQUEST_STRUCT_SIZE;
   req.graph = &g;
   req.num_stages = num_stages;
   req.options_json = opts.c_str();

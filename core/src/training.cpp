@@ -78,11 +78,14 @@ void dump_parameters(Runtime& rt) {
   j["dp"] = mesh.coord(Axis::DP);
   j["tp"] = mesh.coord(Axis::TP);
   j["tp_size"] = mesh.tp();
+  j["ep"] = mesh.coord(Axis::EP);
+  j["ep_size"] = mesh.ep();
   nlohmann::json params = nlohmann::json::array();
   for (const auto& p : rt.parameters()) {
     at::Tensor t = p.tensor.detach().to(at::kDouble).contiguous();
     std::vector<double> data(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-    params.push_back({{"name", p.name}, {"shard_dim", p.shard_dim}, {"shape", t.sizes().vec()}, {"data", data}});
+    params.push_back({{"name", p.name}, {"shard_dim", p.shard_dim}, {"ep_shard_dim", p.ep_shard_dim},
+                      {"shape", t.sizes().vec()}, {"data", data}});
   }
   j["parameters"] = params;
   fs::path dir = fs::path(rt.config().get_string("run.dir")) / "parameters";
@@ -127,14 +130,14 @@ nlohmann::json run_training(Runtime& rt) {
       phase_sum.clip += r.phases.clip;
       phase_sum.optimizer += r.phases.optimizer;
     }
-    const double tok_s = rt.tokens_per_step() / r.seconds;
+    const double items_s = rt.items_per_step() / r.seconds;
     const double flops = rt.flops_per_step() / r.seconds;
     if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
-      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | {:.4f} TFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
-                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(tok_s), flops / 1e12, 100 * flops / peak,
-                   1000 * r.seconds, eta);
+      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
+                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(items_s), rt.throughput_unit(), flops / 1e12,
+                   100 * flops / peak, 1000 * r.seconds, eta);
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
@@ -148,7 +151,7 @@ nlohmann::json run_training(Runtime& rt) {
     if (rank0) spdlog::info("validation loss {:.4f}", val_loss);
   }
   const double step_s = timed_steps ? train_seconds / timed_steps : 0;
-  const double tokens_per_s = step_s > 0 ? rt.tokens_per_step() / step_s : 0;
+  const double items_per_s = step_s > 0 ? rt.items_per_step() / step_s : 0;
   const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
   auto peak_mem = rt.gather_world(static_cast<double>(peak_resident_bytes()));
   auto peak_acts = rt.gather_world(static_cast<double>(peak_act));
@@ -161,14 +164,16 @@ nlohmann::json run_training(Runtime& rt) {
   phases["optimizer"] = rt.gather_world(phase_sum.optimizer / n);
   nlohmann::json summary;
   summary["config"] = cfg.to_json();
-  summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()}, {"world", world},
-                       {"placement", rt.mesh().order()}};
+  summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
+                       {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
   summary["losses"] = losses;
   summary["final_loss"] = last_loss;
   summary["val_loss"] = val_loss;
   summary["val_losses"] = val_losses;
   summary["step_seconds"] = step_s;
-  summary["tokens_per_s"] = tokens_per_s;
+  // Throughput in the adapter's unit: "tokens_per_s" for a language model.
+  summary["throughput_unit"] = rt.throughput_unit();
+  summary[rt.throughput_unit() + "_per_s"] = items_per_s;
   summary["model_flops_per_step"] = rt.flops_per_step();
   summary["model_flops_per_s"] = flops_per_s;
   summary["peak_flops_per_rank"] = peak_per_rank;
@@ -181,8 +186,8 @@ nlohmann::json run_training(Runtime& rt) {
   if (cfg.get_bool("run.dump_parameters")) dump_parameters(rt);
   if (rank0) {
     write_summary(cfg.get_string("run.dir"), summary);
-    spdlog::info("final loss {:.4f}, {} tok/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(tokens_per_s),
-                 100 * summary["mfu"].get<double>(), cfg.get_string("run.dir"));
+    spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(items_per_s),
+                 rt.throughput_unit(), 100 * summary["mfu"].get<double>(), cfg.get_string("run.dir"));
   }
   return summary;
 }

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                 << "  module kinds: " << join(info.module_kinds) << "\n"
                 << "  model adapters: " << join(info.adapters) << "\n"
                 << "  partition strategies: " << join(info.partitioners) << "\n"
-                << "  tp rules: " << join(info.tp_rules) << "\n";
+                << "  rules (axis:kind): " << join(info.rules) << "\n";
     } catch (const smp::Error& e) {
       std::cout << "refused: " << e.what() << "\n";
       ++refused;

@@ -3,13 +3,13 @@
 
 #include <stdalign.h>
 
-#define SMP_LAYOUT_ENTRY(type, last) {#type, sizeof(type), alignof(type), SMP_STRUCT_SIZE(type, last)},
+#define SMP_LAYOUT_ENTRY(type, size_constant) {#type, sizeof(type), alignof(type), size_constant},
 
 const smp_layout_entry smp_layout_c[] = {SMP_ABI_STRUCTS(SMP_LAYOUT_ENTRY)};
 const size_t smp_layout_c_count = sizeof(smp_layout_c) / sizeof(smp_layout_c[0]);
 const size_t smp_enum_sizes_c[SMP_ABI_N_ENUMS] = {sizeof(smp_error_code), sizeof(smp_dtype),
                                                   sizeof(smp_device_type), sizeof(smp_reduce_op),
-                                                  sizeof(smp_log_level), sizeof(smp_split)};
+                                                  sizeof(smp_log_level), sizeof(smp_split), sizeof(smp_placement_kind), sizeof(smp_loss_reduction), sizeof(smp_extension_type)};
 const int smp_abi_c_version[2] = {SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR};
 
 /* The entry point type is usable from C. */

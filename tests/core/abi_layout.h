@@ -9,33 +9,36 @@
 extern "C" {
 #endif
 
-/* X(type, last_field) for every struct that crosses the boundary. */
-#define SMP_ABI_STRUCTS(X)                          \
-  X(smp_module_context, sequence_parallel)          \
-  X(smp_forward_args, rng_seed)                     \
-  X(smp_param_info, tp_grad_sum)                    \
-  X(smp_module_kind, destroy)                       \
-  X(smp_graph_node, activation_bytes_hint)          \
-  X(smp_adapter_context, seq_parallel_capable)      \
-  X(smp_batch_request, num_samples)                 \
-  X(smp_model_adapter, destroy)                     \
-  X(smp_cost_node, shared_key)                      \
-  X(smp_cost_graph, n_edges)                        \
-  X(smp_partition_request, stage_of_node)           \
-  X(smp_partition_strategy, partition)              \
-  X(smp_tp_rule, check)                             \
-  X(smp_plugin_descriptor, n_tp_rules)              \
-  X(smp_host_api, graph_set_flops_per_sample)
+/* X(type, its SMP_*_STRUCT_SIZE constant) for every struct that crosses the boundary. */
+#define SMP_ABI_STRUCTS(X)                                              \
+  X(smp_extension_base, SMP_EXTENSION_BASE_STRUCT_SIZE)                 \
+  X(smp_module_context, SMP_MODULE_CONTEXT_STRUCT_SIZE)                 \
+  X(smp_forward_args, SMP_FORWARD_ARGS_STRUCT_SIZE)                     \
+  X(smp_placement, SMP_PLACEMENT_STRUCT_SIZE)                           \
+  X(smp_param_info, SMP_PARAM_INFO_STRUCT_SIZE)                         \
+  X(smp_module_kind, SMP_MODULE_KIND_STRUCT_SIZE)                       \
+  X(smp_graph_node, SMP_GRAPH_NODE_STRUCT_SIZE)                         \
+  X(smp_adapter_context, SMP_ADAPTER_CONTEXT_STRUCT_SIZE)               \
+  X(smp_batch_request, SMP_BATCH_REQUEST_STRUCT_SIZE)                   \
+  X(smp_model_adapter, SMP_MODEL_ADAPTER_STRUCT_SIZE)                   \
+  X(smp_cost_node, SMP_COST_NODE_STRUCT_SIZE)                           \
+  X(smp_cost_graph, SMP_COST_GRAPH_STRUCT_SIZE)                         \
+  X(smp_partition_request, SMP_PARTITION_REQUEST_STRUCT_SIZE)           \
+  X(smp_partition_strategy, SMP_PARTITION_STRATEGY_STRUCT_SIZE)         \
+  X(smp_rule, SMP_RULE_STRUCT_SIZE)                                     \
+  X(smp_plugin_descriptor, SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE)           \
+  X(smp_host_api, SMP_HOST_API_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;
   size_t size;         /* sizeof(type) */
   size_t align;        /* alignment of type */
-  size_t struct_size;  /* SMP_STRUCT_SIZE(type, last_field) */
+  size_t struct_size;  /* its SMP_*_STRUCT_SIZE constant */
 } smp_layout_entry;
 
-/* Enum sizes, in this order: error_code, dtype, device_type, reduce_op, log_level, split. */
-#define SMP_ABI_N_ENUMS 6
+/* Enum sizes, in this order: error_code, dtype, device_type, reduce_op, log_level, split,
+ * placement_kind, loss_reduction, extension_type. */
+#define SMP_ABI_N_ENUMS 9
 
 extern const smp_layout_entry smp_layout_c[];
 extern const size_t smp_layout_c_count;

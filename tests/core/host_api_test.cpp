@@ -28,7 +28,7 @@ struct Handle {
 
 TEST(HostApi, TableDescribesTheCore) {
   const smp_host_api& h = H();
-  EXPECT_EQ(h.struct_size, SMP_STRUCT_SIZE(smp_host_api, graph_set_flops_per_sample));
+  EXPECT_EQ(h.struct_size, SMP_HOST_API_STRUCT_SIZE);
   EXPECT_EQ(h.abi_major, static_cast<uint32_t>(SMP_ABI_VERSION_MAJOR));
   EXPECT_EQ(h.abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
   ASSERT_NE(h.torch_version, nullptr);
@@ -247,11 +247,10 @@ class PluginModule : public ::testing::Test {
 
   smp_module* create(const std::string& config) {
     smp_module_context ctx{};
-    ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+    ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
     ctx.node_name = "blocks.0.scale";
     ctx.init_seed = 1234;
     ctx.device_type = SMP_DEVICE_CPU;
-    ctx.tp_size = 1;
     smp_module* m = nullptr;
     smp::throw_if_error(kind_->create(kind_->state, config.c_str(), &ctx, &m), "create example_scale");
     modules_.push_back(m);
@@ -279,7 +278,7 @@ class PluginModule : public ::testing::Test {
     for (const auto& t : inputs) in.push_back(smp::make_tensor_handle(t));
     std::vector<smp_tensor*> out(n_outputs, nullptr);
     smp_forward_args args{};
-    args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+    args.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
     args.method = method;
     args.inputs = in.data();
     args.n_inputs = in.size();

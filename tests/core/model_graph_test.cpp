@@ -155,7 +155,7 @@ TEST(GraphBuilder, BuildsTheGraphAnAdapterDescribes) {
   const char* in[] = {"x"};
   const char* out[] = {"loss"};
   smp_graph_node n{};
-  n.struct_size = SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint);
+  n.struct_size = SMP_GRAPH_NODE_STRUCT_SIZE;
   n.name = "blocks.0.mlp";
   n.kind = "mlp";
   n.config_json = nullptr;  // -> "{}"
@@ -205,7 +205,7 @@ TEST(GraphBuilder, BadCallsReturnErrorsNamingTheProblem) {
   EXPECT_NE(m.find("struct_size " + std::to_string(small.struct_size)), std::string::npos) << m;
 
   smp_graph_node nokind{};
-  nokind.struct_size = SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint);
+  nokind.struct_size = SMP_GRAPH_NODE_STRUCT_SIZE;
   nokind.name = "blocks.1";
   m = message(h->graph_add_node(b.handle(), &nokind));
   EXPECT_NE(m.find("'blocks.1' has no kind"), std::string::npos) << m;

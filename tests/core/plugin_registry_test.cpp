@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -85,9 +87,8 @@ TEST(PluginRegistry, LoadsAPluginWrittenInC) {
   const smp_module_kind* kind = reg.module_kind("good_c_kind");
   ASSERT_NE(kind, nullptr);
   smp_module_context ctx{};
-  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = "c";
-  ctx.tp_size = 1;
   smp_module* m = nullptr;
   smp::throw_if_error(kind->create(kind->state, "{}", &ctx, &m), "create");
   ASSERT_NE(m, nullptr);
@@ -96,7 +97,7 @@ TEST(PluginRegistry, LoadsAPluginWrittenInC) {
                       "parameters");
   EXPECT_EQ(visited, 0);
   smp_forward_args args{};
-  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  args.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
   try {
     smp::throw_if_error(kind->forward(m, &args), "good_c_kind forward");
     ADD_FAILURE() << "forward should report 'not implemented'";
@@ -207,7 +208,7 @@ TEST(PluginRegistry, RefusesAnotherLibTorch) {
 TEST(PluginRegistry, RefusesADescriptorSmallerThanTheAbiRequires) {
   smp::PluginRegistry reg;
   const std::string have = std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, torch_version));
-  const std::string need = std::to_string(SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules));
+  const std::string need = std::to_string(SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE);
   expect_refused(reg, "bad_small_descriptor", {"descriptor struct_size " + have, need, abi(SMP_ABI_VERSION_MAJOR, 0)},
                  "bad_small_descriptor_kind");
 }
@@ -250,11 +251,79 @@ TEST(PluginRegistry, EveryRefusalInOneRegistryLeavesItUsable) {
   reg.load(plugin("good_c_plugin"));
   Snapshot before(reg);
   for (const char* bad : {"bad_no_entry", "bad_major", "bad_newer_minor", "bad_torch_version", "bad_small_descriptor",
-                          "bad_tiny_descriptor", "bad_refuses_host"})
+                          "bad_tiny_descriptor", "bad_refuses_host", "old_v1", "needs_extension"})
     EXPECT_THROW(reg.load(plugin(bad)), smp::Error) << bad;
   EXPECT_TRUE(Snapshot(reg) == before);
   EXPECT_EQ(reg.load(plugin("dup_kind_a")).name, "dup_kind_a");
   EXPECT_EQ(reg.plugins().size(), 2u);
+}
+
+TEST(PluginRegistry, RefusesAnAbi1PluginByNameAndVersion) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "old_v1",
+                 {"'old_v1 0.0.1'", "built for smp ABI 1.0", "core has ABI " + kCoreAbi, "rebuild the plugin"},
+                 "old_v1_kind");
+}
+
+// Calls a plugin's entry point directly with a given host table.
+const smp_plugin_descriptor* enter(const std::string& name, const smp_host_api* host, std::string* error) {
+  void* lib = ::dlopen(plugin(name).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) throw std::runtime_error(::dlerror());
+  auto entry = reinterpret_cast<smp_plugin_entry_fn>(::dlsym(lib, SMP_PLUGIN_ENTRY_SYMBOL));
+  if (!entry) throw std::runtime_error("no entry point in " + name);
+  smp_error* err = nullptr;
+  const smp_plugin_descriptor* d = entry(host, &err);
+  *error = smp::consume_error(err);
+  return d;  // the library stays loaded: the descriptor lives in it
+}
+
+// A host of the next minor with an extension chain: one type this SDK never
+// heard of, then (optionally) the one needs_extension requires.
+struct FutureHost {
+  smp_extension_base unknown{}, needed{};
+  smp_host_api table{};
+  explicit FutureHost(bool with_needed) {
+    unknown.struct_size = SMP_EXTENSION_BASE_STRUCT_SIZE;
+    unknown.type = SMP_EXTENSION_PRIVATE_BASE + 7;
+    unknown.version = 3;
+    needed.struct_size = SMP_EXTENSION_BASE_STRUCT_SIZE;
+    needed.type = SMP_EXTENSION_PRIVATE_BASE + 42;
+    needed.version = 1;
+    unknown.next = with_needed ? &needed : nullptr;
+    table = *smp::host_api();
+    table.abi_minor = SMP_ABI_VERSION_MINOR + 1;
+    table.extension_start = &unknown;
+  }
+};
+
+TEST(PluginRegistry, APluginOfMinor0LoadsInACoreOfTheNextMinorWithAnExtension) {
+  // Built against this header (minor SMP_ABI_VERSION_MINOR): skips the unknown extension.
+  static FutureHost host(false);  // the plugin keeps the table: it must outlive the test
+  std::string error;
+  const smp_plugin_descriptor* d = enter("example_scale_intree", &host.table, &error);
+  ASSERT_NE(d, nullptr) << error;
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(d->abi_major, static_cast<uint32_t>(SMP_ABI_VERSION_MAJOR));
+  EXPECT_EQ(d->abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
+  EXPECT_GE(d->n_module_kinds, 1u);
+  // Put the real table back for the rest of this process.
+  ASSERT_NE(enter("example_scale_intree", smp::host_api(), &error), nullptr) << error;
+}
+
+TEST(PluginRegistry, APluginNeedingAMissingHostExtensionIsRefusedNamingIt) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "needs_extension",
+                 {"refused to load into smp ABI " + kCoreAbi, "needs the host extension 'test.needed'",
+                  "does not provide", "UNSUPPORTED"},
+                 "needs_extension_identity");
+  // The same plugin accepts a host that has it, anywhere in the chain.
+  static FutureHost host(true);
+  std::string error;
+  const smp_plugin_descriptor* d = enter("needs_extension", &host.table, &error);
+  ASSERT_NE(d, nullptr) << error;
+  EXPECT_EQ(std::string(d->name), "needs_extension");
+  ASSERT_EQ(enter("needs_extension", smp::host_api(), &error), nullptr);
+  EXPECT_NE(error.find("test.needed"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -101,9 +101,8 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   ASSERT_NE(kind, nullptr);
 
   smp_module_context ctx{};
-  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = "scale";
-  ctx.tp_size = 1;
   smp_module* m = nullptr;
   smp::throw_if_error(kind->create(kind->state, R"({"factor": 0.5})", &ctx, &m), "create");
   at::Tensor w;
@@ -120,7 +119,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   smp_tensor* in = smp::make_tensor_handle(x);
   smp_tensor* out = nullptr;
   smp_forward_args args{};
-  args.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  args.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
   args.inputs = &in;
   args.n_inputs = 1;
   args.outputs = &out;

@@ -29,9 +29,12 @@ struct Model {
 
 Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
 Model towers() { return {plugin_path("towers"), source_path("tests/integration/data/towers-equiv.toml")}; }
+Model experts() { return {plugin_path("toy_experts"), source_path("tests/integration/data/experts-equiv.toml")}; }
 
-void expect_equivalent(const Model& model, const std::vector<Layout>& layouts) {
-  JobResult serial = run_job(1, model.plugin, model.config, {});
+// serial_sets: the reference run's overrides; every layout gets them too, then its own.
+void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
+                       const std::vector<std::string>& serial_sets = {}) {
+  JobResult serial = run_job(1, model.plugin, model.config, serial_sets);
   ASSERT_EQ(serial.exit_code, 0) << serial.output;
   std::string problem;
   auto reference = assemble_parameters(serial.run_dir, 0, &problem);
@@ -40,7 +43,9 @@ void expect_equivalent(const Model& model, const std::vector<Layout>& layouts) {
   ASSERT_FALSE(ref_losses.empty());
   for (const auto& layout : layouts) {
     SCOPED_TRACE("layout " + layout.name);
-    JobResult r = run_job(layout.nproc, model.plugin, model.config, layout.sets);
+    std::vector<std::string> sets = serial_sets;
+    sets.insert(sets.end(), layout.sets.begin(), layout.sets.end());
+    JobResult r = run_job(layout.nproc, model.plugin, model.config, sets);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto losses = r.summary["losses"].get<std::vector<double>>();
     ASSERT_EQ(losses.size(), ref_losses.size());
@@ -99,7 +104,25 @@ TEST(GptEquivalence, TensorAndDataParallel) {
                                {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
                                {"dp2 x tp2", 4, {"parallel.dp=2", "parallel.tp=2"}},
                                {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
+                               // Parameters sharded over tp and replicated over dp, and layer norms whose
+                               // gradient is partial over tp, all reduced from their placements.
+                               {"dp2 x tp2 sequence-parallel", 4,
+                                {"parallel.dp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
                            });
+}
+
+// A masked loss (30% of the targets ignored) gives each microbatch and rank its
+// own token count. The reference is one rank with ONE microbatch: the mean over
+// every counted token of the batch. A mean of per-microbatch means would differ.
+TEST(GptEquivalence, MaskedLossWithUnevenTokenCounts) {
+  expect_equivalent(gpt(),
+                    {
+                        {"m4 (one rank)", 1, {"parallel.microbatches=4"}},
+                        {"pp2 1f1b m4", 2, {"parallel.pp=2", "parallel.microbatches=4"}},
+                        {"dp2 m2", 2, {"parallel.dp=2", "parallel.microbatches=2"}},
+                        {"pp2 x dp2 m2", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2"}},
+                    },
+                    {"model.mask_fraction=0.3", "parallel.microbatches=1"});
 }
 
 TEST(TowersEquivalence, Pipeline2) {
@@ -108,6 +131,19 @@ TEST(TowersEquivalence, Pipeline2) {
 
 TEST(TowersEquivalence, Pipeline4) {
   expect_equivalent(towers(), pipeline_layouts(4, R"({ "towerA" = 0, "towerB" = 1, "merge" = 2, "head.fc1" = 2, "head.skip" = 3, "head.act" = 3, "head.out" = 3, "loss" = 3 })"));
+}
+
+// Expert parallelism: experts sharded over ep, tokens moved by all-to-all on the
+// ep communicator a plugin takes from its module context; expert gradients
+// summed over edp (dp 4, ep 2: two replicas of each expert), the router's over dp.
+TEST(ExpertsEquivalence, ExpertParallel) {
+  expect_equivalent(experts(), {
+                                   {"dp2", 2, {"parallel.dp=2"}},
+                                   {"dp2 ep2", 2, {"parallel.dp=2", "parallel.ep=2"}},
+                                   {"dp4 ep2", 4, {"parallel.dp=4", "parallel.ep=2"}},
+                                   {"dp4 ep4", 4, {"parallel.dp=4", "parallel.ep=4"}},
+                                   {"pp2 x dp2 ep2", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+                               });
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir
   struct Piece {
     int dp, tp, tp_size, pp, shard_dim;
     at::Tensor t;
+    int ep = 0, ep_size = 1, ep_shard_dim = -1;  // experts: sharded over ep (dp % ep)
   };
   std::map<std::string, std::vector<Piece>> pieces;
   for (auto& e : fs::directory_iterator(fs::path(run_dir) / "parameters")) {
@@ -69,7 +70,8 @@ std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir
     for (auto& p : j["parameters"]) {
       auto data = p["data"].get<std::vector<double>>();
       at::Tensor t = at::tensor(data, at::kDouble).reshape(p["shape"].get<std::vector<int64_t>>());
-      pieces[p["name"]].push_back({j["dp"], j["tp"], j["tp_size"], j["pp"], p["shard_dim"], t});
+      pieces[p["name"]].push_back({j["dp"], j["tp"], j["tp_size"], j["pp"], p["shard_dim"], t, j.value("ep", 0),
+                                   j.value("ep_size", 1), p.value("ep_shard_dim", -1)});
     }
   }
   std::map<std::string, at::Tensor> full;
@@ -77,6 +79,23 @@ std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir
     if (problem && problem->empty()) *problem = msg;
   };
   for (auto& [name, ps] : pieces) {
+    if (ps.front().ep_shard_dim >= 0) {  // an expert: dp ranks [0, ep) hold its ep slices
+      const int ep_size = ps.front().ep_size, dim = ps.front().ep_shard_dim;
+      std::vector<at::Tensor> slices(ep_size);
+      for (auto& p : ps)
+        if (p.dp < ep_size && p.tp == 0) slices[p.ep] = p.t;
+      for (auto& p : ps) {
+        const at::Tensor& expect = slices[p.ep];
+        if (!expect.defined() || expect.sizes() != p.t.sizes()) {
+          note(name + ": expert slice shapes differ");
+          continue;
+        }
+        double d = (expect - p.t).abs().max().item<double>();
+        if (d > tol) note(name + ": expert replica at dp " + std::to_string(p.dp) + " differs by " + std::to_string(d));
+      }
+      full[name] = at::cat(slices, dim);
+      continue;
+    }
     const int tp_size = ps.front().tp_size;
     const int shard_dim = ps.front().shard_dim;
     // Reference replica: dp 0, lowest pp rank holding it.

@@ -182,6 +182,12 @@ TEST(ConfigTest, ImpossibleLayouts) {
   Config ok = Config::from_string("[parallel]\npp = 2\ntp = 2\ndp = 1\n", "job.toml", {"train.batch_size=4"});
   EXPECT_NO_THROW(ok.resolve_layout(4));
   EXPECT_EQ(ok.get_int("parallel.dp"), 1);
+  // Expert parallelism splits dp: ep must divide it.
+  Config ep = Config::from_string("[parallel]\nep = 3\n", "job.toml");
+  EXPECT_ERROR(ep.resolve_layout(4), "job.toml: parallel.ep = 3 must divide parallel.dp = 4");
+  Config ep_ok = Config::from_string("[parallel]\nep = 2\n", "job.toml");
+  EXPECT_NO_THROW(ep_ok.resolve_layout(4));
+  EXPECT_EQ(ep_ok.get_int("parallel.ep"), 2);
 }
 
 TEST(ConfigTest, BatchNotDivisible) {

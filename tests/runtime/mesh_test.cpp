@@ -111,4 +111,49 @@ TEST(MeshTest, Errors) {
   EXPECT_STREQ(smp::axis_name(Axis::MP), "mp");
 }
 
+TEST(MeshTest, ExpertParallelSplitsDpOnFourRanks) {
+  // dp = 4, ep = 2: ep groups are consecutive dp indices {0,1} {2,3}; the
+  // expert-data-parallel groups hold the same experts: dp indices {0,2} {1,3}.
+  for (int r = 0; r < 4; ++r) {
+    DeviceMesh m(4, r, 1, 4, 1, "pp,dp,tp", 2);
+    EXPECT_EQ(m.ep(), 2);
+    EXPECT_EQ(m.size(Axis::EP), 2);
+    EXPECT_EQ(m.size(Axis::EDP), 2);
+    EXPECT_EQ(m.coord(Axis::EP), r % 2);
+    EXPECT_EQ(m.coord(Axis::EDP), r / 2);
+    EXPECT_EQ(m.all_groups(Axis::EP), (G{{0, 1}, {2, 3}}));
+    EXPECT_EQ(m.all_groups(Axis::EDP), (G{{0, 2}, {1, 3}}));
+    EXPECT_EQ(m.group(Axis::EP), (r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
+    EXPECT_EQ(m.group(Axis::EDP), (r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+  }
+  // dp2 x tp2 with ep = 2: ep runs along dp inside each tp slice; edp is one rank.
+  DeviceMesh m(4, 1, 1, 2, 2, "pp,dp,tp", 2);
+  EXPECT_EQ(m.all_groups(Axis::EP), (G{{0, 2}, {1, 3}}));
+  EXPECT_EQ(m.all_groups(Axis::EDP), (G{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(m.group_name(Axis::EP), "ep.1");
+  // pp2 x dp2, ep = 2, dp fastest ("spread" puts tp between): groups stay inside a stage.
+  DeviceMesh s(4, 3, 2, 2, 1, "pp,tp,dp", 2);
+  EXPECT_EQ(s.all_groups(Axis::EP), (G{{0, 1}, {2, 3}}));
+  EXPECT_EQ(s.group(Axis::EP), (std::vector<int>{2, 3}));
+  // ep = 1: each rank is its own expert group; edp is the whole dp group.
+  DeviceMesh one(4, 2, 1, 4, 1);
+  EXPECT_EQ(one.group(Axis::EP), (std::vector<int>{2}));
+  EXPECT_EQ(one.group(Axis::EDP), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(MeshTest, AxesByNameAndEpErrors) {
+  EXPECT_EQ(smp::axis_from_name("ep"), Axis::EP);
+  EXPECT_EQ(smp::axis_from_name("edp"), Axis::EDP);
+  try {
+    smp::axis_from_name("xp");
+    ADD_FAILURE() << "axis xp accepted";
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no axis named \"xp\" (known: pp, dp, tp, ep, edp, mp, world)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(DeviceMesh(4, 0, 1, 4, 1, "pp,dp,tp", 3), smp::Error);
+  EXPECT_THROW(DeviceMesh(4, 0, 1, 4, 1, "pp,dp,tp", 0), smp::Error);
+}
+
 }  // namespace

@@ -1,17 +1,42 @@
 /*
- * smp plugin ABI — the only contract between libsmp_core and plugins.
+ * smp plugin ABI 2.0 — the only contract between libsmp_core and plugins.
  *
  * Pure C (C11 and C++). No C++ or LibTorch types cross this boundary.
  *
  * Versioning (after PJRT / Triton backends):
  *   - SMP_ABI_VERSION_MAJOR changes on any incompatible change (a field removed,
- *     reordered or retyped). The host refuses a plugin with another major.
+ *     reordered or retyped). The host refuses a plugin with another major, by
+ *     name and version: the first five descriptor fields (struct_size, name,
+ *     plugin_version, abi_major, abi_minor) keep their place in every major, and
+ *     a plugin handed a host of another major returns its descriptor untouched
+ *     so the host can say who it refuses.
  *   - SMP_ABI_VERSION_MINOR changes when fields are appended to a struct or
  *     functions appended to a table. The host refuses a plugin built for a newer
  *     minor than its own; a plugin may refuse a host older than it needs.
  *   - Every struct that crosses the boundary starts with `size_t struct_size`,
- *     filled with SMP_STRUCT_SIZE(type, last_field) by whoever fills the struct,
- *     so the reader knows which fields the writer knew about.
+ *     filled by whoever fills the struct with the type's SMP_*_STRUCT_SIZE
+ *     constant (below), so the reader knows which fields the writer knew about.
+ *
+ * Extensions (after PJRT's extension_start): capabilities that are optional, or
+ * that one side may lack, hang off `extension_start` of the host table and of
+ * the plugin descriptor as a singly linked chain of structs that each begin
+ * with smp_extension_base. A reader walks the chain and skips types it does not
+ * know; a plugin that needs a host extension looks for it in its entry point
+ * and refuses the host with an error naming it when it is missing (the SDK's
+ * PluginBuilder::require_host_extension does this). Extension types are
+ * numbered here and never reused; each extension struct is versioned by its
+ * own struct_size. This lets the ABI grow without a new major.
+ *
+ * Mesh and placements (after PyTorch DTensor): a module is given the rank's
+ * device mesh (smp_module_context.mesh), and asks the host for its position on
+ * any named axis (host->mesh_axis) and that axis' communicator
+ * (host->mesh_comm). Axes: "pp", "dp", "tp", "ep" (expert parallel, a split of
+ * dp), "edp" (the dp ranks holding the same experts), "world". Every parameter
+ * declares a placement per axis (smp_param_info.placements): replicated (the
+ * default for an axis not listed), sharded along a dimension, or replicated
+ * with a gradient that is partial and must be summed over the axis. The core
+ * derives gradient reduction, the global gradient norm and clipping from the
+ * placements alone.
  *
  * Errors: functions return `smp_error*`, NULL meaning success. Errors are made
  * by the host (host->error_create) so that one allocator owns them; whoever
@@ -20,6 +45,8 @@
  *
  * Lifetimes: every pointer argument is borrowed for the duration of the call
  * unless its comment says otherwise. "new reference" = caller must release.
+ * Events from asynchronous collectives are owned by the caller: wait, then
+ * destroy (destroying a pending event waits for it first).
  *
  * Loading: a plugin exports one symbol, SMP_PLUGIN_ENTRY_SYMBOL, of type
  * smp_plugin_entry_fn. The host calls it once with its API table; the plugin
@@ -35,9 +62,11 @@
 extern "C" {
 #endif
 
-#define SMP_ABI_VERSION_MAJOR 1
+#define SMP_ABI_VERSION_MAJOR 2
 #define SMP_ABI_VERSION_MINOR 0
 
+/* The bytes of `type` up to and including `last_field`. Used only to define
+ * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
 #define SMP_STRUCT_SIZE(type, last_field) \
   (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
 
@@ -50,6 +79,8 @@ extern "C" {
 typedef struct smp_error smp_error;                 /* host-owned error object */
 typedef struct smp_tensor smp_tensor;               /* reference-counted tensor */
 typedef struct smp_comm smp_comm;                   /* one mesh axis' communicator; borrowed */
+typedef struct smp_mesh smp_mesh;                   /* the rank's device mesh; borrowed. NULL = one rank */
+typedef struct smp_event smp_event;                 /* an asynchronous collective; owned by the caller */
 typedef struct smp_graph_builder smp_graph_builder; /* host-owned, valid during describe() */
 typedef struct smp_module smp_module;               /* plugin-owned module instance */
 typedef struct smp_adapter smp_adapter;             /* plugin-owned model adapter instance */
@@ -98,6 +129,25 @@ typedef enum smp_log_level {
 } smp_log_level;
 
 /* ------------------------------------------------------------------------ */
+/* Extensions                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Extension type numbers. Assigned here, in order, never reused. Types at or
+ * above SMP_EXTENSION_PRIVATE_BASE are free for experiments between a core and
+ * a plugin built together; a reader skips any type it does not know. */
+typedef enum smp_extension_type {
+  SMP_EXTENSION_NONE = 0,
+  SMP_EXTENSION_PRIVATE_BASE = 0x10000
+} smp_extension_type;
+
+typedef struct smp_extension_base {
+  size_t struct_size;                       /* of the whole extension struct */
+  uint32_t type;                            /* smp_extension_type */
+  uint32_t version;                         /* the extension's own version, from 1 */
+  const struct smp_extension_base* next;    /* NULL ends the chain */
+} smp_extension_base;
+
+/* ------------------------------------------------------------------------ */
 /* Module kinds: create from a config, forward over tensors, parameters      */
 /* ------------------------------------------------------------------------ */
 
@@ -109,10 +159,10 @@ typedef struct smp_module_context {
                              the same for every parallel layout */
   smp_device_type device_type;
   int32_t device_index;
-  int32_t tp_rank;        /* position on the tensor-parallel axis */
-  int32_t tp_size;
-  smp_comm* tp_comm;      /* borrowed for the module's lifetime */
-  int32_t sequence_parallel; /* 1: activations between layers are split along the sequence */
+  smp_mesh* mesh;         /* borrowed for the module's lifetime; NULL = a one-rank mesh.
+                             Ask host->mesh_axis / host->mesh_comm for any axis. */
+  const char* parallel_json; /* the job's [parallel] table as a JSON object, e.g.
+                                {"sequence_parallel": true, ...}; borrowed for the call */
 } smp_module_context;
 
 /* One call of a module. */
@@ -127,13 +177,28 @@ typedef struct smp_forward_args {
   uint64_t rng_seed;            /* per call; same for every layout */
 } smp_forward_args;
 
+/* How a parameter lies along one mesh axis (DTensor's placements, kept small). */
+typedef enum smp_placement_kind {
+  SMP_PLACEMENT_REPLICATE = 0,    /* every rank of the axis holds the whole value */
+  SMP_PLACEMENT_SHARD = 1,        /* rank i holds slice i of dimension `dim` */
+  SMP_PLACEMENT_PARTIAL_GRAD = 2  /* replicated value, but each rank's gradient is a
+                                     partial sum: the core sums it over the axis
+                                     (e.g. sequence-parallel layer norms over "tp") */
+} smp_placement_kind;
+
+typedef struct smp_placement {
+  size_t struct_size;
+  const char* axis;         /* "tp", "ep" or "dp" */
+  smp_placement_kind kind;
+  int32_t dim;              /* SHARD: the split dimension; else ignored */
+} smp_placement;
+
 typedef struct smp_param_info {
   size_t struct_size;
   const char* name;     /* local name, e.g. "weight"; borrowed for the call */
   smp_tensor* tensor;   /* borrowed; a leaf with requires_grad */
-  int32_t shard_dim;    /* dimension split across tp ranks, -1 when replicated */
-  int32_t tp_grad_sum;  /* 1: replicated across tp but its gradient differs per rank
-                           (sequence-parallel norms) and must be summed over tp */
+  const smp_placement* placements; /* one per axis that is not plain replicated; borrowed */
+  size_t n_placements;
 } smp_param_info;
 
 typedef void (*smp_param_visitor)(void* user, const smp_param_info* param);
@@ -176,7 +241,6 @@ typedef struct smp_graph_node {
 typedef struct smp_adapter_context {
   size_t struct_size;
   uint64_t seed;
-  int32_t seq_parallel_capable; /* reserved */
 } smp_adapter_context;
 
 typedef enum smp_split { SMP_SPLIT_TRAIN = 0, SMP_SPLIT_VALIDATION = 1 } smp_split;
@@ -247,17 +311,22 @@ typedef struct smp_partition_strategy {
 } smp_partition_strategy;
 
 /* ------------------------------------------------------------------------ */
-/* Tensor-parallel rules                                                     */
+/* Rules: per mesh axis, a serial kind becomes a distributed kind            */
 /* ------------------------------------------------------------------------ */
 
-typedef struct smp_tp_rule {
+/* When the mesh's `axis` has more than one rank, every node of `kind` becomes
+ * `dist_kind` (after `check` accepts its config). "tp" rules give Megatron's
+ * layers, "ep" rules expert-parallel layers. Rules of different axes apply in
+ * the order tp, ep. */
+typedef struct smp_rule {
   size_t struct_size;
+  const char* axis;       /* "tp" or "ep" */
   const char* kind;       /* the serial kind this rule applies to */
-  const char* dist_kind;  /* the kind that replaces it when tp > 1 */
+  const char* dist_kind;  /* the kind that replaces it */
   void* state;
-  /* NULL, or returns an error naming the sizes when config can't be split tp_size ways. */
-  smp_error* (*check)(void* state, const char* config_json, int32_t tp_size);
-} smp_tp_rule;
+  /* NULL, or returns an error naming the sizes when config can't be split axis_size ways. */
+  smp_error* (*check)(void* state, const char* config_json, int32_t axis_size);
+} smp_rule;
 
 /* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
@@ -276,19 +345,30 @@ typedef struct smp_plugin_descriptor {
   size_t n_adapters;
   const smp_partition_strategy* const* partitioners;
   size_t n_partitioners;
-  const smp_tp_rule* const* tp_rules;
-  size_t n_tp_rules;
+  const smp_rule* const* rules;
+  size_t n_rules;
+  const smp_extension_base* extension_start; /* NULL, or the plugin's extensions */
 } smp_plugin_descriptor;
 
 /* ------------------------------------------------------------------------ */
 /* The host API table                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* How the graph's loss is normalised. The core averages over microbatches and
+ * data-parallel ranks once, in one place, from this. */
+typedef enum smp_loss_reduction {
+  SMP_LOSS_MEAN = 0, /* the loss value is a mean over the microbatch's samples */
+  SMP_LOSS_SUM = 1   /* the loss value is a sum; a count value (same node) says over
+                        how many items (tokens not masked, say): the step's loss is
+                        the sum over every microbatch and rank / the summed counts */
+} smp_loss_reduction;
+
 typedef struct smp_host_api {
   size_t struct_size;
   uint32_t abi_major;
   uint32_t abi_minor;
   const char* torch_version;
+  const smp_extension_base* extension_start; /* NULL, or the host's extensions */
 
   /* errors */
   smp_error* (*error_create)(smp_error_code code, const char* message); /* new error */
@@ -332,18 +412,73 @@ typedef struct smp_host_api {
                               const int64_t* in_splits, const int64_t* out_splits);
   smp_error* (*comm_broadcast)(smp_comm* comm, smp_tensor* inout, int32_t root);
 
+  /* asynchronous forms: *event (owned by the caller) completes the operation;
+   * the tensors must not be touched until it has been waited */
+  smp_error* (*comm_allreduce_async)(smp_comm* comm, smp_tensor* inout, smp_reduce_op op, smp_event** event);
+  smp_error* (*comm_allgather_async)(smp_comm* comm, smp_tensor* in, smp_tensor* out, smp_event** event);
+  smp_error* (*comm_reduce_scatter_async)(smp_comm* comm, smp_tensor* in, smp_tensor* out, smp_reduce_op op,
+                                          smp_event** event);
+  smp_error* (*comm_alltoall_async)(smp_comm* comm, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
+                                    const int64_t* out_splits, smp_event** event);
+  int32_t (*event_ready)(smp_event* event);     /* 1 once complete (wait will not block) */
+  smp_error* (*event_wait)(smp_event* event);   /* the operation's error, if any; again: NULL */
+  void (*event_destroy)(smp_event* event);      /* waits first if it was never waited */
+
+  /* the mesh: this rank's position and size on a named axis ("pp", "dp", "tp",
+   * "ep", "edp", "world"); an unknown axis is an error naming the known ones */
+  smp_error* (*mesh_axis)(const smp_mesh* mesh, const char* axis, int32_t* rank, int32_t* size);
+  /* the axis' communicator (made on first use, then cached; borrowed for the
+   * mesh's lifetime). Every rank of the group must ask in the same order.
+   * A NULL mesh gives *comm = NULL: comm_rank/comm_size report it as rank 0
+   * of 1, and a plugin skips collectives on a group of one (the SDK does). */
+  smp_error* (*mesh_comm)(smp_mesh* mesh, const char* axis, smp_comm** comm);
+
   /* graph building, during smp_model_adapter.describe() */
   smp_error* (*graph_add_input)(smp_graph_builder* b, const char* value_name);
   smp_error* (*graph_add_node)(smp_graph_builder* b, const smp_graph_node* node);
+  /* the loss: a per-sample mean (SMP_LOSS_MEAN)... */
   smp_error* (*graph_set_loss)(smp_graph_builder* b, const char* value_name);
   /* model FLOPs of one training sample (forward + backward), for MFU */
   smp_error* (*graph_set_flops_per_sample)(smp_graph_builder* b, double flops);
+  /* ...or a sum over `count_value`'s items (SMP_LOSS_SUM): both values are
+   * outputs of the same node, count_value a scalar */
+  smp_error* (*graph_set_loss_sum)(smp_graph_builder* b, const char* sum_value, const char* count_value);
+  /* what throughput is counted in ("tokens", "samples", "interactions") and
+   * how many of them one sample holds; default "samples", 1 */
+  smp_error* (*graph_set_throughput_unit)(smp_graph_builder* b, const char* unit, double per_sample);
 } smp_host_api;
 
 /* The one symbol a plugin exports. Returns NULL after writing *error when it
- * refuses the host (for instance a host minor older than it needs). */
+ * refuses the host (for instance a host minor older than it needs, or a host
+ * without an extension it requires). Given a host of another major it returns
+ * its descriptor without touching the host table: the host refuses it by name. */
 typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* host,
                                                              smp_error** error);
+
+/* ------------------------------------------------------------------------ */
+/* struct_size constants: the size of each struct as this header knows it    */
+/* ------------------------------------------------------------------------ */
+
+#define SMP_EXTENSION_BASE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_extension_base, next)
+#define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, parallel_json)
+#define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
+#define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
+#define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, n_placements)
+#define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, destroy)
+#define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)
+#define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, seed)
+#define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, num_samples)
+#define SMP_MODEL_ADAPTER_STRUCT_SIZE SMP_STRUCT_SIZE(smp_model_adapter, destroy)
+#define SMP_COST_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_node, shared_key)
+#define SMP_COST_GRAPH_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_graph, n_edges)
+#define SMP_PARTITION_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_partition_request, stage_of_node)
+#define SMP_PARTITION_STRATEGY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_partition_strategy, partition)
+#define SMP_RULE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule, check)
+#define SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, extension_start)
+#define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_set_throughput_unit)
+
+/* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
+#define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -31,6 +31,7 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  virtual bool ready() = 0;  // true once wait() would not block (it may still throw)
 };
 
 class Communicator {

@@ -1,4 +1,12 @@
-// The device mesh: world ranks laid out as a pp x dp x tp grid. Pure C++.
+// The device mesh: world ranks laid out as a pp x dp x tp grid, with expert
+// parallelism (ep) as a split of dp. Pure C++.
+//
+// Named axes: "pp", "dp", "tp" are the grid; "ep" splits the dp ranks of one
+// (pp, tp) slice into groups of ep consecutive dp indices (the ranks that
+// exchange tokens in an expert layer); "edp" is the expert-data-parallel group,
+// the dp ranks holding the same experts (dp index = e + k*ep for fixed e), over
+// which expert gradients are reduced; "mp" every pp x tp rank at one dp index;
+// "world" every rank.
 #pragma once
 
 #include <string>
@@ -6,10 +14,12 @@
 
 namespace smp {
 
-// PP, DP, TP: the mesh axes. MP: the model-parallel group (every pp x tp rank
-// at one dp index). World: every rank.
-enum class Axis { PP, DP, TP, MP, World };
-const char* axis_name(Axis axis);  // "pp", "dp", "tp", "mp", "world"
+enum class Axis { PP, DP, TP, EP, EDP, MP, World };
+const char* axis_name(Axis axis);  // "pp", "dp", "tp", "ep", "edp", "mp", "world"
+// The axis called `name`; throws smp::Error listing the known names.
+Axis axis_from_name(const std::string& name);
+// Every axis, in the order above.
+const std::vector<Axis>& all_axes();
 
 class DeviceMesh {
  public:
@@ -17,17 +27,20 @@ class DeviceMesh {
   // of "pp,dp,tp" (spaces allowed); "cluster" = "pp,dp,tp", "spread" = "pp,tp,dp".
   // Throws smp::Error naming the values when pp*dp*tp != world_size, a degree
   // is < 1, rank is out of range or the order is not a permutation.
-  DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order = "pp,dp,tp");
+  // ep must divide dp (1 = no expert parallelism).
+  DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order = "pp,dp,tp", int ep = 1);
 
   int world_size() const { return world_; }
   int rank() const { return rank_; }
   int pp() const { return pp_; }
   int dp() const { return dp_; }
   int tp() const { return tp_; }
-  int size(Axis axis) const;              // group size along an axis (MP: pp*tp)
+  int ep() const { return ep_; }
+  int size(Axis axis) const;              // group size along an axis (MP: pp*tp, EDP: dp/ep)
   const std::string& order() const { return order_; }  // normalised "pp,dp,tp"
 
-  // This rank's position on an axis: pp/dp/tp index; MP: pp_i * tp + tp_i; World: rank.
+  // This rank's position on an axis: pp/dp/tp index; EP: dp_i % ep; EDP: dp_i / ep;
+  // MP: pp_i * tp + tp_i; World: rank.
   int coord(Axis axis) const;
   int coord_of(int rank, Axis axis) const;
   int rank_of(int pp_i, int dp_i, int tp_i) const;
@@ -45,7 +58,7 @@ class DeviceMesh {
 
  private:
   int index_of(int rank, Axis axis) const;  // group index of `rank`
-  int world_, rank_, pp_, dp_, tp_;
+  int world_, rank_, pp_, dp_, tp_, ep_;
   std::string order_;
   int stride_pp_, stride_dp_, stride_tp_;
 };

@@ -27,11 +27,21 @@ struct ModelGraph {
   std::vector<std::string> inputs;  // values fed by the adapter's batch(), in order
   std::vector<GraphNode> nodes;     // in execution (topological) order
   std::string loss;                 // the scalar value backward starts from
+  // How `loss` is normalised: a per-sample mean, or a sum over `loss_count`'s
+  // items (a scalar produced by the same node). The runtime turns both into
+  // one global mean over the step, in one place (train/loss_normalizer).
+  enum class LossReduction { Mean, Sum };
+  LossReduction loss_reduction = LossReduction::Mean;
+  std::string loss_count;           // Sum only
   double flops_per_sample = 0;      // training FLOPs per sample (forward + backward), 0 = unknown
+  // What throughput is counted in, per sample ("tokens" x seq_len, "samples" x 1).
+  std::string throughput_unit = "samples";
+  double throughput_per_sample = 1;
 
   // Throws smp::Error naming the node and value when the graph is not a valid DAG
   // in the given order (value used before produced, produced twice, duplicate
-  // node names, missing loss, shared nodes whose kinds differ).
+  // node names, missing loss, shared nodes whose kinds differ, a loss count
+  // that another node than the loss's produces).
   void validate(const std::string& adapter_name) const;
 
   // value name -> index of the producing node (-1 for graph inputs)

@@ -18,7 +18,8 @@ struct PluginInfo {
   uint32_t abi_major = 0;
   uint32_t abi_minor = 0;
   std::string torch_version;
-  std::vector<std::string> module_kinds, adapters, partitioners, tp_rules;
+  std::vector<std::string> module_kinds, adapters, partitioners;
+  std::vector<std::string> rules;  // "<axis>:<kind>", e.g. "tp:linear"
 };
 
 class PluginRegistry {
@@ -42,10 +43,11 @@ class PluginRegistry {
   const smp_module_kind* module_kind(const std::string& kind) const;  // nullptr if unknown
   const smp_model_adapter* adapter(const std::string& name) const;
   const smp_partition_strategy* partitioner(const std::string& name) const;
-  const smp_tp_rule* tp_rule(const std::string& kind) const;
+  // The rule mapping `kind` on mesh axis `axis` ("tp", "ep"); nullptr if none.
+  const smp_rule* rule(const std::string& axis, const std::string& kind) const;
   // The plugin that registered a capability, for messages ("" if none).
   std::string provider(const std::string& capability_name) const;
-  // type: "module kind", "adapter", "partition strategy" or "tp rule".
+  // type: "module kind", "adapter", "partition strategy" or "<axis> rule" ("tp rule").
   std::string provider(const std::string& type, const std::string& name) const;
 
   std::vector<std::string> module_kinds() const;
@@ -61,7 +63,7 @@ class PluginRegistry {
   std::map<std::string, const smp_module_kind*> kinds_;
   std::map<std::string, const smp_model_adapter*> adapters_;
   std::map<std::string, const smp_partition_strategy*> partitioners_;
-  std::map<std::string, const smp_tp_rule*> rules_;
+  std::map<std::string, const smp_rule*> rules_;  // by "<axis>:<kind>"
   std::map<std::string, std::string> providers_;  // "kind:x" / "adapter:x" / ... -> plugin name
 };
 

@@ -32,6 +32,7 @@ struct ParameterView {
   std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
   at::Tensor tensor; // this rank's shard
   int shard_dim = -1;  // split across tp ranks along this dim, -1 when replicated
+  int ep_shard_dim = -1;  // split across ep ranks (experts) along this dim, -1 when not
 };
 
 // Where a step's wall time went on this rank (seconds). compute = the
@@ -47,8 +48,9 @@ struct StepResult {
   int64_t step = 0;         // 0-based index of the step just taken
   double loss = 0;          // mean training loss over the global batch (same on every rank)
   double grad_norm = 0;     // global gradient norm before clipping
-  // After a step each .grad holds the gradient summed over dp ranks, not
-  // clipped; the optimizer used grad_scale x .grad (1/dp times the clipping
+  // After a step each .grad holds the gradient of the loss summed over the
+  // step's items (samples, or the adapter's counted items), not clipped; the
+  // optimizer used grad_scale x .grad (1 / items times the clipping
   // coefficient), applied on the fly rather than by extra passes.
   double grad_scale = 1;
   double lr = 0;
@@ -83,9 +85,11 @@ class Runtime {
 
   // Model FLOPs of one training step (forward + backward) for the global batch, 0 if unknown.
   double flops_per_step() const;
-  // Items (tokens for language models) per global batch.
-  int64_t tokens_per_step() const;
-  // Bytes this rank sent per communicator axis ("pp", "dp", "tp", "tied", ...), per op.
+  // Throughput items per global batch, in the adapter's unit ("tokens" for a
+  // language model, "samples" by default).
+  double items_per_step() const;
+  const std::string& throughput_unit() const;
+  // Bytes this rank sent per communicator group ("pp", "dp", "tp", "ep", "edp", "tied.wte", ...), per op.
   nlohmann::json comm_bytes() const;
   void reset_comm_stats();
   // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's shards.

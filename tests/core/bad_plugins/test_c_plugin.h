@@ -45,7 +45,7 @@ static inline void test_destroy(smp_module* module) { free(module); }
 
 /* A complete smp_module_kind named `kind_name`. */
 #define SMP_TEST_KIND(kind_name) \
-  { SMP_STRUCT_SIZE(smp_module_kind, destroy), kind_name, NULL, test_create, test_forward, test_parameters, test_destroy }
+  { SMP_MODULE_KIND_STRUCT_SIZE, kind_name, NULL, test_create, test_forward, test_parameters, test_destroy }
 
 /* A descriptor with the given versions and module kinds (an array of pointers). */
 #define SMP_TEST_DESCRIPTOR(size, plugin_name, major, minor, torch, kinds)                                  \
@@ -53,10 +53,10 @@ static inline void test_destroy(smp_module* module) { free(module); }
     .struct_size = (size), .name = (plugin_name), .plugin_version = "0.0.1", .abi_major = (major),          \
     .abi_minor = (minor), .torch_version = (torch), .module_kinds = (kinds),                                \
     .n_module_kinds = sizeof(kinds) / sizeof((kinds)[0]), .adapters = NULL, .n_adapters = 0,                \
-    .partitioners = NULL, .n_partitioners = 0, .tp_rules = NULL, .n_tp_rules = 0                            \
+    .partitioners = NULL, .n_partitioners = 0, .rules = NULL, .n_rules = 0, .extension_start = NULL         \
   }
 
-#define SMP_TEST_FULL_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules)
+#define SMP_TEST_FULL_SIZE SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE
 
 /* Defines the entry point returning `descriptor` to a host of the same ABI major. */
 #define SMP_TEST_ENTRY(descriptor)                                                                 \

@@ -401,7 +401,7 @@ const smp_plugin_descriptor* NnPlugin::desc_ = nullptr;
 
 TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(std::string(desc_->name), "smp_nn");
-  EXPECT_EQ(desc_->n_tp_rules, 0u);
+  EXPECT_EQ(desc_->n_rules, 0u);
   for (const char* k : {"embedding", "position_embedding", "layer_norm", "linear", "attention", "mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
                         "embedding_table"})
@@ -413,10 +413,9 @@ TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {
   const smp_module_kind* k = kind("linear");
   ASSERT_NE(k, nullptr);
   smp_module_context c{};
-  c.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  c.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   c.node_name = "model.head";
   c.init_seed = 77;
-  c.tp_size = 1;
   smp_module* m = nullptr;
   std::string msg = smp::consume_error(k->create(k->state, R"({"in": 4})", &c, &m));
   EXPECT_NE(msg.find("model.head"), std::string::npos) << msg;
@@ -427,7 +426,7 @@ TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {
   smp_tensor* in = smp::make_tensor_handle(x);
   smp_tensor* out = nullptr;
   smp_forward_args a{};
-  a.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+  a.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
   a.inputs = &in;
   a.n_inputs = 1;
   a.outputs = &out;

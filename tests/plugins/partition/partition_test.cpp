@@ -576,7 +576,7 @@ TEST(PartitionPlugin, LoadsAndPartitionsThroughTheAbi) {
   std::vector<smp_cost_node> nodes;
   for (const auto& n : g.nodes) {
     smp_cost_node c{};
-    c.struct_size = SMP_STRUCT_SIZE(smp_cost_node, shared_key);
+    c.struct_size = SMP_COST_NODE_STRUCT_SIZE;
     c.name = n.name.c_str();
     c.compute = n.compute;
     c.memory = n.memory;
@@ -589,7 +589,7 @@ TEST(PartitionPlugin, LoadsAndPartitionsThroughTheAbi) {
     dst.push_back(b);
   }
   smp_cost_graph cg{};
-  cg.struct_size = SMP_STRUCT_SIZE(smp_cost_graph, n_edges);
+  cg.struct_size = SMP_COST_GRAPH_STRUCT_SIZE;
   cg.nodes = nodes.data();
   cg.n_nodes = nodes.size();
   cg.edge_src = src.data();
@@ -597,7 +597,7 @@ TEST(PartitionPlugin, LoadsAndPartitionsThroughTheAbi) {
   cg.n_edges = src.size();
   std::vector<int32_t> out(nodes.size(), -1);
   smp_partition_request req{};
-  req.struct_size = SMP_STRUCT_SIZE(smp_partition_request, stage_of_node);
+  req.struct_size = SMP_PARTITION_REQUEST_STRUCT_SIZE;
   req.graph = &cg;
   req.num_stages = 3;
   req.options_json = "{}";

@@ -183,14 +183,14 @@ class TpPlugin : public ::testing::Test {
     desc_ = entry(smp::host_api(), &err);
     ASSERT_NE(desc_, nullptr) << smp::consume_error(err);
   }
-  const smp_tp_rule* rule(const std::string& kind) {
-    for (size_t i = 0; i < desc_->n_tp_rules; ++i)
-      if (kind == desc_->tp_rules[i]->kind) return desc_->tp_rules[i];
+  const smp_rule* rule(const std::string& kind) {
+    for (size_t i = 0; i < desc_->n_rules; ++i)
+      if (kind == desc_->rules[i]->kind) return desc_->rules[i];
     return nullptr;
   }
   // "" when the rule accepts, else the error message.
   std::string check(const std::string& kind, const std::string& cfg, int tp) {
-    const smp_tp_rule* r = rule(kind);
+    const smp_rule* r = rule(kind);
     if (!r) return "no rule for " + kind;
     if (!r->check) return "";
     return smp::consume_error(r->check(r->state, cfg.c_str(), tp));
@@ -220,9 +220,9 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       {"layer_norm", "dist_layer_norm"},
       {"dropout", "dist_dropout"},
       {"embedding_table", "sharded_embedding_table"}};
-  EXPECT_EQ(desc_->n_tp_rules, want.size());
+  EXPECT_EQ(desc_->n_rules, want.size());
   for (auto& [k, d] : want) {
-    const smp_tp_rule* r = rule(k);
+    const smp_rule* r = rule(k);
     ASSERT_NE(r, nullptr) << k;
     EXPECT_EQ(std::string(r->dist_kind), d);
     EXPECT_NE(std::find(kinds.begin(), kinds.end(), d), kinds.end()) << d << " is a rule target but not a kind";
@@ -258,9 +258,8 @@ TEST_F(TpPlugin, CreateRefusesIndivisibleConfigNamingTheNode) {
     if (std::string(desc_->module_kinds[i]->name) == "parallel_attention") k = desc_->module_kinds[i];
   ASSERT_NE(k, nullptr);
   smp_module_context ctx{};
-  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+  ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = "blocks.0.attn";
-  ctx.tp_size = 1;
   smp_module* m = nullptr;
   std::string msg = smp::consume_error(k->create(k->state, R"({"hidden": 16})", &ctx, &m));
   EXPECT_NE(msg.find("blocks.0.attn"), std::string::npos) << msg;

@@ -13,6 +13,9 @@
 
 #include <smp/communicator.h>
 #include <smp/host_api.h>
+#include <smp/mesh.h>
+
+#include "process_groups.h"
 
 #include <ATen/Parallel.h>
 
@@ -41,6 +44,7 @@ constexpr double kAtol = 1e-5, kRtol = 1e-4;  // fp32; the tp sums run in anothe
 int g_rank = 0, g_t = 1, g_failures = 0, g_checks = 0;
 bool g_sp = false;
 smp::Communicator* g_comm = nullptr;
+smp_mesh* g_mesh = nullptr;  // a 1 x 1 x W mesh: the tp axis is every rank
 
 void say(const std::string& s) { std::printf("[rank %d] %s\n", g_rank, s.c_str()), std::fflush(stdout); }
 
@@ -365,14 +369,14 @@ class AbiModule : public Module {
  public:
   AbiModule(const smp_module_kind* k, const Json& cfg, const ModuleContext& c) : k_(k) {
     smp_module_context ctx{};
-    ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, sequence_parallel);
+    ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
     ctx.node_name = c.node_name.c_str();
     ctx.init_seed = c.init_seed;
     ctx.device_type = SMP_DEVICE_CPU;
-    ctx.tp_rank = c.tp_rank;
-    ctx.tp_size = c.tp_size;
-    ctx.tp_comm = c.tp.get();
-    ctx.sequence_parallel = c.sequence_parallel ? 1 : 0;
+    // Serial contexts (tp size 1) get the one-rank mesh; distributed ones the job's.
+    ctx.mesh = c.tp_size > 1 ? g_mesh : nullptr;
+    const std::string parallel = Json{{"sequence_parallel", c.sequence_parallel}}.dump();
+    ctx.parallel_json = parallel.c_str();
     std::string js = cfg.dump();
     smp::throw_if_error(k->create(k->state, js.c_str(), &ctx, &m_), std::string("create ") + k->name);
   }
@@ -384,7 +388,7 @@ class AbiModule : public Module {
     for (auto& t : call.inputs) in.push_back(smp::make_tensor_handle(t));
     smp_tensor* out = nullptr;
     smp_forward_args a{};
-    a.struct_size = SMP_STRUCT_SIZE(smp_forward_args, rng_seed);
+    a.struct_size = SMP_FORWARD_ARGS_STRUCT_SIZE;
     a.method = call.method.c_str();
     a.inputs = in.data();
     a.n_inputs = in.size();
@@ -406,9 +410,16 @@ class AbiModule : public Module {
   }
 
  private:
+  // Back from ABI placements to the SDK's tp shorthands.
   static void visit(void* user, const smp_param_info* p) {
-    static_cast<std::vector<Param>*>(user)->push_back(
-        {p->name, smp::tensor_of(p->tensor), p->shard_dim, p->tp_grad_sum != 0});
+    Param out{p->name, smp::tensor_of(p->tensor)};
+    for (size_t i = 0; i < p->n_placements; ++i) {
+      const smp_placement& pl = p->placements[i];
+      if (std::string(pl.axis) != "tp") continue;
+      if (pl.kind == SMP_PLACEMENT_SHARD) out.shard_dim = pl.dim;
+      if (pl.kind == SMP_PLACEMENT_PARTIAL_GRAD) out.tp_grad_sum = true;
+    }
+    static_cast<std::vector<Param>*>(user)->push_back(out);
   }
   const smp_module_kind* k_;
   smp_module* m_ = nullptr;
@@ -430,8 +441,8 @@ const smp_module_kind* kind_of(const smp_plugin_descriptor* d, const std::string
   throw std::runtime_error(std::string("plugin ") + d->name + " has no kind " + name);
 }
 std::string rule_target(const smp_plugin_descriptor* d, const std::string& kind) {
-  for (size_t i = 0; i < d->n_tp_rules; ++i)
-    if (kind == d->tp_rules[i]->kind) return d->tp_rules[i]->dist_kind;
+  for (size_t i = 0; i < d->n_rules; ++i)
+    if (kind == d->rules[i]->kind && std::string(d->rules[i]->axis) == "tp") return d->rules[i]->dist_kind;
   throw std::runtime_error(std::string("plugin ") + d->name + " has no rule for " + kind);
 }
 
@@ -624,12 +635,12 @@ int main(int argc, char** argv) {
     g_t = std::stoi(env("WORLD_SIZE"));
     auto rdv = smp::Rendezvous::connect(env("MASTER_ADDR"), std::stoi(env("MASTER_PORT")), g_rank, g_t,
                                         std::chrono::seconds(60));
-    std::vector<int> ranks;
-    for (int r = 0; r < g_t; ++r) ranks.push_back(r);
     smp::CommOptions opt;
     opt.timeout = std::chrono::seconds(60);
-    auto comm = rdv->new_communicator("tp", "tp.0", ranks, opt);
-    g_comm = comm.get();
+    smp::DeviceMesh mesh(g_t, g_rank, 1, 1, g_t);
+    smp::ProcessGroups groups(mesh, rdv, opt);
+    g_comm = &groups.get(smp::Axis::TP);
+    g_mesh = groups.handle();
     smp::sdk::host_slot() = smp::host_api();
     say(std::string("tp ") + std::to_string(g_t) + (g_sp ? " sequence parallel" : ""));
 

@@ -124,12 +124,24 @@ struct TransformerLayerConfig {
   }
 };
 
-// cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility)}
+// cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility),
+//                reduction = "mean" (one output: the token mean) | "sum" (two outputs: the
+//                sum over counted tokens and their count, for graph_set_loss_sum)}
 struct CrossEntropyConfig {
   int64_t ignore_index;
   int64_t vocab;  // 0 = not given
+  bool sum;       // reduction = "sum"
   static CrossEntropyConfig parse(const Json& c, const std::string& node) {
-    return {config_get<int64_t>(c, "ignore_index", node, -100), positive(c, "vocab", node, 0)};
+    const std::string reduction = config_get<std::string>(c, "reduction", node, "mean");
+    require(reduction == "mean" || reduction == "sum", node,
+            "config key 'reduction' must be \"mean\" or \"sum\", got \"" + reduction + "\"");
+    return {config_get<int64_t>(c, "ignore_index", node, -100), positive(c, "vocab", node, 0), reduction == "sum"};
+  }
+  // The module's outputs from the token-mean loss: the mean, or (sum, count).
+  std::vector<at::Tensor> outputs(const at::Tensor& mean, const at::Tensor& targets) const {
+    if (!sum) return {mean};
+    at::Tensor count = targets.ne(ignore_index).sum().to(mean.scalar_type());
+    return {mean * count, count};
   }
 };
 

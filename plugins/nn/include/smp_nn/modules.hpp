@@ -12,7 +12,8 @@
 // mlp                  {hidden, ffn=4h, dropout=0, init_std, out_init_std}  forward: x [...,h] -> [...,h]
 // transformer_layer    {hidden, heads, ffn=4h, causal=true, dropout=0,       forward: x [b,s,h] (, pad mask) -> [b,s,h]
 //                       init_std, out_init_std, eps=1e-5}
-// cross_entropy        {ignore_index=-100, vocab (optional)}           forward: logits [b,s,V], targets [b,s] -> scalar
+// cross_entropy        {ignore_index=-100, vocab (optional),           forward: logits [b,s,V], targets [b,s] -> scalar mean,
+//                       reduction="mean"|"sum"}                           or (sum, count) with reduction "sum"
 // add                  {}                                             forward: x1..xn -> sum
 // concat               {dim=-1}                                       forward: x1..xn -> cat along dim
 // relu                 {}                                             forward: x -> relu(x)
@@ -297,7 +298,7 @@ class CrossEntropy : public Module {
     if (c_.vocab && logits.size(-1) != c_.vocab)
       throw smp::sdk::Error("node '" + node_ + "': logits last dim " + std::to_string(logits.size(-1)) +
                             " != vocab " + std::to_string(c_.vocab));
-    return {cross_entropy(logits, targets, c_.ignore_index)};
+    return c_.outputs(cross_entropy(logits, targets, c_.ignore_index), targets);
   }
 
  private:

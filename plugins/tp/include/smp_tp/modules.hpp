@@ -20,6 +20,7 @@
 // vocab_parallel_embedding      embedding            forward: ids [b,s] -> [b,s,dim] (SP: [b,s/t,dim])
 //                                                    attend: x [b,s,dim] (SP: [b,s/t,dim]) -> [b,s,V/t]
 // vocab_parallel_cross_entropy  cross_entropy        forward: logits [b,s,V/t], targets [b,s] -> scalar
+//                                                      (or sum, count: reduction "sum")
 // parallel_attention            attention            forward: x (, pad mask [b,s]) -> like x
 // parallel_mlp                  mlp                  forward: x -> like x
 // parallel_transformer_layer    transformer_layer    forward: x (, pad mask [b,s]) -> like x
@@ -399,11 +400,13 @@ class VocabParallelCrossEntropy : public Module {
                             c10::str(logits.sizes()) + " and " + c10::str(targets.sizes()));
     const int64_t v = logits.size(-1);
     // Full logits (e.g. from a gathered column-parallel head) when config says so.
-    if (tp_.size == 1 || (c_.vocab && v == c_.vocab)) return {cross_entropy(logits, targets, c_.ignore_index)};
+    if (tp_.size == 1 || (c_.vocab && v == c_.vocab))
+      return c_.outputs(cross_entropy(logits, targets, c_.ignore_index), targets);
     if (c_.vocab && v * tp_.size != c_.vocab)
       throw smp::sdk::Error("node '" + tp_.node + "': logits last dim " + std::to_string(v) +
                             " is neither vocab " + std::to_string(c_.vocab) + " nor vocab / tp");
-    return {VocabParallelCrossEntropyFn::apply(logits, targets, smp::sdk::comm_id(tp_.comm), c_.ignore_index)};
+    return c_.outputs(VocabParallelCrossEntropyFn::apply(logits, targets, smp::sdk::comm_id(tp_.comm), c_.ignore_index),
+                      targets);
   }
 
  private:

@@ -29,7 +29,7 @@ class GraphBuilder {
     for (auto& s : n.inputs) in.push_back(s.c_str());
     for (auto& s : n.outputs) out.push_back(s.c_str());
     smp_graph_node g{};
-    g.struct_size = SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint);
+    g.struct_size = SMP_GRAPH_NODE_STRUCT_SIZE;
     g.name = n.name.c_str();
     g.kind = n.kind.c_str();
     g.config_json = cfg.c_str();
@@ -44,8 +44,18 @@ class GraphBuilder {
     g.activation_bytes_hint = n.activation_bytes;
     check(host().graph_add_node(b_, &g));
   }
+  // The loss is a mean over the microbatch's samples.
   void loss(const std::string& value) { check(host().graph_set_loss(b_, value.c_str())); }
+  // The loss is a sum over `count`'s items (e.g. tokens not masked); both are
+  // outputs of one node. The core divides by the step's total count once.
+  void loss_sum(const std::string& sum, const std::string& count) {
+    check(host().graph_set_loss_sum(b_, sum.c_str(), count.c_str()));
+  }
   void flops_per_sample(double f) { check(host().graph_set_flops_per_sample(b_, f)); }
+  // Throughput is reported in `unit` ("tokens"), `per_sample` of them per sample.
+  void throughput_unit(const std::string& unit, double per_sample) {
+    check(host().graph_set_throughput_unit(b_, unit.c_str(), per_sample));
+  }
 
  private:
   smp_graph_builder* b_;

@@ -6,9 +6,35 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <utility>
 #include <vector>
 
 namespace smp::sdk {
+
+// An asynchronous collective in flight (owns the host's smp_event). wait()
+// before reading the result; destroying an unwaited event waits first.
+class Event {
+ public:
+  Event() = default;  // already complete (a group of one)
+  explicit Event(smp_event* e) : e_(e) {}
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (e_) host().event_destroy(e_);
+  }
+  bool ready() const { return !e_ || host().event_ready(e_) != 0; }
+  void wait() {
+    if (e_) check(host().event_wait(e_));
+  }
+
+ private:
+  smp_event* e_ = nullptr;
+};
 
 // A mesh axis' communicator as seen from a plugin. Borrowed from the host.
 class Comm {
@@ -58,16 +84,46 @@ class Comm {
   // Variable splits along dim 0; in_splits[r] rows go to rank r.
   at::Tensor alltoall(const at::Tensor& in, const std::vector<int64_t>& in_splits,
                       const std::vector<int64_t>& out_splits) const {
-    at::Tensor src = in.contiguous();
-    auto sizes = src.sizes().vec();
-    int64_t rows = 0;
-    for (auto s : out_splits) rows += s;
-    sizes[0] = rows;
-    at::Tensor out = at::empty(sizes, src.options());
-    if (size() == 1) { out.copy_(src); return out; }
-    TensorRef hi(src), ho(out);
-    check(host().comm_alltoall(c_, hi.get(), ho.get(), in_splits.data(), out_splits.data()));
+    at::Tensor out;
+    alltoall_async(in, out, in_splits, out_splits).wait();
     return out;
+  }
+
+  // Asynchronous forms: start the collective, overlap compute, wait() the
+  // event before touching the tensors. `t` / `in` must be contiguous.
+  Event allreduce_async(at::Tensor& t, smp_reduce_op op = SMP_REDUCE_SUM) const {
+    if (size() == 1) return Event();
+    if (!t.is_contiguous()) throw Error("allreduce_async: the tensor must be contiguous");
+    TensorRef h(t);
+    smp_event* e = nullptr;
+    check(host().comm_allreduce_async(c_, h.get(), op, &e));
+    return Event(e);
+  }
+  // out is allocated here: sum(out_splits) rows shaped like in's.
+  Event alltoall_async(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& in_splits,
+                       const std::vector<int64_t>& out_splits) const {
+    at::Tensor src = in.contiguous();
+    const size_t n = static_cast<size_t>(size());
+    if (in_splits.size() != n || out_splits.size() != n)
+      throw Error("alltoall: " + std::to_string(in_splits.size()) + " input and " + std::to_string(out_splits.size()) +
+                  " output splits for a group of " + std::to_string(n));
+    int64_t in_rows = 0, rows = 0;
+    for (auto s : in_splits) in_rows += s;
+    for (auto s : out_splits) rows += s;
+    if (in_rows != (src.dim() ? src.size(0) : 0))
+      throw Error("alltoall: input splits add up to " + std::to_string(in_rows) + " rows, the tensor has " +
+                  std::to_string(src.dim() ? src.size(0) : 0));
+    auto sizes = src.sizes().vec();
+    sizes[0] = rows;
+    out = at::empty(sizes, src.options());
+    if (n == 1) {
+      out.copy_(src);
+      return Event();
+    }
+    TensorRef hi(src), ho(out);
+    smp_event* e = nullptr;
+    check(host().comm_alltoall_async(c_, hi.get(), ho.get(), in_splits.data(), out_splits.data(), &e));
+    return Event(e);
   }
   void broadcast(at::Tensor& t, int root) const {
     if (size() == 1) return;
@@ -166,6 +222,22 @@ struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequen
     return {gather_along(g[0], ctx->saved_data["dim"].toInt(), comm_of(ctx)), at::Tensor(), at::Tensor()};
   }
 };
+// All-to-all with uneven splits forward; the reverse all-to-all backward
+// (MoE token dispatch / combine).
+struct AllToAll : torch::autograd::Function<AllToAll> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, std::vector<int64_t> in_splits,
+                            std::vector<int64_t> out_splits) {
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["in_splits"] = in_splits;
+    ctx->saved_data["out_splits"] = out_splits;
+    return Comm(reinterpret_cast<smp_comm*>(comm)).alltoall(x, in_splits, out_splits);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto in_splits = ctx->saved_data["in_splits"].toIntVector();
+    auto out_splits = ctx->saved_data["out_splits"].toIntVector();
+    return {comm_of(ctx).alltoall(g[0], out_splits, in_splits), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 // Sequence parallelism: all-gather along dim forward, reduce-scatter backward.
 struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm, int64_t dim) {
@@ -201,6 +273,13 @@ inline at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, const Comm& c,
 }
 inline at::Tensor gather_from_sequence(const at::Tensor& x, const Comm& c, int64_t dim) {
   return c.size() == 1 ? x : detail::GatherFromSequence::apply(x, comm_id(c), dim);
+}
+// Rows [sum(in_splits[:r]), +in_splits[r]) of x go to rank r; the result holds
+// out_splits[r] rows from each rank r, in rank order. Differentiable: the
+// gradient goes back by the reverse all-to-all.
+inline at::Tensor all_to_all(const at::Tensor& x, const Comm& c, const std::vector<int64_t>& in_splits,
+                             const std::vector<int64_t>& out_splits) {
+  return c.size() == 1 ? x : detail::AllToAll::apply(x, comm_id(c), in_splits, out_splits);
 }
 
 }  // namespace smp::sdk

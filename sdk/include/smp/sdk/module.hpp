@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace smp::sdk {
@@ -15,37 +17,85 @@ namespace smp::sdk {
 using Json = nlohmann::json;
 
 // What a module knows about where it runs (a C++ view of smp_module_context).
+// The mesh answers for any axis; tp_rank/tp_size/tp/sequence_parallel are the
+// tensor-parallel shorthands most layers use, filled from it.
 struct ModuleContext {
   std::string node_name;
   uint64_t init_seed = 0;
   smp_device_type device_type = SMP_DEVICE_CPU;
   int device_index = 0;
+  smp_mesh* mesh = nullptr;  // borrowed; null = one rank
+  Json parallel = Json::object();  // the job's [parallel] table
   int tp_rank = 0;
   int tp_size = 1;
   Comm tp;
   bool sequence_parallel = false;
 
+  // This rank's position and the size of a named mesh axis ("tp", "ep", "dp", ...).
+  int axis_rank(const std::string& axis) const { return axis_info(axis).first; }
+  int axis_size(const std::string& axis) const { return axis_info(axis).second; }
+  // The axis' communicator (made by the host on first use; every rank of the
+  // group must ask in the same order, as they do when building the same modules).
+  Comm comm(const std::string& axis) const {
+    if (axis == "tp" && tp.get()) return tp;
+    smp_comm* c = nullptr;
+    if (mesh) check(host().mesh_comm(mesh, axis.c_str(), &c));
+    return Comm(c);
+  }
+
   static ModuleContext from(const smp_module_context* c) {
     ModuleContext m;
     if (!c) return m;
+    if (c->struct_size < SMP_MODULE_CONTEXT_STRUCT_SIZE)
+      throw Error("module context struct_size " + std::to_string(c->struct_size) + " is smaller than ABI 2.0's " +
+                  std::to_string(SMP_MODULE_CONTEXT_STRUCT_SIZE));
     m.node_name = c->node_name ? c->node_name : "";
     m.init_seed = c->init_seed;
     m.device_type = c->device_type;
     m.device_index = c->device_index;
-    m.tp_rank = c->tp_rank;
-    m.tp_size = c->tp_size;
-    m.tp = Comm(c->tp_comm);
-    if (c->struct_size >= SMP_STRUCT_SIZE(smp_module_context, sequence_parallel))
-      m.sequence_parallel = c->sequence_parallel != 0;
+    m.mesh = c->mesh;
+    if (c->parallel_json && *c->parallel_json) m.parallel = Json::parse(c->parallel_json);
+    std::tie(m.tp_rank, m.tp_size) = m.axis_info("tp");
+    if (m.tp_size > 1) m.tp = m.comm("tp");
+    m.sequence_parallel = m.tp_size > 1 && m.parallel.value("sequence_parallel", false);
     return m;
   }
+
+ private:
+  std::pair<int, int> axis_info(const std::string& axis) const {
+    if (axis == "tp" && !mesh) return {tp_rank, tp_size};  // set by hand (tests) or one rank
+    int32_t r = 0, n = 1;
+    check(host().mesh_axis(mesh, axis.c_str(), &r, &n));
+    return {r, n};
+  }
+};
+
+// Where a parameter lives on one mesh axis (see smp_placement).
+struct Placement {
+  std::string axis;
+  smp_placement_kind kind = SMP_PLACEMENT_REPLICATE;
+  int dim = -1;
+  static Placement shard(const std::string& axis, int dim) { return {axis, SMP_PLACEMENT_SHARD, dim}; }
+  static Placement partial_grad(const std::string& axis) { return {axis, SMP_PLACEMENT_PARTIAL_GRAD, -1}; }
+  static Placement replicate(const std::string& axis) { return {axis, SMP_PLACEMENT_REPLICATE, -1}; }
 };
 
 struct Param {
   std::string name;
   at::Tensor tensor;
+  // Tensor-parallel shorthands (kept from ABI 1): shard_dim >= 0 is
+  // Placement::shard("tp", shard_dim); tp_grad_sum is Placement::partial_grad("tp").
   int shard_dim = -1;
   bool tp_grad_sum = false;
+  std::vector<Placement> placements;  // any other axis (an expert: shard("ep", 0))
+
+  // Every placement, the shorthands included.
+  std::vector<Placement> all_placements() const {
+    std::vector<Placement> all = placements;
+    if (shard_dim >= 0) all.push_back(Placement::shard("tp", shard_dim));
+    if (tp_grad_sum) all.push_back(Placement::partial_grad("tp"));
+    return all;
+  }
 };
 
 struct Call {
@@ -116,12 +166,20 @@ struct ModuleKindTable {
     return guard([&] {
       for (auto& p : reinterpret_cast<ModuleBox*>(m)->impl->parameters()) {
         TensorRef h(p.tensor);
+        const std::vector<Placement> all = p.all_placements();
+        std::vector<smp_placement> placements(all.size());
+        for (size_t i = 0; i < all.size(); ++i) {
+          placements[i].struct_size = SMP_PLACEMENT_STRUCT_SIZE;
+          placements[i].axis = all[i].axis.c_str();
+          placements[i].kind = all[i].kind;
+          placements[i].dim = all[i].dim;
+        }
         smp_param_info info{};
-        info.struct_size = SMP_STRUCT_SIZE(smp_param_info, tp_grad_sum);
+        info.struct_size = SMP_PARAM_INFO_STRUCT_SIZE;
         info.name = p.name.c_str();
         info.tensor = h.get();
-        info.shard_dim = p.shard_dim;
-        info.tp_grad_sum = p.tp_grad_sum ? 1 : 0;
+        info.placements = placements.data();
+        info.n_placements = placements.size();
         visit(user, &info);
       }
     });

@@ -17,8 +17,9 @@
 
 namespace smp::sdk {
 
-// Throws Error naming the sizes when config cannot be split tp_size ways.
-using TpCheckFn = void (*)(const Json& config, int tp_size);
+// Throws Error naming the sizes when config cannot be split axis_size ways.
+using RuleCheckFn = void (*)(const Json& config, int axis_size);
+using TpCheckFn = RuleCheckFn;  // ABI 1 name
 
 class PluginBuilder {
  public:
@@ -29,7 +30,7 @@ class PluginBuilder {
   template <class T>
   PluginBuilder& module(const std::string& kind) {
     smp_module_kind k{};
-    k.struct_size = SMP_STRUCT_SIZE(smp_module_kind, destroy);
+    k.struct_size = SMP_MODULE_KIND_STRUCT_SIZE;
     k.name = keep(kind);
     k.create = &detail::ModuleKindTable<T>::create;
     k.forward = &detail::ModuleKindTable<T>::forward;
@@ -42,7 +43,7 @@ class PluginBuilder {
   template <class T>
   PluginBuilder& adapter(const std::string& name) {
     smp_model_adapter a{};
-    a.struct_size = SMP_STRUCT_SIZE(smp_model_adapter, destroy);
+    a.struct_size = SMP_MODEL_ADAPTER_STRUCT_SIZE;
     a.name = keep(name);
     a.create = &detail::AdapterTable<T>::create;
     a.describe = &detail::AdapterTable<T>::describe;
@@ -54,7 +55,7 @@ class PluginBuilder {
 
   PluginBuilder& partitioner(const std::string& name, PartitionFn fn) {
     smp_partition_strategy s{};
-    s.struct_size = SMP_STRUCT_SIZE(smp_partition_strategy, partition);
+    s.struct_size = SMP_PARTITION_STRATEGY_STRUCT_SIZE;
     s.name = keep(name);
     s.state = reinterpret_cast<void*>(fn);
     s.partition = &partition_thunk;
@@ -62,9 +63,13 @@ class PluginBuilder {
     return *this;
   }
 
-  PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, TpCheckFn check = nullptr) {
-    smp_tp_rule r{};
-    r.struct_size = SMP_STRUCT_SIZE(smp_tp_rule, check);
+  // When mesh axis `axis` ("tp", "ep") has more than one rank, nodes of `kind`
+  // become `dist_kind` (after `check` accepts their config).
+  PluginBuilder& rule(const std::string& axis, const std::string& kind, const std::string& dist_kind,
+                      RuleCheckFn check = nullptr) {
+    smp_rule r{};
+    r.struct_size = SMP_RULE_STRUCT_SIZE;
+    r.axis = keep(axis);
     r.kind = keep(kind);
     r.dist_kind = keep(dist_kind);
     r.state = reinterpret_cast<void*>(check);
@@ -72,6 +77,23 @@ class PluginBuilder {
     rules_.push_back(r);
     return *this;
   }
+  PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, RuleCheckFn check = nullptr) {
+    return rule("tp", kind, dist_kind, check);
+  }
+
+  // The entry point refuses a host whose extension chain lacks `type`, with an
+  // error naming `name` (an extension this plugin cannot work without).
+  PluginBuilder& require_host_extension(uint32_t type, const std::string& name) {
+    required_.emplace_back(type, name);
+    return *this;
+  }
+  // Appends an extension to the descriptor's chain; `ext` must outlive the
+  // plugin (a static) and start with smp_extension_base.
+  PluginBuilder& extension(smp_extension_base* ext) {
+    extensions_.push_back(ext);
+    return *this;
+  }
+  const std::vector<std::pair<uint32_t, std::string>>& required_host_extensions() const { return required_; }
 
   // Valid as long as the builder lives (the macro keeps it in a static).
   const smp_plugin_descriptor* descriptor() {
@@ -79,8 +101,9 @@ class PluginBuilder {
     for (auto& a : adapters_) adapter_ptrs_.push_back(&a);
     for (auto& p : partitioners_) partitioner_ptrs_.push_back(&p);
     for (auto& r : rules_) rule_ptrs_.push_back(&r);
+    for (size_t i = 0; i + 1 < extensions_.size(); ++i) extensions_[i]->next = extensions_[i + 1];
     d_ = smp_plugin_descriptor{};
-    d_.struct_size = SMP_STRUCT_SIZE(smp_plugin_descriptor, n_tp_rules);
+    d_.struct_size = SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE;
     d_.name = name_.c_str();
     d_.plugin_version = version_.c_str();
     d_.abi_major = SMP_ABI_VERSION_MAJOR;
@@ -92,8 +115,9 @@ class PluginBuilder {
     d_.n_adapters = adapter_ptrs_.size();
     d_.partitioners = partitioner_ptrs_.data();
     d_.n_partitioners = partitioner_ptrs_.size();
-    d_.tp_rules = rule_ptrs_.data();
-    d_.n_tp_rules = rule_ptrs_.size();
+    d_.rules = rule_ptrs_.data();
+    d_.n_rules = rule_ptrs_.size();
+    d_.extension_start = extensions_.empty() ? nullptr : extensions_.front();
     return &d_;
   }
 
@@ -126,28 +150,55 @@ class PluginBuilder {
   std::deque<smp_module_kind> kinds_;
   std::deque<smp_model_adapter> adapters_;
   std::deque<smp_partition_strategy> partitioners_;
-  std::deque<smp_tp_rule> rules_;
+  std::deque<smp_rule> rules_;
+  std::vector<std::pair<uint32_t, std::string>> required_;
+  std::vector<smp_extension_base*> extensions_;
   std::vector<const smp_module_kind*> kind_ptrs_;
   std::vector<const smp_model_adapter*> adapter_ptrs_;
   std::vector<const smp_partition_strategy*> partitioner_ptrs_;
-  std::vector<const smp_tp_rule*> rule_ptrs_;
+  std::vector<const smp_rule*> rule_ptrs_;
   smp_plugin_descriptor d_{};
 };
 
+// The first extension of `type` in a chain, or null.
+inline const smp_extension_base* find_extension(const smp_extension_base* chain, uint32_t type) {
+  for (; chain; chain = chain->next)
+    if (chain->type == type) return chain;
+  return nullptr;
+}
+
 namespace detail {
-// Checks the host before anything else touches it.
-inline bool accept_host(const smp_host_api* host, smp_error** error) {
+// Checks the host before anything else touches it. A host of another major:
+// the descriptor goes back untouched, for the host to refuse by name (the
+// version prefix of the descriptor is the same in every major).
+enum class HostCheck { Accept, OtherMajor, Refuse };
+inline HostCheck check_host(const smp_host_api* host, smp_error** error) {
   if (error) *error = nullptr;
-  if (!host || host->abi_major != SMP_ABI_VERSION_MAJOR) return false;  // can't even make an error
+  if (!host) return HostCheck::Refuse;
+  if (host->abi_major != SMP_ABI_VERSION_MAJOR) return HostCheck::OtherMajor;
   if (host->abi_minor < SMP_ABI_VERSION_MINOR) {
     if (error)
       *error = host->error_create(
           SMP_ERR_UNSUPPORTED, ("plugin needs smp ABI minor >= " + std::to_string(SMP_ABI_VERSION_MINOR) +
                                 ", host has " + std::to_string(host->abi_minor))
                                    .c_str());
-    return false;
+    return HostCheck::Refuse;
   }
   host_slot() = host;
+  return HostCheck::Accept;
+}
+// The host extensions the builder requires: an error naming the first missing one.
+inline bool has_required_extensions(const PluginBuilder& b, const smp_host_api* host, smp_error** error) {
+  for (const auto& [type, name] : b.required_host_extensions())
+    if (!find_extension(host->extension_start, type)) {
+      if (error)
+        *error = host->error_create(SMP_ERR_UNSUPPORTED,
+                                    ("plugin needs the host extension '" + name + "' (type " + std::to_string(type) +
+                                     "), which this smp core (ABI " + std::to_string(host->abi_major) + "." +
+                                     std::to_string(host->abi_minor) + ") does not provide")
+                                        .c_str());
+      return false;
+    }
   return true;
 }
 }  // namespace detail
@@ -159,14 +210,19 @@ inline bool accept_host(const smp_host_api* host, smp_error** error) {
 #define SMP_PLUGIN(builder_expr)                                                                 \
   SMP_PLUGIN_EXPORT const smp_plugin_descriptor* smp_plugin_entry(const smp_host_api* host,      \
                                                                   smp_error** error) {           \
-    if (!::smp::sdk::detail::accept_host(host, error)) return nullptr;                           \
+    using ::smp::sdk::detail::HostCheck;                                                         \
+    const HostCheck verdict = ::smp::sdk::detail::check_host(host, error);                       \
+    if (verdict == HostCheck::Refuse) return nullptr;                                            \
     try {                                                                                        \
       static ::smp::sdk::PluginBuilder smp_plugin_builder_instance = std::move(builder_expr);    \
       static const smp_plugin_descriptor* smp_plugin_descriptor_instance =                       \
           smp_plugin_builder_instance.descriptor();                                              \
+      if (verdict == HostCheck::OtherMajor) return smp_plugin_descriptor_instance;               \
+      if (!::smp::sdk::detail::has_required_extensions(smp_plugin_builder_instance, host, error))\
+        return nullptr;                                                                          \
       return smp_plugin_descriptor_instance;                                                     \
     } catch (const std::exception& e) {                                                          \
-      if (error) *error = host->error_create(SMP_ERR_INTERNAL, e.what());                        \
+      if (error && verdict == HostCheck::Accept) *error = host->error_create(SMP_ERR_INTERNAL, e.what()); \
       return nullptr;                                                                            \
     }                                                                                            \
   }

@@ -1,0 +1,50 @@
+#include "parallel_rules.h"
+
+#include <smp/error.h>
+#include <smp/host_api.h>
+#include <smp/plugin_registry.h>
+
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+namespace smp {
+
+void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
+                          bool replicate_indivisible) {
+  std::set<std::string> replicated_kinds;
+  std::map<std::string, std::string> decided;  // shared key -> kind, so tied nodes stay one module
+  for (auto& node : graph.nodes) {
+    if (!node.shared_key.empty()) {
+      auto it = decided.find(node.shared_key);
+      if (it != decided.end()) {
+        node.kind = it->second;
+        continue;
+      }
+    }
+    const smp_rule* rule = registry.rule(axis, node.kind);
+    if (!rule) {
+      if (replicated_kinds.insert(node.kind).second)
+        spdlog::debug("{}={}: no {} rule for module kind '{}': its nodes stay replicated", axis, axis_size, axis,
+                      node.kind);
+    } else {
+      std::string reason;
+      if (rule->check) reason = consume_error(rule->check(rule->state, node.config_json.c_str(), axis_size));
+      if (reason.empty()) {
+        node.kind = rule->dist_kind;
+      } else if (replicate_indivisible) {
+        spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,
+                     axis_size, axis, reason);
+      } else {
+        throw Error("node '" + node.name + "' (kind '" + node.kind + "'): cannot be split for parallel." + axis +
+                    " = " + std::to_string(axis_size) + ": " + reason + " [rule from plugin '" +
+                    registry.provider(axis + " rule", node.kind) + "'" +
+                    (axis == "tp" ? "; set parallel.tp_replicate_indivisible = true to replicate it instead" : "") +
+                    "]");
+      }
+    }
+    if (!node.shared_key.empty()) decided[node.shared_key] = node.kind;
+  }
+}
+
+}  // namespace smp

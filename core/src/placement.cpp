@@ -1,0 +1,64 @@
+#include "placement.h"
+
+#include <smp/error.h>
+
+namespace smp {
+
+Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where) {
+  Placements out;
+  if (n > 0 && !p) throw Error(where + ": " + std::to_string(n) + " placements but a null array");
+  for (size_t i = 0; i < n; ++i) {
+    const smp_placement& s = p[i];
+    if (s.struct_size < SMP_PLACEMENT_STRUCT_SIZE)
+      throw Error(where + ": placement " + std::to_string(i) + " has struct_size " + std::to_string(s.struct_size) +
+                  ", ABI 2.0's is " + std::to_string(SMP_PLACEMENT_STRUCT_SIZE));
+    const std::string axis = s.axis ? s.axis : "";
+    Placement pl;
+    if (axis == "tp") pl.axis = Axis::TP;
+    else if (axis == "ep") pl.axis = Axis::EP;
+    else if (axis == "dp") pl.axis = Axis::DP;
+    else
+      throw Error(where + ": placement on axis '" + axis + "': parameters are placed on \"tp\", \"ep\" or \"dp\"");
+    for (const auto& q : out.list_)
+      if (q.axis == pl.axis) throw Error(where + ": two placements on axis '" + axis + "'");
+    pl.kind = s.kind;
+    switch (s.kind) {
+      case SMP_PLACEMENT_REPLICATE:
+      case SMP_PLACEMENT_PARTIAL_GRAD: break;
+      case SMP_PLACEMENT_SHARD:
+        if (s.dim < 0 || s.dim >= ndim)
+          throw Error(where + ": shard dimension " + std::to_string(s.dim) + " on axis '" + axis +
+                      "' is outside a " + std::to_string(ndim) + "-dimensional parameter");
+        if (pl.axis == Axis::DP)
+          throw Error(where + ": sharding a parameter over \"dp\" is the memory manager's (ZeRO), not a plugin's");
+        pl.dim = s.dim;
+        break;
+      default:
+        throw Error(where + ": unknown placement kind " + std::to_string(static_cast<int>(s.kind)) + " on axis '" +
+                    axis + "'");
+    }
+    if (pl.kind != SMP_PLACEMENT_REPLICATE) out.list_.push_back(pl);
+  }
+  return out;
+}
+
+smp_placement_kind Placements::kind(Axis axis) const {
+  for (const auto& p : list_)
+    if (p.axis == axis) return p.kind;
+  return SMP_PLACEMENT_REPLICATE;
+}
+
+int Placements::shard_dim(Axis axis) const {
+  for (const auto& p : list_)
+    if (p.axis == axis && p.kind == SMP_PLACEMENT_SHARD) return p.dim;
+  return -1;
+}
+
+bool Placements::counted_on(const DeviceMesh& mesh) const {
+  if (!sharded(Axis::TP) && mesh.coord(Axis::TP) != 0) return false;
+  // The data axis: experts differ across ep, and are the same across edp.
+  if (sharded(Axis::EP)) return mesh.coord(Axis::EDP) == 0;
+  return mesh.coord(Axis::DP) == 0;
+}
+
+}  // namespace smp

@@ -1,0 +1,50 @@
+// Where a parameter lives on each mesh axis (DTensor's placements, kept small):
+// replicated, sharded along a dimension, or replicated with a partial gradient
+// that must be summed over the axis. Gradient reduction, the global gradient
+// norm, clipping (and later ZeRO and checkpoint resharding) are derived from
+// these alone.
+#pragma once
+
+#include <smp/abi.h>
+#include <smp/mesh.h>
+
+#include <string>
+#include <vector>
+
+namespace smp {
+
+struct Placement {
+  Axis axis = Axis::TP;
+  smp_placement_kind kind = SMP_PLACEMENT_REPLICATE;
+  int dim = -1;  // SHARD only
+};
+
+// A parameter's placements; an axis that is not listed is replicated.
+class Placements {
+ public:
+  Placements() = default;
+  // From the ABI. Throws smp::Error (prefixed with `where`) for an axis that
+  // parameters cannot be placed on, a duplicate axis, a bad kind or a shard
+  // dimension outside [0, ndim).
+  static Placements from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where);
+
+  smp_placement_kind kind(Axis axis) const;
+  bool sharded(Axis axis) const { return kind(axis) == SMP_PLACEMENT_SHARD; }
+  bool partial_grad(Axis axis) const { return kind(axis) == SMP_PLACEMENT_PARTIAL_GRAD; }
+  int shard_dim(Axis axis) const;  // -1 unless sharded on axis
+  const std::vector<Placement>& list() const { return list_; }
+
+  // The data-parallel group a gradient is averaged over: dp, or for a
+  // parameter sharded over ep (an expert), the expert-data-parallel group.
+  Axis data_parallel_axis() const { return sharded(Axis::EP) ? Axis::EDP : Axis::DP; }
+
+  // Whether this rank holds a distinct value of the parameter that no other
+  // rank counts: on every axis where it is not sharded, only coordinate 0
+  // counts. Used so a sum over the world counts each value once.
+  bool counted_on(const DeviceMesh& mesh) const;
+
+ private:
+  std::vector<Placement> list_;
+};
+
+}  // namespace smp
