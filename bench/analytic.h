@@ -1,6 +1,6 @@
 // Analytic counts the benchmarks compare against: parameters, Megatron's model
 // FLOPs, and the bytes one rank sends per training step on each communicator axis,
-// counted the way core/src/communicator.cpp counts (bytes THIS rank sends; a ring
+// counted the way core/src/comm/communicator.cpp counts (bytes THIS rank sends; a ring
 // all-reduce of B bytes over n ranks sends 2(n-1)/n * B; all-gather (n-1) * B_in;
 // reduce-scatter B_in - B_out; send B). Derivations are in bench/README.md.
 #pragma once

@@ -2,7 +2,7 @@
 // machine through smp's own Communicator, two forked processes, side by side
 // for both transports a same-host group can use:
 //   * "gloo": c10d ProcessGroupGloo over loopback TCP (comm.shm_mb = 0),
-//   * "shm":  smp's shared-memory all-reduce (core/src/shm_collectives.h),
+//   * "shm":  smp's shared-memory all-reduce (core/src/comm/shm_collectives.h),
 // each measured as:
 //   * the all-reduce alone: wall time and the CPU time it burns (all threads),
 //   * overlap: a 1-thread GEMM loop on the main thread while the all-reduce

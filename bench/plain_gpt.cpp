@@ -87,7 +87,7 @@ struct Bytes {
 };
 
 // ---- parameters, initialised as smp does ----
-uint64_t seed_for(uint64_t seed, const std::string& key) {  // core/src/runtime.cpp
+uint64_t seed_for(uint64_t seed, const std::string& key) {  // core/src/runtime/runtime.cpp
   uint64_t h = 1469598103934665603ULL ^ seed;
   for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
   return h & 0x7fffffffffffffffULL;
@@ -342,7 +342,7 @@ nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int re
     torch::autograd::backward({y}, {gy}, false);  // Op::Backward: input + weight grads in one pass
     t_b = std::min(t_b, seconds_since(t0));
     y = forward(leaf);
-    t0 = Clock::now();  // Op::BackwardInput, as core/src/executor.cpp does it
+    t0 = Clock::now();  // Op::BackwardInput, as core/src/pipeline/executor.cpp does it
     auto gi = torch::autograd::grad({y}, {leaf}, {gy}, /*retain_graph=*/true, false, /*allow_unused=*/true);
     t_bi = std::min(t_bi, seconds_since(t0));
     t0 = Clock::now();  // Op::BackwardWeight: backward again from the root, inputs = parameters

@@ -4,7 +4,7 @@
 #include <smp/host_api.h>
 #include <smp/model_graph.h>
 
-#include "graph_builder.h"
+#include "graph/graph_builder.h"
 
 #include <gtest/gtest.h>
 

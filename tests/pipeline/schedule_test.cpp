@@ -1,5 +1,5 @@
-// Pipeline schedules as data (core/src/schedule.cpp) and their simulator
-// (core/src/schedule_simulator.cpp).
+// Pipeline schedules as data (core/src/pipeline/schedule.cpp) and their simulator
+// (core/src/pipeline/schedule_simulator.cpp).
 //
 // Unit-cost conventions behind the bubble formulas checked here
 // (bubble_ratio = (makespan - ideal) / ideal, ideal = per-rank compute time):

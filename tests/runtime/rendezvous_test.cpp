@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "comm_handle.h"
+#include "comm/comm_handle.h"
 #include "proc_util.h"
 
 namespace {

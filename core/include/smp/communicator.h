@@ -81,7 +81,7 @@ struct CommOptions {
   // All-reduce CPU tensors through shared memory when every member runs on this
   // host, with per-rank slots of up to this many bytes (larger tensors go in
   // chunks); also all-gather and reduce-scatter; 0 = everything through the c10d
-  // backend. See core/src/shm_collectives.h.
+  // backend. See core/src/comm/shm_collectives.h.
   int64_t shm_slot_bytes = int64_t{16} << 20;
 };
 

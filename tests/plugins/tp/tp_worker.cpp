@@ -15,7 +15,7 @@
 #include <smp/host_api.h>
 #include <smp/mesh.h>
 
-#include "process_groups.h"
+#include "comm/process_groups.h"
 
 #include <ATen/Parallel.h>
 

@@ -1,4 +1,4 @@
-#include "placement.h"
+#include "train/placement.h"
 
 #include <smp/error.h>
 

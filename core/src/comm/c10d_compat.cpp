@@ -2,7 +2,7 @@
 // when LibTorch has it), Work. Written against LibTorch 1.13 (ProcessGroupGloo
 // derives from c10d::ProcessGroup) and 2.x (it derives from c10d::Backend); we
 // only use the concrete classes, whose methods have the same spelling in both.
-#include "c10d_compat.h"
+#include "comm/c10d_compat.h"
 
 #include <torch/version.h>
 

@@ -1,4 +1,4 @@
-#include "process_groups.h"
+#include "comm/process_groups.h"
 
 namespace smp {
 

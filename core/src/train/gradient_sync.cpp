@@ -1,4 +1,4 @@
-#include "gradient_sync.h"
+#include "train/gradient_sync.h"
 
 #include <smp/communicator.h>
 

@@ -1,4 +1,4 @@
-#include "memory_tracker.h"
+#include "memory/memory_tracker.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>

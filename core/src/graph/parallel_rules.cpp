@@ -1,4 +1,4 @@
-#include "parallel_rules.h"
+#include "graph/parallel_rules.h"
 
 #include <smp/error.h>
 #include <smp/host_api.h>

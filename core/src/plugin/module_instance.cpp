@@ -1,4 +1,4 @@
-#include "module_instance.h"
+#include "plugin/module_instance.h"
 
 #include <smp/error.h>
 #include <smp/host_api.h>

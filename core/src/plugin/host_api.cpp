@@ -6,9 +6,9 @@
 #include <smp/error.h>
 #include <smp/mesh.h>
 
-#include "comm_handle.h"
-#include "graph_builder.h"
-#include "process_groups.h"
+#include "comm/comm_handle.h"
+#include "graph/graph_builder.h"
+#include "comm/process_groups.h"
 
 #include <ATen/DLConvertor.h>
 #include <ATen/ATen.h>

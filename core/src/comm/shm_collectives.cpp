@@ -1,4 +1,4 @@
-#include "shm_collectives.h"
+#include "comm/shm_collectives.h"
 
 #include <ATen/Functions.h>
 

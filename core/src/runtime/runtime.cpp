@@ -7,15 +7,15 @@
 #include <smp/plugin_registry.h>
 #include <smp/schedule.h>
 
-#include "executor.h"
-#include "gradient_sync.h"
-#include "graph_builder.h"
-#include "loss_normalizer.h"
-#include "module_instance.h"
-#include "optimizer.h"
-#include "parallel_rules.h"
-#include "process_groups.h"
-#include "profiler.h"
+#include "pipeline/executor.h"
+#include "train/gradient_sync.h"
+#include "graph/graph_builder.h"
+#include "train/loss_normalizer.h"
+#include "plugin/module_instance.h"
+#include "train/optimizer.h"
+#include "graph/parallel_rules.h"
+#include "comm/process_groups.h"
+#include "graph/profiler.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

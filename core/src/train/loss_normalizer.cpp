@@ -1,4 +1,4 @@
-#include "loss_normalizer.h"
+#include "train/loss_normalizer.h"
 
 #include <ATen/ATen.h>
 

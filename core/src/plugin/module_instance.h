@@ -3,7 +3,7 @@
 
 #include <smp/abi.h>
 
-#include "placement.h"
+#include "train/placement.h"
 
 #include <ATen/core/Tensor.h>
 

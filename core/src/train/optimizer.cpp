@@ -1,4 +1,4 @@
-#include "optimizer.h"
+#include "train/optimizer.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros_like.h>

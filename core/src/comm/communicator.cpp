@@ -26,9 +26,9 @@
 // N rows and n ranks, rank i gets N/n rows plus one when i < N % n; `out` must
 // have that many rows. NCCL's native reduce-scatter is used when it applies
 // (CUDA, even split).
-#include "c10d_compat.h"
-#include "comm_handle.h"
-#include "shm_collectives.h"
+#include "comm/c10d_compat.h"
+#include "comm/comm_handle.h"
+#include "comm/shm_collectives.h"
 
 #include <smp/communicator.h>
 #include <smp/error.h>

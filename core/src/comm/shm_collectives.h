@@ -29,7 +29,7 @@
 // ~100 ms instead of waiting for the timeout.
 #pragma once
 
-#include "c10d_compat.h"
+#include "comm/c10d_compat.h"
 
 #include <smp/communicator.h>
 

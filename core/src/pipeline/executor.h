@@ -6,8 +6,8 @@
 #include <smp/schedule.h>
 #include <smp/stage_plan.h>
 
-#include "loss_normalizer.h"
-#include "module_instance.h"
+#include "train/loss_normalizer.h"
+#include "plugin/module_instance.h"
 
 #include <ATen/core/Tensor.h>
 

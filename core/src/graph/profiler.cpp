@@ -1,9 +1,9 @@
-#include "profiler.h"
+#include "graph/profiler.h"
 
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
 
-#include "module_instance.h"
+#include "plugin/module_instance.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

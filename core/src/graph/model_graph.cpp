@@ -2,7 +2,7 @@
 
 #include <smp/error.h>
 
-#include "graph_builder.h"
+#include "graph/graph_builder.h"
 
 #include <set>
 

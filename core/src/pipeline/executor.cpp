@@ -1,9 +1,9 @@
-#include "executor.h"
+#include "pipeline/executor.h"
 
 #include <smp/communicator.h>
 #include <smp/error.h>
 
-#include "memory_tracker.h"
+#include "memory/memory_tracker.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
