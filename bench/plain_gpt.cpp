@@ -10,6 +10,9 @@
 // step by step with an smp job (a check that both run the same computation).
 #include "plain_gpt.h"
 
+#include "runtime/seeds.h"
+#include "text_dataset.h"
+
 #include <smp/config.h>
 
 #include <ATen/ATen.h>
@@ -21,11 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <dirent.h>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
-#include <sys/stat.h>
 
 namespace bench {
 
@@ -34,64 +33,8 @@ namespace {
 using at::Tensor;
 using Clock = std::chrono::steady_clock;
 
-// ---- data: the same samples as adapters/gpt/text_dataset.cpp ----
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-struct Bytes {
-  std::vector<uint8_t> bytes;
-  int64_t split = 0, seq = 0;
-  uint64_t seed = 0;
-
-  Bytes(const std::string& path, double val_fraction, int64_t seq_len, uint64_t s) : seq(seq_len), seed(s) {
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) throw std::runtime_error("no such file or folder: " + path);
-    std::vector<std::string> files;
-    if (S_ISDIR(st.st_mode)) {
-      if (DIR* d = opendir(path.c_str())) {
-        while (dirent* e = readdir(d)) {
-          std::string f = path + "/" + e->d_name;
-          struct stat fst {};
-          if (e->d_name[0] != '.' && stat(f.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) files.push_back(f);
-        }
-        closedir(d);
-      }
-      std::sort(files.begin(), files.end());
-    } else {
-      files.push_back(path);
-    }
-    for (const auto& f : files) {
-      std::ifstream in(f, std::ios::binary);
-      bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    split = static_cast<int64_t>(static_cast<double>(bytes.size()) * (1.0 - val_fraction));
-    if (split < seq + 2) throw std::runtime_error("too little data in " + path);
-  }
-  // Training samples [first, first + count) of `step`'s global batch.
-  void fill(int64_t step, int64_t first, int64_t count, int64_t* tokens, int64_t* targets) const {
-    const uint64_t range = static_cast<uint64_t>(split - seq - 1);
-    for (int64_t i = 0; i < count; ++i) {
-      uint64_t h = splitmix(seed ^ splitmix(0ULL ^ splitmix(static_cast<uint64_t>(step) * 1000003ULL +
-                                                             static_cast<uint64_t>(first + i))));
-      int64_t off = static_cast<int64_t>(h % (range + 1));
-      for (int64_t t = 0; t < seq; ++t) {
-        tokens[i * seq + t] = bytes[off + t];
-        targets[i * seq + t] = bytes[off + t + 1];
-      }
-    }
-  }
-};
-
-// ---- parameters, initialised as smp does ----
-uint64_t seed_for(uint64_t seed, const std::string& key) {  // core/src/runtime/runtime.cpp
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
-  return h & 0x7fffffffffffffffULL;
-}
+// ---- data: the gpt adapter's own reader (adapters/gpt/text_dataset.cpp) ----
+// ---- parameters, initialised as smp does (core/src/runtime/seeds.h) ----
 Tensor normal(at::Generator& g, at::IntArrayRef shape, double std) {
   return at::empty(shape, at::kFloat).normal_(0.0, std, g).requires_grad_(true);
 }
@@ -110,7 +53,7 @@ struct Model {
 
   Model(int64_t L_, int64_t h_, int64_t heads_, int64_t s_, int64_t V_, int64_t ffn_, uint64_t seed)
       : L(L_), h(h_), heads(heads_), s(s_), V(V_), ffn(ffn_) {
-    auto gen = [&](const std::string& key) { return at::detail::createCPUGenerator(seed_for(seed, key)); };
+    auto gen = [&](const std::string& key) { return at::detail::createCPUGenerator(smp::derive_seed(seed, key)); };
     {
       auto g = gen("wte");
       wte = normal(g, {V, h}, 0.02);
@@ -242,7 +185,7 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
   if (cfg.has("model.dropout") && cfg.get_double("model.dropout") > 0)
     throw std::runtime_error("plain-run: model.dropout must be 0 (the reference has no dropout)");
 
-  Bytes data(cfg.get_string("model.data"), cfg.has("model.val_fraction") ? cfg.get_double("model.val_fraction") : 0.1,
+  gpt::TextDataset data(cfg.get_string("model.data"), cfg.has("model.val_fraction") ? cfg.get_double("model.val_fraction") : 0.1,
              s, seed);
   Model model(L, h, heads, s, V, ffn, seed);
   std::vector<Tensor> params = model.parameters();
@@ -259,7 +202,7 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
     const auto t0 = Clock::now();
     for (auto& p : params)
       if (p.grad().defined()) p.mutable_grad().zero_();
-    data.fill(step, 0, B, tokens.data_ptr<int64_t>(), targets.data_ptr<int64_t>());
+    data.fill(false, step, 0, B, tokens.data_ptr<int64_t>(), targets.data_ptr<int64_t>());
     Tensor loss = model.loss(tokens, targets, smp_ce, mask_per_call);
     const auto t1 = Clock::now();
     loss.backward();

@@ -4,6 +4,8 @@
 // also takes whatever it spawned, and dies with the launcher (PR_SET_PDEATHSIG).
 #include "supervisor.h"
 
+#include <smp/process_env.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -86,19 +88,13 @@ void set_cloexec_nonblock(int fd, bool nonblock) {
   if (nonblock) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-int pick_free_port(const std::string& addr) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
-    socklen_t len = sizeof(sa);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) port = ntohs(sa.sin_port);
+// A free port, or -1 (the caller reports it).
+int free_port_or_none(const std::string& addr) {
+  try {
+    return smp::find_free_port(addr);
+  } catch (const std::exception&) {
+    return -1;
   }
-  ::close(fd);
-  return port;
 }
 
 bool mkdirs(const std::string& path) {
@@ -171,7 +167,7 @@ class Supervisor {
         say("--master-port 0 (pick a free port) only works with one node: every node must be given the same port");
         return 2;
       }
-      port = pick_free_port(o_.master_addr);
+      port = free_port_or_none(o_.master_addr);
       if (port <= 0) {
         say("could not find a free port on " + o_.master_addr);
         return 1;
@@ -562,50 +558,31 @@ std::string external_launcher() {
 }
 
 int exec_under_external(const LaunchOptions& o, const std::string& which) {
-  auto need = [](const char* name) -> std::optional<std::string> {
-    auto v = getenv_str(name);
-    if (!v) say(std::string(name) + " is not set");
-    return v;
-  };
-  std::map<std::string, std::string> vars;
-  std::string rank, world, local, local_world;
-  if (which == "slurm") {
-    auto r = need("SLURM_PROCID"), w = need("SLURM_NTASKS");
-    if (!r || !w) return 2;
-    rank = *r, world = *w;
-    local = getenv_str("SLURM_LOCALID").value_or("0");
-    local_world = getenv_str("SLURM_NTASKS_PER_NODE").value_or(getenv_str("SLURM_TASKS_PER_NODE").value_or(world));
-    local_world = std::to_string(std::max(1, std::atoi(local_world.c_str())));  // "4(x2)" -> 4
-  } else {
-    auto r = need("OMPI_COMM_WORLD_RANK"), w = need("OMPI_COMM_WORLD_SIZE");
-    if (!r || !w) return 2;
-    rank = *r, world = *w;
-    local = getenv_str("OMPI_COMM_WORLD_LOCAL_RANK").value_or("0");
-    local_world = getenv_str("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(world);
-  }
-  std::string addr;
-  if (o.master_addr_given) addr = o.master_addr;
-  else if (auto a = getenv_str("MASTER_ADDR")) addr = *a;
-  else if (auto b = getenv_str("SLURM_LAUNCH_NODE_IPADDR"); b && which == "slurm") addr = *b;
-  else if (local_world == world) addr = "127.0.0.1";
-  else {
-    say("running under " + which + " on several nodes: give --master-addr (or set MASTER_ADDR)");
+  // Command-line master address/port win over the environment; the rest is
+  // the worker's own reading of Slurm / Open MPI (core/src/runtime/process_env.cpp).
+  if (o.master_addr_given) ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+  if (o.master_port_given && o.master_port > 0) ::setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+  smp::ProcessEnv e;
+  try {
+    e = which == "slurm" ? smp::ProcessEnv::from_slurm() : smp::ProcessEnv::from_open_mpi();
+  } catch (const std::exception& err) {
+    say(std::string("running under ") + which + ": " + err.what() + " (or give --master-addr / --master-port)");
     return 2;
   }
-  std::string port;
-  if (o.master_port_given && o.master_port > 0) port = std::to_string(o.master_port);
-  else if (auto p = getenv_str("MASTER_PORT")) port = *p;
-  else if (auto j = getenv_str("SLURM_JOB_ID"); j && which == "slurm")
-    port = std::to_string(20000 + std::strtoul(j->c_str(), nullptr, 10) % 20000);  // same on every task
-  else port = "29500";
-  vars = {{"RANK", rank},           {"WORLD_SIZE", world},   {"LOCAL_RANK", local},
-          {"LOCAL_WORLD_SIZE", local_world}, {"MASTER_ADDR", addr}, {"MASTER_PORT", port},
-          {"SMP_LAUNCHED", "1"},    {"SMP_LAUNCH_SOURCE", which}};
+  std::map<std::string, std::string> vars = {
+      {"RANK", std::to_string(e.rank)},
+      {"WORLD_SIZE", std::to_string(e.world_size)},
+      {"LOCAL_RANK", std::to_string(e.local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(e.local_world_size)},
+      {"MASTER_ADDR", e.master_addr},
+      {"MASTER_PORT", std::to_string(e.master_port)},
+      {"SMP_LAUNCHED", "1"},
+      {"SMP_LAUNCH_SOURCE", which}};
   if (o.threads_per_rank > 0) vars["OMP_NUM_THREADS"] = std::to_string(o.threads_per_rank);
-  else if (!getenv_str("OMP_NUM_THREADS") && std::atoi(local_world.c_str()) > 1) vars["OMP_NUM_THREADS"] = "1";
-  if (rank == "0")
-    say("running under " + which + " (" + world + " tasks): executing the worker directly as each task's rank"
-        " (--nproc-per-node/--nnodes are ignored)");
+  else if (!getenv_str("OMP_NUM_THREADS") && e.local_world_size > 1) vars["OMP_NUM_THREADS"] = "1";
+  if (e.rank == 0)
+    say("running under " + which + " (" + std::to_string(e.world_size) +
+        " tasks): executing the worker directly as each task's rank (--nproc-per-node/--nnodes are ignored)");
   std::vector<std::string> env = make_env(vars);
   std::vector<std::string> args = {o.worker};
   args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());

@@ -7,7 +7,6 @@
 #include <smp/runtime.h>
 #include <smp/training.h>
 
-#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -42,13 +41,6 @@ int main(int argc, char** argv) {
     smp::ProcessEnv env = smp::ProcessEnv::from_environment();
     rank = env.rank;
     smp::Config config = smp::Config::load(config_path, overrides);
-    // One intra-op thread per rank unless told otherwise: ranks share the cores.
-    int threads = static_cast<int>(config.get_int("run.threads"));
-    if (threads <= 0) {
-      const char* omp = std::getenv("OMP_NUM_THREADS");
-      threads = omp ? std::atoi(omp) : 0;
-    }
-    if (threads > 0) at::set_num_threads(threads);
     smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
                        env.rank == 0);
     auto runtime = smp::Runtime::create(config, env, plugins);

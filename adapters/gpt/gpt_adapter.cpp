@@ -40,16 +40,12 @@ const std::map<std::string, Shape>& presets() {
 class GptAdapter : public smp::sdk::Adapter {
  public:
   GptAdapter(const Json& cfg, uint64_t seed) {
-    static const char* known[] = {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "dropout",
-                                  "data", "val_fraction", "ffn", "mask_fraction"};
-    for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-      bool ok = false;
-      for (const char* k : known) ok = ok || it.key() == k;
-      if (!ok) throw Error("model." + it.key() + ": unknown key for the gpt adapter");
-    }
+    smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "dropout", "data",
+                                      "val_fraction", "ffn", "mask_fraction"},
+                                "gpt");
     Shape s{};
     if (cfg.contains("preset")) {
-      std::string name = get<std::string>(cfg, "preset");
+      std::string name = smp::sdk::model_get<std::string>(cfg, "preset");
       auto it = presets().find(name);
       if (it == presets().end()) {
         std::string names;
@@ -67,16 +63,16 @@ class GptAdapter : public smp::sdk::Adapter {
     s.vocab = positive(cfg, "vocab", s.vocab);
     shape_ = s;
     ffn_ = positive(cfg, "ffn", 4 * s.hidden);
-    dropout_ = cfg.contains("dropout") ? get<double>(cfg, "dropout") : 0.0;
-    mask_fraction_ = cfg.contains("mask_fraction") ? get<double>(cfg, "mask_fraction") : 0.0;
+    dropout_ = smp::sdk::model_get<double>(cfg, "dropout", 0.0);
+    mask_fraction_ = smp::sdk::model_get<double>(cfg, "mask_fraction", 0.0);
     if (mask_fraction_ < 0 || mask_fraction_ >= 1)
       throw Error("model.mask_fraction: expected a number in [0, 1), got " + std::to_string(mask_fraction_));
     if (s.hidden % s.heads != 0)
       throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                   std::to_string(s.heads) + ")");
     if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
-    const std::string data = cfg.contains("data") ? get<std::string>(cfg, "data") : "/usr/share/common-licenses";
-    const double val = cfg.contains("val_fraction") ? get<double>(cfg, "val_fraction") : 0.1;
+    const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
+    const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
     data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed);
     smp::sdk::log(SMP_LOG_INFO, "gpt",
                   "data " + data + ": " + std::to_string(data_->train_bytes()) + " train / " +
@@ -136,17 +132,9 @@ class GptAdapter : public smp::sdk::Adapter {
   }
 
  private:
-  template <class T>
-  static T get(const Json& cfg, const char* key) {
-    try {
-      return cfg.at(key).get<T>();
-    } catch (const std::exception&) {
-      throw Error(std::string("model.") + key + ": wrong type: " + cfg.at(key).dump());
-    }
-  }
   static int64_t positive(const Json& cfg, const char* key, int64_t fallback) {
     if (!cfg.contains(key)) return fallback;
-    int64_t v = get<int64_t>(cfg, key);
+    int64_t v = smp::sdk::model_get<int64_t>(cfg, key);
     if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
     return v;
   }

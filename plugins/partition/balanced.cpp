@@ -9,6 +9,7 @@ namespace smp::partition {
 
 std::vector<int> balanced_partition(const PartitionRequest& r) {
   validate_request(r, "balanced");
+  expect_options(r, {"optimize", "memory_weight"}, "balanced");
   const double w = resolve_memory_weight(r.options, 0.0);
   const std::vector<double> cost = node_costs(r.graph, w);
   const auto units = atoms(r);

@@ -23,6 +23,7 @@ bool matches(const std::string& name, const std::string& prefix) {
 
 std::vector<int> manual_partition(const PartitionRequest& r) {
   validate_request(r, "manual");
+  expect_options(r, {"manual"}, "manual");
   if (!r.options.is_object() || !r.options.contains("manual"))
     throw sdk::Error("partition strategy 'manual' needs the option 'manual': a table mapping node name "
                      "prefixes to stages, e.g. [partition.manual] \"blocks.0\" = 0");

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,9 @@ std::vector<int> min_max_split(const std::vector<double>& costs, int parts);
 // options.memory_weight if present (must be a number in [0, 1]), else 0.8 for
 // optimize = "memory", 0.2 for optimize = "speed", else `fallback`.
 double resolve_memory_weight(const nlohmann::json& options, double fallback);
+// Refuses a [partition] option the strategy does not read, naming it:
+// "partition.<key>: not an option of the '<strategy>' partition strategy (known: ...)".
+void expect_options(const PartitionRequest& r, std::initializer_list<const char*> known, const char* strategy);
 
 // Per-node cost w * memory/sum(memory) + (1 - w) * compute/sum(compute) (a term
 // whose total is 0 is dropped; all costs 0 -> 1/n each). Throws on negative / NaN.

@@ -69,6 +69,7 @@ class TreePartitioner {
 
   std::vector<int> run() {
     validate_request(r_, "tree");
+    expect_options(r_, {"optimize", "memory_weight"}, "tree");
     const double w = resolve_memory_weight(r_.options, 0.2);
     cost_ = node_costs(r_.graph, w);
     atoms_ = atoms(r_);

@@ -49,6 +49,24 @@ TEST(JobErrors, UnknownPartitionerNamesKnownOnes) {
                  {"parallel.partition", "magic", "balanced"});
 }
 
+TEST(JobErrors, UnknownPartitionOptionIsRefusedByNameEvenWithOneStage) {
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.pp=2", "partition.optimise=speed"}),
+                 {"partition.optimise", "not an option of the 'balanced' partition strategy", "memory_weight"});
+  // pp = 1 partitions nothing, but the key is still refused rather than ignored.
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"partition.memory_wieght=0.5"}),
+                 {"partition.memory_wieght", "not an option"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(),
+                         {"parallel.pp=2", "parallel.partition=manual", "partition.memory_weight=0.5",
+                          "partition.manual={ \"wte\" = 0, \"wpe\" = 0, \"blocks\" = 1, \"ln_f\" = 1, \"lm_head\" = 1, \"loss\" = 1 }"}),
+                 {"partition.memory_weight", "'manual'"});
+}
+
+TEST(JobErrors, UnwritableRunDirNamesTheKeyBeforeTraining) {
+  JobResult r = run_job(1, plugin_path("gpt"), gpt_config(), {"run.dir=/proc/smp-cannot-write-here"});
+  expect_failure(r, {"run.dir", "/proc/smp-cannot-write-here"});
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "it trained before failing:\n" << r.output;
+}
+
 TEST(JobErrors, MissingAdapterPluginNamesFile) {
   expect_failure(run_job(1, "/nonexistent/model.so", gpt_config(), {}), {"/nonexistent/model.so"});
 }

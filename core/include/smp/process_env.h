@@ -23,9 +23,16 @@ struct ProcessEnv {
   // (rank 0 of 1 on 127.0.0.1 and a free port). Throws smp::Error naming the
   // variable when one is malformed or inconsistent.
   static ProcessEnv from_environment();
+  // One source only (what smp-launch does when it runs under srun / mpirun).
+  static ProcessEnv from_slurm();
+  static ProcessEnv from_open_mpi();
 };
 
 // A TCP port that was free on `addr` a moment ago (bind to port 0, read it back).
 int find_free_port(const std::string& addr = "127.0.0.1");
+
+// Intra-op threads for this rank: `configured` when > 0 (run.threads), else
+// OMP_NUM_THREADS (smp-launch sets 1 when ranks share a node), else 0 = LibTorch's default.
+int threads_per_rank(int configured);
 
 }  // namespace smp

@@ -26,14 +26,11 @@ std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistr
     const GraphNode& node = graph.nodes[i];
     auto& m = live[node.module_key()];
     if (!m) {
-      smp_module_context ctx{};
-      ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
-      ctx.node_name = node.module_key().c_str();
-      ctx.init_seed = seed;
-      ctx.mesh = nullptr;  // one rank: every axis has size 1
-      ctx.parallel_json = "{}";
+      // One rank (a null mesh): every axis has size 1.
+      static const std::string kNoParallel = "{}";
       m = std::make_unique<ModuleInstance>(registry.module_kind(node.kind), registry.provider(node.kind),
-                                           node.module_key(), node.config_json, ctx);
+                                           node.module_key(), node.config_json,
+                                           module_context(node.module_key(), seed, nullptr, kNoParallel));
     }
     std::vector<at::Tensor> ins;
     for (const auto& v : node.inputs) {

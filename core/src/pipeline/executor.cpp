@@ -4,6 +4,7 @@
 #include <smp/error.h>
 
 #include "memory/memory_tracker.h"
+#include "runtime/seeds.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -23,11 +24,6 @@ int tag(int kind, int mb, int chunk, int index) { return (((kind * 4096) + mb) *
 
 int64_t dtype_code(at::ScalarType t) { return static_cast<int64_t>(t); }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  return h;
-}
-uint64_t hash_str(const std::string& s) { return std::hash<std::string>{}(s); }
 
 }  // namespace
 
@@ -71,7 +67,7 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
     std::vector<at::Tensor> ins;
     ins.reserve(node.inputs.size());
     for (const auto& v : node.inputs) ins.push_back(slot.env.at(v));
-    uint64_t rng = mix(mix(mix(setup_.seed, static_cast<uint64_t>(step)), static_cast<uint64_t>(mb)), hash_str(node.name));
+    const uint64_t rng = derive_seed(setup_.seed, node.name, {step, mb});
     auto outs = setup_.modules->at(node.module_key())->call(node.name, node.method, ins, node.outputs.size(),
                                                            training, rng);
     for (size_t i = 0; i < outs.size(); ++i) slot.env[node.outputs[i]] = std::move(outs[i]);

@@ -6,6 +6,8 @@
 #include <smp/error.h>
 #include <smp/mesh.h>
 
+#include <smp/sdk/host.hpp>
+
 #include "comm/comm_handle.h"
 #include "graph/graph_builder.h"
 #include "comm/process_groups.h"
@@ -58,19 +60,12 @@ const char* code_name(smp_error_code c) {
 
 smp_error* make_error(smp_error_code code, const std::string& msg) { return new smp_error{code, msg}; }
 
+smp_error* error_create(smp_error_code code, const char* message);
+
 // Runs f; exceptions become error objects (no C++ exception crosses into a plugin).
 template <class F>
 smp_error* guarded(F&& f) noexcept {
-  try {
-    f();
-    return nullptr;
-  } catch (const c10::Error& e) {
-    return make_error(SMP_ERR_INTERNAL, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return make_error(SMP_ERR_INTERNAL, e.what());
-  } catch (...) {
-    return make_error(SMP_ERR_INTERNAL, "unknown exception in smp core");
-  }
+  return sdk::guard_with(&error_create, "smp core", std::forward<F>(f));
 }
 
 smp_dtype to_smp(at::ScalarType t) {

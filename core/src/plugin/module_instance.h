@@ -18,6 +18,12 @@ struct ModuleParameter {
   Placements placements;
 };
 
+// The context a module is created under, for the runtime and the cost
+// profiler alike. The strings are borrowed: they must outlive the create call.
+// mesh null = a one-rank mesh. The device is the CPU until GPUs come.
+smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
+                                  const std::string& parallel_json);
+
 class ModuleInstance {
  public:
   // Errors name the plugin, the kind and the node.

@@ -50,7 +50,7 @@ void init(int rank, int world, const std::string& run_dir, bool log_to_file, boo
       file_sink->set_level(spdlog::level::debug);
       sinks.push_back(file_sink);
     } catch (const std::exception& e) {
-      throw Error("logging: cannot open the log file " + path + ": " + e.what());
+      throw Error("run.dir: cannot open the log file " + path + " (run.log_to_file = true): " + e.what());
     }
   }
   auto logger = std::make_shared<spdlog::logger>("smp", sinks.begin(), sinks.end());

@@ -1,4 +1,6 @@
 // ProcessEnv: rank, world and master from smp-launch, SLURM or Open MPI variables.
+// No LibTorch: smp-launch compiles this file too, so the launcher and the
+// worker read Slurm and Open MPI the same way.
 #include <smp/error.h>
 #include <smp/process_env.h>
 
@@ -91,7 +93,17 @@ ProcessEnv ProcessEnv::from_environment() {
     check(e, "RANK", "WORLD_SIZE");
     return e;
   }
-  if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+  if (env("SLURM_PROCID") && env("SLURM_NTASKS")) return from_slurm();
+  if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) return from_open_mpi();
+  e.source = "single";
+  e.master_addr = env("MASTER_ADDR").value_or("127.0.0.1");
+  e.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 1) : find_free_port(e.master_addr);
+  return e;
+}
+
+ProcessEnv ProcessEnv::from_slurm() {
+  ProcessEnv e;
+  {
     e.source = "slurm";
     e.rank = env_int("SLURM_PROCID", 0);
     e.world_size = env_int("SLURM_NTASKS", 1);
@@ -110,7 +122,11 @@ ProcessEnv ProcessEnv::from_environment() {
     check(e, "SLURM_PROCID", "SLURM_NTASKS");
     return e;
   }
-  if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) {
+}
+
+ProcessEnv ProcessEnv::from_open_mpi() {
+  ProcessEnv e;
+  {
     e.source = "mpi";
     e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
@@ -123,10 +139,12 @@ ProcessEnv ProcessEnv::from_environment() {
     check(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
     return e;
   }
-  e.source = "single";
-  e.master_addr = env("MASTER_ADDR").value_or("127.0.0.1");
-  e.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 1) : find_free_port(e.master_addr);
-  return e;
+}
+
+int threads_per_rank(int configured) {
+  if (configured > 0) return configured;
+  auto omp = env("OMP_NUM_THREADS");
+  return omp ? leading_int(*omp, 0) : 0;
 }
 
 }  // namespace smp

@@ -12,6 +12,7 @@
 #include "graph/graph_builder.h"
 #include "train/loss_normalizer.h"
 #include "plugin/module_instance.h"
+#include "runtime/seeds.h"
 #include "train/optimizer.h"
 #include "graph/parallel_rules.h"
 #include "comm/process_groups.h"
@@ -26,8 +27,6 @@
 #include <set>
 
 namespace smp {
-
-uint64_t derive_seed(uint64_t seed, const std::string& key);
 
 namespace {
 
@@ -97,7 +96,9 @@ struct Runtime::Impl {
   // ---- phase 1: layout — the mesh and its communicators ----
   void layout() {
     const Config& cfg = config;
-    if (int threads = static_cast<int>(cfg.get_int("run.threads")); threads > 0) at::set_num_threads(threads);
+    // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).
+    if (int threads = threads_per_rank(static_cast<int>(cfg.get_int("run.threads"))); threads > 0)
+      at::set_num_threads(threads);
     seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.get_double("run.timeout_s") * 1000));
     mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, static_cast<int>(cfg.get_int("parallel.pp")),
@@ -205,6 +206,12 @@ struct Runtime::Impl {
       }
       stages = run_partitioner(registry, cfg.get_string("parallel.partition"), graph, costs, num_stages,
                                cfg.section_json("partition"), cfg.get_bool("parallel.tie_across_stages"));
+    } else if (!cfg.section_json("partition").empty()) {
+      // One stage: nothing to split, but the strategy still vets its options
+      // (no [partition] key is accepted and then ignored). Costs do not matter.
+      run_partitioner(registry, cfg.get_string("parallel.partition"), graph,
+                      std::vector<NodeCost>(graph.nodes.size(), NodeCost{1.0, 1.0}), 1, cfg.section_json("partition"),
+                      cfg.get_bool("parallel.tie_across_stages"));
     }
     plan = StagePlan::build(graph, stages, pp, chunks);
     plan.costs = costs;
@@ -235,16 +242,9 @@ struct Runtime::Impl {
         const GraphNode& node = graph.nodes[idx];
         const std::string& key = node.module_key();
         if (modules.count(key)) continue;
-        const smp_module_kind* kind = registry.module_kind(node.kind);
-        smp_module_context ctx{};
-        ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
-        ctx.node_name = key.c_str();
-        ctx.init_seed = derive_seed(seed, key);
-        ctx.device_type = SMP_DEVICE_CPU;
-        ctx.device_index = 0;
-        ctx.mesh = groups->handle();
-        ctx.parallel_json = parallel_json.c_str();
-        modules[key] = std::make_shared<ModuleInstance>(kind, registry.provider(node.kind), key, node.config_json, ctx);
+        modules[key] = std::make_shared<ModuleInstance>(
+            registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json));
         module_order.push_back(key);
       }
     }
@@ -350,14 +350,6 @@ struct Runtime::Impl {
     return {t[0].item<double>(), t[1].item<double>()};
   }
 };
-
-// One seed for everything derived from the job seed and a name (module init,
-// per-node streams): the same for every parallel layout.
-uint64_t derive_seed(uint64_t seed, const std::string& key) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
-  return h & 0x7fffffffffffffffULL;
-}
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 void Runtime::shutdown() {

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/filesystem.hpp>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -55,7 +56,34 @@ std::string human(double v) {
   return buf;
 }
 
+// Filesystem errors name the key the path came from.
+template <class F>
+void in_run_dir(const std::string& dir, const char* what, F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error("run.dir: cannot " + std::string(what) + " in '" + dir + "': " + e.what());
+  }
+}
+
+// Before training: a run.dir that cannot be written fails now, not after the run.
+void check_run_dir(const std::string& dir) {
+  namespace fs = boost::filesystem;
+  in_run_dir(dir, "write", [&] {
+    fs::create_directories(dir);
+    fs::path probe = fs::path(dir) / (".smp-write-test-" + std::to_string(::getpid()));
+    {
+      std::ofstream out(probe.string());
+      if (!out) throw std::runtime_error("opening " + probe.string() + " for writing failed");
+    }
+    fs::remove(probe);
+  });
+}
+
 void write_summary(const std::string& dir, const nlohmann::json& summary) {
+  in_run_dir(dir, "write summary.json", [&] {
   namespace fs = boost::filesystem;
   fs::create_directories(dir);
   fs::path path = fs::path(dir) / "summary.json";
@@ -67,6 +95,7 @@ void write_summary(const std::string& dir, const nlohmann::json& summary) {
     out << summary.dump(2) << "\n";
   }
   fs::rename(tmp, path);  // atomic: a reader never sees half a summary
+  });
 }
 
 void dump_parameters(Runtime& rt) {
@@ -88,16 +117,21 @@ void dump_parameters(Runtime& rt) {
                       {"shape", t.sizes().vec()}, {"data", data}});
   }
   j["parameters"] = params;
-  fs::path dir = fs::path(rt.config().get_string("run.dir")) / "parameters";
-  fs::create_directories(dir);
-  std::ofstream out((dir / ("rank-" + std::to_string(mesh.rank()) + ".json")).string());
-  out << j.dump();
+  const std::string run_dir = rt.config().get_string("run.dir");
+  in_run_dir(run_dir, "write parameters/", [&] {
+    fs::path dir = fs::path(run_dir) / "parameters";
+    fs::create_directories(dir);
+    std::ofstream out((dir / ("rank-" + std::to_string(mesh.rank()) + ".json")).string());
+    out << j.dump();
+    if (!out) throw std::runtime_error("writing " + dir.string() + " failed");
+  });
 }
 
 }  // namespace
 
 nlohmann::json run_training(Runtime& rt) {
   const Config& cfg = rt.config();
+  if (rt.mesh().rank() == 0) check_run_dir(cfg.get_string("run.dir"));
   const int64_t steps = cfg.get_int("train.steps");
   const int64_t val_every = cfg.get_int("train.val_every");
   const int val_batches = static_cast<int>(cfg.get_int("train.val_batches"));

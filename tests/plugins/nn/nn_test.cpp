@@ -218,6 +218,8 @@ TEST_F(NnTest, TransformerLayer) {
   });
 }
 
+std::string error_of(const std::function<void()>& f);
+
 TEST_F(NnTest, CrossEntropy) {
   Tensor logits = randn({2, 5, 7}, 20).mul(2);
   Tensor targets = randint(7, {2, 5}, 21);
@@ -235,6 +237,18 @@ TEST_F(NnTest, CrossEntropy) {
   // every token ignored: 0, not NaN
   Tensor all_ignored = at::full({2, 5}, -100, at::kLong);
   EXPECT_EQ(m.forward(Call{"forward", {logits, all_ignored}})[0].item<float>(), 0.0f);
+  // reduction "sum": (the sum over counted tokens, their count), for graph_set_loss_sum
+  smp_nn::CrossEntropy ms(Json{{"reduction", "sum"}}, ctx(0));
+  auto out = ms.forward(Call{"forward", {logits, targets}});
+  ASSERT_EQ(out.size(), 2u);
+  Tensor want = at::cross_entropy_loss(logits.reshape({-1, 7}), targets.reshape(-1), {}, at::Reduction::Sum, -100);
+  EXPECT_NEAR(out[0].item<double>(), want.item<double>(), 1e-4);
+  EXPECT_EQ(out[1].item<double>(), 8.0);  // 10 tokens, 2 ignored
+  auto none = ms.forward(Call{"forward", {logits, all_ignored}});
+  EXPECT_EQ(none[0].item<float>(), 0.0f);
+  EXPECT_EQ(none[1].item<float>(), 0.0f);
+  EXPECT_NE(error_of([] { smp_nn::CrossEntropy(Json{{"reduction", "max"}}, ctx(0, "ce")); }).find("'reduction'"),
+            std::string::npos);
 }
 
 TEST_F(NnTest, Utilities) {
@@ -316,7 +330,9 @@ TEST_F(NnTest, InitOrderIsTheDocumentedOne) {
   // weights, and the mlp continues the same stream.
   Json c{{"hidden", 8}, {"heads", 2}, {"ffn", 16}, {"init_std", 0.3}, {"out_init_std", 0.1}};
   smp_nn::TransformerLayer l(c, ctx(50));
-  smp_nn::Attention a(c, ctx(50));
+  Json attn = c;
+  attn.erase("ffn");  // a standalone attention takes no ffn
+  smp_nn::Attention a(attn, ctx(50));
   auto pl = params_of(l), pa = params_of(a);
   for (const char* n : {"q.weight", "k.weight", "v.weight", "out.weight"})
     EXPECT_TRUE(at::equal(pl[std::string("attn.") + n], pa[n])) << n;
@@ -354,6 +370,14 @@ TEST_F(NnTest, BadConfigsNameNodeAndKey) {
   EXPECT_NE(msg.find("'dropout'"), std::string::npos) << msg;
   msg = error_of([] { smp_nn::Gelu(Json{{"approximate", "fast"}}, ctx(0, "g")); });
   EXPECT_NE(msg.find("'approximate'"), std::string::npos) << msg;
+  // No key is accepted and then ignored: a misspelt or foreign key is refused by name.
+  msg = error_of([] { smp_nn::Linear(Json{{"in", 8}, {"out", 4}, {"biass", false}}, ctx(0, "head")); });
+  EXPECT_NE(msg.find("node 'head': unknown config key 'biass' (known: in, out, bias, init_std"), std::string::npos)
+      << msg;
+  msg = error_of([] { smp_nn::TransformerLayer(Json{{"hidden", 8}, {"heads", 2}, {"droput", 0.1}}, ctx(0, "b")); });
+  EXPECT_NE(msg.find("unknown config key 'droput'"), std::string::npos) << msg;
+  msg = error_of([] { smp_nn::Relu(Json{{"inplace", true}}, ctx(0, "act")); });
+  EXPECT_NE(msg.find("node 'act': unknown config key 'inplace' (known: none)"), std::string::npos) << msg;
 }
 
 TEST_F(NnTest, BadInputsNameTheNode) {

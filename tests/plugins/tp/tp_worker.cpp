@@ -192,6 +192,17 @@ Json layer_cfg(double dropout = 0.0) {
   return {{"hidden", H}, {"heads", HEADS}, {"ffn", FFN}, {"causal", true}, {"dropout", dropout}, {"init_std", 0.2},
           {"out_init_std", 0.1}};
 }
+// The layer config without the keys a standalone attention / mlp does not take.
+Json attention_cfg() {
+  Json c = layer_cfg();
+  c.erase("ffn");
+  return c;
+}
+Json mlp_cfg() {
+  Json c = layer_cfg();
+  c.erase("heads"), c.erase("causal");
+  return c;
+}
 Tensor pad_mask() {  // sample 1 has two padded positions at the end
   Tensor m = at::ones({B, S}, at::kLong);
   m[1][S - 1] = 0, m[1][S - 2] = 0;
@@ -270,7 +281,7 @@ void check_embedding_and_ce() {
 void check_blocks() {
   Tensor x = randn({B, S, H}, 10);
   for (bool causal : {true, false}) {
-    Json c = layer_cfg();
+    Json c = attention_cfg();
     c["causal"] = causal;
     smp_nn::Attention s(c, serial_ctx("attn", 31));
     smp_tp::ParallelAttention d(c, dist_ctx("attn", 31));
@@ -278,8 +289,8 @@ void check_blocks() {
     compare(std::string("parallel_attention ") + (causal ? "causal+padding" : "bidirectional"), s, d, io, act());
   }
   {
-    smp_nn::Mlp s(layer_cfg(), serial_ctx("mlp", 32));
-    smp_tp::ParallelMlp d(layer_cfg(), dist_ctx("mlp", 32));
+    smp_nn::Mlp s(mlp_cfg(), serial_ctx("mlp", 32));
+    smp_tp::ParallelMlp d(mlp_cfg(), dist_ctx("mlp", 32));
     compare("parallel_mlp", s, d, {{x}, {act()}}, act());
   }
   {

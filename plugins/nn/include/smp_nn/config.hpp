@@ -11,6 +11,7 @@
 namespace smp_nn {
 
 using smp::sdk::config_get;
+using smp::sdk::expect_node_keys;
 using smp::sdk::Json;
 
 inline void require(bool ok, const std::string& node, const std::string& what) {
@@ -35,11 +36,13 @@ inline double stddev(const Json& cfg, const char* key, const std::string& node, 
   return s;
 }
 
-// embedding {num, dim, init_std=0.02}; embedding_table has the same keys.
+// embedding {num, dim, init_std=0.02}; embedding_table has the same keys and
+// ids (read by its tp kind).
 struct EmbeddingConfig {
   int64_t num, dim;
   double init_std;
   static EmbeddingConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"num", "dim", "init_std", "ids"}, node);
     return {positive(c, "num", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.02)};
   }
 };
@@ -49,6 +52,7 @@ struct PositionEmbeddingConfig {
   int64_t max_len, dim;
   double init_std;
   static PositionEmbeddingConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"max_len", "dim", "init_std"}, node);
     return {positive(c, "max_len", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.01)};
   }
 };
@@ -58,18 +62,21 @@ struct LayerNormConfig {
   int64_t dim;
   double eps;
   static LayerNormConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"dim", "eps"}, node);
     LayerNormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");
     return r;
   }
 };
 
-// linear {in, out, bias=true, init_std=0.02}
+// linear {in, out, bias=true, init_std=0.02}; tp_mode, gather_output and
+// input_is_parallel are read by its tp kinds (see smp_tp).
 struct LinearConfig {
   int64_t in, out;
   bool bias;
   double init_std;
   static LinearConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"in", "out", "bias", "init_std", "tp_mode", "gather_output", "input_is_parallel"}, node);
     return {positive(c, "in", node), positive(c, "out", node), config_get<bool>(c, "bias", node, true),
             stddev(c, "init_std", node, 0.02)};
   }
@@ -81,7 +88,8 @@ struct AttentionConfig {
   bool causal;
   double dropout, init_std, out_init_std;
   int64_t head_dim() const { return hidden / heads; }
-  static AttentionConfig parse(const Json& c, const std::string& node) {
+  static AttentionConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
+    if (check_keys) expect_node_keys(c, {"hidden", "heads", "causal", "dropout", "init_std", "out_init_std"}, node);
     AttentionConfig r;
     r.hidden = positive(c, "hidden", node);
     r.heads = positive(c, "heads", node);
@@ -99,7 +107,8 @@ struct AttentionConfig {
 struct MlpConfig {
   int64_t hidden, ffn;
   double dropout, init_std, out_init_std;
-  static MlpConfig parse(const Json& c, const std::string& node) {
+  static MlpConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
+    if (check_keys) expect_node_keys(c, {"hidden", "ffn", "dropout", "init_std", "out_init_std"}, node);
     MlpConfig r;
     r.hidden = positive(c, "hidden", node);
     r.ffn = positive(c, "ffn", node, 4 * r.hidden);
@@ -117,7 +126,8 @@ struct TransformerLayerConfig {
   MlpConfig mlp;
   double eps;
   static TransformerLayerConfig parse(const Json& c, const std::string& node) {
-    TransformerLayerConfig r{AttentionConfig::parse(c, node), MlpConfig::parse(c, node),
+    expect_node_keys(c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps"}, node);
+    TransformerLayerConfig r{AttentionConfig::parse(c, node, false), MlpConfig::parse(c, node, false),
                              config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");
     return r;
@@ -132,6 +142,7 @@ struct CrossEntropyConfig {
   int64_t vocab;  // 0 = not given
   bool sum;       // reduction = "sum"
   static CrossEntropyConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"ignore_index", "vocab", "reduction"}, node);
     const std::string reduction = config_get<std::string>(c, "reduction", node, "mean");
     require(reduction == "mean" || reduction == "sum", node,
             "config key 'reduction' must be \"mean\" or \"sum\", got \"" + reduction + "\"");

@@ -309,7 +309,7 @@ class CrossEntropy : public Module {
 // ---- small utilities for DAG test models ----
 class Add : public Module {
  public:
-  Add(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  Add(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 1, SIZE_MAX, node_, call.method);
@@ -325,7 +325,9 @@ class Add : public Module {
 class Concat : public Module {
  public:
   Concat(const Json& cfg, const ModuleContext& ctx)
-      : node_(ctx.node_name), dim_(config_get<int64_t>(cfg, "dim", node_, -1)) {}
+      : node_(ctx.node_name), dim_(config_get<int64_t>(cfg, "dim", node_, -1)) {
+    expect_node_keys(cfg, {"dim"}, node_);
+  }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 1, SIZE_MAX, node_, call.method);
@@ -339,7 +341,7 @@ class Concat : public Module {
 
 class Relu : public Module {
  public:
-  Relu(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  Relu(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 1, 1, node_, call.method);
@@ -354,6 +356,7 @@ class Gelu : public Module {
  public:
   Gelu(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), approximate_(config_get<std::string>(cfg, "approximate", node_, "none")) {
+    expect_node_keys(cfg, {"approximate"}, node_);
     require(approximate_ == "none" || approximate_ == "tanh", node_,
             "config key 'approximate' must be \"none\" or \"tanh\", got \"" + approximate_ + "\"");
   }
@@ -370,7 +373,9 @@ class Gelu : public Module {
 
 class Dropout : public Module {
  public:
-  Dropout(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), p_(probability(cfg, "p", node_)) {}
+  Dropout(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), p_(probability(cfg, "p", node_)) {
+    expect_node_keys(cfg, {"p"}, node_);
+  }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 1, 1, node_, call.method);
@@ -384,7 +389,7 @@ class Dropout : public Module {
 
 class MseLoss : public Module {
  public:
-  MseLoss(const Json&, const ModuleContext& ctx) : node_(ctx.node_name) {}
+  MseLoss(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 2, 2, node_, call.method);

@@ -45,21 +45,29 @@ inline void check(smp_error* err) {
   throw Error(code, msg);
 }
 
-// Runs f and turns any exception into an ABI error: nothing may unwind into the host.
+// Runs f and turns any exception into an ABI error made by `create`: nothing
+// may unwind across the ABI. The one exception-to-error wrapper, used by the
+// plugin side (guard, below) and by the core's host table alike.
 template <class F>
-smp_error* guard(F&& f) noexcept {
+smp_error* guard_with(smp_error* (*create)(smp_error_code, const char*), const char* who, F&& f) noexcept {
   try {
     std::forward<F>(f)();
     return nullptr;
   } catch (const Error& e) {
-    return host().error_create(e.code(), e.what());
+    return create(e.code(), e.what());
   } catch (const c10::Error& e) {
-    return host().error_create(SMP_ERR_INTERNAL, e.what_without_backtrace());
+    return create(SMP_ERR_INTERNAL, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    return host().error_create(SMP_ERR_INTERNAL, e.what());
+    return create(SMP_ERR_INTERNAL, e.what());
   } catch (...) {
-    return host().error_create(SMP_ERR_INTERNAL, "unknown exception in plugin");
+    return create(SMP_ERR_INTERNAL, (std::string("unknown exception in ") + who).c_str());
   }
+}
+
+// Runs f in a plugin and turns any exception into an ABI error for the host.
+template <class F>
+smp_error* guard(F&& f) noexcept {
+  return guard_with(host().error_create, "plugin", std::forward<F>(f));
 }
 
 // Borrowed view: the at::Tensor behind a handle, same storage and autograd graph.

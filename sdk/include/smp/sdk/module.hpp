@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -125,6 +126,52 @@ T config_get(const Json& cfg, const char* key, const std::string& node) {
 template <class T>
 T config_get(const Json& cfg, const char* key, const std::string& node, T fallback) {
   return cfg.contains(key) ? config_get<T>(cfg, key, node) : fallback;
+}
+
+namespace detail {
+// The first key of cfg outside `known` ("" if none), and the known ones listed.
+inline std::string unknown_key(const Json& cfg, std::initializer_list<const char*> known, std::string* names) {
+  for (const char* k : known) *names += std::string(names->empty() ? "" : ", ") + k;
+  if (names->empty()) *names = "none";
+  if (!cfg.is_object()) return "";
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (!ok) return it.key();
+  }
+  return "";
+}
+}  // namespace detail
+
+// Refuses a node config key outside `known`, naming node, key and the known
+// ones: no key is accepted and then ignored.
+inline void expect_node_keys(const Json& cfg, std::initializer_list<const char*> known, const std::string& node) {
+  std::string names;
+  if (!cfg.is_object()) throw Error("node '" + node + "': the config must be a JSON object, got " + cfg.dump());
+  const std::string bad = detail::unknown_key(cfg, known, &names);
+  if (!bad.empty()) throw Error("node '" + node + "': unknown config key '" + bad + "' (known: " + names + ")");
+}
+// The same for an adapter's [model] table: "model.<key>: unknown key for the <adapter> adapter".
+inline void expect_model_keys(const Json& cfg, std::initializer_list<const char*> known, const std::string& adapter) {
+  std::string names;
+  const std::string bad = detail::unknown_key(cfg, known, &names);
+  if (!bad.empty())
+    throw Error("model." + bad + ": unknown key for the " + adapter + " adapter (known: " + names + ")");
+}
+
+// Reads key `key` of the job's [model] table, with errors naming "model.<key>".
+template <class T>
+T model_get(const Json& cfg, const char* key) {
+  if (!cfg.contains(key)) throw Error(std::string("model.") + key + ": missing");
+  try {
+    return cfg.at(key).get<T>();
+  } catch (const std::exception&) {
+    throw Error(std::string("model.") + key + ": wrong type: " + cfg.at(key).dump());
+  }
+}
+template <class T>
+T model_get(const Json& cfg, const char* key, T fallback) {
+  return cfg.contains(key) ? model_get<T>(cfg, key) : fallback;
 }
 
 namespace detail {
