@@ -1,6 +1,8 @@
 #include <smp/config.h>
 #include <smp/error.h>
+#include <smp/job_config.h>
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -188,6 +190,30 @@ TEST(ConfigTest, ImpossibleLayouts) {
   Config ep_ok = Config::from_string("[parallel]\nep = 2\n", "job.toml");
   EXPECT_NO_THROW(ep_ok.resolve_layout(4));
   EXPECT_EQ(ep_ok.get_int("parallel.ep"), 2);
+}
+
+TEST(ConfigTest, JobConfigIsTheTypedConfig) {
+  Config c = Config::from_string("[parallel]\ntp = 2\nep = 1\n[train]\nlr = 0.5\nbucket_mb = 2\n[model]\nadapter = \"gpt\"\nlayers = 3\n",
+                                 "job.toml", {"run.threads=3"});
+  c.resolve_layout(4);
+  smp::JobConfig j = smp::JobConfig::from(c);
+  EXPECT_EQ(j.parallel.tp, 2);
+  EXPECT_EQ(j.parallel.dp, 2);
+  EXPECT_EQ(j.parallel.ep, 1);
+  EXPECT_DOUBLE_EQ(j.train.lr, 0.5);
+  EXPECT_EQ(j.train.bucket_bytes, 2 << 20);
+  EXPECT_EQ(j.run.threads, 3);
+  EXPECT_EQ(j.adapter, "gpt");
+  EXPECT_EQ(j.model, (nlohmann::json{{"layers", 3}}));  // the adapter sees [model] without "adapter"
+  EXPECT_EQ(j.parallel_json.at("tp"), 2);
+  EXPECT_EQ(j.run.device, smp::DeviceKind::Cpu);  // "auto"
+}
+
+TEST(ConfigTest, CudaDeviceWithoutCudaNamesTheKey) {
+  if (at::hasCUDA()) GTEST_SKIP() << "this build has CUDA";
+  Config c = Config::from_string("[run]\ndevice = \"cuda\"\n", "job.toml");
+  c.resolve_layout(1);
+  EXPECT_ERROR(smp::JobConfig::from(c), "job.toml: run.device = \"cuda\", but this smp build has no usable CUDA");
 }
 
 TEST(ConfigTest, BatchNotDivisible) {

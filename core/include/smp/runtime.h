@@ -11,6 +11,7 @@
 #pragma once
 
 #include <smp/config.h>
+#include <smp/job_config.h>
 #include <smp/model_graph.h>
 #include <smp/process_env.h>
 #include <smp/stage_plan.h>
@@ -78,6 +79,7 @@ class Runtime {
 
   int64_t steps_done() const;
   const Config& config() const;
+  const JobConfig& job() const;  // the same, typed
   const DeviceMesh& mesh() const;
   const ModelGraph& graph() const;
   const StagePlan& plan() const;

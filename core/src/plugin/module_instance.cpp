@@ -6,12 +6,12 @@
 namespace smp {
 
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
-                                  const std::string& parallel_json) {
+                                  const std::string& parallel_json, smp_device_type device) {
   smp_module_context ctx{};
   ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = key.c_str();
   ctx.init_seed = init_seed;
-  ctx.device_type = SMP_DEVICE_CPU;
+  ctx.device_type = device;
   ctx.device_index = 0;
   ctx.mesh = mesh;
   ctx.parallel_json = parallel_json.c_str();

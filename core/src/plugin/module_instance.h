@@ -20,9 +20,9 @@ struct ModuleParameter {
 
 // The context a module is created under, for the runtime and the cost
 // profiler alike. The strings are borrowed: they must outlive the create call.
-// mesh null = a one-rank mesh. The device is the CPU until GPUs come.
+// mesh null = a one-rank mesh.
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
-                                  const std::string& parallel_json);
+                                  const std::string& parallel_json, smp_device_type device = SMP_DEVICE_CPU);
 
 class ModuleInstance {
  public:

@@ -3,6 +3,7 @@
 #include <smp/communicator.h>
 #include <smp/error.h>
 #include <smp/host_api.h>
+#include <smp/job_config.h>
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
 #include <smp/schedule.h>
@@ -42,8 +43,9 @@ struct AdapterHandle {
 }  // namespace
 
 struct Runtime::Impl {
-  explicit Impl(Config c) : config(std::move(c)) {}
-  Config config;
+  explicit Impl(Config c) : config(std::move(c)), job(JobConfig::from(config)) {}
+  Config config;  // as loaded, for Runtime::config() and the summary
+  JobConfig job;  // the same, typed: what every phase reads
   ProcessEnv env;
   std::unique_ptr<DeviceMesh> mesh;
   std::shared_ptr<Rendezvous> rendezvous;
@@ -95,21 +97,16 @@ struct Runtime::Impl {
 
   // ---- phase 1: layout — the mesh and its communicators ----
   void layout() {
-    const Config& cfg = config;
+    const ParallelConfig& par = job.parallel;
     // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).
-    if (int threads = threads_per_rank(static_cast<int>(cfg.get_int("run.threads"))); threads > 0)
-      at::set_num_threads(threads);
-    seed = static_cast<uint64_t>(cfg.get_int("train.seed"));
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.get_double("run.timeout_s") * 1000));
-    mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, static_cast<int>(cfg.get_int("parallel.pp")),
-                                        static_cast<int>(cfg.get_int("parallel.dp")),
-                                        static_cast<int>(cfg.get_int("parallel.tp")),
-                                        cfg.get_string("parallel.placement"),
-                                        static_cast<int>(cfg.get_int("parallel.ep")));
+    if (int threads = threads_per_rank(job.run.threads); threads > 0) at::set_num_threads(threads);
+    seed = job.train.seed;
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job.run.timeout_s * 1000));
+    mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, par.pp, par.dp, par.tp, par.placement, par.ep);
     rendezvous = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
     CommOptions opts;
     opts.timeout = timeout;
-    opts.shm_slot_bytes = static_cast<int64_t>(cfg.get_double("comm.shm_mb") * 1024 * 1024);
+    opts.shm_slot_bytes = job.shm_slot_bytes;
     groups = std::make_unique<ProcessGroups>(*mesh, rendezvous, opts);
     // The axes every job uses are made up front, in one order on every rank;
     // others (ep, edp, tied groups) when first asked for.
@@ -127,7 +124,7 @@ struct Runtime::Impl {
   // ---- phase 2: model — plugins, the adapter's graph, rules per axis ----
   void model(const std::vector<std::string>& plugins) {
     for (const auto& p : plugins) registry.load(p);
-    for (const auto& p : config.get_string_array("plugins.paths")) registry.load(p);
+    for (const auto& p : job.plugin_paths) registry.load(p);
     // The standard plugins, unless something already provides their capabilities.
     for (const char* std_plugin : {"smp_nn", "smp_tp", "smp_partition"}) {
       try {
@@ -139,7 +136,7 @@ struct Runtime::Impl {
       }
     }
     create_adapter();
-    const bool replicate = config.get_bool("parallel.tp_replicate_indivisible");
+    const bool replicate = job.parallel.tp_replicate_indivisible;
     for (Axis a : {Axis::TP, Axis::EP})
       if (mesh->size(a) > 1) apply_parallel_rules(graph, registry, axis_name(a), mesh->size(a), replicate);
     for (const auto& n : graph.nodes)
@@ -151,7 +148,7 @@ struct Runtime::Impl {
   }
 
   void create_adapter() {
-    std::string name = config.has("model.adapter") ? config.get_string("model.adapter") : "";
+    std::string name = job.adapter;
     if (name.empty()) {
       for (const auto& info : registry.plugins())
         if (!info.adapters.empty()) {
@@ -163,15 +160,13 @@ struct Runtime::Impl {
     adapter.table = registry.adapter(name);
     if (!adapter.table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
     adapter.plugin = registry.provider(name);
-    nlohmann::json model_cfg = config.section_json("model");
-    model_cfg.erase("adapter");
-    std::string model_json = model_cfg.dump();
+    const std::string model_json = job.model.dump();
     smp_adapter_context ctx{};
     ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
     ctx.seed = seed;
     const std::string where = "adapter '" + name + "' (plugin '" + adapter.plugin + "')";
     throw_if_error(adapter.table->create(adapter.table->state, model_json.c_str(), &ctx, &adapter.instance),
-                   where + " create from [model] of " + config.origin());
+                   where + " create from [model] of " + job.origin);
     GraphBuilder builder;
     throw_if_error(adapter.table->describe(adapter.instance, builder.handle()), where + " describe");
     graph = std::move(builder.graph());
@@ -180,10 +175,10 @@ struct Runtime::Impl {
 
   // ---- phase 3: plan — partition into stages, the schedules ----
   void make_plan() {
-    const Config& cfg = config;
-    microbatches = static_cast<int>(cfg.get_int("parallel.microbatches"));
-    global_batch = cfg.get_int("train.batch_size");
-    const int chunks = static_cast<int>(cfg.get_int("parallel.virtual_stages"));
+    const ParallelConfig& par = job.parallel;
+    microbatches = par.microbatches;
+    global_batch = job.train.batch_size;
+    const int chunks = par.virtual_stages;
     const int pp = mesh->pp();
     // Partition: every rank must agree, so costs come from hints or rank 0's profile.
     const int num_stages = pp * chunks;
@@ -204,14 +199,13 @@ struct Runtime::Impl {
           for (auto& c : j) costs.push_back({c[0].get<double>(), c[1].get<double>()});
         }
       }
-      stages = run_partitioner(registry, cfg.get_string("parallel.partition"), graph, costs, num_stages,
-                               cfg.section_json("partition"), cfg.get_bool("parallel.tie_across_stages"));
-    } else if (!cfg.section_json("partition").empty()) {
+      stages = run_partitioner(registry, par.partition, graph, costs, num_stages, job.partition,
+                               par.tie_across_stages);
+    } else if (!job.partition.empty()) {
       // One stage: nothing to split, but the strategy still vets its options
       // (no [partition] key is accepted and then ignored). Costs do not matter.
-      run_partitioner(registry, cfg.get_string("parallel.partition"), graph,
-                      std::vector<NodeCost>(graph.nodes.size(), NodeCost{1.0, 1.0}), 1, cfg.section_json("partition"),
-                      cfg.get_bool("parallel.tie_across_stages"));
+      run_partitioner(registry, par.partition, graph, std::vector<NodeCost>(graph.nodes.size(), NodeCost{1.0, 1.0}),
+                      1, job.partition, par.tie_across_stages);
     }
     plan = StagePlan::build(graph, stages, pp, chunks);
     plan.costs = costs;
@@ -221,7 +215,7 @@ struct Runtime::Impl {
                      plan.chunk_of(st), plan.nodes_of_stage[st].size(),
                      graph.nodes[plan.nodes_of_stage[st].front()].name,
                      graph.nodes[plan.nodes_of_stage[st].back()].name);
-    schedule = make_schedule(cfg.get_string("parallel.schedule"), pp, microbatches, chunks);
+    schedule = make_schedule(par.schedule, pp, microbatches, chunks);
     // Evaluation runs forwards only: GPipe's order, or the training order's forwards when chunks > 1.
     eval_schedule = chunks > 1 ? schedule : make_schedule("gpipe", pp, microbatches, 1);
     loss = std::make_unique<LossNormalizer>(graph.loss_reduction, mb_samples);
@@ -235,7 +229,7 @@ struct Runtime::Impl {
 
   void materialise_local_modules() {
     const int pp_rank = mesh->coord(Axis::PP);
-    const std::string parallel_json = config.section_json("parallel").dump();
+    const std::string parallel_json = job.parallel_json.dump();
     for (int c = 0; c < plan.chunks; ++c) {
       const int stage = c * plan.pp + pp_rank;
       for (int idx : plan.nodes_of_stage[stage]) {
@@ -244,7 +238,8 @@ struct Runtime::Impl {
         if (modules.count(key)) continue;
         modules[key] = std::make_shared<ModuleInstance>(
             registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json));
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json,
+                           job.run.device == DeviceKind::Cuda ? SMP_DEVICE_CUDA : SMP_DEVICE_CPU));
         module_order.push_back(key);
       }
     }
@@ -306,18 +301,18 @@ struct Runtime::Impl {
         norm_params.emplace_back(p.tensor, p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
       }
     }
-    const int64_t bucket = static_cast<int64_t>(config.get_double("train.bucket_mb") * 1024 * 1024);
-    sync = std::make_unique<GradientSync>(std::move(synced), bucket);
+    const TrainConfig& t = job.train;
+    sync = std::make_unique<GradientSync>(std::move(synced), t.bucket_bytes);
     AdamWOptions o;
-    o.beta1 = config.get_double("train.beta1");
-    o.beta2 = config.get_double("train.beta2");
-    o.eps = config.get_double("train.eps");
-    o.weight_decay = config.get_double("train.weight_decay");
+    o.beta1 = t.beta1;
+    o.beta2 = t.beta2;
+    o.eps = t.eps;
+    o.weight_decay = t.weight_decay;
     optimizer = std::make_unique<AdamW>(all, o);
-    lr.lr = config.get_double("train.lr");
-    lr.min_lr = config.get_double("train.min_lr");
-    lr.warmup = config.get_int("train.warmup_steps");
-    lr.total = config.get_int("train.steps");
+    lr.lr = t.lr;
+    lr.min_lr = t.min_lr;
+    lr.warmup = t.warmup_steps;
+    lr.total = t.steps;
   }
 
   // ---- phase 5: step — the executor over this rank's stages ----
@@ -355,7 +350,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 void Runtime::shutdown() {
   if (!impl_ || !impl_->rendezvous) return;
   auto rdv = std::move(impl_->rendezvous);
-  rdv->shutdown(std::chrono::milliseconds(static_cast<int64_t>(impl_->config.get_double("run.timeout_s") * 1000)));
+  rdv->shutdown(std::chrono::milliseconds(static_cast<int64_t>(impl_->job.run.timeout_s * 1000)));
 }
 
 Runtime::~Runtime() {
@@ -424,7 +419,7 @@ StepResult Runtime::train_step() {
   // applies as it reads .grad.
   double grad_scale = LossNormalizer::grad_scale(global);
   const double norm = std::sqrt(norm_sq[0]) * grad_scale;
-  const double clip = s.config.get_double("train.grad_clip");
+  const double clip = s.job.train.grad_clip;
   if (clip > 0 && norm > clip) grad_scale *= clip / (norm + 1e-6);
   const double lr = s.lr.at(s.steps);
   out.phases.clip = since(t1);
@@ -457,6 +452,7 @@ double Runtime::evaluate(int batches) {
 
 int64_t Runtime::steps_done() const { return impl_->steps; }
 const Config& Runtime::config() const { return impl_->config; }
+const JobConfig& Runtime::job() const { return impl_->job; }
 const DeviceMesh& Runtime::mesh() const { return *impl_->mesh; }
 const ModelGraph& Runtime::graph() const { return impl_->graph; }
 const StagePlan& Runtime::plan() const { return impl_->plan; }

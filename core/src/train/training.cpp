@@ -117,7 +117,7 @@ void dump_parameters(Runtime& rt) {
                       {"shape", t.sizes().vec()}, {"data", data}});
   }
   j["parameters"] = params;
-  const std::string run_dir = rt.config().get_string("run.dir");
+  const std::string run_dir = rt.job().run.dir;
   in_run_dir(run_dir, "write parameters/", [&] {
     fs::path dir = fs::path(run_dir) / "parameters";
     fs::create_directories(dir);
@@ -131,11 +131,12 @@ void dump_parameters(Runtime& rt) {
 
 nlohmann::json run_training(Runtime& rt) {
   const Config& cfg = rt.config();
-  if (rt.mesh().rank() == 0) check_run_dir(cfg.get_string("run.dir"));
-  const int64_t steps = cfg.get_int("train.steps");
-  const int64_t val_every = cfg.get_int("train.val_every");
-  const int val_batches = static_cast<int>(cfg.get_int("train.val_batches"));
-  const int64_t log_every = std::max<int64_t>(1, cfg.get_int("train.log_every"));
+  const JobConfig& job = rt.job();
+  if (rt.mesh().rank() == 0) check_run_dir(job.run.dir);
+  const int64_t steps = job.train.steps;
+  const int64_t val_every = job.train.val_every;
+  const int val_batches = static_cast<int>(job.train.val_batches);
+  const int64_t log_every = std::max<int64_t>(1, job.train.log_every);
   const bool rank0 = rt.mesh().rank() == 0;
   const int world = rt.mesh().world_size();
 
@@ -217,11 +218,11 @@ nlohmann::json run_training(Runtime& rt) {
   summary["phase_seconds"] = phases;
   summary["comm_bytes_rank0"] = rt.comm_bytes();
   summary["stages"] = rt.plan().to_json(rt.graph());
-  if (cfg.get_bool("run.dump_parameters")) dump_parameters(rt);
+  if (job.run.dump_parameters) dump_parameters(rt);
   if (rank0) {
-    write_summary(cfg.get_string("run.dir"), summary);
+    write_summary(job.run.dir, summary);
     spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(items_per_s),
-                 rt.throughput_unit(), 100 * summary["mfu"].get<double>(), cfg.get_string("run.dir"));
+                 rt.throughput_unit(), 100 * summary["mfu"].get<double>(), job.run.dir);
   }
   return summary;
 }

@@ -1,0 +1,67 @@
+// The job's configuration as types, read once from a validated Config
+// (JobConfig::from): the runtime and the training loop read these fields, not
+// string keys. Adding a key means adding it to the schema (config.cpp) and here.
+#pragma once
+
+#include <smp/config.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+struct ParallelConfig {
+  int pp = 1, dp = 1, tp = 1, ep = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  std::string partition = "balanced";
+  std::string placement = "pp,dp,tp";
+  bool sequence_parallel = false;
+  bool tie_across_stages = true;
+  bool tp_replicate_indivisible = false;
+};
+
+struct TrainConfig {
+  int64_t steps = 10, batch_size = 8;
+  uint64_t seed = 1234;
+  double lr = 3e-4, min_lr = 3e-5;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  int64_t val_every = 0, val_batches = 2, log_every = 1;
+  int64_t bucket_bytes = 4 << 20;
+};
+
+enum class DeviceKind { Cpu, Cuda };
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  bool log_to_file = true;
+  double timeout_s = 300;
+  int threads = 0;
+  DeviceKind device = DeviceKind::Cpu;  // run.device, "auto" resolved
+  bool dump_parameters = false;
+};
+
+struct JobConfig {
+  ParallelConfig parallel;
+  TrainConfig train;
+  RunConfig run;
+  int64_t shm_slot_bytes = int64_t{16} << 20;  // comm.shm_mb
+  std::vector<std::string> plugin_paths;       // plugins.paths
+  std::string adapter;                         // model.adapter ("" = the first loaded)
+  nlohmann::json model = nlohmann::json::object();      // [model] without "adapter", for the adapter
+  nlohmann::json partition = nlohmann::json::object();  // [partition], for the strategy
+  nlohmann::json parallel_json = nlohmann::json::object();  // [parallel], for modules
+  std::string origin;                          // the file, for messages
+
+  // From a config whose layout is resolved (Config::resolve_layout). run.device
+  // "auto" is the CPU unless this build has CUDA and a device is present;
+  // "cuda" in a build without CUDA is an error naming run.device.
+  static JobConfig from(const Config& config);
+};
+
+}  // namespace smp
