@@ -1,0 +1,139 @@
+// GradientSync over real groups: ranks are threads of this process, each with
+// its own Rendezvous client, DeviceMesh and ProcessGroups (c10d Gloo, and
+// shared memory for the all-reduces). Every rank's gradient of a parameter is
+// (world rank + 1) x a fixed pattern, so the expected sum over any group is
+// known: the groups come from the placements alone.
+#include "comm/process_groups.h"
+#include "train/gradient_sync.h"
+#include "train/placement.h"
+
+#include <smp/mesh.h>
+#include <smp/process_env.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using smp::Axis;
+
+struct ParamSpec {
+  const char* name;
+  std::vector<smp_placement> placements;
+  std::vector<int64_t> shape;
+};
+
+smp_placement pl(const char* axis, smp_placement_kind kind, int dim = -1) {
+  return {SMP_PLACEMENT_STRUCT_SIZE, axis, kind, dim};
+}
+
+// Runs `body(rank)` on `world` threads, each with its own mesh and groups.
+void run_ranks(int world, int dp, int tp, int ep,
+               const std::function<void(int, smp::ProcessGroups&, const smp::DeviceMesh&)>& body) {
+  const int port = smp::find_free_port();
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto rdv = smp::Rendezvous::connect("127.0.0.1", port, r, world, 60s);
+        smp::DeviceMesh mesh(world, r, 1, dp, tp, "pp,dp,tp", ep);
+        smp::CommOptions opts;
+        opts.timeout = 60s;
+        smp::ProcessGroups groups(mesh, rdv, opts);
+        body(r, groups, mesh);
+        groups.get(Axis::World).barrier();
+        rdv->shutdown(60s);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+at::Tensor pattern(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return at::arange(n, at::kFloat).add_(1).reshape(shape);
+}
+
+// Builds each parameter, derives its groups from placements as the runtime
+// does, runs one backward with gradient (rank + 1) x pattern, syncs, and
+// returns .grad per parameter.
+std::vector<at::Tensor> sync_once(int rank, smp::ProcessGroups& groups, const std::vector<ParamSpec>& specs,
+                                  int64_t bucket_bytes) {
+  std::vector<at::Tensor> params;
+  std::vector<smp::SyncedParameter> synced;
+  for (const auto& s : specs) {
+    at::Tensor p = at::zeros(s.shape, at::kFloat).requires_grad_(true);
+    auto placements = smp::Placements::from_abi(s.placements.data(), s.placements.size(), p.dim(), s.name);
+    smp::SyncedParameter sp;
+    sp.tensor = p;
+    sp.data_parallel = &groups.get(placements.data_parallel_axis());
+    for (const auto& q : placements.list())
+      if (q.kind == SMP_PLACEMENT_PARTIAL_GRAD) sp.partial.push_back(&groups.get(q.axis));
+    synced.push_back(sp);
+    params.push_back(p);
+  }
+  smp::GradientSync sync(synced, bucket_bytes);
+  sync.begin_step();
+  at::Tensor loss = at::zeros({}, at::kFloat);
+  for (auto& p : params) loss = loss + (p * pattern(p.sizes().vec()) * static_cast<float>(rank + 1)).sum();
+  loss.backward();
+  sync.finish_step();
+  std::vector<at::Tensor> grads;
+  for (auto& p : params) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+// Sum of (r + 1) over the world ranks in `ranks`.
+float weight(const std::vector<int>& ranks) {
+  float w = 0;
+  for (int r : ranks) w += static_cast<float>(r + 1);
+  return w;
+}
+
+TEST(GradientSync, GroupsComeFromPlacementsDp2Tp2) {
+  // A tp shard replicated over dp, a tp-partial norm, a plain replicated bias.
+  const std::vector<ParamSpec> specs = {
+      {"w", {pl("tp", SMP_PLACEMENT_SHARD, 0)}, {4, 3}},
+      {"ln", {pl("tp", SMP_PLACEMENT_PARTIAL_GRAD)}, {3}},
+      {"b", {}, {5}},
+  };
+  for (int64_t bucket : {int64_t{0}, int64_t{16}}) {  // one reduction after backward / small overlapped buckets
+    run_ranks(4, 2, 2, 1, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh& mesh) {
+      auto g = sync_once(rank, groups, specs, bucket);
+      const float dp_sum = weight(mesh.group(Axis::DP));
+      std::vector<int> dp_tp;  // the partial norm: summed over dp, then tp = every rank here
+      for (int r = 0; r < 4; ++r) dp_tp.push_back(r);
+      EXPECT_TRUE(at::allclose(g[0], pattern({4, 3}) * dp_sum)) << "rank " << rank << " tp shard";
+      EXPECT_TRUE(at::allclose(g[1], pattern({3}) * weight(dp_tp))) << "rank " << rank << " tp-partial norm";
+      EXPECT_TRUE(at::allclose(g[2], pattern({5}) * dp_sum)) << "rank " << rank << " replicated";
+    });
+  }
+}
+
+TEST(GradientSync, ExpertsAreReducedOverEdpNotDp) {
+  // dp 4, ep 2: an expert (sharded over ep) is averaged over the 2 ranks that
+  // hold the same experts (dp i and i + 2); the router over all 4.
+  const std::vector<ParamSpec> specs = {
+      {"router", {}, {6}},
+      {"expert", {pl("ep", SMP_PLACEMENT_SHARD, 0)}, {2, 3}},
+  };
+  run_ranks(4, 4, 1, 2, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh& mesh) {
+    auto g = sync_once(rank, groups, specs, 8);
+    EXPECT_EQ(mesh.group(Axis::EDP), (std::vector<int>{rank % 2, rank % 2 + 2}));
+    EXPECT_TRUE(at::allclose(g[0], pattern({6}) * weight({0, 1, 2, 3}))) << "rank " << rank << " router";
+    EXPECT_TRUE(at::allclose(g[1], pattern({2, 3}) * weight(mesh.group(Axis::EDP)))) << "rank " << rank << " expert";
+  });
+}
+
+}  // namespace
