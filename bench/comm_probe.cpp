@@ -10,7 +10,7 @@
 //     every core computes?).
 #include "comm_probe.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/process_env.h>
 
 #include <ATen/ATen.h>

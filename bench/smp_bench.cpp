@@ -14,8 +14,8 @@
 #include "plain_gpt.h"
 
 #include <smp/config.h>
-#include <smp/schedule.h>
-#include <smp/schedule_simulator.h>
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_simulator.h"
 
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>

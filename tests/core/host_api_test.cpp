@@ -2,7 +2,7 @@
 // dtype/shape/strides), DLPack export/import without copies, and autograd
 // through a plugin module driven only through the ABI.
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
 
 #include <ATen/ATen.h>

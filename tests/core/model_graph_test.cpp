@@ -1,7 +1,7 @@
 // ModelGraph::validate names the adapter, node and value at fault; the graph
 // builder behind the host table turns adapter calls into a ModelGraph.
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 #include <smp/model_graph.h>
 
 #include "graph/graph_builder.h"

@@ -19,8 +19,8 @@
 //     unit costs makespan = 3m + (p-1) + (p-m) and the ratio is (2p-1-m)/(3m); our
 //     ZB-H1 attains that bound (checked below).
 #include <smp/error.h>
-#include <smp/schedule.h>
-#include <smp/schedule_simulator.h>
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_simulator.h"
 
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 //   --mode shm-mismatch  ranks pass different sizes: everyone must get an error
 //   --mode shm-peer-exit rank --skip-rank exits mid-job: the others must hear of
 //                     it long before the (60 s) timeout
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
 #include <smp/logging.h>
 #include <smp/mesh.h>

@@ -1,6 +1,6 @@
 // In-process Rendezvous behaviour: one-rank worlds, argument errors, and the
 // messages for a busy port and an unreachable master.
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
 
 #include <ATen/ATen.h>

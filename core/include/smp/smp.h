@@ -10,13 +10,14 @@
 #pragma once
 
 #include <smp/abi.h>
-#include <smp/communicator.h>
+#include <smp/config.h>
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include <smp/job_config.h>
+#include <smp/logging.h>
+#include <smp/mesh.h>
 #include <smp/model_graph.h>
 #include <smp/plugin_registry.h>
-#include <smp/config.h>
-#include <smp/mesh.h>
 #include <smp/process_env.h>
 #include <smp/runtime.h>
+#include <smp/stage_plan.h>
 #include <smp/training.h>

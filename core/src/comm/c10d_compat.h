@@ -4,7 +4,7 @@
 // c10d_compat.cpp; this header shows no c10d type.
 #pragma once
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 
 #include <ATen/core/Tensor.h>
 

@@ -30,7 +30,7 @@
 #include "comm/comm_handle.h"
 #include "comm/shm_collectives.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
 
 #include <ATen/ATen.h>

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <smp/abi.h>
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/mesh.h>
 
 #include <map>

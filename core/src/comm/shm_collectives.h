@@ -31,7 +31,7 @@
 
 #include "comm/c10d_compat.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 
 #include <ATen/core/Tensor.h>
 

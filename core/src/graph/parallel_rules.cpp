@@ -1,7 +1,7 @@
 #include "graph/parallel_rules.h"
 
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
 
 #include <spdlog/spdlog.h>

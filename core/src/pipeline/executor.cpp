@@ -1,6 +1,6 @@
 #include "pipeline/executor.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
 
 #include "memory/memory_tracker.h"

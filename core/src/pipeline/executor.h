@@ -3,7 +3,7 @@
 #pragma once
 
 #include <smp/model_graph.h>
-#include <smp/schedule.h>
+#include "pipeline/schedule.h"
 #include <smp/stage_plan.h>
 
 #include "train/loss_normalizer.h"

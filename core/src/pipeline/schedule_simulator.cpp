@@ -1,5 +1,5 @@
 // Event simulation of pipeline schedules. See schedule_simulator.h.
-#include <smp/schedule_simulator.h>
+#include "pipeline/schedule_simulator.h"
 
 #include <algorithm>
 #include <deque>

@@ -1,8 +1,8 @@
 // The host table: errors, tensor handles (DLPack and the LibTorch bridge),
 // logging and collectives, as plain C functions over core objects.
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
 #include <smp/mesh.h>
 

@@ -1,7 +1,7 @@
 #include "plugin/module_instance.h"
 
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 
 namespace smp {
 

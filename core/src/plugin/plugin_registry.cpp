@@ -1,7 +1,7 @@
 #include <smp/plugin_registry.h>
 
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>

@@ -1,12 +1,12 @@
 #include <smp/runtime.h>
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 #include <smp/error.h>
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 #include <smp/job_config.h>
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
-#include <smp/schedule.h>
+#include "pipeline/schedule.h"
 
 #include "pipeline/executor.h"
 #include "train/gradient_sync.h"

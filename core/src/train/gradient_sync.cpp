@@ -1,6 +1,6 @@
 #include "train/gradient_sync.h"
 
-#include <smp/communicator.h>
+#include "comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>

@@ -3,7 +3,7 @@
 // (directly and through the plugin's C ABI).
 #include <smp_nn/modules.hpp>
 
-#include <smp/host_api.h>
+#include "plugin/host_api.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // Pure C++ (no LibTorch).
 #pragma once
 
-#include <smp/schedule.h>
+#include "pipeline/schedule.h"
 
 #include <string>
 #include <vector>
