@@ -150,7 +150,30 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   EXPECT_LT((y2 - target).pow(2).mean().item<double>(), loss.item<double>());
   kind->destroy(m);
 
-  // 4. A program embedding the installed core: loads the plugin and lists it.
+  // 4. A third-party expert-parallel plugin, built against the install, trains
+  //    under dp 2 x ep 2 through the installed launcher: its module takes the
+  //    "ep" communicator from its module context and moves tokens with the
+  //    SDK's all-to-all (tests/integration/experts).
+  const fs::path experts_build = work / "experts-build";
+  RUN_OK("configure experts plugin",
+         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "tests/integration/experts") + " -B " + q(experts_build) +
+             cmake_project_args(prefix),
+         work / "experts-configure.log");
+  RUN_OK("build experts plugin", q(cmake) + " --build " + q(experts_build), work / "experts-build.log");
+  const fs::path experts_so = experts_build / "toy_experts.so";
+  ASSERT_TRUE(fs::exists(experts_so)) << experts_so;
+  const fs::path experts_run = work / "experts-run";
+  RUN_OK("train experts dp2 ep2",
+         q(prefix / "bin/smp-launch") + " --nproc-per-node 2 --plugin " + q(experts_so) + " --config " +
+             q(fs::path(SMP_SOURCE_DIR) / "tests/integration/data/experts-equiv.toml") +
+             " --set parallel.dp=2 --set parallel.ep=2 --set run.dump_parameters=false --set run.dir=" +
+             q(experts_run),
+         work / "experts-train.log");
+  const std::string summary = read(experts_run / "summary.json");
+  EXPECT_NE(summary.find("\"ep\": 2"), std::string::npos) << summary.substr(0, 2000);
+  EXPECT_NE(summary.find("\"ep\": {"), std::string::npos) << "no bytes counted on the ep group:\n" << summary.substr(0, 4000);
+
+  // 5. A program embedding the installed core: loads the plugin and lists it.
   const fs::path embed_build = work / "embed-build";
   RUN_OK("configure examples/embed",
          q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/embed") + " -B " + q(embed_build) +
