@@ -2,8 +2,12 @@
 // dtype/shape/strides), DLPack export/import without copies, and autograd
 // through a plugin module driven only through the ABI.
 #include <smp/error.h>
-#include "plugin/host_api.h"
+#include <smp/mesh.h>
 #include <smp/plugin_registry.h>
+#include <smp/process_env.h>
+
+#include "comm/process_groups.h"
+#include "plugin/host_api.h"
 
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>
@@ -33,7 +37,7 @@ TEST(HostApi, TableDescribesTheCore) {
   EXPECT_EQ(h.abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
   ASSERT_NE(h.torch_version, nullptr);
   EXPECT_STRNE(h.torch_version, "");
-  // Every function of ABI 1.0 is filled in.
+  // Every function of ABI 2.0 is filled in (extension_start, before them, is NULL: no host extension yet).
   const void* const* first = reinterpret_cast<const void* const*>(&h.error_create);
   const void* const* end = reinterpret_cast<const void* const*>(reinterpret_cast<const char*>(&h) + h.struct_size);
   for (const void* const* f = first; f < end; ++f) EXPECT_NE(*f, nullptr) << "host function #" << (f - first);
@@ -403,6 +407,51 @@ TEST_F(PluginModule, PluginErrorsComeBackAsErrorsNotCrashes) {
   } catch (const smp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("parse"), std::string::npos) << e.what();
   }
+}
+
+TEST(HostApi, MeshAxesAndCommunicatorsThroughTheTable) {
+  using namespace std::chrono_literals;
+  // A NULL mesh is one rank: every axis is rank 0 of 1 and has no communicator.
+  int32_t r = -1, n = -1;
+  ASSERT_EQ(smp::consume_error(H().mesh_axis(nullptr, "ep", &r, &n)), "");
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(n, 1);
+  smp_comm* none = reinterpret_cast<smp_comm*>(0x1);
+  ASSERT_EQ(smp::consume_error(H().mesh_comm(nullptr, "tp", &none)), "");
+  EXPECT_EQ(none, nullptr);
+  EXPECT_NE(smp::consume_error(H().mesh_axis(nullptr, "xp", &r, &n)).find("no axis named \"xp\""), std::string::npos);
+
+  // A one-rank job's mesh: the communicator is made on first use, then the same.
+  auto rdv = smp::Rendezvous::connect("127.0.0.1", smp::find_free_port(), 0, 1, 10s);
+  smp::DeviceMesh mesh(1, 0, 1, 1, 1);
+  smp::ProcessGroups groups(mesh, rdv, smp::CommOptions{});
+  smp_comm* ep = nullptr;
+  ASSERT_EQ(smp::consume_error(H().mesh_comm(groups.handle(), "ep", &ep)), "");
+  ASSERT_NE(ep, nullptr);
+  smp_comm* again = nullptr;
+  ASSERT_EQ(smp::consume_error(H().mesh_comm(groups.handle(), "ep", &again)), "");
+  EXPECT_EQ(ep, again);
+  EXPECT_EQ(groups.all().count("ep"), 1u);
+  EXPECT_EQ(H().comm_size(ep), 1);
+
+  // Events: an asynchronous all-to-all, waited; one destroyed without a wait.
+  Handle in(smp::make_tensor_handle(at::arange(4, at::kFloat)));
+  Handle out(smp::make_tensor_handle(at::zeros({4})));
+  const int64_t splits[1] = {4};
+  smp_event* e = nullptr;
+  ASSERT_EQ(smp::consume_error(H().comm_alltoall_async(ep, in.h, out.h, splits, splits, &e)), "");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(smp::consume_error(H().event_wait(e)), "");
+  EXPECT_EQ(H().event_ready(e), 1);
+  EXPECT_EQ(smp::consume_error(H().event_wait(e)), "");  // again: no error
+  H().event_destroy(e);
+  EXPECT_TRUE(at::equal(out.t(), at::arange(4, at::kFloat)));
+  smp_event* e2 = nullptr;
+  ASSERT_EQ(smp::consume_error(H().comm_allreduce_async(ep, out.h, SMP_REDUCE_SUM, &e2)), "");
+  H().event_destroy(e2);  // waits first
+  EXPECT_NE(smp::consume_error(H().comm_allreduce_async(ep, out.h, SMP_REDUCE_SUM, nullptr)).find("null event"),
+            std::string::npos);
+  rdv->shutdown(10s);
 }
 
 }  // namespace
