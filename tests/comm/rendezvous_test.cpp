@@ -7,20 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "comm/comm_handle.h"
+#include "error_of.h"
 #include "proc_util.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const smp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::Error>(f); }
 
 TEST(RendezvousTest, SingleRankWorld) {
   const int port = smp_test::free_port();

@@ -5,6 +5,8 @@
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 
+#include "error_of.h"
+
 #include <functional>
 
 namespace {
@@ -14,14 +16,7 @@ using smp::Config;
 const std::string kData = SMP_RUNTIME_DATA;
 
 // The smp::Error message thrown by f ("" when it doesn't throw).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const smp::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::Error>(f); }
 
 #define EXPECT_ERROR(stmt, text)                                        \
   do {                                                                  \

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "error_of.h"
+
 #include <dlfcn.h>
 
 #include <cmath>
@@ -344,14 +346,7 @@ TEST_F(NnTest, InitOrderIsTheDocumentedOne) {
 }
 
 // ---- bad configs and inputs name the node and the key ----
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const smp::sdk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::sdk::Error>(f); }
 
 TEST_F(NnTest, BadConfigsNameNodeAndKey) {
   auto msg = error_of([] { smp_nn::Attention(Json{{"hidden", 16}}, ctx(0, "blocks.3.attn")); });
