@@ -11,15 +11,11 @@
 
 #include <gtest/gtest.h>
 
+#include "graph_node.h"
+
 namespace {
 
-smp::GraphNode node(const std::string& name, const std::string& kind, const std::string& config,
-                    std::vector<std::string> in, std::vector<std::string> out, const std::string& shared = "") {
-  smp::GraphNode n;
-  n.name = name, n.kind = kind, n.config_json = config, n.method = "forward";
-  n.inputs = std::move(in), n.outputs = std::move(out), n.shared_key = shared;
-  return n;
-}
+using smp_test::node;
 
 smp::ModelGraph small_model(int heads) {
   smp::ModelGraph g;

@@ -6,6 +6,7 @@
 #include <smp/plugin_registry.h>
 #include <smp/stage_plan.h>
 
+#include "graph_node.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "plugin/module_instance.h"
@@ -15,13 +16,7 @@
 
 namespace {
 
-smp::GraphNode node(const std::string& name, const std::string& kind, const std::string& config,
-                    std::vector<std::string> in, std::vector<std::string> out) {
-  smp::GraphNode n;
-  n.name = name, n.kind = kind, n.config_json = config, n.method = "forward";
-  n.inputs = std::move(in), n.outputs = std::move(out);
-  return n;
-}
+using smp_test::node;
 
 struct Outcome {
   smp::ExecutorResult result;

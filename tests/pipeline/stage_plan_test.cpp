@@ -6,21 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include "graph_node.h"
+
 namespace {
 
-smp::GraphNode node(const std::string& name, std::vector<std::string> in, std::vector<std::string> out) {
-  smp::GraphNode n;
-  n.name = name, n.kind = "k", n.config_json = "{}", n.method = "forward";
-  n.inputs = std::move(in), n.outputs = std::move(out);
-  return n;
-}
+using smp_test::node;
 
 // x -> a -> b -> c -> d(+ skip from a, + y) -> loss
 smp::ModelGraph chain() {
   smp::ModelGraph g;
   g.inputs = {"x", "y"};
-  g.nodes = {node("a", {"x"}, {"va"}), node("b", {"va"}, {"vb"}), node("c", {"vb"}, {"vc"}),
-             node("d", {"vc", "va", "y"}, {"loss"})};
+  g.nodes = {node("a", "k", "{}", {"x"}, {"va"}), node("b", "k", "{}", {"va"}, {"vb"}),
+             node("c", "k", "{}", {"vb"}, {"vc"}), node("d", "k", "{}", {"vc", "va", "y"}, {"loss"})};
   g.loss = "loss";
   return g;
 }
