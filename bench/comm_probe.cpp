@@ -10,8 +10,9 @@
 //     every core computes?).
 #include "comm_probe.h"
 
-#include "comm/communicator.h"
 #include <smp/process_env.h>
+
+#include "comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -14,6 +14,7 @@
 #include "plain_gpt.h"
 
 #include <smp/config.h>
+
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_simulator.h"
 

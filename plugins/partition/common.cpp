@@ -3,6 +3,7 @@
 #include "partition_algorithms.h"
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/module.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -35,18 +36,11 @@ void validate_request(const PartitionRequest& r, const char* strategy) {
 }
 
 void expect_options(const PartitionRequest& r, std::initializer_list<const char*> known, const char* strategy) {
-  if (!r.options.is_object()) return;
-  for (auto it = r.options.begin(); it != r.options.end(); ++it) {
-    bool ok = false;
-    std::string names;
-    for (const char* k : known) {
-      ok = ok || it.key() == k;
-      names += std::string(names.empty() ? "" : ", ") + k;
-    }
-    if (!ok)
-      throw sdk::Error("partition." + it.key() + ": not an option of the '" + strategy +
-                       "' partition strategy (known: " + names + ")");
-  }
+  std::string names;
+  const std::string bad = sdk::first_unknown_key(r.options, known, &names);
+  if (!bad.empty())
+    throw sdk::Error("partition." + bad + ": not an option of the '" + strategy + "' partition strategy (known: " +
+                     names + ")");
 }
 
 double resolve_memory_weight(const nlohmann::json& options, double fallback) {

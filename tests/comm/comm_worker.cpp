@@ -16,11 +16,12 @@
 //   --mode shm-mismatch  ranks pass different sizes: everyone must get an error
 //   --mode shm-peer-exit rank --skip-rank exits mid-job: the others must hear of
 //                     it long before the (60 s) timeout
-#include "comm/communicator.h"
 #include <smp/error.h>
 #include <smp/logging.h>
 #include <smp/mesh.h>
 #include <smp/process_env.h>
+
+#include "comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>

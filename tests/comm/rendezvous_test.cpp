@@ -1,7 +1,8 @@
 // In-process Rendezvous behaviour: one-rank worlds, argument errors, and the
 // messages for a busy port and an unreachable master.
-#include "comm/communicator.h"
 #include <smp/error.h>
+
+#include "comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

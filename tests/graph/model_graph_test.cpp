@@ -1,8 +1,9 @@
 // ModelGraph::validate names the adapter, node and value at fault; the graph
 // builder behind the host table turns adapter calls into a ModelGraph.
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/model_graph.h>
+
+#include "plugin/host_api.h"
 
 #include "graph/graph_builder.h"
 

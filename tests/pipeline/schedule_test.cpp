@@ -19,6 +19,7 @@
 //     unit costs makespan = 3m + (p-1) + (p-m) and the ratio is (2p-1-m)/(3m); our
 //     ZB-H1 attains that bound (checked below).
 #include <smp/error.h>
+
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_simulator.h"
 

@@ -2,8 +2,9 @@
 // an smp::Error naming the file and the versions at stake, and leaves the
 // registry exactly as it was (a good plugin still loads afterwards).
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
+
+#include "plugin/host_api.h"
 
 #include <gtest/gtest.h>
 #include <torch/version.h>

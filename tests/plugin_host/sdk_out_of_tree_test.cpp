@@ -3,8 +3,9 @@
 // projects that only know the install prefix (find_package(smp)), then load the
 // plugin into the core and run its module forward and backward.
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
+
+#include "plugin/host_api.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

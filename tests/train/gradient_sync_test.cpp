@@ -65,8 +65,8 @@ at::Tensor pattern(const std::vector<int64_t>& shape) {
   return at::arange(n, at::kFloat).add_(1).reshape(shape);
 }
 
-// Builds each parameter, derives its groups from placements as the runtime
-// does, runs one backward with gradient (rank + 1) x pattern, syncs, and
+// Builds each parameter, derives its groups from placements (the runtime's
+// own synced_parameter), runs one backward with gradient (rank + 1) x pattern, syncs, and
 // returns .grad per parameter.
 std::vector<at::Tensor> sync_once(int rank, smp::ProcessGroups& groups, const std::vector<ParamSpec>& specs,
                                   int64_t bucket_bytes) {
@@ -75,12 +75,7 @@ std::vector<at::Tensor> sync_once(int rank, smp::ProcessGroups& groups, const st
   for (const auto& s : specs) {
     at::Tensor p = at::zeros(s.shape, at::kFloat).requires_grad_(true);
     auto placements = smp::Placements::from_abi(s.placements.data(), s.placements.size(), p.dim(), s.name);
-    smp::SyncedParameter sp;
-    sp.tensor = p;
-    sp.data_parallel = &groups.get(placements.data_parallel_axis());
-    for (const auto& q : placements.list())
-      if (q.kind == SMP_PLACEMENT_PARTIAL_GRAD) sp.partial.push_back(&groups.get(q.axis));
-    synced.push_back(sp);
+    synced.push_back(smp::synced_parameter(p, placements, groups));  // what the runtime calls
     params.push_back(p);
   }
   smp::GradientSync sync(synced, bucket_bytes);

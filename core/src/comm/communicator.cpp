@@ -26,12 +26,13 @@
 // N rows and n ranks, rank i gets N/n rows plus one when i < N % n; `out` must
 // have that many rows. NCCL's native reduce-scatter is used when it applies
 // (CUDA, even split).
+#include "comm/communicator.h"
+
+#include <smp/error.h>
+
 #include "comm/c10d_compat.h"
 #include "comm/comm_handle.h"
 #include "comm/shm_collectives.h"
-
-#include "comm/communicator.h"
-#include <smp/error.h>
 
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>

@@ -7,20 +7,23 @@ ProcessGroups::ProcessGroups(const DeviceMesh& mesh, std::shared_ptr<Rendezvous>
 
 ProcessGroups::~ProcessGroups() = default;
 
-Communicator& ProcessGroups::get(Axis axis) {
-  const std::string key = axis_name(axis);
+Communicator& ProcessGroups::cached(const std::string& key,
+                                    const std::function<std::unique_ptr<Communicator>()>& make) {
   auto it = comms_.find(key);
   if (it != comms_.end()) return *it->second;
-  auto c = rendezvous_->new_communicator(key, mesh_.group_name(axis), mesh_.group(axis), options_);
-  return *(comms_[key] = std::move(c));
+  return *(comms_[key] = make());
+}
+
+Communicator& ProcessGroups::get(Axis axis) {
+  const std::string key = axis_name(axis);
+  return cached(key, [&] {
+    return rendezvous_->new_communicator(key, mesh_.group_name(axis), mesh_.group(axis), options_);
+  });
 }
 
 Communicator& ProcessGroups::derived(const std::string& key, const std::string& kind, const std::string& name,
                                      const std::vector<int>& world_ranks) {
-  auto it = comms_.find(key);
-  if (it != comms_.end()) return *it->second;
-  auto c = rendezvous_->new_communicator(kind, name, world_ranks, options_);
-  return *(comms_[key] = std::move(c));
+  return cached(key, [&] { return rendezvous_->new_communicator(kind, name, world_ranks, options_); });
 }
 
 void ProcessGroups::reset_stats() {

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <smp/abi.h>
-#include "comm/communicator.h"
 #include <smp/mesh.h>
 
+#include "comm/communicator.h"
+
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +46,9 @@ class ProcessGroups {
   smp_mesh* handle();
 
  private:
+  // The communicator under `key`, made by `make` the first time.
+  Communicator& cached(const std::string& key, const std::function<std::unique_ptr<Communicator>()>& make);
+
   const DeviceMesh& mesh_;
   std::shared_ptr<Rendezvous> rendezvous_;
   CommOptions options_;

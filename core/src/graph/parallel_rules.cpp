@@ -1,8 +1,9 @@
 #include "graph/parallel_rules.h"
 
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
+
+#include "plugin/host_api.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,8 +1,9 @@
 #include <smp/stage_plan.h>
 
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/plugin_registry.h>
+
+#include "plugin/host_api.h"
 
 #include <set>
 

@@ -1,8 +1,8 @@
 #include "pipeline/executor.h"
 
-#include "comm/communicator.h"
 #include <smp/error.h>
 
+#include "comm/communicator.h"
 #include "memory/memory_tracker.h"
 #include "runtime/seeds.h"
 
@@ -23,7 +23,6 @@ constexpr int kHeaderLen = 256;
 int tag(int kind, int mb, int chunk, int index) { return (((kind * 4096) + mb) * 16 + chunk) * 64 + index; }
 
 int64_t dtype_code(at::ScalarType t) { return static_cast<int64_t>(t); }
-
 
 }  // namespace
 

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <smp/model_graph.h>
-#include "pipeline/schedule.h"
 #include <smp/stage_plan.h>
 
-#include "train/loss_normalizer.h"
+#include "pipeline/schedule.h"
 #include "plugin/module_instance.h"
+#include "train/loss_normalizer.h"
 
 #include <ATen/core/Tensor.h>
 

@@ -2,18 +2,18 @@
 // logging and collectives, as plain C functions over core objects.
 #include "plugin/host_api.h"
 
-#include "comm/communicator.h"
 #include <smp/error.h>
 #include <smp/mesh.h>
 
 #include <smp/sdk/host.hpp>
 
 #include "comm/comm_handle.h"
-#include "graph/graph_builder.h"
+#include "comm/communicator.h"
 #include "comm/process_groups.h"
+#include "graph/graph_builder.h"
 
-#include <ATen/DLConvertor.h>
 #include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 

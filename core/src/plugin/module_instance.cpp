@@ -1,6 +1,7 @@
 #include "plugin/module_instance.h"
 
 #include <smp/error.h>
+
 #include "plugin/host_api.h"
 
 namespace smp {

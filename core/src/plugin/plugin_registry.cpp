@@ -1,6 +1,7 @@
 #include <smp/plugin_registry.h>
 
 #include <smp/error.h>
+
 #include "plugin/host_api.h"
 
 #include <boost/dll/runtime_symbol_info.hpp>

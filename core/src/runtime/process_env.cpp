@@ -103,42 +103,38 @@ ProcessEnv ProcessEnv::from_environment() {
 
 ProcessEnv ProcessEnv::from_slurm() {
   ProcessEnv e;
-  {
-    e.source = "slurm";
-    e.rank = env_int("SLURM_PROCID", 0);
-    e.world_size = env_int("SLURM_NTASKS", 1);
-    e.local_rank = env_int_or("SLURM_LOCALID", 0, 0);
-    if (auto v = env("SLURM_NTASKS_PER_NODE")) e.local_world_size = leading_int(*v, 1);
-    else if (auto t = env("SLURM_TASKS_PER_NODE")) e.local_world_size = leading_int(*t, 1);
-    else e.local_world_size = e.world_size;
-    if (auto a = env("MASTER_ADDR")) e.master_addr = *a;
-    else if (auto a2 = env("SLURM_LAUNCH_NODE_IPADDR")) e.master_addr = *a2;
-    else if (e.world_size == e.local_world_size) e.master_addr = "127.0.0.1";
-    else throw Error("environment: under SLURM with several nodes, set MASTER_ADDR (SLURM_LAUNCH_NODE_IPADDR is not set)");
-    // Every task of the job derives the same port from the job id.
-    int derived = 29500;
-    if (auto j = env("SLURM_JOB_ID")) derived = 20000 + static_cast<int>(std::strtoul(j->c_str(), nullptr, 10) % 20000);
-    e.master_port = env_int_or("MASTER_PORT", 1, derived);
-    check(e, "SLURM_PROCID", "SLURM_NTASKS");
-    return e;
-  }
+  e.source = "slurm";
+  e.rank = env_int("SLURM_PROCID", 0);
+  e.world_size = env_int("SLURM_NTASKS", 1);
+  e.local_rank = env_int_or("SLURM_LOCALID", 0, 0);
+  if (auto v = env("SLURM_NTASKS_PER_NODE")) e.local_world_size = leading_int(*v, 1);
+  else if (auto t = env("SLURM_TASKS_PER_NODE")) e.local_world_size = leading_int(*t, 1);
+  else e.local_world_size = e.world_size;
+  if (auto a = env("MASTER_ADDR")) e.master_addr = *a;
+  else if (auto a2 = env("SLURM_LAUNCH_NODE_IPADDR")) e.master_addr = *a2;
+  else if (e.world_size == e.local_world_size) e.master_addr = "127.0.0.1";
+  else throw Error("environment: under SLURM with several nodes, set MASTER_ADDR (SLURM_LAUNCH_NODE_IPADDR is not set)");
+  // Every task of the job derives the same port from the job id.
+  int derived = 29500;
+  if (auto j = env("SLURM_JOB_ID")) derived = 20000 + static_cast<int>(std::strtoul(j->c_str(), nullptr, 10) % 20000);
+  e.master_port = env_int_or("MASTER_PORT", 1, derived);
+  check(e, "SLURM_PROCID", "SLURM_NTASKS");
+  return e;
 }
 
 ProcessEnv ProcessEnv::from_open_mpi() {
   ProcessEnv e;
-  {
-    e.source = "mpi";
-    e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
-    e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-    e.local_rank = env_int_or("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
-    e.local_world_size = env_int_or("OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world_size);
-    if (auto a = env("MASTER_ADDR")) e.master_addr = *a;
-    else if (e.world_size == e.local_world_size) e.master_addr = "127.0.0.1";
-    else throw Error("environment: under mpirun with several nodes, set MASTER_ADDR (e.g. mpirun -x MASTER_ADDR=host)");
-    e.master_port = env_int_or("MASTER_PORT", 1, 29500);
-    check(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-    return e;
-  }
+  e.source = "mpi";
+  e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+  e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  e.local_rank = env_int_or("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
+  e.local_world_size = env_int_or("OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world_size);
+  if (auto a = env("MASTER_ADDR")) e.master_addr = *a;
+  else if (e.world_size == e.local_world_size) e.master_addr = "127.0.0.1";
+  else throw Error("environment: under mpirun with several nodes, set MASTER_ADDR (e.g. mpirun -x MASTER_ADDR=host)");
+  e.master_port = env_int_or("MASTER_PORT", 1, 29500);
+  check(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+  return e;
 }
 
 int threads_per_rank(int configured) {

@@ -1,23 +1,23 @@
 #include <smp/runtime.h>
 
-#include "comm/communicator.h"
 #include <smp/error.h>
-#include "plugin/host_api.h"
 #include <smp/job_config.h>
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
-#include "pipeline/schedule.h"
 
-#include "pipeline/executor.h"
-#include "train/gradient_sync.h"
+#include "comm/communicator.h"
+#include "comm/process_groups.h"
 #include "graph/graph_builder.h"
-#include "train/loss_normalizer.h"
+#include "graph/parallel_rules.h"
+#include "graph/profiler.h"
+#include "pipeline/executor.h"
+#include "pipeline/schedule.h"
+#include "plugin/host_api.h"
 #include "plugin/module_instance.h"
 #include "runtime/seeds.h"
+#include "train/gradient_sync.h"
+#include "train/loss_normalizer.h"
 #include "train/optimizer.h"
-#include "graph/parallel_rules.h"
-#include "comm/process_groups.h"
-#include "graph/profiler.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -287,12 +287,8 @@ struct Runtime::Impl {
       auto tied_it = tied.find(key);
       for (const auto& p : modules[key]->parameters()) {
         if (!p.tensor.requires_grad()) continue;
-        SyncedParameter s;
-        s.tensor = p.tensor;
+        SyncedParameter s = synced_parameter(p.tensor, p.placements, *groups);
         s.expected_grads = microbatches * uses[key];
-        s.data_parallel = &comm(p.placements.data_parallel_axis());
-        for (const auto& pl : p.placements.list())
-          if (pl.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&comm(pl.axis));
         s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
         synced.push_back(s);
         all.push_back(p.tensor);
@@ -441,11 +437,7 @@ double Runtime::evaluate(int batches) {
   Impl& s = *impl_;
   c10::NoGradGuard ng;
   LossSums local;
-  for (int b = 0; b < batches; ++b) {
-    ExecutorResult r = s.executor->run(s.eval_schedule, b, false);
-    local.loss += r.loss.loss;
-    local.items += r.loss.items;
-  }
+  for (int b = 0; b < batches; ++b) local += s.executor->run(s.eval_schedule, b, false).loss;
   std::vector<double> none;
   return LossNormalizer::mean(s.global_loss(local, none));
 }

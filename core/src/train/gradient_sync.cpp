@@ -1,6 +1,8 @@
 #include "train/gradient_sync.h"
 
 #include "comm/communicator.h"
+#include "comm/process_groups.h"
+#include "train/placement.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
@@ -13,6 +15,15 @@
 
 namespace smp {
 
+SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& placements, ProcessGroups& groups) {
+  SyncedParameter s;
+  s.tensor = tensor;
+  s.data_parallel = &groups.get(placements.data_parallel_axis());
+  for (const auto& p : placements.list())
+    if (p.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&groups.get(p.axis));
+  return s;
+}
+
 // A bucket owns one flat tensor and its parameters' .grad are views into it
 // (DDP's gradient_as_bucket_view): backward accumulates straight into the
 // buffer that is all-reduced, so a step copies no gradient in or out.
@@ -22,7 +33,6 @@ struct GradientSync::Bucket {
   int pending = 0;  // params whose gradient is not final yet
   at::Tensor flat;
   std::shared_ptr<Work> work;
-  bool launched = false;
 };
 
 // Runs after a parameter's AccumulateGrad, i.e. once its .grad includes this
@@ -87,7 +97,6 @@ void GradientSync::begin_step() {
   next_launch_ = 0;
   for (auto& b : buckets_) {
     b->pending = static_cast<int>(b->params.size());
-    b->launched = false;
     b->work.reset();
   }
 }
@@ -108,7 +117,6 @@ void GradientSync::launch_ready() {
 void GradientSync::launch(Bucket& b) {
   for (size_t k : b.params) check_view(k, b);
   b.work = b.comm->allreduce(b.flat);
-  b.launched = true;
 }
 
 // Something replaced a .grad (set it to a new tensor or undefined) instead of

@@ -1,5 +1,5 @@
 // Gradient reduction after the microbatches of a step, with every group given
-// per parameter (the runtime derives them from the parameter's placements):
+// per parameter (synced_parameter derives them from the parameter's placements):
 // DDP-style bucketed all-reduce over its data-parallel group (dp, or edp for
 // an expert) overlapped with the last backward, sums over the axes where its
 // gradient is partial (sequence-parallel norms over tp), and sums across the
@@ -14,6 +14,8 @@
 namespace smp {
 
 class Communicator;
+class Placements;
+class ProcessGroups;
 class Work;
 
 struct SyncedParameter {
@@ -23,6 +25,11 @@ struct SyncedParameter {
   std::vector<Communicator*> partial;     // then summed over each of these (partial-gradient axes)
   Communicator* tied = nullptr;       // then over the stages holding replicas of a tied parameter
 };
+
+// A parameter's reduction groups, from its placements alone: its data-parallel
+// group (dp, or edp when it is sharded over ep: an expert) and every axis where
+// its gradient is partial. The tied group and expected_grads are the caller's.
+SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& placements, ProcessGroups& groups);
 
 class GradientSync {
  public:

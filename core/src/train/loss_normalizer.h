@@ -21,6 +21,10 @@ namespace smp {
 struct LossSums {
   double loss = 0;   // sum over microbatches of loss x seed
   double items = 0;  // the items those losses cover
+  LossSums& operator+=(const LossSums& o) {
+    loss += o.loss, items += o.items;
+    return *this;
+  }
 };
 
 class LossNormalizer {

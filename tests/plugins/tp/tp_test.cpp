@@ -5,6 +5,7 @@
 // OMP_NUM_THREADS=1, and asserts every rank exits 0; otherwise it prints every rank's
 // output. The rule checks of smp_tp.so are tested here too, through the C ABI.
 #include <smp/abi.h>
+
 #include "plugin/host_api.h"
 
 #include <gtest/gtest.h>

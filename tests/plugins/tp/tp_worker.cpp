@@ -11,9 +11,10 @@
 // sent against the analytic counts. Prints one line per check; exit code 0 = all pass.
 #include <smp_tp/modules.hpp>
 
+#include <smp/mesh.h>
+
 #include "comm/communicator.h"
 #include "plugin/host_api.h"
-#include <smp/mesh.h>
 
 #include "comm/process_groups.h"
 

@@ -128,9 +128,9 @@ T config_get(const Json& cfg, const char* key, const std::string& node, T fallba
   return cfg.contains(key) ? config_get<T>(cfg, key, node) : fallback;
 }
 
-namespace detail {
-// The first key of cfg outside `known` ("" if none), and the known ones listed.
-inline std::string unknown_key(const Json& cfg, std::initializer_list<const char*> known, std::string* names) {
+// The first key of cfg outside `known` ("" if none); *names gets the known
+// ones listed ("none" when there are none), for the message.
+inline std::string first_unknown_key(const Json& cfg, std::initializer_list<const char*> known, std::string* names) {
   for (const char* k : known) *names += std::string(names->empty() ? "" : ", ") + k;
   if (names->empty()) *names = "none";
   if (!cfg.is_object()) return "";
@@ -141,20 +141,19 @@ inline std::string unknown_key(const Json& cfg, std::initializer_list<const char
   }
   return "";
 }
-}  // namespace detail
 
 // Refuses a node config key outside `known`, naming node, key and the known
 // ones: no key is accepted and then ignored.
 inline void expect_node_keys(const Json& cfg, std::initializer_list<const char*> known, const std::string& node) {
   std::string names;
   if (!cfg.is_object()) throw Error("node '" + node + "': the config must be a JSON object, got " + cfg.dump());
-  const std::string bad = detail::unknown_key(cfg, known, &names);
+  const std::string bad = first_unknown_key(cfg, known, &names);
   if (!bad.empty()) throw Error("node '" + node + "': unknown config key '" + bad + "' (known: " + names + ")");
 }
 // The same for an adapter's [model] table: "model.<key>: unknown key for the <adapter> adapter".
 inline void expect_model_keys(const Json& cfg, std::initializer_list<const char*> known, const std::string& adapter) {
   std::string names;
-  const std::string bad = detail::unknown_key(cfg, known, &names);
+  const std::string bad = first_unknown_key(cfg, known, &names);
   if (!bad.empty())
     throw Error("model." + bad + ": unknown key for the " + adapter + " adapter (known: " + names + ")");
 }
