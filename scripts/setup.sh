@@ -3,25 +3,38 @@
 #
 #   bash scripts/setup.sh            # install what is missing, build, run the default job
 #   bash scripts/setup.sh --no-job   # install what is missing, build (scripts/test.sh uses this)
+#   SMP_TORCH=pip bash scripts/setup.sh --no-job    # the same against pip's torch (2.x, CUDA)
 #
 # Runs as root on a fresh machine (even without a compiler, CMake or git), with no
 # stdin and CI=true. Idempotent: when every package is there it does not touch apt
 # at all, and a rebuild with nothing changed takes seconds (Ninja + ccache).
 #
 # Environment:
-#   SMP_BUILD_DIR    build folder (default: <repo>/build)
+#   SMP_BUILD_DIR    build folder (default: <repo>/build; <repo>/build-pip with
+#                    SMP_TORCH=pip; <repo>/build-torch with Torch_DIR)
 #   SMP_JOBS         parallel compile jobs (default: number of CPUs)
 #   SMP_BUILD_TYPE   CMake build type for a fresh configure (default: Release)
+#   SMP_TORCH        which LibTorch: debian (default: Debian's libtorch-dev 1.13,
+#                    CPU) or pip (the one inside python3's `torch` wheel, installed
+#                    with pip when missing or of another version; a CUDA wheel
+#                    also needs the CUDA toolkit, nvcc, to configure)
+#   SMP_TORCH_VERSION  the pip torch version (default 2.11.0)
+#   Torch_DIR        a LibTorch's CMake folder (<prefix>/share/cmake/Torch): build
+#                    against it; neither libtorch-dev nor pip is then used
+# A build folder remembers its LibTorch: one configured for another is
+# configured again from scratch (its CMakeCache.txt is replaced).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${SMP_BUILD_DIR:-$repo/build}
+torch_kind=${SMP_TORCH:-debian}
+torch_version=${SMP_TORCH_VERSION:-2.11.0}
+torch_dir=${Torch_DIR:-}
 jobs=${SMP_JOBS:-$(nproc 2>/dev/null || echo 2)}
 build_type=${SMP_BUILD_TYPE:-Release}
 run_job=1
 
-usage() { sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
@@ -33,6 +46,24 @@ for arg in "$@"; do
   esac
 done
 
+# Which LibTorch: Torch_DIR (explicit) > SMP_TORCH=pip > Debian's libtorch-dev.
+case $torch_kind in
+  debian|pip) ;;
+  *) die "SMP_TORCH='$torch_kind': expected 'debian' or 'pip'" ;;
+esac
+if [[ -n $torch_dir ]]; then
+  [[ -f $torch_dir/TorchConfig.cmake || -f $torch_dir/torch-config.cmake ]] ||
+    die "Torch_DIR='$torch_dir' holds no TorchConfig.cmake (expected <libtorch>/share/cmake/Torch)"
+  torch_dir=$(cd "$torch_dir" && pwd -P)
+  torch_kind=dir
+  default_build=$repo/build-torch
+elif [[ $torch_kind == pip ]]; then
+  default_build=$repo/build-pip
+else
+  default_build=$repo/build
+fi
+build=${SMP_BUILD_DIR:-$default_build}
+
 # ---------------------------------------------------------------------------
 # >>> The text corpus the default GPT job trains on, as Debian packages.
 # >>> (configs/gpt-*.toml read /usr/share/common-licenses, from base-files.)
@@ -42,13 +73,18 @@ SMP_CORPUS_PACKAGES=(base-files)
 
 packages=(
   build-essential cmake ninja-build ccache git pkg-config
-  libtorch-dev          # LibTorch 1.13.1 (CPU)
   libgloo-dev           # c10d's ProcessGroupGloo.hpp includes gloo/*.h
   libspdlog-dev libtomlplusplus-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp   # LibTorch's GEMM is ~15x slower on the reference BLAS
   "${SMP_CORPUS_PACKAGES[@]}"
 )
+case $torch_kind in
+  debian) packages+=(libtorch-dev) ;;  # LibTorch 1.13.1 (CPU)
+  pip)    # pip itself, when python3 has none (Debian's python3 then needs
+          # --break-system-packages, below)
+          python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip) ;;
+esac
 
 start=$(date +%s)
 
@@ -102,20 +138,87 @@ if command -v update-alternatives >/dev/null; then
   done < <(update-alternatives --get-selections 2>/dev/null | awk '$1 ~ /^lib(blas|lapack)\.so\.3/ {print $1}')
 fi
 
-# ---- 2. Configure (once) and build ---------------------------------------
+# ---- 2. LibTorch: pip's torch (installed when missing or another version) --
+# torch_args: what configure passes; want_torch_dir: the Torch_DIR the build
+# folder must have (empty: whatever Debian's libtorch-dev provides).
+torch_args=()
+want_torch_dir=
+torch_prefix=
+if [[ $torch_kind == pip ]]; then
+  command -v python3 >/dev/null || die "python3 not found (SMP_TORCH=pip needs python3 with pip)"
+  have=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -n1 || true)
+  if [[ ${have%%+*} != "$torch_version" ]]; then
+    say "python3 has torch '${have:-none}'; installing torch==$torch_version with pip (CUDA wheels: several GB)"
+    pip_args=(install -q --progress-bar off --no-cache-dir "torch==$torch_version")
+    # Debian's own python3 refuses pip installs outside a venv (PEP 668).
+    if python3 -c 'import os, sys, sysconfig; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
+      pip_args+=(--break-system-packages)
+    fi
+    python3 -m pip "${pip_args[@]}" </dev/null || die "pip install torch==$torch_version failed (network? disk space?)"
+    have=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -n1 || true)
+    [[ ${have%%+*} == "$torch_version" ]] || die "after pip install, python3 imports torch '${have:-none}', not $torch_version"
+  fi
+  torch_prefix=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null | tail -n1)
+  [[ -f $torch_prefix/share/cmake/Torch/TorchConfig.cmake ]] ||
+    die "python3's torch $have at '$torch_prefix' has no share/cmake/Torch/TorchConfig.cmake"
+  torch_prefix=$(cd "$torch_prefix" && pwd -P)
+  want_torch_dir=$torch_prefix/share/cmake/Torch
+  say "LibTorch: pip torch $have at $torch_prefix"
+elif [[ $torch_kind == dir ]]; then
+  torch_prefix=$(cd "$torch_dir/../../.." && pwd -P)  # what TorchConfig.cmake takes as its prefix
+  want_torch_dir=$torch_dir
+  say "LibTorch: Torch_DIR=$torch_dir"
+fi
+if [[ -n $want_torch_dir ]]; then
+  # Torch's own prefix first: with the Torch_DIR alone, find_library still picks
+  # Debian's /usr/lib libtorch.so when libtorch-dev is installed.
+  torch_args=(-DTorch_DIR="$want_torch_dir" -DCMAKE_PREFIX_PATH="$torch_prefix;$torch_prefix/share/cmake")
+  # A CUDA LibTorch's CMake files look for the CUDA toolkit (nvcc) at configure time.
+  if compgen -G "$torch_prefix/lib/libtorch_cuda.so*" >/dev/null && ! command -v nvcc >/dev/null; then
+    if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+      export PATH=/usr/local/cuda/bin:$PATH
+    else
+      die "the LibTorch at $torch_prefix is a CUDA build, and its CMake files need the CUDA toolkit: nvcc is not on PATH nor in /usr/local/cuda/bin (install the toolkit, or use a CPU LibTorch)"
+    fi
+  fi
+  # No GPU to detect here: name the architecture (only torch's flags for .cu files use it).
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+fi
+
+# ---- 3. Configure (once per LibTorch) and build --------------------------
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null | head -n1; }
+fresh=()
 if [[ -f $build/CMakeCache.txt ]]; then
-  generator=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build/CMakeCache.txt")
+  generator=$(cache_value CMAKE_GENERATOR)
   [[ $generator == Ninja ]] ||
     die "$build was configured with '$generator', not Ninja: remove it or set SMP_BUILD_DIR"
-else
+  # A build folder configured for another LibTorch is configured again from scratch.
+  cached_torch_dir=$(cache_value Torch_DIR)
+  [[ -n $cached_torch_dir && -d $cached_torch_dir ]] && cached_torch_dir=$(cd "$cached_torch_dir" && pwd -P)
+  if [[ -n $want_torch_dir && $cached_torch_dir != "$want_torch_dir" ]] ||
+     [[ -z $want_torch_dir && $cached_torch_dir != /usr/* ]]; then
+    wanted=${want_torch_dir:-/usr/... (libtorch-dev)}
+    say "$build was configured for the LibTorch at '${cached_torch_dir:-?}', not $wanted: configuring it again from scratch"
+    fresh=(--fresh)
+  fi
+fi
+if [[ ! -f $build/CMakeCache.txt || ${#fresh[@]} -gt 0 ]]; then
+  if ((${#fresh[@]})) && ! cmake --help 2>/dev/null | grep -q -- '--fresh'; then
+    rm -f "$build/CMakeCache.txt"; fresh=()  # CMake < 3.24
+  fi
   say "configuring $build ($build_type)"
-  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" </dev/null
+  cmake "${fresh[@]}" -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" "${torch_args[@]}" </dev/null
+  if [[ -n $torch_prefix ]]; then
+    found=$(cache_value TORCH_LIBRARY)
+    [[ $(readlink -f "$found") == "$torch_prefix"/* ]] ||
+      die "configure picked the libtorch '$found', not the one in $torch_prefix/lib (is another LibTorch on CMAKE_PREFIX_PATH?)"
+  fi
 fi
 say "building with $jobs jobs"
 cmake --build "$build" -j "$jobs" </dev/null
 say "built in $build ($(($(date +%s) - start)) s)"
 
-# ---- 3. The default job ---------------------------------------------------
+# ---- 4. The default job ---------------------------------------------------
 if ((run_job)); then
   export SMP_BUILD_DIR=$build
   exec bash "$repo/scripts/run_default_job.sh"

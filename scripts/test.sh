@@ -5,11 +5,19 @@
 #   bash scripts/test.sh              # everything
 #   bash scripts/test.sh -R Plugin    # extra arguments go to ctest
 #
-# Environment: SMP_BUILD_DIR, SMP_JOBS (see setup.sh); SMP_TEST_JOBS, tests run
+# Environment: SMP_BUILD_DIR, SMP_JOBS, SMP_TORCH, Torch_DIR (see setup.sh); SMP_TEST_JOBS, tests run
 # at once (default 2: multi-process tests start several ranks each).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${SMP_BUILD_DIR:-$repo/build}
+# The folder setup.sh builds: build/, or build-pip/ with SMP_TORCH=pip, build-torch/ with Torch_DIR.
+if [[ -n ${Torch_DIR:-} ]]; then
+  default_build=$repo/build-torch
+elif [[ ${SMP_TORCH:-debian} == pip ]]; then
+  default_build=$repo/build-pip
+else
+  default_build=$repo/build
+fi
+build=${SMP_BUILD_DIR:-$default_build}
 
 bash "$repo/scripts/setup.sh" --no-job
 exec ctest --test-dir "$build" --output-on-failure -j "${SMP_TEST_JOBS:-2}" "$@"

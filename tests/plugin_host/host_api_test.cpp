@@ -10,6 +10,7 @@
 #include "plugin/host_api.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/DLConvertor.h>
 #include <gtest/gtest.h>
 
@@ -339,7 +340,7 @@ TEST_F(PluginModule, BackwardFromTheCoreReachesPluginParametersAndInputs) {
 
   // An optimizer step on the core side changes what the plugin computes.
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     w.sub_(w.grad() * 0.0 + 1.0);  // w = 2
   }
   EXPECT_TRUE(at::allclose(forward(m, {x.detach()})[0], x.detach() * 2.0));

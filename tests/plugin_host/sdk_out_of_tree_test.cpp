@@ -8,6 +8,7 @@
 #include "plugin/host_api.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -139,7 +140,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   EXPECT_NEAR(w.grad().item<double>(), (2 * (y - target).detach() * x.detach() / 6).sum().item<double>(), 1e-5);
   // One SGD step lowers the loss.
   {
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     w.sub_(w.grad() * 0.5);
   }
   smp_tensor* in2 = smp::make_tensor_handle(x.detach());

@@ -3,6 +3,7 @@
 #include <smp/job_config.h>
 
 #include <ATen/Context.h>
+#include <torch/version.h>
 #include <gtest/gtest.h>
 
 #include "error_of.h"
@@ -209,6 +210,52 @@ TEST(ConfigTest, CudaDeviceWithoutCudaNamesTheKey) {
   Config c = Config::from_string("[run]\ndevice = \"cuda\"\n", "job.toml");
   c.resolve_layout(1);
   EXPECT_ERROR(smp::JobConfig::from(c), "job.toml: run.device = \"cuda\", but this smp build has no usable CUDA");
+}
+
+TEST(ConfigTest, PrecisionKeys) {
+  auto job = [](const std::string& toml) {
+    Config c = Config::from_string(toml, "job.toml");
+    c.resolve_layout(1);
+    return smp::JobConfig::from(c);
+  };
+  smp::JobConfig d = job("");
+  EXPECT_EQ(d.train.precision, smp::Precision::Fp32);
+  EXPECT_EQ(d.train.grad_reduce, smp::Precision::Fp32);
+  smp::JobConfig bf = job("[train]\nprecision = \"bf16\"\ngrad_reduce_dtype = \"bf16\"\n");
+  EXPECT_EQ(bf.train.precision, smp::Precision::Bf16);
+  EXPECT_EQ(bf.train.grad_reduce, smp::Precision::Bf16);
+  const std::string fp16 = "[train]\nprecision = \"fp16\"\ninitial_loss_scale = 1024.0\nloss_scale_window = 5\n";
+#if TORCH_VERSION_MAJOR >= 2
+  smp::JobConfig fp = job(fp16);
+  EXPECT_DOUBLE_EQ(fp.train.initial_loss_scale, 1024);
+  EXPECT_EQ(fp.train.loss_scale_window, 5);
+#else
+  // No fp16 GEMM on LibTorch 1's CPU: refused before any rank starts.
+  EXPECT_ERROR(job(fp16), "job.toml: train.precision = \"fp16\" on the CPU needs LibTorch 2 or later");
+#endif
+  EXPECT_ERROR(job("[train]\nprecision = \"fp8\"\n"), "train.precision");
+  EXPECT_ERROR(job("[train]\nprecision = \"bf16\"\ngrad_reduce_dtype = \"fp16\"\n"),
+               "job.toml: train.grad_reduce_dtype = \"fp16\": gradients are reduced in fp32 or in the compute dtype "
+               "(train.precision = \"bf16\")");
+  EXPECT_ERROR(job("[train]\nprecision = \"bf16\"\ninitial_loss_scale = 1024.0\n"),
+               "job.toml: train.initial_loss_scale is only used with train.precision = \"fp16\" (this job: \"bf16\")");
+  EXPECT_ERROR(job("[train]\nloss_scale_window = 10\n"), "train.loss_scale_window is only used with");
+  EXPECT_ERROR(job("[train]\nprecision = \"fp16\"\ninitial_loss_scale = 8.0\nmin_loss_scale = 16.0\n"),
+               "train.min_loss_scale (16");
+}
+
+TEST(ConfigTest, CudaOnlyKeysOnACpuJobAreErrors) {
+  auto job = [](const std::string& toml) {
+    Config c = Config::from_string(toml, "job.toml");
+    c.resolve_layout(1);
+    return smp::JobConfig::from(c);
+  };
+  EXPECT_ERROR(job("[run]\ndevice = \"cpu\"\ndevices = [0]\n"),
+               "job.toml: run.devices is set but the job runs on the CPU (run.device = \"cpu\")");
+  EXPECT_ERROR(job("[run]\ndevice = \"cpu\"\n[comm]\ncuda_backend = \"gloo\"\n"),
+               "job.toml: comm.cuda_backend is set but the job runs on the CPU");
+  EXPECT_ERROR(job("[comm]\ncuda_backend = \"mpi\"\n"), "comm.cuda_backend");
+  EXPECT_ERROR(job("[run]\ndevices = [0, \"one\"]\n"), "run.devices");
 }
 
 TEST(ConfigTest, BatchNotDivisible) {

@@ -3,6 +3,7 @@
 // shared memory for the all-reduces). Every rank's gradient of a parameter is
 // (world rank + 1) x a fixed pattern, so the expected sum over any group is
 // known: the groups come from the placements alone.
+#include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "train/gradient_sync.h"
 #include "train/placement.h"
@@ -128,6 +129,59 @@ TEST(GradientSync, ExpertsAreReducedOverEdpNotDp) {
     EXPECT_EQ(mesh.group(Axis::EDP), (std::vector<int>{rank % 2, rank % 2 + 2}));
     EXPECT_TRUE(at::allclose(g[0], pattern({6}) * weight({0, 1, 2, 3}))) << "rank " << rank << " router";
     EXPECT_TRUE(at::allclose(g[1], pattern({2, 3}) * weight(mesh.group(Axis::EDP)))) << "rank " << rank << " expert";
+  });
+}
+
+// bf16 parameters with fp32 gradients (train.grad_reduce_dtype = "fp32"): each
+// microbatch's bf16 .grad is added into an fp32 main buffer, which is what dp
+// reduces. The second microbatch's gradient is 1/256 of the first: lost in a bf16
+// sum (8 significant bits), kept in fp32.
+TEST(GradientSync, Bf16ParametersAccumulateAndReduceInFp32MainGradients) {
+  for (int64_t bucket : {int64_t{0}, int64_t{16}}) {
+    run_ranks(2, 2, 1, 1, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh&) {
+      at::Tensor p = at::zeros({4, 3}, at::kBFloat16).requires_grad_(true);
+      smp::SyncedParameter sp = smp::synced_parameter(p, smp::Placements::from_abi(nullptr, 0, 2, "p"), groups);
+      sp.grad_dtype = at::kFloat;
+      sp.expected_grads = 2;
+      smp::GradientSync sync({sp}, bucket);
+      for (int step = 0; step < 2; ++step) {  // begin_step must clear the main buffer
+        sync.begin_step();
+        for (float c : {1.0f, 1.0f / 256})
+          (p.to(at::kFloat) * pattern({4, 3}) * static_cast<float>(rank + 1) * c).sum().backward();
+        sync.finish_step();
+        at::Tensor g = sync.gradient(0);
+        EXPECT_EQ(g.scalar_type(), at::kFloat);
+        EXPECT_TRUE(at::equal(g, pattern({4, 3}) * 3.0f * (1.0f + 1.0f / 256)))
+            << "rank " << rank << " step " << step << " bucket " << bucket << "\n" << g;
+      }
+    });
+  }
+}
+
+// With buckets, the all-reduces start inside backward (the AccumulateGrad hooks),
+// not in finish_step: overlap with the rest of backward is the point of buckets.
+TEST(GradientSync, BucketsAreLaunchedDuringBackward) {
+  run_ranks(2, 2, 1, 1, [&](int, smp::ProcessGroups& groups, const smp::DeviceMesh&) {
+    std::vector<at::Tensor> params;
+    std::vector<smp::SyncedParameter> synced;
+    for (int i = 0; i < 3; ++i) {
+      params.push_back(at::zeros({8}, at::kFloat).requires_grad_(true));
+      synced.push_back(smp::synced_parameter(params.back(), smp::Placements::from_abi(nullptr, 0, 1, "p"), groups));
+    }
+    smp::GradientSync sync(synced, /*bucket_bytes=*/32);  // one parameter per bucket
+    smp::Communicator& dp = groups.get(Axis::DP);
+    for (int step = 0; step < 2; ++step) {  // the hooks must survive the first step's graph
+      sync.begin_step();
+      dp.reset_stats();
+      at::Tensor loss = at::zeros({});
+      for (auto& p : params) loss = loss + (p * 2).sum();
+      loss.backward();
+      auto it = dp.stats().calls.find("allreduce");
+      EXPECT_TRUE(it != dp.stats().calls.end() && it->second == 3) << "step " << step << ": launched during backward: "
+                                                                   << (it == dp.stats().calls.end() ? 0 : it->second);
+      sync.finish_step();
+      for (auto& p : params) EXPECT_TRUE(at::equal(p.grad(), at::full({8}, 4.0f)));
+    }
   });
 }
 

@@ -36,7 +36,7 @@ TEST(AdamW, MatchesTheTextbookUpdateWithGradScaleAndDecayOnMatrices) {
   for (int64_t t = 1; t <= 4; ++t) {
     std::vector<at::Tensor> params = {w, b, wd};
     for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = at::randn_like(params[i]).detach();
-    adam.step(1e-2, scale);
+    adam.step(1e-2, scale, {w.grad(), b.grad(), wd.grad()});
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor g = params[i].grad() * scale;
       reference_step(ref[i], m[i], v[i], g, 1e-2, t, o, params[i].dim() >= 2);
@@ -46,6 +46,22 @@ TEST(AdamW, MatchesTheTextbookUpdateWithGradScaleAndDecayOnMatrices) {
   }
   // .grad is read, never changed
   EXPECT_EQ(adam.state_bytes(), 2 * (35 * 4 + 7 * 4 + 12 * 8));
+}
+
+// Mixed precision: an fp32 master updated from a bf16 gradient equals the
+// update from that gradient in fp32 (the optimizer upcasts, never rounds the state).
+TEST(AdamW, UpdatesFp32MastersFromBf16Gradients) {
+  smp::AdamWOptions o;
+  at::Tensor master = at::randn({4, 6}, at::kFloat);
+  at::Tensor ref = master.clone(), m = at::zeros_like(ref), v = at::zeros_like(ref);
+  smp::AdamW adam({master}, o);
+  for (int64_t t = 1; t <= 3; ++t) {
+    at::Tensor g16 = at::randn({4, 6}, at::kFloat).to(at::kBFloat16);
+    adam.step(1e-2, 0.5, {g16});
+    reference_step(ref, m, v, g16.to(at::kFloat) * 0.5, 1e-2, t, o, true);
+    EXPECT_TRUE(at::allclose(master, ref, 1e-6, 1e-6)) << "step " << t;
+  }
+  EXPECT_EQ(master.scalar_type(), at::kFloat);
 }
 
 TEST(LrSchedule, WarmupThenCosineToMinLr) {

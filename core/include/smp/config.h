@@ -28,6 +28,7 @@ class Config {
   bool get_bool(const std::string& dotted_key) const;
   std::string get_string(const std::string& dotted_key) const;
   std::vector<std::string> get_string_array(const std::string& dotted_key) const;
+  std::vector<int64_t> get_int_array(const std::string& dotted_key) const;
   // True when the key was given (file or --set); schema defaults don't count.
   bool has(const std::string& dotted_key) const;
 

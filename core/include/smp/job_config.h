@@ -25,6 +25,9 @@ struct ParallelConfig {
   bool tp_replicate_indivisible = false;
 };
 
+enum class Precision { Fp32, Bf16, Fp16 };
+const char* to_string(Precision p);  // "fp32", "bf16", "fp16"
+
 struct TrainConfig {
   int64_t steps = 10, batch_size = 8;
   uint64_t seed = 1234;
@@ -33,6 +36,12 @@ struct TrainConfig {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   int64_t val_every = 0, val_batches = 2, log_every = 1;
   int64_t bucket_bytes = 4 << 20;
+  // Mixed precision (train.precision, train.grad_reduce_dtype; see core/src/train/mixed_precision.h).
+  Precision precision = Precision::Fp32;
+  Precision grad_reduce = Precision::Fp32;
+  double initial_loss_scale = 65536.0;  // fp16 only
+  int64_t loss_scale_window = 1000;
+  double min_loss_scale = 1.0;
 };
 
 enum class DeviceKind { Cpu, Cuda };
@@ -43,6 +52,7 @@ struct RunConfig {
   double timeout_s = 300;
   int threads = 0;
   DeviceKind device = DeviceKind::Cpu;  // run.device, "auto" resolved
+  std::vector<int> devices;             // run.devices: CUDA index per local rank (empty = LOCAL_RANK)
   bool dump_parameters = false;
 };
 
@@ -51,6 +61,7 @@ struct JobConfig {
   TrainConfig train;
   RunConfig run;
   int64_t shm_slot_bytes = int64_t{16} << 20;  // comm.shm_mb
+  std::string cuda_backend = "auto";           // comm.cuda_backend
   std::vector<std::string> plugin_paths;       // plugins.paths
   std::string adapter;                         // model.adapter ("" = the first loaded)
   nlohmann::json model = nlohmann::json::object();      // [model] without "adapter", for the adapter

@@ -56,7 +56,11 @@ struct StepResult {
   double grad_scale = 1;
   double lr = 0;
   double seconds = 0;       // wall time of the step
-  int64_t peak_activation_bytes = 0;  // this rank, during the step
+  int64_t peak_activation_bytes = 0;  // this rank, during the step (CPU; on a GPU the allocator's peak)
+  // fp16 (train.precision): the loss scale the step ran with, and whether its
+  // gradients overflowed so the optimizer skipped it (the scale was then halved).
+  double loss_scale = 1;
+  bool skipped = false;
   StepPhases phases;
 };
 
@@ -77,6 +81,12 @@ class Runtime {
   // Mean validation loss over `batches` global batches (same on every rank).
   double evaluate(int batches);
 
+  // The rank's device ("cpu", "cuda:0") and the compute dtype ("fp32", "bf16", "fp16").
+  std::string device() const;
+  std::string precision() const;
+  // A GEMM peak measured now on this rank's device in the compute dtype (fp32
+  // on the CPU): what MFU is reported against.
+  double measure_peak_flops() const;
   int64_t steps_done() const;
   const Config& config() const;
   const JobConfig& job() const;  // the same, typed

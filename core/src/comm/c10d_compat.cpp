@@ -75,7 +75,7 @@ class C10dWork final : public PendingWork {
   void wait() override {
     guarded([&] {
       bool done = work_->wait(timeout_);
-      if (!done) throw Failure("operation did not complete within " + std::to_string(timeout_.count()) + " ms", true);
+      if (!done && timeout_ != ::kNoTimeout) throw Failure("operation did not complete within " + std::to_string(timeout_.count()) + " ms", true);
     });
   }
   bool ready() override {
@@ -156,9 +156,12 @@ class TcpStore final : public Store {
 template <class PG>
 class PGBackend final : public Backend {
  public:
+  // NCCL's wait() with a timeout blocks the host until the kernel finished;
+  // without one it only orders the current CUDA stream after NCCL's (the
+  // overlap we want), and ProcessGroupNCCL's watchdog enforces the timeout.
   PGBackend(c10::intrusive_ptr<PG> pg, const char* name, bool is_nccl, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), name_(name), nccl_(is_nccl), timeout_(timeout),
-        backstop_(timeout * 2 + std::chrono::seconds(10)) {}
+      : pg_(std::move(pg)), name_(name), nccl_(is_nccl), timeout_(is_nccl ? ::kNoTimeout : timeout),
+        backstop_(is_nccl ? ::kNoTimeout : timeout * 2 + std::chrono::seconds(10)) {}
 
   const char* name() const override { return name_; }
   bool has_reduce_scatter() const override { return nccl_; }

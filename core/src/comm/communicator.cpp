@@ -152,6 +152,28 @@ class CommWork final : public Work {
   std::exception_ptr error_;
 };
 
+// An operation run on host copies of CUDA tensors: once it completed, `then`
+// copies the result back to the device.
+class ThenWork final : public Work {
+ public:
+  ThenWork(std::shared_ptr<Work> inner, std::function<void()> then) : inner_(std::move(inner)), then_(std::move(then)) {}
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    inner_->wait();
+    if (then_) {
+      auto f = std::move(then_);
+      then_ = nullptr;
+      f();
+    }
+  }
+  bool ready() override { return inner_->ready(); }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  std::function<void()> then_;
+  std::mutex mu_;
+};
+
 // A dense contiguous tensor to hand to c10d; `copy_back` when it's a copy.
 struct Staged {
   at::Tensor t;
@@ -174,8 +196,9 @@ std::function<void()> write_back(at::Tensor target, const Staged& result, at::Te
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend,
-                   std::unique_ptr<ShmCollectives> shm)
-      : ctx_(std::move(ctx)), backend_(std::move(backend)), shm_(std::move(shm)), handle_{this} {}
+                   std::unique_ptr<c10d_compat::Backend> nccl, std::unique_ptr<ShmCollectives> shm)
+      : ctx_(std::move(ctx)), backend_(std::move(backend)), nccl_(std::move(nccl)), shm_(std::move(shm)),
+        handle_{this} {}
 
   const std::string& axis() const override { return ctx_->axis; }
   int rank() const override { return ctx_->rank; }
@@ -190,6 +213,10 @@ class C10dCommunicator final : public Communicator {
 
   std::string transport(const std::string& op, const c10::Device& device) const override {
     if (!backend_) return "local";
+    if (device.is_cuda()) {
+      if (nccl_) return nccl_->name();
+      return transport(op, c10::Device(c10::kCPU)) + " (through host memory)";
+    }
     if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && via_shm(device)) return "shm";
     return backend_->name();
   }
@@ -197,12 +224,16 @@ class C10dCommunicator final : public Communicator {
   std::shared_ptr<Work> allreduce(at::Tensor& t, ReduceOp op) override {
     const std::string name = std::string("allreduce(") + to_string(op) + ")";
     check_dense(name, t, "tensor");
+    if (via_host(t)) {
+      at::Tensor h = t.cpu();
+      return then(allreduce(h, op), [t, h]() mutable { t.copy_(h); });
+    }
     const int n = size();
     count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
     const bool shm = via_shm(t.device());
-    return submit(name, [&] { return shm ? shm_->allreduce(s.t, op) : backend_->allreduce(s.t, op); },
+    return submit(name, [&] { return shm ? shm_->allreduce(s.t, op) : backend_for(t).allreduce(s.t, op); },
                   write_back(t, s));
   }
 
@@ -212,6 +243,10 @@ class C10dCommunicator final : public Communicator {
     check_dense(name, out, "out");
     const int n = size();
     check_same_kind(name, in, out);
+    if (via_host(in)) {
+      at::Tensor hin = in.cpu(), hout = at::empty(out.sizes(), out.options().device(c10::kCPU));
+      return then(allgather(hin, hout), [out, hout, hin]() mutable { out.copy_(hout); });
+    }
     auto want = in.sizes().vec();
     if (want.empty()) throw ctx_->invalid(name, "in must have at least one dimension (gathered along dim 0)");
     want[0] *= n;
@@ -226,7 +261,7 @@ class C10dCommunicator final : public Communicator {
     if (in.numel() == 0) return done(name);
     Staged si = stage(in), so = stage(out);
     const bool shm = via_shm(in.device());
-    return submit(name, [&] { return shm ? shm_->allgather(si.t, so.t) : backend_->allgather(si.t, so.t); },
+    return submit(name, [&] { return shm ? shm_->allgather(si.t, so.t) : backend_for(in).allgather(si.t, so.t); },
                   write_back(out, so, si.t));
   }
 
@@ -235,6 +270,10 @@ class C10dCommunicator final : public Communicator {
     check_dense(name, in, "in");
     check_dense(name, out, "out");
     check_same_kind(name, in, out);
+    if (via_host(in)) {
+      at::Tensor hin = in.cpu(), hout = at::empty(out.sizes(), out.options().device(c10::kCPU));
+      return then(reduce_scatter(hin, hout, op), [out, hout, hin]() mutable { out.copy_(hout); });
+    }
     const int n = size(), r = rank();
     if (in.dim() == 0) throw ctx_->invalid(name, "in must have at least one dimension (scattered along dim 0)");
     const int64_t rows = in.size(0);
@@ -251,9 +290,9 @@ class C10dCommunicator final : public Communicator {
     }
     if (in.numel() == 0) return done(name);
     Staged si = stage(in);
-    if (backend_->has_reduce_scatter() && rows % n == 0 && in.device().is_cuda()) {
+    if (in.is_cuda() && nccl_ && nccl_->has_reduce_scatter() && rows % n == 0) {
       Staged so = stage(out);
-      return submit(name, [&] { return backend_->reduce_scatter(si.t, so.t, op); }, write_back(out, so, si.t));
+      return submit(name, [&] { return nccl_->reduce_scatter(si.t, so.t, op); }, write_back(out, so, si.t));
     }
     if (via_shm(in.device())) {
       Staged so = stage(out);
@@ -269,7 +308,7 @@ class C10dCommunicator final : public Communicator {
     recv_sizes[0] = want[0] * n;
     at::Tensor recv = at::empty(recv_sizes, in.options());
     at::Tensor target = out;
-    return submit(name, [&] { return backend_->alltoall(si.t, recv, in_splits, out_splits); },
+    return submit(name, [&] { return backend_for(in).alltoall(si.t, recv, in_splits, out_splits); },
                   [target, recv, n, op, keep = si.t]() mutable {
                     auto parts_shape = target.sizes().vec();
                     parts_shape.insert(parts_shape.begin(), n);
@@ -289,6 +328,10 @@ class C10dCommunicator final : public Communicator {
     check_dense(name, in, "in");
     check_dense(name, out, "out");
     check_same_kind(name, in, out);
+    if (via_host(in)) {
+      at::Tensor hin = in.cpu(), hout = at::empty(out.sizes(), out.options().device(c10::kCPU));
+      return then(alltoall(hin, hout, in_splits_arg, out_splits_arg), [out, hout, hin]() mutable { out.copy_(hout); });
+    }
     const int n = size(), r = rank();
     if (in.dim() == 0 || out.dim() == 0) throw ctx_->invalid(name, "in and out must have at least one dimension");
     if (in.sizes().slice(1) != out.sizes().slice(1))
@@ -326,37 +369,46 @@ class C10dCommunicator final : public Communicator {
       return done(name);
     }
     Staged si = stage(in), so = stage(out);
-    return submit(name, [&] { return backend_->alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t));
+    return submit(name, [&] { return backend_for(in).alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t));
   }
 
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
     const std::string name = "broadcast(root " + std::to_string(root) + ")";
     check_dense(name, t, "tensor");
+    if (via_host(t)) {
+      at::Tensor h = t.cpu();
+      return then(broadcast(h, root), [t, h]() mutable { t.copy_(h); });
+    }
     const int n = size();
     if (root < 0 || root >= n)
       throw ctx_->invalid(name, "root " + std::to_string(root) + " is not a group rank (size " + std::to_string(n) + ")");
     count("broadcast", n > 1 && root == rank() ? nbytes(t) : 0);
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
-    return submit(name, [&] { return backend_->broadcast(s.t, root); }, write_back(t, s));
+    return submit(name, [&] { return backend_for(t).broadcast(s.t, root); }, write_back(t, s));
   }
 
   std::shared_ptr<Work> send(const at::Tensor& t, int peer, int tag) override {
     const std::string name = "send(to group rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
     check_dense(name, t, "tensor");
     check_peer(name, peer, tag);
+    if (via_host(t)) return send(t.cpu(), peer, tag);
     count("send", nbytes(t));
     Staged s = stage(t);
-    return submit(name, [&] { return backend_->send(s.t, peer, tag); }, [keep = s.t] {});
+    return submit(name, [&] { return backend_for(t).send(s.t, peer, tag); }, [keep = s.t] {});
   }
 
   std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) override {
     const std::string name = "recv(from group rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
     check_dense(name, t, "tensor");
     check_peer(name, peer, tag);
+    if (via_host(t)) {
+      at::Tensor h = at::empty(t.sizes(), t.options().device(c10::kCPU));
+      return then(recv(h, peer, tag), [t, h]() mutable { t.copy_(h); });
+    }
     count("recv", 0);
     Staged s = stage(t);
-    return submit(name, [&] { return backend_->recv(s.t, peer, tag); }, write_back(t, s));
+    return submit(name, [&] { return backend_for(t).recv(s.t, peer, tag); }, write_back(t, s));
   }
 
   void barrier() override {
@@ -389,6 +441,12 @@ class C10dCommunicator final : public Communicator {
 
   // The one rule for all-reduce, all-gather and reduce-scatter (and for transport()).
   bool via_shm(const c10::Device& device) const { return shm_ && device.is_cpu(); }
+  // CUDA tensors without NCCL go through host copies and the CPU path.
+  bool via_host(const at::Tensor& t) const { return t.is_cuda() && !nccl_ && size() > 1; }
+  c10d_compat::Backend& backend_for(const at::Tensor& t) { return t.is_cuda() && nccl_ ? *nccl_ : *backend_; }
+  static std::shared_ptr<Work> then(std::shared_ptr<Work> inner, std::function<void()> f) {
+    return std::make_shared<ThenWork>(std::move(inner), std::move(f));
+  }
 
   void check_dense(const std::string& op, const at::Tensor& t, const char* what) const {
     if (!t.defined()) throw ctx_->invalid(op, std::string(what) + " is an undefined tensor");
@@ -408,7 +466,8 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::shared_ptr<const Context> ctx_;
-  std::unique_ptr<c10d_compat::Backend> backend_;  // null for groups of one
+  std::unique_ptr<c10d_compat::Backend> backend_;  // Gloo; null for groups of one
+  std::unique_ptr<c10d_compat::Backend> nccl_;     // NCCL for CUDA tensors; null: through host memory
   std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host
   smp_comm handle_;
   std::mutex stats_mu_;
@@ -453,7 +512,7 @@ class C10dRendezvous final : public Rendezvous {
         throw Error("rendezvous: " + what + ": the name is already used by another communicator of this process");
     }
     ctx->rank = me;
-    std::unique_ptr<c10d_compat::Backend> backend;
+    std::unique_ptr<c10d_compat::Backend> backend, nccl;
     std::unique_ptr<ShmCollectives> shm;
     const int n = static_cast<int>(global_ranks.size());
     if (n > 1) {
@@ -472,9 +531,12 @@ class C10dRendezvous final : public Rendezvous {
         }
         c10d_compat::BackendOptions bo;
         bo.timeout = options.timeout;
-        bo.cuda = options.cuda;
         bo.master_addr = addr_;
         backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
+        if (options.cuda && use_nccl(name, what, me, global_ranks, options)) {
+          bo.cuda = true;
+          nccl = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/nccl/", me, n, bo);
+        }
         if (options.shm_slot_bytes > 0)
           shm = ShmCollectives::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
                                      options.timeout);
@@ -482,11 +544,36 @@ class C10dRendezvous final : public Rendezvous {
         throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
                     (f.timed_out() ? " (timed out: did every member create it?)" : "") + ": " + f.what());
       }
-      spdlog::debug("communicator {} ({}{}, {} ranks {}) ready in {} ms", name, backend->name(),
+      spdlog::debug("communicator {} ({}{}{}, {} ranks {}) ready in {} ms", name, backend->name(),
+                    nccl ? ", NCCL for CUDA tensors" : (options.cuda ? ", CUDA tensors through host memory" : ""),
                     shm ? ", CPU all-reduce/all-gather/reduce-scatter through shared memory" : "", n, join(global_ranks),
                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     }
-    return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(shm));
+    return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(nccl), std::move(shm));
+  }
+
+  // NCCL refuses two ranks of a communicator on one GPU; every member publishes
+  // its GPU and all decide alike: "auto" falls back to host memory, "nccl" fails.
+  bool use_nccl(const std::string& name, const std::string& what, int me, const std::vector<int>& global_ranks,
+                const CommOptions& options) {
+    if (options.cuda_backend == "gloo") return false;
+    if (!c10d_compat::has_nccl())
+      throw Error("rendezvous: " + what + ": CUDA tensors need NCCL, but this LibTorch (" +
+                  c10d_compat::torch_version() + ") was built without it (comm.cuda_backend = \"gloo\" avoids it)");
+    const std::string prefix = "smp/dev/" + name + "/";
+    store_->set(prefix + std::to_string(me), options.device_key);
+    std::map<std::string, int> first;
+    for (size_t i = 0; i < global_ranks.size(); ++i) {
+      const std::string key = static_cast<int>(i) == me ? options.device_key : store_->get(prefix + std::to_string(i));
+      auto [it, fresh] = first.emplace(key, global_ranks[i]);
+      if (fresh) continue;
+      const std::string why = "world ranks " + std::to_string(it->second) + " and " + std::to_string(global_ranks[i]) +
+                              " share " + key + " and NCCL needs one GPU per rank";
+      if (options.cuda_backend == "nccl") throw Error("comm.cuda_backend = \"nccl\": " + what + ": " + why);
+      if (me == 0) spdlog::info("{}: {}: CUDA tensors go through host memory and Gloo", what, why);
+      return false;
+    }
+    return true;
   }
 
   void set(const std::string& key, const std::string& value) override {

@@ -77,7 +77,12 @@ namespace smp {
 
 struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  bool cuda = false;  // NCCL for CUDA tensors (when LibTorch has CUDA), else Gloo
+  // The job has CUDA tensors: they go through NCCL (a second c10d group beside
+  // Gloo's, which keeps CPU tensors), or, with cuda_backend "gloo" or when two
+  // members share a GPU under "auto", through host memory and the CPU path.
+  bool cuda = false;
+  std::string cuda_backend = "auto";  // "auto" | "nccl" | "gloo" (comm.cuda_backend)
+  std::string device_key;             // this rank's GPU ("host/cuda:N"), to find shared GPUs
   // All-reduce CPU tensors through shared memory when every member runs on this
   // host, with per-rank slots of up to this many bytes (larger tensors go in
   // chunks); also all-gather and reduce-scatter; 0 = everything through the c10d

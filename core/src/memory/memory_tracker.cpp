@@ -2,16 +2,25 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
 
 namespace smp {
 
+// The totals' type of MemoryReportingInfoBase::reportMemoryUsage: int64_t in
+// LibTorch 1.13, size_t in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using AllocatorTotal = size_t;
+#else
+using AllocatorTotal = int64_t;
+#endif
+
 struct MemoryTracker::Reporter : c10::MemoryReportingInfoBase {
   std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
-  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device device) override {
+  void reportMemoryUsage(void*, int64_t alloc_size, AllocatorTotal, AllocatorTotal, c10::Device device) override {
     if (!device.is_cpu()) return;
     int64_t now = current.fetch_add(alloc_size) + alloc_size;
     int64_t p = peak.load();

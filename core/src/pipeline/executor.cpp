@@ -47,7 +47,14 @@ Executor::Executor(ExecutorSetup setup) : setup_(std::move(setup)) {
 
 const std::vector<at::Tensor>& Executor::microbatch_inputs(int64_t step, int mb, bool training) {
   auto it = batch_cache_.find(mb);
-  if (it == batch_cache_.end()) it = batch_cache_.emplace(mb, setup_.batch(step, mb, training)).first;
+  if (it == batch_cache_.end()) {
+    // The adapter's tensors (CPU) go to this rank's device; floating ones in the compute dtype.
+    std::vector<at::Tensor> inputs = setup_.batch(step, mb, training);
+    for (auto& t : inputs)
+      if (t.defined())
+        t = t.to(setup_.device, t.is_floating_point() ? setup_.compute_dtype : t.scalar_type());
+    it = batch_cache_.emplace(mb, std::move(inputs)).first;
+  }
   return it->second;
 }
 
@@ -120,7 +127,7 @@ void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool tr
     int64_t ndim = h[pos++];
     std::vector<int64_t> sizes(h + pos, h + pos + ndim);
     pos += static_cast<int>(ndim);
-    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype));
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype).device(setup_.device));
     setup_.pp_comm->recv(t, peer, tag(0, mb, producer_chunk, static_cast<int>(i) + 1))->wait();
     if (training && t.is_floating_point()) {
       t.requires_grad_(true);
@@ -162,7 +169,7 @@ void Executor::backward(Slot& slot, int chunk, bool input_part, bool weight_part
   std::map<std::string, at::Tensor> passthrough;  // received values sent on unchanged
   if (slot.loss.defined()) {
     roots.push_back(slot.loss);
-    grads.push_back(at::full({}, setup_.loss->seed(), slot.loss.options().requires_grad(false)));
+    grads.push_back(at::full({}, setup_.loss->backward_seed(), slot.loss.options().requires_grad(false)));
   }
   for (const auto& [v, g] : slot.grads_in) {
     const at::Tensor& value = slot.env.at(v);

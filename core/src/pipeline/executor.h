@@ -10,6 +10,7 @@
 #include "train/loss_normalizer.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <functional>
 #include <map>
@@ -32,6 +33,11 @@ struct ExecutorSetup {
   std::function<std::vector<at::Tensor>(int64_t step, int microbatch, bool training)> batch;
   uint64_t seed = 0;
   const LossNormalizer* loss = nullptr;  // seeds backward, sums the losses
+  // Where this rank computes: graph inputs and received activations go there,
+  // floating inputs in the compute dtype (train.precision). The activation
+  // headers stay on the CPU (Gloo), the payload on the device (NCCL).
+  c10::Device device = c10::Device(c10::kCPU);
+  at::ScalarType compute_dtype = at::kFloat;
 };
 
 struct ExecutorResult {

@@ -7,13 +7,13 @@
 namespace smp {
 
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
-                                  const std::string& parallel_json, smp_device_type device) {
+                                  const std::string& parallel_json, const c10::Device& device) {
   smp_module_context ctx{};
   ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = key.c_str();
   ctx.init_seed = init_seed;
-  ctx.device_type = device;
-  ctx.device_index = 0;
+  ctx.device_type = device.is_cuda() ? SMP_DEVICE_CUDA : SMP_DEVICE_CPU;
+  ctx.device_index = device.is_cuda() ? device.index() : 0;
   ctx.mesh = mesh;
   ctx.parallel_json = parallel_json.c_str();
   return ctx;
@@ -56,6 +56,20 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
     throw_if_error(err, where(key_, "parameters"));
     throw Error(where(key_, "parameters") + ": " + collect.problem);
   }
+  // Parameters live on the context's device (the SDK moves them there; a C
+  // plugin must create them there): anything else would fail later, far away.
+  const c10::Device device = context.device_type == SMP_DEVICE_CUDA
+                                 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(context.device_index))
+                                 : c10::Device(c10::kCPU);
+  for (auto& p : params_)
+    if (p.tensor.device() != device) {
+      const std::string m = where(key_, "create") + ": parameter '" + p.name + "' is on " + p.tensor.device().str() +
+                            ", but the module was created for " + device.str();
+      kind_->destroy(module_);
+      module_ = nullptr;
+      params_.clear();
+      throw Error(m);
+    }
   for (auto& p : params_)
     if (!p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
 }

@@ -6,6 +6,7 @@
 #include "train/placement.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <string>
 #include <vector>
@@ -22,7 +23,8 @@ struct ModuleParameter {
 // profiler alike. The strings are borrowed: they must outlive the create call.
 // mesh null = a one-rank mesh.
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
-                                  const std::string& parallel_json, smp_device_type device = SMP_DEVICE_CPU);
+                                  const std::string& parallel_json,
+                                  const c10::Device& device = c10::Device(c10::kCPU));
 
 class ModuleInstance {
  public:

@@ -14,11 +14,11 @@ namespace {
 
 using nlohmann::json;
 
-enum class Type { Int, Double, Bool, String, StringArray };
+enum class Type { Int, Double, Bool, String, StringArray, IntArray };
 
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
-                  Schedule, Placement, Device };
+                  Schedule, Placement, Device, Precision, CudaBackend };
 
 struct KeySpec {
   const char* key;
@@ -62,12 +62,24 @@ const std::vector<KeySpec>& schema() {
       {"train.log_every", Type::Int, 1, Rule::Positive},
       // DDP-style gradient buckets (MiB) all-reduced while backward runs; 0 = one reduction after backward.
       {"train.bucket_mb", Type::Double, 4.0, Rule::NonNegativeReal},
+      // Mixed precision: parameters and activations in bf16/fp16, fp32 master weights and
+      // optimizer state; gradients accumulated and all-reduced in grad_reduce_dtype (fp32, or
+      // the compute dtype itself). fp16 adds dynamic loss scaling (the three loss-scale keys,
+      // which only fp16 reads: setting them with another precision is an error).
+      {"train.precision", Type::String, "fp32", Rule::Precision},
+      {"train.grad_reduce_dtype", Type::String, "fp32", Rule::Precision},
+      {"train.initial_loss_scale", Type::Double, 65536.0, Rule::PositiveReal},
+      {"train.loss_scale_window", Type::Int, 1000, Rule::Positive},
+      {"train.min_loss_scale", Type::Double, 1.0, Rule::PositiveReal},
 
       {"run.dir", Type::String, "runs/default", Rule::None},
       {"run.log_to_file", Type::Bool, true, Rule::None},
       {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal},
       {"run.threads", Type::Int, 0, Rule::NonNegative},
       {"run.device", Type::String, "auto", Rule::Device},
+      // With run.device = cuda: the GPU of each local rank (entry LOCAL_RANK); empty = cuda:LOCAL_RANK.
+      // Entries may repeat (ranks sharing a GPU, for tests): their CUDA tensors then travel through Gloo.
+      {"run.devices", Type::IntArray, json::array(), Rule::None},
       // Each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end
       // (small models only: for equivalence tests and debugging).
       {"run.dump_parameters", Type::Bool, false, Rule::None},
@@ -76,6 +88,9 @@ const std::vector<KeySpec>& schema() {
       // ranks share a host, with per-rank slots of up to this many MiB (larger tensors go in
       // chunks); 0 = through Gloo.
       {"comm.shm_mb", Type::Double, 16.0, Rule::NonNegativeReal},
+      // What carries CUDA tensors: "nccl", "gloo" (through host memory), or "auto" (NCCL unless
+      // two ranks of a group share a GPU, which NCCL refuses).
+      {"comm.cuda_backend", Type::String, "auto", Rule::CudaBackend},
 
       {"plugins.paths", Type::StringArray, json::array(), Rule::None},
   };
@@ -150,6 +165,8 @@ const char* expectation(Type t, Rule r) {
     case Rule::Placement:
       return "expected a permutation of \"pp,dp,tp\" (slowest- to fastest-varying) or \"cluster\"/\"spread\"";
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
+    case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
+    case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
     case Rule::None: break;
   }
   switch (t) {
@@ -158,6 +175,7 @@ const char* expectation(Type t, Rule r) {
     case Type::Bool: return "expected a boolean (true or false)";
     case Type::String: return "expected a string";
     case Type::StringArray: return "expected an array of strings";
+    case Type::IntArray: return "expected an array of integers";
   }
   return "expected a value";
 }
@@ -254,6 +272,15 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       }
       break;
     }
+    case Type::IntArray: {
+      if (!n.is_array()) return fail();
+      v = json::array();
+      for (auto&& e : *n.as_array()) {
+        if (!e.is_integer() || e.as_integer()->get() < 0) return fail();
+        v.push_back(e.as_integer()->get());
+      }
+      break;
+    }
   }
   switch (spec.rule) {
     case Rule::None: break;
@@ -287,6 +314,16 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
     case Rule::Device: {
       const auto& s = v.get_ref<const std::string&>();
       if (s != "auto" && s != "cpu" && s != "cuda") return fail();
+      break;
+    }
+    case Rule::Precision: {
+      const auto& s = v.get_ref<const std::string&>();
+      if (s != "fp32" && s != "bf16" && s != "fp16") return fail();
+      break;
+    }
+    case Rule::CudaBackend: {
+      const auto& s = v.get_ref<const std::string&>();
+      if (s != "auto" && s != "nccl" && s != "gloo") return fail();
       break;
     }
   }
@@ -494,6 +531,23 @@ std::vector<std::string> Config::get_string_array(const std::string& key) const 
       out.push_back(e.get<std::string>());
     }
   if (!ok) throw Error(origin_ + ": " + key + ": expected an array of strings, got " + render(v));
+  return out;
+}
+
+std::vector<int64_t> Config::get_int_array(const std::string& key) const {
+  const KeySpec* spec;
+  const json& v = lookup(origin_, find(key), key, &spec);
+  std::vector<int64_t> out;
+  bool ok = v.is_array();
+  if (ok)
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) {
+        ok = false;
+        break;
+      }
+      out.push_back(e.get<int64_t>());
+    }
+  if (!ok) throw Error(origin_ + ": " + key + ": expected an array of integers, got " + render(v));
   return out;
 }
 

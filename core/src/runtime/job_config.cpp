@@ -2,6 +2,7 @@
 #include <smp/job_config.h>
 
 #include <ATen/Context.h>
+#include <torch/version.h>
 
 namespace smp {
 
@@ -16,12 +17,25 @@ DeviceKind resolve_device(const std::string& device, const std::string& origin) 
                            "CUDA, or no GPU): use \"cpu\" or \"auto\"");
     return DeviceKind::Cuda;
   }
-  // "auto": the GPU runtime comes with the GPU issue; until the executor
-  // places tensors on it, auto means the CPU.
-  return DeviceKind::Cpu;
+  return have_cuda ? DeviceKind::Cuda : DeviceKind::Cpu;  // "auto"
+}
+
+Precision precision_of(const std::string& s) {
+  if (s == "bf16") return Precision::Bf16;
+  if (s == "fp16") return Precision::Fp16;
+  return Precision::Fp32;
 }
 
 }  // namespace
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
+  }
+  return "?";
+}
 
 JobConfig JobConfig::from(const Config& c) {
   JobConfig j;
@@ -56,6 +70,22 @@ JobConfig JobConfig::from(const Config& c) {
   t.val_batches = c.get_int("train.val_batches");
   t.log_every = c.get_int("train.log_every");
   t.bucket_bytes = static_cast<int64_t>(c.get_double("train.bucket_mb") * 1024 * 1024);
+  t.precision = precision_of(c.get_string("train.precision"));
+  t.grad_reduce = precision_of(c.get_string("train.grad_reduce_dtype"));
+  if (t.grad_reduce != Precision::Fp32 && t.grad_reduce != t.precision)
+    throw Error(c.origin() + ": train.grad_reduce_dtype = \"" + to_string(t.grad_reduce) +
+                "\": gradients are reduced in fp32 or in the compute dtype (train.precision = \"" +
+                to_string(t.precision) + "\")");
+  for (const char* key : {"train.initial_loss_scale", "train.loss_scale_window", "train.min_loss_scale"})
+    if (c.has(key) && t.precision != Precision::Fp16)
+      throw Error(c.origin() + ": " + key + " is only used with train.precision = \"fp16\" (this job: \"" +
+                  to_string(t.precision) + "\")");
+  t.initial_loss_scale = c.get_double("train.initial_loss_scale");
+  t.loss_scale_window = c.get_int("train.loss_scale_window");
+  t.min_loss_scale = c.get_double("train.min_loss_scale");
+  if (t.min_loss_scale > t.initial_loss_scale)
+    throw Error(c.origin() + ": train.min_loss_scale (" + std::to_string(t.min_loss_scale) +
+                ") is above train.initial_loss_scale (" + std::to_string(t.initial_loss_scale) + ")");
 
   RunConfig& r = j.run;
   r.dir = c.get_string("run.dir");
@@ -63,9 +93,24 @@ JobConfig JobConfig::from(const Config& c) {
   r.timeout_s = c.get_double("run.timeout_s");
   r.threads = static_cast<int>(c.get_int("run.threads"));
   r.device = resolve_device(c.get_string("run.device"), c.origin());
+  for (int64_t d : c.get_int_array("run.devices")) r.devices.push_back(static_cast<int>(d));
+  if (!r.devices.empty() && r.device != DeviceKind::Cuda)
+    throw Error(c.origin() + ": run.devices is set but the job runs on the CPU (run.device = \"" +
+                c.get_string("run.device") + "\")");
+#if TORCH_VERSION_MAJOR < 2
+  // LibTorch 1.x has no fp16 GEMM on the CPU ("addmm_impl_cpu_" not implemented
+  // for 'Half'): refuse before any rank starts rather than fail in the first step.
+  if (t.precision == Precision::Fp16 && r.device == DeviceKind::Cpu)
+    throw Error(c.origin() + ": train.precision = \"fp16\" on the CPU needs LibTorch 2 or later (this is " +
+                TORCH_VERSION + ", without fp16 matrix multiplies on the CPU): use \"bf16\", or a CUDA device");
+#endif
   r.dump_parameters = c.get_bool("run.dump_parameters");
 
   j.shm_slot_bytes = static_cast<int64_t>(c.get_double("comm.shm_mb") * 1024 * 1024);
+  j.cuda_backend = c.get_string("comm.cuda_backend");
+  if (c.has("comm.cuda_backend") && r.device != DeviceKind::Cuda)
+    throw Error(c.origin() + ": comm.cuda_backend is set but the job runs on the CPU (run.device = \"" +
+                c.get_string("run.device") + "\")");
   j.plugin_paths = c.get_string_array("plugins.paths");
   j.adapter = c.has("model.adapter") ? c.get_string("model.adapter") : "";
   j.model = c.section_json("model");

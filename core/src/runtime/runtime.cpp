@@ -14,9 +14,11 @@
 #include "pipeline/schedule.h"
 #include "plugin/host_api.h"
 #include "plugin/module_instance.h"
+#include "runtime/device.h"
 #include "runtime/seeds.h"
 #include "train/gradient_sync.h"
 #include "train/loss_normalizer.h"
+#include "train/mixed_precision.h"
 #include "train/optimizer.h"
 
 #include <ATen/ATen.h>
@@ -25,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <set>
 
 namespace smp {
@@ -60,13 +63,16 @@ struct Runtime::Impl {
   std::unique_ptr<Executor> executor;
   std::unique_ptr<GradientSync> sync;
   std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<MasterWeights> masters;     // 16-bit precision: the fp32 copies the optimizer updates
+  std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
+  c10::Device device = c10::Device(c10::kCPU);  // this rank's (run.device)
   LrSchedule lr;
   Schedule schedule, eval_schedule;
   int microbatches = 1;
   int64_t global_batch = 0;
   int64_t steps = 0;
   uint64_t seed = 0;
-  std::vector<std::pair<at::Tensor, bool>> norm_params;  // (param, counted on this rank)
+  std::vector<bool> norm_counted;  // per GradientSync parameter: counted in the global norm on this rank
 
   Communicator& comm(Axis axis) { return groups->get(axis); }
 
@@ -101,12 +107,16 @@ struct Runtime::Impl {
     // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).
     if (int threads = threads_per_rank(job.run.threads); threads > 0) at::set_num_threads(threads);
     seed = job.train.seed;
+    device = rank_device(job.run, env, job.origin);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(job.run.timeout_s * 1000));
     mesh = std::make_unique<DeviceMesh>(env.world_size, env.rank, par.pp, par.dp, par.tp, par.placement, par.ep);
     rendezvous = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
     CommOptions opts;
     opts.timeout = timeout;
     opts.shm_slot_bytes = job.shm_slot_bytes;
+    opts.cuda = device.is_cuda();
+    opts.cuda_backend = job.cuda_backend;
+    opts.device_key = device_key(device);
     groups = std::make_unique<ProcessGroups>(*mesh, rendezvous, opts);
     // The axes every job uses are made up front, in one order on every rank;
     // others (ep, edp, tied groups) when first asked for.
@@ -119,6 +129,13 @@ struct Runtime::Impl {
     }
     // Rank 0's groups; a group spanning hosts uses the backend (the others' are alike on one host).
     if (mesh->rank() == 0 && !transports.empty()) spdlog::info("CPU all-reduce transport: {}", transports);
+    if (device.is_cuda()) {
+      std::string cuda;
+      for (Axis a : {Axis::PP, Axis::DP, Axis::TP})
+        if (comm(a).size() > 1)
+          cuda += std::string(cuda.empty() ? "" : ", ") + axis_name(a) + " " + comm(a).transport("allreduce", device);
+      spdlog::info("rank {} on {}{}{}", env.rank, device.str(), cuda.empty() ? "" : "; CUDA tensors: ", cuda);
+    }
   }
 
   // ---- phase 2: model — plugins, the adapter's graph, rules per axis ----
@@ -238,8 +255,7 @@ struct Runtime::Impl {
         if (modules.count(key)) continue;
         modules[key] = std::make_shared<ModuleInstance>(
             registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json,
-                           job.run.device == DeviceKind::Cuda ? SMP_DEVICE_CUDA : SMP_DEVICE_CPU));
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device));
         module_order.push_back(key);
       }
     }
@@ -281,8 +297,24 @@ struct Runtime::Impl {
       auto [it, fresh] = first_rank.emplace(graph.nodes[i].module_key(), r);
       if (!fresh) it->second = std::min(it->second, r);
     }
-    std::vector<SyncedParameter> synced;
+    const TrainConfig& t = job.train;
+    // Mixed precision: parameters become 16-bit (their fp32 masters are kept
+    // first) before the gradient buckets are laid out for them.
+    const at::ScalarType compute = compute_dtype(t.precision);
+    const at::ScalarType grad_dtype = compute_dtype(t.grad_reduce);
     std::vector<at::Tensor> all;
+    for (const auto& key : module_order)
+      for (const auto& p : modules[key]->parameters())
+        if (p.tensor.requires_grad()) all.push_back(p.tensor);
+    if (t.precision != Precision::Fp32) masters = std::make_unique<MasterWeights>(all, compute);
+    if (t.precision == Precision::Fp16) {
+      LossScaleOptions ls;
+      ls.initial = t.initial_loss_scale;
+      ls.window = t.loss_scale_window;
+      ls.min = t.min_loss_scale;
+      scaler = std::make_unique<DynamicLossScaler>(ls);
+    }
+    std::vector<SyncedParameter> synced;
     for (const auto& key : module_order) {
       auto tied_it = tied.find(key);
       for (const auto& p : modules[key]->parameters()) {
@@ -290,21 +322,20 @@ struct Runtime::Impl {
         SyncedParameter s = synced_parameter(p.tensor, p.placements, *groups);
         s.expected_grads = microbatches * uses[key];
         s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
+        s.grad_dtype = grad_dtype;
         synced.push_back(s);
-        all.push_back(p.tensor);
         // Count each distinct value once in the global norm: shards everywhere,
         // replicas at coordinate 0 of their axes, tied replicas on their first pp rank.
-        norm_params.emplace_back(p.tensor, p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
+        norm_counted.push_back(p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
       }
     }
-    const TrainConfig& t = job.train;
     sync = std::make_unique<GradientSync>(std::move(synced), t.bucket_bytes);
     AdamWOptions o;
     o.beta1 = t.beta1;
     o.beta2 = t.beta2;
     o.eps = t.eps;
     o.weight_decay = t.weight_decay;
-    optimizer = std::make_unique<AdamW>(all, o);
+    optimizer = std::make_unique<AdamW>(masters ? masters->masters() : all, o);
     lr.lr = t.lr;
     lr.min_lr = t.min_lr;
     lr.warmup = t.warmup_steps;
@@ -321,6 +352,8 @@ struct Runtime::Impl {
     setup.modules = &modules;
     setup.seed = seed;
     setup.loss = loss.get();
+    setup.device = device;
+    setup.compute_dtype = compute_dtype(job.train.precision);
     setup.batch = [this](int64_t step, int mb, bool training) {
       return batch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
     };
@@ -362,7 +395,8 @@ Runtime::~Runtime() {
   impl_->executor.reset();
   impl_->sync.reset();
   impl_->optimizer.reset();
-  impl_->norm_params.clear();
+  impl_->norm_counted.clear();
+  impl_->masters.reset();
   impl_->modules.clear();
 }
 
@@ -385,11 +419,10 @@ StepResult Runtime::train_step() {
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const auto t0 = clock::now();
-  // Zeroing in place keeps .grad the same tensor (dp buckets may alias it).
-  for (auto& [key, m] : s.modules)
-    for (const auto& p : m->parameters())
-      if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
   StepResult out;
+  out.loss_scale = s.scaler ? s.scaler->scale() : 1.0;
+  s.loss->set_loss_scale(out.loss_scale);
+  reset_device_peak(s.device);
   s.sync->begin_step();
   ExecutorResult r = s.executor->run(s.schedule, s.steps, true);
   out.phases.compute = since(t0);
@@ -400,12 +433,21 @@ StepResult Runtime::train_step() {
 
   // Global gradient norm over distinct values, then clipping.
   std::vector<double> norm_sq{0.0};
+  std::vector<at::Tensor> grads(s.sync->size());
   {
     c10::NoGradGuard ng;
     // One norm kernel per parameter (no copies), summed in double.
     std::vector<at::Tensor> norms;
-    for (auto& [t, counted] : s.norm_params)
-      if (counted && t.grad().defined()) norms.push_back(t.grad().norm().to(at::kDouble));
+    for (size_t k = 0; k < grads.size(); ++k) {
+      grads[k] = s.sync->gradient(k);
+      // In fp32 at least: a 16-bit norm of a loss-scaled fp16 gradient overflows
+      // (65504) long before any element does.
+      if (s.norm_counted[k] && grads[k].defined())
+        norms.push_back((grads[k].scalar_type() == at::kHalf || grads[k].scalar_type() == at::kBFloat16
+                             ? grads[k].to(at::kFloat).norm()
+                             : grads[k].norm())
+                            .to(at::kDouble));
+    }
     norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
   }
   // One all-reduce over the world: the squared norm and the loss sums.
@@ -413,14 +455,21 @@ StepResult Runtime::train_step() {
   // .grad holds the gradient of the summed loss: the mean's gradient is
   // grad_scale times that. Clipping joins the same factor, which the optimizer
   // applies as it reads .grad.
-  double grad_scale = LossNormalizer::grad_scale(global);
+  // Under fp16 the loss scale joins it too; the norm² is the same on every
+  // rank, so an overflow (inf / nan) skips the step everywhere alike.
+  double grad_scale = LossNormalizer::grad_scale(global) / out.loss_scale;
   const double norm = std::sqrt(norm_sq[0]) * grad_scale;
   const double clip = s.job.train.grad_clip;
   if (clip > 0 && norm > clip) grad_scale *= clip / (norm + 1e-6);
   const double lr = s.lr.at(s.steps);
   out.phases.clip = since(t1);
   t1 = clock::now();
-  s.optimizer->step(lr, grad_scale);
+  out.skipped = s.scaler && !s.scaler->update(std::isfinite(norm_sq[0]));
+  if (!out.skipped) {
+    s.optimizer->step(lr, grad_scale, grads);
+    if (s.masters) s.masters->copy_to_params();
+  }
+  synchronize(s.device);
   out.phases.optimizer = since(t1);
 
   out.step = s.steps++;
@@ -428,7 +477,7 @@ StepResult Runtime::train_step() {
   out.grad_norm = norm;
   out.grad_scale = grad_scale;
   out.lr = lr;
-  out.peak_activation_bytes = r.peak_bytes;
+  out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) : r.peak_bytes;
   out.seconds = since(t0);
   return out;
 }
@@ -443,6 +492,11 @@ double Runtime::evaluate(int batches) {
 }
 
 int64_t Runtime::steps_done() const { return impl_->steps; }
+std::string Runtime::device() const { return impl_->device.str(); }
+std::string Runtime::precision() const { return to_string(impl_->job.train.precision); }
+double Runtime::measure_peak_flops() const {
+  return gemm_peak_flops(impl_->device, compute_dtype(impl_->job.train.precision));
+}
 const Config& Runtime::config() const { return impl_->config; }
 const JobConfig& Runtime::job() const { return impl_->job; }
 const DeviceMesh& Runtime::mesh() const { return *impl_->mesh; }

@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace smp {
 
@@ -27,8 +28,14 @@ SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& pla
 // A bucket owns one flat tensor and its parameters' .grad are views into it
 // (DDP's gradient_as_bucket_view): backward accumulates straight into the
 // buffer that is all-reduced, so a step copies no gradient in or out.
+//
+// A bucket whose dtype differs from its parameters' (fp32 gradients of bf16
+// parameters) holds their main gradients instead: a hook after each
+// AccumulateGrad adds .grad into the main buffer and drops .grad. Such buckets
+// exist for every parameter that needs one, reduced or not (comm null or of size 1).
 struct GradientSync::Bucket {
   Communicator* comm = nullptr;
+  bool main = false;  // holds main gradients, not .grad views
   std::vector<size_t> params;
   int pending = 0;  // params whose gradient is not final yet
   at::Tensor flat;
@@ -52,19 +59,24 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_b
     : params_(std::move(params)), overlap_(bucket_bytes > 0) {
   bucket_of_.assign(params_.size(), -1);
   seen_.assign(params_.size(), 0);
+  main_.assign(params_.size(), at::Tensor());
   // Gradients become final roughly in reverse registration order. A bucket
   // holds one group's parameters of one dtype; every rank of a group has the
   // same parameters, so it builds the same buckets and launches them in order.
-  std::map<std::pair<Communicator*, int>, std::pair<int, int64_t>> open;  // (group, dtype) -> (bucket, bytes)
+  std::map<std::tuple<Communicator*, int, int>, std::pair<int, int64_t>> open;  // (group, dtypes) -> (bucket, bytes)
   for (size_t k = params_.size(); k-- > 0;) {
-    const at::Tensor& t = params_[k].tensor;
-    Communicator* comm = params_[k].data_parallel;
-    if (!t.requires_grad() || !comm || comm->size() == 1) continue;
-    auto key = std::make_pair(comm, static_cast<int>(t.scalar_type()));
+    SyncedParameter& sp = params_[k];
+    const at::Tensor& t = sp.tensor;
+    if (sp.grad_dtype == at::ScalarType::Undefined) sp.grad_dtype = t.scalar_type();
+    Communicator* comm = sp.data_parallel && sp.data_parallel->size() > 1 ? sp.data_parallel : nullptr;
+    const bool main = sp.grad_dtype != t.scalar_type();
+    if (!t.requires_grad() || (!comm && !main)) continue;
+    auto key = std::make_tuple(comm, static_cast<int>(t.scalar_type()), static_cast<int>(sp.grad_dtype));
     auto it = open.find(key);
     if (it == open.end() || (overlap_ && it->second.second >= bucket_bytes)) {
       buckets_.push_back(std::make_unique<Bucket>());
       buckets_.back()->comm = comm;
+      buckets_.back()->main = main;
       it = open.insert_or_assign(key, std::make_pair(static_cast<int>(buckets_.size()) - 1, int64_t{0})).first;
     }
     buckets_[it->second.first]->params.push_back(k);
@@ -74,20 +86,32 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_b
   for (auto& b : buckets_) {
     int64_t numel = 0;
     for (size_t k : b->params) numel += params_[k].tensor.numel();
-    b->flat = at::zeros({numel}, params_[b->params.front()].tensor.options().requires_grad(false));
+    const SyncedParameter& first = params_[b->params.front()];
+    b->flat = at::zeros({numel}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
     int64_t offset = 0;
     for (size_t k : b->params) {
       at::Tensor& t = params_[k].tensor;
       at::Tensor view = b->flat.narrow(0, offset, t.numel()).view_as(t);
       if (t.grad().defined()) view.copy_(t.grad());
-      t.mutable_grad() = view;
+      if (b->main) {
+        main_[k] = view;
+        t.mutable_grad().reset();
+      } else {
+        t.mutable_grad() = view;
+      }
       offset += t.numel();
     }
   }
-  if (overlap_)
-    for (size_t k = 0; k < params_.size(); ++k)
-      if (bucket_of_[k] >= 0)
-        torch::autograd::impl::grad_accumulator(params_[k].tensor)->add_post_hook(std::make_unique<Hook>(this, k));
+  // A parameter's AccumulateGrad node lives only while something holds it (its
+  // autograd meta keeps a weak pointer; each graph built from the parameter
+  // holds it while that graph lives): keep it, or the next forward makes a new
+  // node without the hook. DDP's reducer keeps its accumulators likewise.
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (bucket_of_[k] >= 0 && (overlap_ || main_[k].defined())) {
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k].tensor);
+      acc->add_post_hook(std::make_unique<Hook>(this, k));
+      accumulators_.push_back(std::move(acc));
+    }
 }
 
 GradientSync::~GradientSync() = default;
@@ -98,11 +122,25 @@ void GradientSync::begin_step() {
   for (auto& b : buckets_) {
     b->pending = static_cast<int>(b->params.size());
     b->work.reset();
+    b->flat.zero_();
   }
+  // Zeroing in place keeps .grad the same tensor (bucket views alias it).
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (bucket_of_[k] < 0 && params_[k].tensor.grad().defined()) params_[k].tensor.mutable_grad().zero_();
 }
 
+at::Tensor GradientSync::gradient(size_t k) const { return main_[k].defined() ? main_[k] : params_[k].tensor.grad(); }
+
 void GradientSync::on_grad(size_t k) {
-  if (bucket_of_[k] < 0 || !overlap_) return;
+  if (bucket_of_[k] < 0) return;
+  if (main_[k].defined()) {
+    at::Tensor& g = params_[k].tensor.mutable_grad();
+    if (g.defined()) {
+      main_[k].add_(g);
+      g.reset();
+    }
+  }
+  if (!overlap_) return;
   if (++seen_[k] == params_[k].expected_grads) {
     --buckets_[bucket_of_[k]]->pending;
     launch_ready();
@@ -115,7 +153,9 @@ void GradientSync::launch_ready() {
 }
 
 void GradientSync::launch(Bucket& b) {
-  for (size_t k : b.params) check_view(k, b);
+  if (!b.comm) return;  // main gradients of parameters without a data-parallel group
+  if (!b.main)
+    for (size_t k : b.params) check_view(k, b);
   b.work = b.comm->allreduce(b.flat);
 }
 
@@ -132,13 +172,16 @@ void GradientSync::check_view(size_t k, const Bucket& b) const {
 
 void GradientSync::finish_step() {
   while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
-  for (auto& b : buckets_) b->work->wait();
-  for (auto& p : params_) {
+  for (auto& b : buckets_)
+    if (b->work) b->work->wait();
+  for (size_t k = 0; k < params_.size(); ++k) {
+    SyncedParameter& p = params_[k];
     if (!p.tensor.requires_grad()) continue;
-    if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
+    if (!main_[k].defined() && !p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
+    at::Tensor g = gradient(k);
     for (Communicator* c : p.partial)
-      if (c && c->size() > 1) c->allreduce(p.tensor.mutable_grad())->wait();
-    if (p.tied && p.tied->size() > 1) p.tied->allreduce(p.tensor.mutable_grad())->wait();
+      if (c && c->size() > 1) c->allreduce(g)->wait();
+    if (p.tied && p.tied->size() > 1) p.tied->allreduce(g)->wait();
   }
 }
 

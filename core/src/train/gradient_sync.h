@@ -24,6 +24,11 @@ struct SyncedParameter {
   Communicator* data_parallel = nullptr;  // summed over (bucketed, overlapped); null or size 1: none
   std::vector<Communicator*> partial;     // then summed over each of these (partial-gradient axes)
   Communicator* tied = nullptr;       // then over the stages holding replicas of a tied parameter
+  // The dtype gradients are accumulated and reduced in (train.grad_reduce_dtype);
+  // Undefined = the parameter's. When it differs (bf16 parameters, fp32
+  // gradients), the gradient lives in a separate "main" buffer that each
+  // backward's .grad is added into (Megatron's main_grad).
+  at::ScalarType grad_dtype = at::ScalarType::Undefined;
 };
 
 // A parameter's reduction groups, from its placements alone: its data-parallel
@@ -38,12 +43,17 @@ class GradientSync {
   GradientSync(std::vector<SyncedParameter> params, int64_t bucket_bytes);
   ~GradientSync();
 
+  // Zeroes every gradient (buckets and main buffers included), in place.
   void begin_step();
   // Waits for / launches the remaining reductions; afterwards every .grad holds
   // the summed gradient. Averaging is left to the optimizer (the loss
   // normaliser's grad scale), which applies it on the fly instead of in
   // another pass over every gradient.
   void finish_step();
+
+  // Parameter k's gradient after finish_step: its main buffer, or its .grad.
+  at::Tensor gradient(size_t k) const;
+  size_t size() const { return params_.size(); }
 
  private:
   struct Bucket;
@@ -56,7 +66,9 @@ class GradientSync {
   std::vector<SyncedParameter> params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;  // in launch order
   std::vector<int> bucket_of_;
+  std::vector<at::Tensor> main_;  // main gradient buffers (views into buckets); undefined = .grad
   std::vector<int> seen_;
+  std::vector<std::shared_ptr<void>> accumulators_;  // the hooked AccumulateGrad nodes, kept alive
   size_t next_launch_ = 0;
   bool overlap_ = true;
 };

@@ -32,8 +32,12 @@ class LossNormalizer {
   LossNormalizer(ModelGraph::LossReduction reduction, int64_t samples_per_microbatch)
       : reduction_(reduction), samples_(samples_per_microbatch) {}
 
-  // The gradient fed to a microbatch's loss value.
+  // The weight of a microbatch's loss value in the step's sum.
   double seed() const { return reduction_ == ModelGraph::LossReduction::Mean ? static_cast<double>(samples_) : 1.0; }
+  // The gradient fed to it: the weight times the fp16 loss scale (1 otherwise).
+  double backward_seed() const { return seed() * loss_scale_; }
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  double loss_scale() const { return loss_scale_; }
 
   // Adds one microbatch: its loss value and (Sum) its count value.
   void add(LossSums& sums, const at::Tensor& loss, const at::Tensor& count) const;
@@ -46,6 +50,7 @@ class LossNormalizer {
  private:
   ModelGraph::LossReduction reduction_;
   int64_t samples_;
+  double loss_scale_ = 1.0;
 };
 
 }  // namespace smp

@@ -10,7 +10,6 @@ namespace smp {
 
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : opt_(options) {
   for (auto& p : params) {
-    if (!p.requires_grad()) continue;
     params_.push_back(p);
     exp_avg_.push_back(at::zeros_like(p).detach());
     exp_avg_sq_.push_back(at::zeros_like(p).detach());
@@ -49,15 +48,15 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
 
 }  // namespace
 
-void AdamW::step(double lr, double grad_scale) {
+void AdamW::step(double lr, double grad_scale, const std::vector<at::Tensor>& grads) {
   c10::NoGradGuard no_grad;
   ++t_;
   const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(t_));
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    const at::Tensor& g = p.grad();
+    at::Tensor p = params_[i].detach();  // updated in place, outside autograd
+    if (!grads.at(i).defined()) continue;
+    const at::Tensor& g = grads[i];
     const double decay = opt_.weight_decay > 0 && p.dim() >= 2 ? 1.0 - lr * opt_.weight_decay : 1.0;
     if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
       const Coefficients c{static_cast<float>(decay),
@@ -73,7 +72,7 @@ void AdamW::step(double lr, double grad_scale) {
                  exp_avg_sq_[i].data_ptr<float>(), p.numel(), c);
       continue;
     }
-    const at::Tensor gs = grad_scale == 1.0 ? g : g.mul(grad_scale);
+    const at::Tensor gs = g.to(p.scalar_type()).mul(grad_scale);
     if (decay != 1.0) p.mul_(decay);
     exp_avg_[i].mul_(opt_.beta1).add_(gs, 1.0 - opt_.beta1);
     exp_avg_sq_[i].mul_(opt_.beta2).addcmul_(gs, gs, 1.0 - opt_.beta2);

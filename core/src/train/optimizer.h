@@ -4,7 +4,7 @@
 // step() takes a gradient scale that is applied on the fly (like fused
 // optimizers that unscale mixed-precision gradients): the dp average and the
 // clipping coefficient cost no extra pass over the gradients. fp32 contiguous
-// CPU parameters go through one fused loop (one read of p, g, m, v and one
+// CPU parameters with fp32 gradients go through one fused loop (one read of p, g, m, v and one
 // write of p, m, v per element instead of ~9 ATen passes); anything else
 // through the same formula in ATen ops.
 #pragma once
@@ -21,9 +21,12 @@ struct AdamWOptions {
 
 class AdamW {
  public:
+  // params: what is updated (the parameters, or their fp32 masters under mixed
+  // precision); the state has their dtype and device.
   AdamW(std::vector<at::Tensor> params, AdamWOptions options);
-  // The update uses grad_scale * p.grad() as the gradient; .grad is not changed.
-  void step(double lr, double grad_scale = 1.0);
+  // The update of params[i] uses grad_scale * grads[i] (any floating dtype;
+  // undefined = skip it); the gradients are not changed.
+  void step(double lr, double grad_scale, const std::vector<at::Tensor>& grads);
   int64_t state_bytes() const;
 
  private:

@@ -16,22 +16,6 @@
 
 namespace smp {
 
-double measure_peak_flops() {
-  // Best of a few timed fp32 GEMMs at two sizes: a noisy neighbour can only lower a sample.
-  double best = 0;
-  for (int64_t n : {512, 1024}) {
-    at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-    at::Tensor c = at::mm(a, b);  // warm-up
-    for (int rep = 0; rep < 3; ++rep) {
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 2; ++i) c = at::mm(a, b);
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, 2.0 * 2.0 * n * n * n / s);
-    }
-  }
-  return best;
-}
-
 int64_t peak_resident_bytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -140,13 +124,17 @@ nlohmann::json run_training(Runtime& rt) {
   const bool rank0 = rt.mesh().rank() == 0;
   const int world = rt.mesh().world_size();
 
-  const double peak_per_rank = measure_peak_flops();
+  const double peak_per_rank = rt.measure_peak_flops();
   const double peak = peak_per_rank * world;
+  const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
   if (rank0)
-    spdlog::info("layout pp={} tp={} dp={} world={}; measured peak {:.1f} GFLOP/s per rank (fp32 GEMM)", rt.mesh().pp(),
-                 rt.mesh().tp(), rt.mesh().dp(), world, peak_per_rank / 1e9);
+    spdlog::info("layout pp={} tp={} dp={} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
+                 rt.mesh().pp(), rt.mesh().tp(), rt.mesh().dp(), world, rt.device(), rt.precision(),
+                 peak_per_rank / 1e9, gemm);
 
   nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
+  nlohmann::json loss_scales = nlohmann::json::array();
+  int64_t skipped = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   int64_t timed_steps = 0, peak_act = 0;
   StepPhases phase_sum;
@@ -155,6 +143,11 @@ nlohmann::json run_training(Runtime& rt) {
   while (rt.steps_done() < steps) {
     StepResult r = rt.train_step();
     losses.push_back(r.loss);
+    loss_scales.push_back(r.loss_scale);
+    skipped += r.skipped ? 1 : 0;
+    if (r.skipped && rank0)
+      spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
+                   r.loss_scale);
     last_loss = r.loss;
     peak_act = std::max(peak_act, r.peak_activation_bytes);
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
@@ -201,7 +194,11 @@ nlohmann::json run_training(Runtime& rt) {
   summary["config"] = cfg.to_json();
   summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
                        {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
+  summary["device"] = rt.device();
+  summary["precision"] = rt.precision();
   summary["losses"] = losses;
+  summary["loss_scales"] = loss_scales;
+  summary["skipped_steps"] = skipped;
   summary["final_loss"] = last_loss;
   summary["val_loss"] = val_loss;
   summary["val_losses"] = val_losses;
@@ -212,6 +209,7 @@ nlohmann::json run_training(Runtime& rt) {
   summary["model_flops_per_step"] = rt.flops_per_step();
   summary["model_flops_per_s"] = flops_per_s;
   summary["peak_flops_per_rank"] = peak_per_rank;
+  summary["peak_flops_gemm"] = gemm;
   summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
   summary["peak_memory_bytes"] = peak_mem;
   summary["peak_activation_bytes"] = peak_acts;

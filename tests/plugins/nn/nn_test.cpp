@@ -5,6 +5,7 @@
 
 #include "plugin/host_api.h"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include "error_of.h"
@@ -165,7 +166,7 @@ TEST_F(NnTest, PositionEmbedding) {
 TEST_F(NnTest, LayerNorm) {
   smp_nn::LayerNorm m(Json{{"dim", 6}, {"eps", 1e-5}}, ctx(0));
   {  // make weight/bias non-trivial so their gradients mean something
-    at::NoGradGuard g;
+    c10::NoGradGuard g;
     for (auto& p : m.parameters()) p.tensor.copy_(randn(p.tensor.sizes(), 8));
   }
   check_against(m, {randn({3, 5, 6}, 9).mul(3).add(1)}, [](Params& p, std::vector<Tensor>& in) {

@@ -19,6 +19,7 @@
 #include "comm/process_groups.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <dlfcn.h>
 
@@ -568,7 +569,7 @@ Gpt make_gpt(ModuleContext (*ctx)(const std::string&, uint64_t)) {
 }
 
 void sgd(std::vector<Param> params, double lr, bool dist) {
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   for (auto& p : params) {
     if (!p.tensor.grad().defined()) continue;
     Tensor g = p.tensor.grad();

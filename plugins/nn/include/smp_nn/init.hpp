@@ -98,10 +98,4 @@ inline void make_params(TransformerLayerParams& p) {
   make_params(p.ln1), make_params(p.attn), make_params(p.ln2), make_params(p.mlp);
 }
 
-// The kinds are CPU fp32 (LibTorch here is CPU-only); anything else is refused by name.
-inline void require_cpu(const smp::sdk::ModuleContext& ctx) {
-  if (ctx.device_type != SMP_DEVICE_CPU)
-    throw smp::sdk::Error(SMP_ERR_UNSUPPORTED, "node '" + ctx.node_name + "': smp_nn/smp_tp kinds run on CPU only");
-}
-
 }  // namespace smp_nn

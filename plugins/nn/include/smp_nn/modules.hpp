@@ -70,7 +70,6 @@ inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const T
 class Embedding : public Module {
  public:
   Embedding(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
   }
@@ -96,7 +95,6 @@ class EmbeddingTable : public Module {
  public:
   EmbeddingTable(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
   }
@@ -118,7 +116,6 @@ class PositionEmbedding : public Module {
  public:
   PositionEmbedding(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(PositionEmbeddingConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
@@ -143,7 +140,6 @@ class PositionEmbedding : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LayerNormConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     p_ = init_layer_norm(c_.dim);
     make_params(p_);
   }
@@ -170,7 +166,6 @@ class LayerNorm : public Module {
 class Linear : public Module {
  public:
   Linear(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LinearConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
     make_params(p_);
@@ -198,7 +193,6 @@ class Linear : public Module {
 class Attention : public Module {
  public:
   Attention(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_attention(gen, c_);
     make_params(p_);
@@ -226,7 +220,6 @@ class Attention : public Module {
 class Mlp : public Module {
  public:
   Mlp(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(MlpConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_mlp(gen, c_);
     make_params(p_);
@@ -255,7 +248,6 @@ class TransformerLayer : public Module {
  public:
   TransformerLayer(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_transformer_layer(gen, c_);
     make_params(p_);
@@ -396,7 +388,9 @@ class MseLoss : public Module {
     if (call.inputs[0].sizes() != call.inputs[1].sizes())
       throw smp::sdk::Error("node '" + node_ + "': pred " + c10::str(call.inputs[0].sizes()) + " and target " +
                             c10::str(call.inputs[1].sizes()) + " differ in shape");
-    return {at::mse_loss(call.inputs[0], call.inputs[1])};
+    // In fp32 whatever the compute dtype, like cross_entropy: a loss is a long sum
+    // (and LibTorch 1.13 has no bf16 mse on the CPU).
+    return {at::mse_loss(call.inputs[0].to(at::kFloat), call.inputs[1].to(at::kFloat))};
   }
 
  private:

@@ -3,6 +3,8 @@
 
 #include <smp_nn/init.hpp>
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <vector>
 
@@ -28,7 +30,8 @@ inline Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, a
   at::Generator gen = smp::sdk::init_generator(seed);
   Tensor keep = at::empty(shape, at::TensorOptions().dtype(at::kFloat)).uniform_(0.0, 1.0, gen).ge_(p);
   if (!full.empty()) keep = keep.narrow(dim, start, x.size(dim));
-  return x * keep.mul_(1.0 / (1.0 - p)).to(x.scalar_type());
+  // Drawn on the CPU (the mask is then the same on every device), applied on x's.
+  return x * keep.mul_(1.0 / (1.0 - p)).to(x.device(), x.scalar_type());
 }
 
 inline Tensor linear(const Tensor& x, const LinearParams& p) {
@@ -50,9 +53,17 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
                              uint64_t seed, int64_t heads_total, int64_t head_offset) {
   const int64_t b = q.size(0), s = q.size(1);
   auto split = [&](const Tensor& t) { return t.reshape({b, s, heads_local, head_dim}).transpose(1, 2); };
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU without dropout or padding: the fused kernel (FlashAttention), which
+  // never materialises the [b, n, s, s] scores. Same math as below up to rounding.
+  if (q.is_cuda() && causal && !pad_mask.defined() && (!training || p <= 0.0))
+    return at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, /*is_causal=*/true)
+        .transpose(1, 2)
+        .reshape({b, s, heads_local * head_dim});
+#endif
   Tensor scores = at::matmul(split(q), split(k).transpose(-2, -1)).mul(1.0 / std::sqrt(double(head_dim)));
   Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
-  if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
   if (pad_mask.defined()) {
     if (pad_mask.dim() != 2 || pad_mask.size(0) != b || pad_mask.size(1) != s)
       throw smp::sdk::Error("attention: padding mask must be [b, s] = [" + std::to_string(b) + ", " +
@@ -62,19 +73,22 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
   if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
-  Tensor probs = at::softmax(scores, -1);
+  // Softmax in fp32 whatever the compute dtype (Megatron's attention_softmax_in_fp32):
+  // -1e9 would overflow fp16, and 16-bit sums over long rows lose the small terms.
+  Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
   probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
   return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
 }
 
 // Token-mean cross entropy over the last dim. logits [..., V], targets [...] int64;
 // targets == ignore_index don't count; no counted token gives 0 (not NaN).
+// Computed in fp32 whatever the logits' dtype (bf16/fp16 compute): the loss is fp32.
 inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  Tensor lsm = at::log_softmax(logits, -1);
+  Tensor lsm = at::log_softmax(logits, -1, at::kFloat);
   Tensor valid = targets.ne(ignore_index);
   Tensor idx = targets.masked_fill(valid.logical_not(), 0).unsqueeze(-1);
-  Tensor nll = lsm.gather(-1, idx).squeeze(-1).neg().mul(valid.to(logits.scalar_type()));
-  return nll.sum().div(valid.sum().clamp_min(1).to(logits.scalar_type()));
+  Tensor nll = lsm.gather(-1, idx).squeeze(-1).neg().mul(valid.to(at::kFloat));
+  return nll.sum().div(valid.sum().clamp_min(1).to(at::kFloat));
 }
 
 // Shape / dtype checks with node names.

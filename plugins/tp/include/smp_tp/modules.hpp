@@ -144,7 +144,6 @@ class ParallelAttention : public Module {
  public:
   ParallelAttention(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(AttentionConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     tp_.divisible(c_.heads, "heads");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = shard_attention(init_attention(gen, c_), tp_.rank, tp_.size);
@@ -171,7 +170,6 @@ class ParallelAttention : public Module {
 class ParallelMlp : public Module {
  public:
   ParallelMlp(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), c_(MlpConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     tp_.divisible(c_.ffn, "ffn");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = shard_mlp(init_mlp(gen, c_), tp_.rank, tp_.size);
@@ -201,7 +199,6 @@ class ParallelTransformerLayer : public Module {
  public:
   ParallelTransformerLayer(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(TransformerLayerConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     tp_.divisible(c_.attn.heads, "heads");
     tp_.divisible(c_.mlp.ffn, "ffn");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
@@ -247,7 +244,6 @@ class ColumnParallelLinear : public Module {
       : tp_(Tp::from(ctx)),
         c_(LinearConfig::parse(cfg, ctx.node_name)),
         gather_output_(config_get<bool>(cfg, "gather_output", ctx.node_name, true)) {
-    require_cpu(ctx);
     tp_.divisible(c_.out, "out");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     LinearParams full = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
@@ -290,7 +286,6 @@ class RowParallelLinear : public Module {
       : tp_(Tp::from(ctx)),
         c_(LinearConfig::parse(cfg, ctx.node_name)),
         input_is_parallel_(config_get<bool>(cfg, "input_is_parallel", ctx.node_name, false)) {
-    require_cpu(ctx);
     tp_.divisible(c_.in, "in");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     LinearParams full = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
@@ -356,7 +351,6 @@ class VocabParallelEmbedding : public Module {
  public:
   VocabParallelEmbedding(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(EmbeddingConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     tp_.divisible(c_.num, "vocab (num)");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     weight_ = shard(normal(gen, {c_.num, c_.dim}, c_.init_std), 0, tp_.rank, tp_.size);
@@ -420,7 +414,6 @@ class DistPositionEmbedding : public Module {
  public:
   DistPositionEmbedding(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(PositionEmbeddingConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
@@ -447,7 +440,6 @@ class DistLayerNorm : public Module {
  public:
   DistLayerNorm(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(LayerNormConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     p_ = init_layer_norm(c_.dim);
     make_params(p_);
   }
@@ -491,7 +483,6 @@ class ShardedEmbeddingTable : public Module {
  public:
   ShardedEmbeddingTable(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(EmbeddingConfig::parse(cfg, ctx.node_name)) {
-    require_cpu(ctx);
     tp_.divisible(c_.num, "num");
     std::string ids = config_get<std::string>(cfg, "ids", tp_.node, "replicated");
     require(ids == "replicated" || ids == "distinct", tp_.node,

@@ -44,6 +44,12 @@ struct ModuleContext {
     return Comm(c);
   }
 
+  // The device this module's parameters and buffers live on (the rank's device).
+  at::Device device() const {
+    return device_type == SMP_DEVICE_CUDA ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index))
+                                          : at::Device(at::kCPU);
+  }
+
   static ModuleContext from(const smp_module_context* c) {
     ModuleContext m;
     if (!c) return m;
@@ -178,6 +184,15 @@ struct ModuleBox {  // what smp_module* points to
   Module* impl;
 };
 
+// Parameters are initialised from the CPU generator (so a parameter is the same
+// on every device and in every layout); this moves those a module made on
+// another device to the context's, in place (set_data, as torch.nn.Module.to
+// does), so the module's own handles see the moved tensor.
+inline void place_parameters(Module& m, const at::Device& device) {
+  for (auto& p : m.parameters())
+    if (p.tensor.defined() && p.tensor.device() != device) p.tensor.set_data(p.tensor.data().to(device));
+}
+
 template <class T>
 struct ModuleKindTable {
   static smp_error* create(void*, const char* config_json, const smp_module_context* ctx, smp_module** out) {
@@ -185,7 +200,9 @@ struct ModuleKindTable {
       Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
       auto* box = new ModuleBox{nullptr};
       try {
-        box->impl = new T(cfg, ModuleContext::from(ctx));
+        const ModuleContext mc = ModuleContext::from(ctx);
+        box->impl = new T(cfg, mc);
+        place_parameters(*box->impl, mc.device());
       } catch (...) {
         delete box;
         throw;

@@ -1,0 +1,94 @@
+#include "runtime/device.h"
+
+#include <smp/error.h>
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#ifdef SMP_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include <ATen/ATen.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace smp {
+
+c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::string& origin) {
+  if (run.device != DeviceKind::Cuda) return c10::Device(c10::kCPU);
+  const std::string who = "rank " + std::to_string(env.rank) + " (local rank " + std::to_string(env.local_rank) + ")";
+  int index = env.local_rank;
+  if (!run.devices.empty()) {
+    if (env.local_rank >= static_cast<int>(run.devices.size()))
+      throw Error(origin + ": run.devices has " + std::to_string(run.devices.size()) + " entries, but " + who +
+                  " needs entry " + std::to_string(env.local_rank) + " (one per local rank)");
+    index = run.devices[env.local_rank];
+  }
+  const int count = at::detail::getCUDAHooks().getNumGPUs();
+  if (index >= count)
+    throw Error(origin + ": run.device = \"cuda\": " + who + " would use cuda:" + std::to_string(index) +
+                ", but this machine has " + std::to_string(count) + " GPU(s)" +
+                (run.devices.empty() ? "; several ranks can share one with run.devices (e.g. [0, 0])"
+                                     : " (run.devices)"));
+  c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  // Current device first: NCCL communicators and the caching allocator use it.
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+  return device;
+}
+
+std::string device_key(const c10::Device& device) {
+  if (!device.is_cuda()) return "";
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + device.str();
+}
+
+double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype) {
+  // Best of a few samples: a noisy neighbour can only lower one.
+  double best = 0;
+  const bool gpu = device.is_cuda();
+  const std::vector<int64_t> sizes = gpu ? std::vector<int64_t>{8192} : std::vector<int64_t>{512, 1024};
+  const int reps = gpu ? 5 : 3, per_rep = gpu ? 10 : 2;
+  const auto dt = gpu ? dtype : at::kFloat;
+  for (int64_t n : sizes) {
+    auto opts = at::TensorOptions().dtype(dt).device(device);
+    at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
+    at::Tensor c = at::mm(a, b);  // warm-up
+    synchronize(device);
+    for (int rep = 0; rep < reps; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < per_rep; ++i) c = at::mm(a, b);
+      synchronize(device);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, per_rep * 2.0 * n * n * n / s);
+    }
+  }
+  return best;
+}
+
+#ifdef SMP_WITH_CUDA
+int64_t device_peak_bytes(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  // Index 0 of a statistic is the aggregate over pool kinds.
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+}
+void reset_device_peak(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+void synchronize(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+}
+bool cuda_compiled() { return true; }
+#else
+int64_t device_peak_bytes(const c10::Device&) { return 0; }
+void reset_device_peak(const c10::Device&) {}
+void synchronize(const c10::Device&) {}
+bool cuda_compiled() { return false; }
+#endif
+
+}  // namespace smp

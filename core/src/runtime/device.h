@@ -1,0 +1,41 @@
+// The rank's device: which one (run.device, run.devices, LOCAL_RANK), making it
+// current, and what the CUDA caching allocator says about its memory. The one
+// place the core touches CUDA's runtime; without CUDA (Debian's LibTorch 1.13)
+// it answers for the CPU only.
+#pragma once
+
+#include <smp/job_config.h>
+#include <smp/process_env.h>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace smp {
+
+// cuda:run.devices[local_rank] (or cuda:local_rank) for a CUDA job, checked
+// against the GPUs present and made current; the CPU otherwise. Errors name
+// run.device / run.devices and the rank.
+c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::string& origin);
+
+// "host/cuda:N" for a CUDA device, "" for the CPU: ranks with equal keys share a GPU.
+std::string device_key(const c10::Device& device);
+
+// Peak bytes the caching allocator handed out on a CUDA device since the last
+// reset (0 for the CPU or without CUDA), and the reset.
+int64_t device_peak_bytes(const c10::Device& device);
+void reset_device_peak(const c10::Device& device);
+
+// Waits for the device's queued work (a no-op on the CPU), for timings.
+void synchronize(const c10::Device& device);
+
+// The best rate of a few timed square GEMMs on `device` in `dtype` (FLOP/s):
+// the peak that MFU is measured against, taken in the same run. CPU: fp32 at
+// 512 and 1024; CUDA: 8192 (the size where an H200 reaches its bf16 peak).
+double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype);
+
+bool cuda_compiled();  // this core was built against a CUDA LibTorch
+
+}  // namespace smp

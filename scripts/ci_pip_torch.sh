@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# CI leg 2: smp against the LibTorch inside pip's `torch` wheel (2.x, a CUDA
+# build) instead of Debian's libtorch-dev 1.13 (leg 1, scripts/test.sh).
+#
+#   bash scripts/ci_pip_torch.sh            # .ci/run calls it after scripts/test.sh
+#   bash scripts/ci_pip_torch.sh -R Config  # extra arguments go to ctest
+#
+# 1. Skips (exit 0, with a loud `=== SKIPPED: ... ===` line) when the wheel
+#    cannot be had: torch==$SMP_TORCH_VERSION is not installed and the package
+#    index is unreachable; or when there is no CUDA toolkit (nvcc), which the
+#    CUDA wheel's CMake files need to configure.
+# 2. `SMP_TORCH=pip bash scripts/setup.sh --no-job`: installs the wheel when
+#    missing, configures and builds <repo>/build-pip.
+# 3. Checks that CUDA and NCCL are compiled in: smp_core built with
+#    SMP_WITH_CUDA=1, and libsmp_core.so refers to c10d's ProcessGroupNCCL.
+# 4. Runs the test suite in build-pip on the CPU (no GPU here: the CUDA tests
+#    skip themselves), the subset in `ctest_subset` below.
+# Any build, check or test failure exits non-zero.
+#
+# Environment: SMP_TORCH_VERSION (default 2.11.0), SMP_BUILD_DIR (default
+# <repo>/build-pip), SMP_JOBS (see setup.sh), SMP_TEST_JOBS (default 2).
+set -euo pipefail
+
+# ---------------------------------------------------------------------------
+# Which tests leg 2 runs (ctest arguments). Empty: the whole suite, as leg 1.
+# To save time, e.g. (-LE slow) leaves out sdk_out_of_tree_test (it installs
+# smp and builds three CMake projects against it: minutes on 2 cores).
+ctest_subset=()
+# ---------------------------------------------------------------------------
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export SMP_TORCH=pip
+export SMP_TORCH_VERSION=${SMP_TORCH_VERSION:-2.11.0}
+export SMP_BUILD_DIR=${SMP_BUILD_DIR:-$repo/build-pip}
+build=$SMP_BUILD_DIR
+
+say() { echo "ci-leg2: $*"; }
+die() { echo "ci-leg2: error: $*" >&2; exit 1; }
+skip() {
+  echo
+  echo "=== SKIPPED: CI leg 2 (pip torch CUDA build): $* ==="
+  echo
+  exit 0
+}
+
+# ---- 1. Can leg 2 run here? ----------------------------------------------
+have=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -n1 || true)
+if [[ ${have%%+*} == "$SMP_TORCH_VERSION" ]]; then
+  say "python3 already has torch $have (no download needed)"
+else
+  # The index pip would use (a mirror when PIP_INDEX_URL names one).
+  index=${PIP_INDEX_URL:-https://pypi.org/simple}
+  url=${index%/}/torch/
+  say "python3 has torch '${have:-none}'; checking that $url is reachable"
+  if command -v curl >/dev/null; then
+    err=$(curl -sSf -m 20 -I -o /dev/null "$url" 2>&1) ||
+      skip "the package index is unreachable ($url: ${err//$'\n'/ }), and torch==$SMP_TORCH_VERSION is not installed"
+  elif command -v python3 >/dev/null; then
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=20)' "$url" 2>/dev/null ||
+      skip "the package index is unreachable ($url), and torch==$SMP_TORCH_VERSION is not installed"
+  else
+    skip "neither curl nor python3 to reach the package index, and torch==$SMP_TORCH_VERSION is not installed"
+  fi
+fi
+if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  skip "no CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin); the CUDA wheel's CMake files need it to configure"
+fi
+
+# ---- 2. Install (if needed), configure, build ----------------------------
+bash "$repo/scripts/setup.sh" --no-job
+
+# ---- 3. CUDA and NCCL compiled in -----------------------------------------
+core=$(find "$build" -maxdepth 3 -name 'libsmp_core.so*' -type f 2>/dev/null | head -n1)
+[[ -n $core ]] || die "no libsmp_core.so under $build"
+grep -q -- '-DSMP_WITH_CUDA=1' "$build/build.ninja" ||
+  die "smp_core was compiled without SMP_WITH_CUDA=1 ($build/build.ninja): CMake did not see torch_cuda"
+nccl_syms=$(nm -DC "$core" | grep -c 'ProcessGroupNCCL' || true)
+((nccl_syms > 0)) || die "$core refers to no c10d::ProcessGroupNCCL symbol: NCCL is not compiled in (USE_C10D_NCCL?)"
+torch_line=$(python3 -c '
+import torch
+nccl = ".".join(map(str, torch.cuda.nccl.version()))
+print("torch %s, CUDA %s, NCCL %s" % (torch.__version__, torch.version.cuda, nccl))' 2>/dev/null | tail -n1 || true)
+echo "=== CI leg 2: built against pip ${torch_line:-torch $have}: SMP_WITH_CUDA=1, $(basename "$core") refers to ProcessGroupNCCL ($nccl_syms symbols) ==="
+
+# ---- 4. The tests, on the CPU ---------------------------------------------
+# A test that configures CMake projects of its own (sdk_out_of_tree_test)
+# must find this torch, not Debian's libtorch-dev in /usr: the environment's
+# CMAKE_PREFIX_PATH comes before the system folders.
+torch_prefix=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null | tail -n1)
+export CMAKE_PREFIX_PATH="$torch_prefix:$torch_prefix/share/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+say "ctest in $build${ctest_subset[*]:+ (subset: ${ctest_subset[*]})}"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j "${SMP_TEST_JOBS:-2}" "${ctest_subset[@]}" "$@"

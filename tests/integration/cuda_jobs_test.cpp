@@ -1,0 +1,108 @@
+// GPT jobs on a GPU, for a machine with ONE GPU (scripts/gpu/check.sh runs these,
+// label "cuda"): two ranks share it (run.devices = [0, 0]), so their CUDA tensors
+// cross between ranks through host memory and Gloo (NCCL refuses two ranks on one
+// GPU; comm.cuda_backend = "nccl" then says so). Each layout must equal the serial
+// CUDA run; bf16 on the GPU must track fp32 on the CPU. Without CUDA every test
+// skips, naming why.
+#include "job_runner.h"
+
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace smp::testing {
+namespace {
+
+std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.toml"); }
+
+#define SKIP_WITHOUT_GPU()                                                                              \
+  do {                                                                                                  \
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA here (a CPU-only LibTorch, or no GPU on this machine)"; \
+  } while (0)
+
+const std::vector<std::string> kCuda = {"run.device=\"cuda\""};
+const std::vector<std::string> kShared = {"run.device=\"cuda\"", "run.devices=[0, 0]"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double worst_relative(const JobResult& a, const JobResult& b) {
+  auto x = a.summary["losses"].get<std::vector<double>>(), y = b.summary["losses"].get<std::vector<double>>();
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) worst = std::max(worst, std::abs(x[i] - y[i]) / std::abs(y[i]));
+  return worst;
+}
+
+double worst_param_difference(const JobResult& a, const JobResult& b) {
+  std::string problem;
+  auto pa = assemble_parameters(a.run_dir, 1e-6, &problem);
+  EXPECT_TRUE(problem.empty()) << problem;
+  auto pb = assemble_parameters(b.run_dir, 0, &problem);
+  EXPECT_EQ(pa.size(), pb.size());
+  double worst = 0;
+  for (const auto& [name, t] : pb)
+    if (pa.count(name)) worst = std::max(worst, (pa[name] - t).abs().max().item<double>());
+  return worst;
+}
+
+TEST(CudaJobs, GptPipeline2OnOneSharedGpuEqualsSerial) {
+  SKIP_WITHOUT_GPU();
+  JobResult serial = run_job(1, plugin_path("gpt"), gpt_config(), kCuda);
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  EXPECT_EQ(serial.summary["device"], "cuda:0");
+  JobResult pp2 = run_job(2, plugin_path("gpt"), gpt_config(), with(kShared, {"parallel.pp=2"}));
+  ASSERT_EQ(pp2.exit_code, 0) << pp2.output;
+  EXPECT_LE(worst_relative(pp2, serial), 2e-5);
+  EXPECT_LE(worst_param_difference(pp2, serial), 2e-4);
+}
+
+TEST(CudaJobs, GptDataParallelOnOneSharedGpuGoesThroughHostMemory) {
+  SKIP_WITHOUT_GPU();
+  JobResult serial = run_job(1, plugin_path("gpt"), gpt_config(), kCuda);
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  JobResult dp2 = run_job(2, plugin_path("gpt"), gpt_config(), with(kShared, {"parallel.dp=2"}));
+  ASSERT_EQ(dp2.exit_code, 0) << dp2.output;
+  EXPECT_NE(dp2.output.find("CUDA tensors go through host memory"), std::string::npos) << dp2.output;
+  EXPECT_LE(worst_relative(dp2, serial), 2e-5);
+  EXPECT_LE(worst_param_difference(dp2, serial), 2e-4);
+}
+
+TEST(CudaJobs, NcclBackendOnASharedGpuIsRefusedClearly) {
+  SKIP_WITHOUT_GPU();
+  JobResult r = run_job(2, plugin_path("gpt"), gpt_config(),
+                        with(kShared, {"parallel.dp=2", "comm.cuda_backend=\"nccl\""}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("comm.cuda_backend = \"nccl\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("NCCL needs one GPU per rank"), std::string::npos) << r.output;
+}
+
+TEST(CudaJobs, Bf16OnTheGpuTracksFp32OnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> longer = {"train.steps=20", "train.lr=3e-3", "run.dump_parameters=false"};
+  JobResult cpu = run_job(1, plugin_path("gpt"), gpt_config(), with(longer, {"run.device=\"cpu\""}));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  JobResult gpu = run_job(1, plugin_path("gpt"), gpt_config(), with(with(longer, kCuda), {"train.precision=\"bf16\""}));
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  const double worst = worst_relative(gpu, cpu);
+  std::printf("[ cuda bf16 ] worst relative loss difference vs cpu fp32 %.2e\n", worst);
+  EXPECT_LE(worst, 1e-2);  // as Precision.Bf16TracksFp32OnGptTiny
+}
+
+TEST(CudaJobs, Fp16WithLossScalingTrainsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  JobResult r = run_job(1, plugin_path("gpt"), gpt_config(),
+                        with(kCuda, {"train.steps=20", "train.lr=3e-3", "train.precision=\"fp16\"",
+                                     "train.initial_loss_scale=1099511627776.0", "run.dump_parameters=false"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GE(r.summary["skipped_steps"].get<int64_t>(), 1);
+  auto l = r.summary["losses"].get<std::vector<double>>();
+  EXPECT_LT(l.back(), l.front() - 0.5);
+}
+
+}  // namespace
+}  // namespace smp::testing
