@@ -7,8 +7,9 @@
 // loads every plugin in those folders. Exit status 1 if any plugin was refused.
 #include <smp/smp.h>
 
+#include <dirent.h>
+
 #include <algorithm>
-#include <filesystem>
 #include <iostream>
 #include <set>
 #include <string>
@@ -27,13 +28,19 @@ std::vector<std::string> all_plugins() {
   std::vector<std::string> found;
   std::set<std::string> names;
   for (const auto& dir : smp::PluginRegistry::search_path()) {
-    std::error_code ec;
-    std::vector<std::filesystem::path> files;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-      if (entry.path().extension() == ".so") files.push_back(entry.path());
+    // POSIX, not std::filesystem: pip torch's libtorch.so exports its own copy of
+    // std::filesystem, which interposes on libstdc++'s.
+    std::vector<std::string> files;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) files.push_back(name);
+      }
+      ::closedir(d);
+    }
     std::sort(files.begin(), files.end());
     for (const auto& f : files)
-      if (names.insert(f.filename().string()).second) found.push_back(f.string());
+      if (names.insert(f).second) found.push_back(dir + "/" + f);
   }
   return found;
 }

@@ -88,26 +88,27 @@ TEST(Precision, Bf16GradientReduceTracksFp32Reduce) {
   EXPECT_GT(worst, 0.0) << "identical losses: the reduce dtype had no effect";
 }
 
-// 2^40 x a loss of ~5.5 overflows fp16 (max 65504) in the first backward: steps
-// are skipped and the scale halves each time, until the gradients fit; then the
-// model trains.
+// A loss scale of 2^20 overflows GPT-tiny's fp16 backward (max 65504): steps are
+// skipped and the scale halves each time until the gradients fit (measured: 9
+// skips, at 2048), then the model trains. 30 steps leave ~20 good ones.
 TEST(Precision, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fp16 matrix multiply on the CPU (CI's pip torch leg runs this)";
 #endif
-  const double initial = std::ldexp(1.0, 40);
+  const double initial = std::ldexp(1.0, 20);
   JobResult r = run_job(1, plugin_path("gpt"), gpt_config(),
-                        with(kLonger, {"train.precision=\"fp16\"", "train.initial_loss_scale=1099511627776.0",
-                                       "train.loss_scale_window=1000"}));
+                        with(kLonger, {"train.steps=30", "train.precision=\"fp16\"",
+                                       "train.initial_loss_scale=1048576.0", "train.loss_scale_window=1000"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto scales = r.summary["loss_scales"].get<std::vector<double>>();
   const int64_t skipped = r.summary["skipped_steps"].get<int64_t>();
-  ASSERT_EQ(scales.size(), 20u);
+  ASSERT_EQ(scales.size(), 30u);
   EXPECT_EQ(scales[0], initial);
   EXPECT_GE(skipped, 1);
   EXPECT_LT(skipped, 20) << "never recovered";
+  std::printf("[ fp16 ] %lld steps skipped, the scale settled at %g\n", static_cast<long long>(skipped), scales.back());
   // The first `skipped` steps overflowed: each one halves the scale; after that it stays.
-  for (int64_t i = 1; i < 20; ++i)
+  for (int64_t i = 1; i < 30; ++i)
     EXPECT_EQ(scales[i], i <= skipped ? scales[i - 1] / 2 : scales[i - 1]) << "step " << i;
   EXPECT_NE(r.output.find("fp16 gradients overflowed at loss scale"), std::string::npos) << r.output;
   const auto l = losses_of(r);

@@ -12,14 +12,17 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+// Boost, not std::filesystem: pip torch's libtorch.so exports its own copy of
+// std::filesystem, which interposes on libstdc++'s (remove_all crashed through it).
+#include <boost/filesystem.hpp>
+
 namespace {
 
-namespace fs = std::filesystem;
+namespace fs = boost::filesystem;
 
 std::string plugin(const std::string& name) { return std::string(SMP_TEST_PLUGIN_DIR) + "/" + name + ".so"; }
 

@@ -15,14 +15,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+// Boost, not std::filesystem: pip torch's libtorch.so exports its own copy of
+// std::filesystem, which interposes on libstdc++'s (remove_all crashed through it).
+#include <boost/filesystem.hpp>
+
 namespace {
 
-namespace fs = std::filesystem;
+namespace fs = boost::filesystem;
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 

@@ -7,9 +7,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
+
+// Boost, not std::filesystem: pip torch's libtorch.so exports its own copy of
+// std::filesystem, which interposes on libstdc++'s (remove_all crashed through it).
+#include <boost/filesystem.hpp>
 
 namespace smp::logging {
 
@@ -32,7 +35,7 @@ spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback) {
 
 std::string log_file_path(const std::string& run_dir, int rank) {
   if (run_dir.empty()) return "";
-  return (std::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+  return (boost::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
 }
 
 void init(int rank, int world, const std::string& run_dir, bool log_to_file, bool console) {
@@ -45,7 +48,7 @@ void init(int rank, int world, const std::string& run_dir, bool log_to_file, boo
   if (log_to_file && !run_dir.empty()) {
     const std::string path = log_file_path(run_dir, rank);
     try {
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      boost::filesystem::create_directories(boost::filesystem::path(path).parent_path());
       auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
       file_sink->set_level(spdlog::level::debug);
       sinks.push_back(file_sink);

@@ -61,7 +61,11 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
         .transpose(1, 2)
         .reshape({b, s, heads_local * head_dim});
 #endif
-  Tensor scores = at::matmul(split(q), split(k).transpose(-2, -1)).mul(1.0 / std::sqrt(double(head_dim)));
+  // Scores, mask and softmax in fp32 whatever the compute dtype (Megatron's
+  // attention_softmax_in_fp32): the mask's -1e9 does not fit in fp16, and 16-bit
+  // sums over long rows lose the small terms.
+  Tensor scores =
+      at::matmul(split(q), split(k).transpose(-2, -1)).to(at::kFloat).mul(1.0 / std::sqrt(double(head_dim)));
   Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
   if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
   if (pad_mask.defined()) {
@@ -73,9 +77,7 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
   if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
-  // Softmax in fp32 whatever the compute dtype (Megatron's attention_softmax_in_fp32):
-  // -1e9 would overflow fp16, and 16-bit sums over long rows lose the small terms.
-  Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
+  Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
   return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
 }
