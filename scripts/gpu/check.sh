@@ -603,7 +603,11 @@ else
     rc=${PIPESTATUS[0]}
     set -e
     fact ctest_exit "$rc"
-    if ((rc == 0)); then
+    # A CUDA test skips only without a GPU: here, a skip means CUDA was not usable.
+    skipped=$(grep -c '(Skipped)' "$state/ctest.log" || true)
+    if ((rc == 0 && skipped > 0)); then
+      step_end e_ctest_cuda failed "$skipped test(s) skipped on a machine with a GPU (CUDA not usable from smp?)"
+    elif ((rc == 0)); then
       step_end e_ctest_cuda ok
     elif ((rc == 124 || rc == 137)); then
       step_end e_ctest_cuda failed "ctest stopped after ${limit} s (budget)"
