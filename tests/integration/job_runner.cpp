@@ -4,7 +4,9 @@
 
 #include <boost/filesystem.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sys/wait.h>
@@ -12,6 +14,19 @@
 namespace smp::testing {
 
 namespace fs = boost::filesystem;
+
+std::vector<double> losses_of(const JobResult& r) { return r.summary["losses"].get<std::vector<double>>(); }
+
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return worst;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 std::string source_path(const std::string& relative) { return std::string(SMP_SOURCE_DIR) + "/" + relative; }
 

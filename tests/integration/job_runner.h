@@ -27,6 +27,13 @@ JobResult run_job(int nproc, const std::string& plugin, const std::string& confi
 // tp-replicated) checked equal within tol, else a message in *problem.
 std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem);
 
+// A job's per-step losses (summary.json "losses").
+std::vector<double> losses_of(const JobResult& r);
+// Largest |a[i] - b[i]| / |b[i]| over the common steps.
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b);
+// Overrides a, then b.
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b);
+
 std::string source_path(const std::string& relative);
 std::string plugin_path(const std::string& name);  // built plugin, by file stem
 

@@ -9,7 +9,6 @@
 
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cmath>
 
 namespace smp::testing {
@@ -20,20 +19,6 @@ std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.
 // 20 steps at lr 3e-3 so that the loss moves well away from ln(256) and the two
 // precisions have room to drift apart.
 const std::vector<std::string> kLonger = {"train.steps=20", "train.lr=3e-3", "run.dump_parameters=false"};
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-std::vector<double> losses_of(const JobResult& r) { return r.summary["losses"].get<std::vector<double>>(); }
-
-// Largest |a - b| / |b| over the steps.
-double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
-  return worst;
-}
 
 // bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); with fp32 masters
 // and fp32 optimizer state the trajectory stays within a few tenths of a percent

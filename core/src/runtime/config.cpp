@@ -487,6 +487,25 @@ const json& lookup(const std::string& origin, const json* given, const std::stri
   return spec->def;
 }
 
+// An array value whose every element has the array type's element type (a
+// string, or an integer), else an error naming the key.
+template <class T>
+std::vector<T> array_value(const std::string& origin, const std::string& key, const json& v, Type type) {
+  const auto element_ok = [type](const json& e) { return type == Type::IntArray ? e.is_number_integer() : e.is_string(); };
+  std::vector<T> out;
+  bool ok = v.is_array();
+  if (ok)
+    for (const auto& e : v) {
+      if (!element_ok(e)) {
+        ok = false;
+        break;
+      }
+      out.push_back(e.get<T>());
+    }
+  if (!ok) throw Error(origin + ": " + key + ": " + expectation(type, Rule::None) + ", got " + render(v));
+  return out;
+}
+
 }  // namespace
 
 int64_t Config::get_int(const std::string& key) const {
@@ -519,36 +538,12 @@ std::string Config::get_string(const std::string& key) const {
 
 std::vector<std::string> Config::get_string_array(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  std::vector<std::string> out;
-  bool ok = v.is_array();
-  if (ok)
-    for (const auto& e : v) {
-      if (!e.is_string()) {
-        ok = false;
-        break;
-      }
-      out.push_back(e.get<std::string>());
-    }
-  if (!ok) throw Error(origin_ + ": " + key + ": expected an array of strings, got " + render(v));
-  return out;
+  return array_value<std::string>(origin_, key, lookup(origin_, find(key), key, &spec), Type::StringArray);
 }
 
 std::vector<int64_t> Config::get_int_array(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  std::vector<int64_t> out;
-  bool ok = v.is_array();
-  if (ok)
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) {
-        ok = false;
-        break;
-      }
-      out.push_back(e.get<int64_t>());
-    }
-  if (!ok) throw Error(origin_ + ": " + key + ": expected an array of integers, got " + render(v));
-  return out;
+  return array_value<int64_t>(origin_, key, lookup(origin_, find(key), key, &spec), Type::IntArray);
 }
 
 bool Config::has(const std::string& key) const { return find(key) != nullptr; }

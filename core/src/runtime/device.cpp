@@ -83,12 +83,10 @@ void reset_device_peak(const c10::Device& device) {
 void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
-bool cuda_compiled() { return true; }
 #else
 int64_t device_peak_bytes(const c10::Device&) { return 0; }
 void reset_device_peak(const c10::Device&) {}
 void synchronize(const c10::Device&) {}
-bool cuda_compiled() { return false; }
 #endif
 
 }  // namespace smp

@@ -36,6 +36,4 @@ void synchronize(const c10::Device& device);
 // 512 and 1024; CUDA: 8192 (the size where an H200 reaches its bf16 peak).
 double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype);
 
-bool cuda_compiled();  // this core was built against a CUDA LibTorch
-
 }  // namespace smp

@@ -298,36 +298,32 @@ struct Runtime::Impl {
       if (!fresh) it->second = std::min(it->second, r);
     }
     const TrainConfig& t = job.train;
-    // Mixed precision: parameters become 16-bit (their fp32 masters are kept
-    // first) before the gradient buckets are laid out for them.
-    const at::ScalarType compute = compute_dtype(t.precision);
-    const at::ScalarType grad_dtype = compute_dtype(t.grad_reduce);
     std::vector<at::Tensor> all;
-    for (const auto& key : module_order)
-      for (const auto& p : modules[key]->parameters())
-        if (p.tensor.requires_grad()) all.push_back(p.tensor);
-    if (t.precision != Precision::Fp32) masters = std::make_unique<MasterWeights>(all, compute);
+    std::vector<SyncedParameter> synced;
+    for (const auto& key : module_order) {
+      auto tied_it = tied.find(key);
+      for (const auto& p : modules[key]->parameters()) {
+        if (!p.tensor.requires_grad()) continue;
+        all.push_back(p.tensor);
+        SyncedParameter s = synced_parameter(p.tensor, p.placements, *groups);
+        s.expected_grads = microbatches * uses[key];
+        s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
+        s.grad_dtype = compute_dtype(t.grad_reduce);
+        synced.push_back(s);
+        // Count each distinct value once in the global norm: shards everywhere,
+        // replicas at coordinate 0 of their axes, tied replicas on their first pp rank.
+        norm_counted.push_back(p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
+      }
+    }
+    // Mixed precision: the parameters become 16-bit in place (their fp32 masters
+    // kept first) before GradientSync lays out the gradient buckets for them.
+    if (t.precision != Precision::Fp32) masters = std::make_unique<MasterWeights>(all, compute_dtype(t.precision));
     if (t.precision == Precision::Fp16) {
       LossScaleOptions ls;
       ls.initial = t.initial_loss_scale;
       ls.window = t.loss_scale_window;
       ls.min = t.min_loss_scale;
       scaler = std::make_unique<DynamicLossScaler>(ls);
-    }
-    std::vector<SyncedParameter> synced;
-    for (const auto& key : module_order) {
-      auto tied_it = tied.find(key);
-      for (const auto& p : modules[key]->parameters()) {
-        if (!p.tensor.requires_grad()) continue;
-        SyncedParameter s = synced_parameter(p.tensor, p.placements, *groups);
-        s.expected_grads = microbatches * uses[key];
-        s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
-        s.grad_dtype = grad_dtype;
-        synced.push_back(s);
-        // Count each distinct value once in the global norm: shards everywhere,
-        // replicas at coordinate 0 of their axes, tied replicas on their first pp rank.
-        norm_counted.push_back(p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
-      }
     }
     sync = std::make_unique<GradientSync>(std::move(synced), t.bucket_bytes);
     AdamWOptions o;
@@ -440,13 +436,10 @@ StepResult Runtime::train_step() {
     std::vector<at::Tensor> norms;
     for (size_t k = 0; k < grads.size(); ++k) {
       grads[k] = s.sync->gradient(k);
-      // In fp32 at least: a 16-bit norm of a loss-scaled fp16 gradient overflows
-      // (65504) long before any element does.
-      if (s.norm_counted[k] && grads[k].defined())
-        norms.push_back((grads[k].scalar_type() == at::kHalf || grads[k].scalar_type() == at::kBFloat16
-                             ? grads[k].to(at::kFloat).norm()
-                             : grads[k].norm())
-                            .to(at::kDouble));
+      // Accumulated in fp32 whatever the gradient's dtype, without a copy: a
+      // 16-bit norm of a loss-scaled fp16 gradient overflows (65504) long before
+      // any element does.
+      if (s.norm_counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat).to(at::kDouble));
     }
     norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
   }

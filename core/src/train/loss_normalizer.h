@@ -37,7 +37,6 @@ class LossNormalizer {
   // The gradient fed to it: the weight times the fp16 loss scale (1 otherwise).
   double backward_seed() const { return seed() * loss_scale_; }
   void set_loss_scale(double scale) { loss_scale_ = scale; }
-  double loss_scale() const { return loss_scale_; }
 
   // Adds one microbatch: its loss value and (Sum) its count value.
   void add(LossSums& sums, const at::Tensor& loss, const at::Tensor& count) const;

@@ -72,7 +72,8 @@ void AdamW::step(double lr, double grad_scale, const std::vector<at::Tensor>& gr
                  exp_avg_sq_[i].data_ptr<float>(), p.numel(), c);
       continue;
     }
-    const at::Tensor gs = g.to(p.scalar_type()).mul(grad_scale);
+    at::Tensor gs = g.to(p.scalar_type());  // a 16-bit gradient of an fp32 master
+    if (grad_scale != 1.0) gs = gs.mul(grad_scale);
     if (decay != 1.0) p.mul_(decay);
     exp_avg_[i].mul_(opt_.beta1).add_(gs, 1.0 - opt_.beta1);
     exp_avg_sq_[i].mul_(opt_.beta2).addcmul_(gs, gs, 1.0 - opt_.beta2);
