@@ -111,6 +111,41 @@ TEST(GptEquivalence, TensorAndDataParallel) {
                            });
 }
 
+// Sharded data parallelism (ZeRO 1-3, the memory manager): the same
+// arithmetic as plain dp (a reduce-scatter sums like an all-reduce; AdamW is
+// elementwise, so updating shards changes nothing), with pipeline stages
+// accumulating over 4 microbatches, tensor parallelism, sequence-parallel
+// partial gradients, tied embeddings across stages and checkpointing.
+TEST(GptEquivalence, ShardedDataParallel) {
+  std::vector<Layout> layouts;
+  for (int z : {1, 2, 3}) {
+    const std::string Z = "parallel.zero=" + std::to_string(z), name = "zero" + std::to_string(z);
+    layouts.push_back({name + " dp2", 2, {Z, "parallel.dp=2"}});
+    layouts.push_back({name + " dp4", 4, {Z, "parallel.dp=4", "parallel.microbatches=2"}});
+    layouts.push_back({name + " pp2 x dp2", 4, {Z, "parallel.pp=2", "parallel.dp=2"}});
+  }
+  layouts.push_back({"zero3 dp2 x tp2 sequence-parallel", 4,
+                     {"parallel.zero=3", "parallel.dp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}});
+  layouts.push_back({"zero3 pp2 x dp2 interleaved v2", 4,
+                     {"memory.shard=parameters", "parallel.pp=2", "parallel.dp=2",
+                      "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2"}});
+  layouts.push_back({"zero2 pp2 x dp2 zb-h1", 4,
+                     {"parallel.zero=2", "parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h1"}});
+  layouts.push_back({"zero3 dp2 checkpoint blocks", 2,
+                     {"parallel.zero=3", "parallel.dp=2", "memory.checkpoint=[\"transformer_layer\"]"}});
+  layouts.push_back({"zero1 dp2 no overlap", 2, {"parallel.zero=1", "parallel.dp=2", "train.bucket_mb=0"}});
+  expect_equivalent(gpt(), layouts);
+}
+
+// Every ZeRO stage on 8 ranks: pp 2 x dp 2 x tp 2.
+TEST(GptEquivalence, ShardedDataParallelWithPipelineAndTensorParallel8Ranks) {
+  std::vector<Layout> layouts;
+  for (int z : {1, 2, 3})
+    layouts.push_back({"zero" + std::to_string(z) + " pp2 x dp2 x tp2", 8,
+                       {"parallel.zero=" + std::to_string(z), "parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}});
+  expect_equivalent(gpt(), layouts);
+}
+
 // A masked loss (30% of the targets ignored) gives each microbatch and rank its
 // own token count. The reference is one rank with ONE microbatch: the mean over
 // every counted token of the batch. A mean of per-microbatch means would differ.
@@ -143,6 +178,8 @@ TEST(ExpertsEquivalence, ExpertParallel) {
                                    {"dp4 ep2", 4, {"parallel.dp=4", "parallel.ep=2"}},
                                    {"dp4 ep4", 4, {"parallel.dp=4", "parallel.ep=4"}},
                                    {"pp2 x dp2 ep2", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+                                   // Experts sharded over edp, the router over dp.
+                                   {"dp4 ep2 zero3", 4, {"parallel.dp=4", "parallel.ep=2", "parallel.zero=3"}},
                                });
 }
 

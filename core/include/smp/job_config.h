@@ -25,6 +25,14 @@ struct ParallelConfig {
   bool tp_replicate_indivisible = false;
 };
 
+// The memory manager's options (parallel.zero / memory.*; see core/src/memory/).
+struct MemoryConfig {
+  int zero = 0;  // 0-3: what is sharded over dp (parallel.zero, or memory.shard by name)
+  std::vector<std::string> checkpoint;  // node kinds, names or name prefixes
+  int checkpoint_every = 1;
+  bool offload = false;
+};
+
 enum class Precision { Fp32, Bf16, Fp16 };
 const char* to_string(Precision p);  // "fp32", "bf16", "fp16"
 
@@ -58,6 +66,7 @@ struct RunConfig {
 
 struct JobConfig {
   ParallelConfig parallel;
+  MemoryConfig memory;
   TrainConfig train;
   RunConfig run;
   int64_t shm_slot_bytes = int64_t{16} << 20;  // comm.shm_mb

@@ -45,6 +45,17 @@ struct StepPhases {
   double compute = 0, grad_sync = 0, clip = 0, optimizer = 0;
 };
 
+// This rank's memory by category (bytes), as the memory manager accounts it:
+// what it holds between steps, and the peak of what a step allocates on top
+// (activations, gathered ZeRO-3 parameters, communication buffers).
+struct MemoryAccount {
+  int64_t parameters = 0;       // in the compute dtype: whole, or this rank's shards (+ gathered units)
+  int64_t gradients = 0;        // gradient buckets and shards
+  int64_t optimizer_state = 0;  // AdamW moments and fp32 master weights
+  int64_t step_peak = 0;        // peak bytes allocated during the step's forwards/backwards
+  int64_t total() const { return parameters + gradients + optimizer_state + step_peak; }
+};
+
 struct StepResult {
   int64_t step = 0;         // 0-based index of the step just taken
   double loss = 0;          // mean training loss over the global batch (same on every rank)
@@ -62,6 +73,7 @@ struct StepResult {
   double loss_scale = 1;
   bool skipped = false;
   StepPhases phases;
+  MemoryAccount memory;
 };
 
 class Runtime {
@@ -104,7 +116,8 @@ class Runtime {
   // Bytes this rank sent per communicator group ("pp", "dp", "tp", "ep", "edp", "tied.wte", ...), per op.
   nlohmann::json comm_bytes() const;
   void reset_comm_stats();
-  // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's shards.
+  // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's
+  // tp/ep shards (whole over dp: under ZeRO-3 this gathers every module).
   std::vector<ParameterView> parameters() const;
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);

@@ -3,7 +3,9 @@
 #include <smp/error.h>
 
 #include "comm/communicator.h"
+#include "memory/activation_checkpoint.h"
 #include "memory/memory_tracker.h"
+#include "memory/sharded_parameters.h"
 #include "runtime/seeds.h"
 
 #include <ATen/ATen.h>
@@ -68,15 +70,45 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
       slot.env[name] = inputs.at(pos);
     }
   }
-  for (int idx : setup_.plan->nodes_of_stage[stage]) {
-    const GraphNode& node = g.nodes[idx];
+  const std::vector<int>& nodes = setup_.plan->nodes_of_stage[stage];
+  ShardedParameters* gather = setup_.gather;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& node = g.nodes[nodes[i]];
+    const std::string& key = node.module_key();
     std::vector<at::Tensor> ins;
     ins.reserve(node.inputs.size());
     for (const auto& v : node.inputs) ins.push_back(slot.env.at(v));
     const uint64_t rng = derive_seed(setup_.seed, node.name, {step, mb});
-    auto outs = setup_.modules->at(node.module_key())->call(node.name, node.method, ins, node.outputs.size(),
-                                                           training, rng);
-    for (size_t i = 0; i < outs.size(); ++i) slot.env[node.outputs[i]] = std::move(outs[i]);
+    std::shared_ptr<ModuleInstance> module = setup_.modules->at(key);
+    // The call, as a checkpointed node's backward repeats it (same seed, so the same dropout masks).
+    ModuleCall call = [module, &node, training, rng, gather](const std::vector<at::Tensor>& in) {
+      if (gather) gather->acquire(node.module_key());
+      return module->call(node.name, node.method, in, node.outputs.size(), training, rng);
+    };
+    const std::string* next = i + 1 < nodes.size() ? &g.nodes[nodes[i + 1]].module_key() : nullptr;
+    if (gather) {
+      gather->acquire(key);
+      if (next && *next != key) gather->prefetch(*next);  // gathered while this module computes
+    }
+    const bool recompute = training && !setup_.checkpoint.empty() && setup_.checkpoint[nodes[i]];
+    auto outs = recompute ? checkpointed(call, ins) : call(ins);
+    if (gather) {
+      if (!next || *next != key) gather->release(key);
+      // Backward gathers the parameters again before this module's gradients
+      // are computed (a hook on its outputs' gradients), and prefetches the
+      // module before it; GradientSync frees them once their gradients are in.
+      if (training) {
+        const std::string prev = i > 0 ? g.nodes[nodes[i - 1]].module_key() : std::string();
+        for (auto& o : outs)
+          if (o.defined() && o.requires_grad())
+            o.register_hook([gather, key, prev](const at::Tensor& grad) {
+              gather->acquire(key);
+              if (!prev.empty() && prev != key) gather->prefetch(prev);
+              return grad;
+            });
+      }
+    }
+    for (size_t j = 0; j < outs.size(); ++j) slot.env[node.outputs[j]] = std::move(outs[j]);
   }
   if (stage == setup_.plan->num_stages() - 1) {
     slot.loss = slot.env.at(g.loss);

@@ -21,6 +21,7 @@
 namespace smp {
 
 class Communicator;
+class ShardedParameters;
 class Work;
 
 struct ExecutorSetup {
@@ -38,6 +39,11 @@ struct ExecutorSetup {
   // headers stay on the CPU (Gloo), the payload on the device (NCCL).
   c10::Device device = c10::Device(c10::kCPU);
   at::ScalarType compute_dtype = at::kFloat;
+  // The memory manager's per-node choices: ZeRO-3 gathers a module's
+  // parameters around each call (null = parameters always whole); checkpoint[i]
+  // recomputes graph node i's activations in backward (empty = none).
+  ShardedParameters* gather = nullptr;
+  std::vector<bool> checkpoint;
 };
 
 struct ExecutorResult {

@@ -18,7 +18,7 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray };
 
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
-                  Schedule, Placement, Device, Precision, CudaBackend };
+                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName };
 
 struct KeySpec {
   const char* key;
@@ -45,6 +45,17 @@ const std::vector<KeySpec>& schema() {
       {"parallel.tie_across_stages", Type::Bool, true, Rule::None},
       // Keep a node replicated (with a warning) when its sizes don't divide tp, instead of failing.
       {"parallel.tp_replicate_indivisible", Type::Bool, false, Rule::None},
+      // Sharded data parallelism (ZeRO): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
+      // memory.shard names the same stages; give one of the two (both only if they agree).
+      {"parallel.zero", Type::Int, 0, Rule::ZeroStage},
+
+      {"memory.shard", Type::String, nullptr, Rule::ShardName},
+      // Activation checkpointing: nodes whose kind, name or name prefix ("blocks", "blocks.3")
+      // is listed recompute their activations in backward; of those, every checkpoint_every-th.
+      {"memory.checkpoint", Type::StringArray, json::array(), Rule::None},
+      {"memory.checkpoint_every", Type::Int, 1, Rule::Positive},
+      // Activation offloading to host memory (CUDA only): refused on the CPU.
+      {"memory.offload", Type::Bool, false, Rule::None},
 
       {"train.steps", Type::Int, 10, Rule::NonNegative},
       {"train.batch_size", Type::Int, 8, Rule::Positive},
@@ -97,7 +108,7 @@ const std::vector<KeySpec>& schema() {
   return s;
 }
 
-const char* kSchemaTables[] = {"parallel", "train", "run", "comm", "plugins"};
+const char* kSchemaTables[] = {"parallel", "memory", "train", "run", "comm", "plugins"};
 const char* kFreeTables[] = {"model", "partition"};
 
 bool is_schema_table(const std::string& t) {
@@ -167,6 +178,8 @@ const char* expectation(Type t, Rule r) {
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
+    case Rule::ZeroStage: return "expected 0, 1, 2 or 3";
+    case Rule::ShardName: return "expected one of \"none\", \"optimizer\", \"gradients\", \"parameters\"";
     case Rule::None: break;
   }
   switch (t) {
@@ -324,6 +337,14 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
     case Rule::CudaBackend: {
       const auto& s = v.get_ref<const std::string&>();
       if (s != "auto" && s != "nccl" && s != "gloo") return fail();
+      break;
+    }
+    case Rule::ZeroStage:
+      if (v.get<int64_t>() < 0 || v.get<int64_t>() > 3) return fail();
+      break;
+    case Rule::ShardName: {
+      const auto& s = v.get_ref<const std::string&>();
+      if (s != "none" && s != "optimizer" && s != "gradients" && s != "parameters") return fail();
       break;
     }
   }

@@ -54,6 +54,25 @@ JobConfig JobConfig::from(const Config& c) {
   p.tie_across_stages = c.get_bool("parallel.tie_across_stages");
   p.tp_replicate_indivisible = c.get_bool("parallel.tp_replicate_indivisible");
 
+  MemoryConfig& m = j.memory;
+  m.zero = static_cast<int>(c.get_int("parallel.zero"));
+  if (c.has("memory.shard")) {
+    const std::string shard = c.get_string("memory.shard");
+    const int named = shard == "optimizer" ? 1 : shard == "gradients" ? 2 : shard == "parameters" ? 3 : 0;
+    if (c.has("parallel.zero") && named != m.zero)
+      throw Error(c.origin() + ": memory.shard = \"" + shard + "\" (ZeRO stage " + std::to_string(named) +
+                  ") contradicts parallel.zero = " + std::to_string(m.zero) + ": give one of the two");
+    m.zero = named;
+  }
+  m.checkpoint = c.get_string_array("memory.checkpoint");
+  m.checkpoint_every = static_cast<int>(c.get_int("memory.checkpoint_every"));
+  if (c.has("memory.checkpoint_every") && m.checkpoint.empty())
+    throw Error(c.origin() + ": memory.checkpoint_every is set but memory.checkpoint lists no nodes");
+  if (!m.checkpoint.empty() && p.schedule == "zb-h1")
+    throw Error(c.origin() + ": memory.checkpoint cannot be combined with parallel.schedule = \"zb-h1\": its "
+                "separate weight pass would run the recomputation's backward a second time");
+  m.offload = c.get_bool("memory.offload");
+
   TrainConfig& t = j.train;
   t.steps = c.get_int("train.steps");
   t.batch_size = c.get_int("train.batch_size");
@@ -105,6 +124,12 @@ JobConfig JobConfig::from(const Config& c) {
                 TORCH_VERSION + ", without fp16 matrix multiplies on the CPU): use \"bf16\", or a CUDA device");
 #endif
   r.dump_parameters = c.get_bool("run.dump_parameters");
+  if (m.offload) {
+    if (r.device != DeviceKind::Cuda)
+      throw Error(c.origin() + ": memory.offload = true moves CUDA activations to host memory, but this job runs "
+                  "on the CPU (run.device = \"" + c.get_string("run.device") + "\"), where they already are");
+    throw Error(c.origin() + ": memory.offload = true: activation offloading is not implemented yet in this build");
+  }
 
   j.shm_slot_bytes = static_cast<int64_t>(c.get_double("comm.shm_mb") * 1024 * 1024);
   j.cuda_backend = c.get_string("comm.cuda_backend");

@@ -10,6 +10,8 @@
 #include "graph/graph_builder.h"
 #include "graph/parallel_rules.h"
 #include "graph/profiler.h"
+#include "memory/activation_checkpoint.h"
+#include "memory/sharded_parameters.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "plugin/host_api.h"
@@ -65,6 +67,8 @@ struct Runtime::Impl {
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<MasterWeights> masters;     // 16-bit precision: the fp32 copies the optimizer updates
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
+  std::unique_ptr<ShardedParameters> sharded;  // ZeRO >= 1: the parameter side of sharded data parallelism
+  std::vector<bool> checkpoint;                // per graph node: activations recomputed in backward
   c10::Device device = c10::Device(c10::kCPU);  // this rank's (run.device)
   LrSchedule lr;
   Schedule schedule, eval_schedule;
@@ -73,6 +77,7 @@ struct Runtime::Impl {
   int64_t steps = 0;
   uint64_t seed = 0;
   std::vector<bool> norm_counted;  // per GradientSync parameter: counted in the global norm on this rank
+  std::vector<bool> segment_counted;  // ZeRO: the same per shard segment
 
   Communicator& comm(Axis axis) { return groups->get(axis); }
 
@@ -153,6 +158,8 @@ struct Runtime::Impl {
       }
     }
     create_adapter();
+    // Chosen on the adapter's own kinds and names, before tp rules rewrite kinds.
+    checkpoint = select_checkpointed(graph, job.memory.checkpoint, job.memory.checkpoint_every, job.origin);
     const bool replicate = job.parallel.tp_replicate_indivisible;
     for (Axis a : {Axis::TP, Axis::EP})
       if (mesh->size(a) > 1) apply_parallel_rules(graph, registry, axis_name(a), mesh->size(a), replicate);
@@ -298,9 +305,11 @@ struct Runtime::Impl {
       if (!fresh) it->second = std::min(it->second, r);
     }
     const TrainConfig& t = job.train;
+    const int zero = job.memory.zero;
     std::vector<at::Tensor> all;
     std::vector<SyncedParameter> synced;
-    for (const auto& key : module_order) {
+    for (size_t unit = 0; unit < module_order.size(); ++unit) {
+      const std::string& key = module_order[unit];
       auto tied_it = tied.find(key);
       for (const auto& p : modules[key]->parameters()) {
         if (!p.tensor.requires_grad()) continue;
@@ -309,10 +318,13 @@ struct Runtime::Impl {
         s.expected_grads = microbatches * uses[key];
         s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
         s.grad_dtype = compute_dtype(t.grad_reduce);
+        s.unit = zero == 3 ? static_cast<int>(unit) : -1;
         synced.push_back(s);
-        // Count each distinct value once in the global norm: shards everywhere,
-        // replicas at coordinate 0 of their axes, tied replicas on their first pp rank.
-        norm_counted.push_back(p.placements.counted_on(*mesh) && first_rank[key] == pp_rank);
+        // Count each distinct value once in the global norm: shards everywhere
+        // (ZeRO's dp shards too), replicas at coordinate 0 of their axes, tied
+        // replicas on their first pp rank.
+        const Placements placed = zero > 0 ? p.placements.sharded_over_data() : p.placements;
+        norm_counted.push_back(placed.counted_on(*mesh) && first_rank[key] == pp_rank);
       }
     }
     // Mixed precision: the parameters become 16-bit in place (their fp32 masters
@@ -325,13 +337,28 @@ struct Runtime::Impl {
       ls.min = t.min_loss_scale;
       scaler = std::make_unique<DynamicLossScaler>(ls);
     }
-    sync = std::make_unique<GradientSync>(std::move(synced), t.bucket_bytes);
+    sync = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes, zero});
     AdamWOptions o;
     o.beta1 = t.beta1;
     o.beta2 = t.beta2;
     o.eps = t.eps;
     o.weight_decay = t.weight_decay;
-    optimizer = std::make_unique<AdamW>(masters ? masters->masters() : all, o);
+    if (zero == 0) {
+      optimizer = std::make_unique<AdamW>(masters ? masters->masters() : all, o);
+    } else {
+      // ZeRO: the optimizer sees this rank's shard segments only; whole fp32
+      // masters exist just long enough to cut the shards' masters from them.
+      sharded = std::make_unique<ShardedParameters>(
+          all, masters ? masters->masters() : std::vector<at::Tensor>{}, sync->layout(), zero, module_order);
+      masters.reset();
+      std::vector<bool> decay;
+      for (const ShardSegment& seg : shard_segments(sync->layout())) {
+        decay.push_back(all[seg.param].dim() >= 2);
+        segment_counted.push_back(norm_counted[seg.param]);
+      }
+      optimizer = std::make_unique<AdamW>(sharded->optimizer_params(), o, decay);
+      if (zero == 3) sync->on_unit_done([this](int unit) { sharded->release(unit); });
+    }
     lr.lr = t.lr;
     lr.min_lr = t.min_lr;
     lr.warmup = t.warmup_steps;
@@ -350,11 +377,30 @@ struct Runtime::Impl {
     setup.loss = loss.get();
     setup.device = device;
     setup.compute_dtype = compute_dtype(job.train.precision);
+    setup.gather = job.memory.zero == 3 ? sharded.get() : nullptr;
+    setup.checkpoint = checkpoint;
     setup.batch = [this](int64_t step, int mb, bool training) {
       return batch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
     };
     executor = std::make_unique<Executor>(setup);
     groups->reset_stats();
+  }
+
+  MemoryAccount memory_account(int64_t step_peak) const {
+    MemoryAccount m;
+    if (sharded) {
+      m.parameters = sharded->parameter_bytes();
+      m.optimizer_state = sharded->master_bytes();
+    } else {
+      for (const auto& [key, module] : modules)
+        for (const auto& p : module->parameters())
+          m.parameters += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+      if (masters) m.optimizer_state = masters->bytes();
+    }
+    m.gradients = sync->bytes();
+    m.optimizer_state += optimizer->state_bytes();
+    m.step_peak = step_peak;
+    return m;
   }
 
   // The step's loss sums over the job: the last stage's, counted once per tp
@@ -393,6 +439,7 @@ Runtime::~Runtime() {
   impl_->optimizer.reset();
   impl_->norm_counted.clear();
   impl_->masters.reset();
+  impl_->sharded.reset();
   impl_->modules.clear();
 }
 
@@ -428,18 +475,21 @@ StepResult Runtime::train_step() {
   t1 = clock::now();
 
   // Global gradient norm over distinct values, then clipping.
+  // Under ZeRO the gradients are this rank's shard segments, which the optimizer's parameters match.
   std::vector<double> norm_sq{0.0};
-  std::vector<at::Tensor> grads(s.sync->size());
+  const bool sharded = s.sharded != nullptr;
+  std::vector<at::Tensor> grads = sharded ? s.sync->segment_gradients() : std::vector<at::Tensor>(s.sync->size());
+  const std::vector<bool>& counted = sharded ? s.segment_counted : s.norm_counted;
   {
     c10::NoGradGuard ng;
     // One norm kernel per parameter (no copies), summed in double.
     std::vector<at::Tensor> norms;
     for (size_t k = 0; k < grads.size(); ++k) {
-      grads[k] = s.sync->gradient(k);
+      if (!sharded) grads[k] = s.sync->gradient(k);
       // Accumulated in fp32 whatever the gradient's dtype, without a copy: a
       // 16-bit norm of a loss-scaled fp16 gradient overflows (65504) long before
       // any element does.
-      if (s.norm_counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat).to(at::kDouble));
+      if (counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat).to(at::kDouble));
     }
     norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
   }
@@ -462,6 +512,7 @@ StepResult Runtime::train_step() {
     s.optimizer->step(lr, grad_scale, grads);
     if (s.masters) s.masters->copy_to_params();
   }
+  if (s.sharded) s.sharded->after_step();
   synchronize(s.device);
   out.phases.optimizer = since(t1);
 
@@ -471,6 +522,7 @@ StepResult Runtime::train_step() {
   out.grad_scale = grad_scale;
   out.lr = lr;
   out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) : r.peak_bytes;
+  out.memory = s.memory_account(out.peak_activation_bytes);
   out.seconds = since(t0);
   return out;
 }
@@ -515,6 +567,7 @@ nlohmann::json Runtime::comm_bytes() const {
 void Runtime::reset_comm_stats() { impl_->groups->reset_stats(); }
 
 std::vector<ParameterView> Runtime::parameters() const {
+  if (impl_->sharded) impl_->sharded->acquire_all();
   std::vector<ParameterView> out;
   for (const auto& key : impl_->module_order)
     for (const auto& p : impl_->modules.at(key)->parameters())

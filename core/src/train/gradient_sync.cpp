@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,7 @@ struct GradientSync::Bucket {
   std::vector<size_t> params;
   int pending = 0;  // params whose gradient is not final yet
   at::Tensor flat;
+  at::Tensor shard;  // ZeRO: this rank's reduced shard (a view of flat, or its own under ZeRO-2/3)
   std::shared_ptr<Work> work;
 };
 
@@ -55,25 +57,44 @@ struct GradientSync::Hook : torch::autograd::FunctionPostHook {
   }
 };
 
-GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_bytes)
-    : params_(std::move(params)), overlap_(bucket_bytes > 0) {
+std::vector<ShardSegment> shard_segments(const std::vector<BucketLayout>& buckets) {
+  std::vector<ShardSegment> out;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const BucketLayout& l = buckets[b];
+    const int64_t lo = l.rank * l.shard, hi = lo + l.shard;
+    for (size_t j = 0; j < l.params.size(); ++j) {
+      const int64_t begin = std::max(lo, l.offsets[j]), end = std::min(hi, l.offsets[j] + l.numels[j]);
+      if (begin < end) out.push_back({l.params[j], static_cast<int>(b), begin - l.offsets[j], begin - lo, end - begin});
+    }
+  }
+  return out;
+}
+
+GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOptions options)
+    : params_(std::move(params)), overlap_(options.bucket_bytes > 0), zero_(options.zero) {
+  const int64_t bucket_bytes = options.bucket_bytes;
   bucket_of_.assign(params_.size(), -1);
   seen_.assign(params_.size(), 0);
   main_.assign(params_.size(), at::Tensor());
   // Gradients become final roughly in reverse registration order. A bucket
   // holds one group's parameters of one dtype; every rank of a group has the
   // same parameters, so it builds the same buckets and launches them in order.
-  std::map<std::tuple<Communicator*, int, int>, std::pair<int, int64_t>> open;  // (group, dtypes) -> (bucket, bytes)
+  // Under ZeRO a tied parameter's bucket holds only its tied module's
+  // parameters, so every replica shards it alike; under ZeRO-3 a bucket holds
+  // one unit's (module's) parameters, gathered and freed together.
+  using Key = std::tuple<Communicator*, int, int, Communicator*, int>;  // group, dtypes, tied group, unit
+  std::map<Key, std::pair<int, int64_t>> open;  // -> (bucket, bytes)
   for (size_t k = params_.size(); k-- > 0;) {
     SyncedParameter& sp = params_[k];
     const at::Tensor& t = sp.tensor;
     if (sp.grad_dtype == at::ScalarType::Undefined) sp.grad_dtype = t.scalar_type();
     Communicator* comm = sp.data_parallel && sp.data_parallel->size() > 1 ? sp.data_parallel : nullptr;
     const bool main = sp.grad_dtype != t.scalar_type();
-    if (!t.requires_grad() || (!comm && !main)) continue;
-    auto key = std::make_tuple(comm, static_cast<int>(t.scalar_type()), static_cast<int>(sp.grad_dtype));
+    if (!t.requires_grad() || (!comm && !main && zero_ == 0)) continue;
+    const Key key(comm, static_cast<int>(t.scalar_type()), static_cast<int>(sp.grad_dtype),
+                  zero_ > 0 ? sp.tied : nullptr, zero_ == 3 ? sp.unit : -1);
     auto it = open.find(key);
-    if (it == open.end() || (overlap_ && it->second.second >= bucket_bytes)) {
+    if (it == open.end() || (overlap_ && zero_ < 3 && it->second.second >= bucket_bytes)) {
       buckets_.push_back(std::make_unique<Bucket>());
       buckets_.back()->comm = comm;
       buckets_.back()->main = main;
@@ -86,11 +107,24 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_b
   for (auto& b : buckets_) {
     int64_t numel = 0;
     for (size_t k : b->params) numel += params_[k].tensor.numel();
+    const int n = zero_ > 0 && b->comm ? b->comm->size() : 1;
+    BucketLayout l;
+    l.comm = b->comm;
+    l.padded = (numel + n - 1) / n * n;
+    l.shard = l.padded / n;
+    l.rank = b->comm ? b->comm->rank() : 0;
     const SyncedParameter& first = params_[b->params.front()];
-    b->flat = at::zeros({numel}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
+    l.unit = zero_ == 3 ? first.unit : -1;
+    b->flat = at::zeros({l.padded}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
+    if (zero_ > 0)
+      b->shard = zero_ >= 2 && n > 1 ? at::zeros({l.shard}, b->flat.options())
+                                      : b->flat.narrow(0, l.rank * l.shard, l.shard);
     int64_t offset = 0;
     for (size_t k : b->params) {
       at::Tensor& t = params_[k].tensor;
+      l.params.push_back(k);
+      l.offsets.push_back(offset);
+      l.numels.push_back(t.numel());
       at::Tensor view = b->flat.narrow(0, offset, t.numel()).view_as(t);
       if (t.grad().defined()) view.copy_(t.grad());
       if (b->main) {
@@ -101,13 +135,27 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, int64_t bucket_b
       }
       offset += t.numel();
     }
+    if (zero_ > 0) layout_.push_back(std::move(l));
   }
+  if (zero_ > 0) {
+    segments_ = shard_segments(layout_);
+    for (const ShardSegment& s : segments_)
+      segment_grads_.push_back(buckets_[s.bucket]->shard.narrow(0, s.shard_begin, s.length));
+  }
+  if (zero_ == 3)
+    for (size_t k = 0; k < params_.size(); ++k)
+      if (bucket_of_[k] >= 0 && params_[k].unit >= 0) {
+        const size_t u = static_cast<size_t>(params_[k].unit);
+        if (unit_params_.size() <= u) unit_params_.resize(u + 1, 0);
+        ++unit_params_[u];
+      }
+  unit_seen_.assign(unit_params_.size(), 0);
   // A parameter's AccumulateGrad node lives only while something holds it (its
   // autograd meta keeps a weak pointer; each graph built from the parameter
   // holds it while that graph lives): keep it, or the next forward makes a new
   // node without the hook. DDP's reducer keeps its accumulators likewise.
   for (size_t k = 0; k < params_.size(); ++k)
-    if (bucket_of_[k] >= 0 && (overlap_ || main_[k].defined())) {
+    if (bucket_of_[k] >= 0 && (overlap_ || main_[k].defined() || zero_ == 3)) {
       std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k].tensor);
       acc->add_post_hook(std::make_unique<Hook>(this, k));
       accumulators_.push_back(std::move(acc));
@@ -118,11 +166,13 @@ GradientSync::~GradientSync() = default;
 
 void GradientSync::begin_step() {
   std::fill(seen_.begin(), seen_.end(), 0);
+  std::fill(unit_seen_.begin(), unit_seen_.end(), 0);
   next_launch_ = 0;
   for (auto& b : buckets_) {
     b->pending = static_cast<int>(b->params.size());
     b->work.reset();
     b->flat.zero_();
+    if (b->shard.defined()) b->shard.zero_();
   }
   // Zeroing in place keeps .grad the same tensor (bucket views alias it).
   for (size_t k = 0; k < params_.size(); ++k)
@@ -140,6 +190,11 @@ void GradientSync::on_grad(size_t k) {
       g.reset();
     }
   }
+  const int u = params_[k].unit;
+  if (zero_ == 3 && u >= 0 && ++unit_seen_[u] == unit_params_[u]) {
+    unit_seen_[u] = 0;
+    if (unit_done_) unit_done_(u);
+  }
   if (!overlap_) return;
   if (++seen_[k] == params_[k].expected_grads) {
     --buckets_[bucket_of_[k]]->pending;
@@ -156,7 +211,7 @@ void GradientSync::launch(Bucket& b) {
   if (!b.comm) return;  // main gradients of parameters without a data-parallel group
   if (!b.main)
     for (size_t k : b.params) check_view(k, b);
-  b.work = b.comm->allreduce(b.flat);
+  b.work = zero_ >= 2 && b.comm->size() > 1 ? b.comm->reduce_scatter(b.flat, b.shard) : b.comm->allreduce(b.flat);
 }
 
 // Something replaced a .grad (set it to a new tensor or undefined) instead of
@@ -174,6 +229,18 @@ void GradientSync::finish_step() {
   while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
   for (auto& b : buckets_)
     if (b->work) b->work->wait();
+  if (zero_ > 0) {
+    // Each shard segment is summed over the same groups; every rank of those
+    // groups lays its buckets out alike, so the segments line up.
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      const SyncedParameter& p = params_[segments_[i].param];
+      at::Tensor g = segment_grads_[i];
+      for (Communicator* c : p.partial)
+        if (c && c->size() > 1) c->allreduce(g)->wait();
+      if (p.tied && p.tied->size() > 1) p.tied->allreduce(g)->wait();
+    }
+    return;
+  }
   for (size_t k = 0; k < params_.size(); ++k) {
     SyncedParameter& p = params_[k];
     if (!p.tensor.requires_grad()) continue;
@@ -183,6 +250,20 @@ void GradientSync::finish_step() {
       if (c && c->size() > 1) c->allreduce(g)->wait();
     if (p.tied && p.tied->size() > 1) p.tied->allreduce(g)->wait();
   }
+}
+
+int64_t GradientSync::bytes() const {
+  int64_t total = 0;
+  for (const auto& b : buckets_) {
+    total += b->flat.numel() * static_cast<int64_t>(b->flat.element_size());
+    if (b->shard.defined() && !b->shard.is_alias_of(b->flat))
+      total += b->shard.numel() * static_cast<int64_t>(b->shard.element_size());
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const at::Tensor& g = params_[k].tensor.grad();
+    if (bucket_of_[k] < 0 && g.defined()) total += g.numel() * static_cast<int64_t>(g.element_size());
+  }
+  return total;
 }
 
 }  // namespace smp

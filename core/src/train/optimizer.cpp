@@ -8,7 +8,10 @@
 
 namespace smp {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : opt_(options) {
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> decay)
+    : decay_(std::move(decay)), opt_(options) {
+  if (decay_.empty())
+    for (auto& p : params) decay_.push_back(p.dim() >= 2);
   for (auto& p : params) {
     params_.push_back(p);
     exp_avg_.push_back(at::zeros_like(p).detach());
@@ -57,7 +60,7 @@ void AdamW::step(double lr, double grad_scale, const std::vector<at::Tensor>& gr
     at::Tensor p = params_[i].detach();  // updated in place, outside autograd
     if (!grads.at(i).defined()) continue;
     const at::Tensor& g = grads[i];
-    const double decay = opt_.weight_decay > 0 && p.dim() >= 2 ? 1.0 - lr * opt_.weight_decay : 1.0;
+    const double decay = opt_.weight_decay > 0 && decay_.at(i) ? 1.0 - lr * opt_.weight_decay : 1.0;
     if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
       const Coefficients c{static_cast<float>(decay),
                            static_cast<float>(opt_.beta1),

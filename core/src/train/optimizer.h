@@ -21,9 +21,11 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  // params: what is updated (the parameters, or their fp32 masters under mixed
-  // precision); the state has their dtype and device.
-  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+  // params: what is updated (the parameters, their fp32 masters under mixed
+  // precision, or under ZeRO this rank's 1-D shard segments of them); the state
+  // has their dtype and device. decay[i]: whether params[i] is weight-decayed;
+  // empty = matrices only (dim >= 2).
+  AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> decay = {});
   // The update of params[i] uses grad_scale * grads[i] (any floating dtype;
   // undefined = skip it); the gradients are not changed.
   void step(double lr, double grad_scale, const std::vector<at::Tensor>& grads);
@@ -31,6 +33,7 @@ class AdamW {
 
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  std::vector<bool> decay_;
   AdamWOptions opt_;
   int64_t t_ = 0;
 };

@@ -54,11 +54,17 @@ int Placements::shard_dim(Axis axis) const {
   return -1;
 }
 
+Placements Placements::sharded_over_data() const {
+  Placements out = *this;
+  out.list_.push_back({data_parallel_axis(), SMP_PLACEMENT_SHARD, 0});
+  return out;
+}
+
 bool Placements::counted_on(const DeviceMesh& mesh) const {
   if (!sharded(Axis::TP) && mesh.coord(Axis::TP) != 0) return false;
   // The data axis: experts differ across ep, and are the same across edp.
-  if (sharded(Axis::EP)) return mesh.coord(Axis::EDP) == 0;
-  return mesh.coord(Axis::DP) == 0;
+  const Axis data = data_parallel_axis();
+  return sharded(data) || mesh.coord(data) == 0;
 }
 
 }  // namespace smp

@@ -38,6 +38,10 @@ class Placements {
   // parameter sharded over ep (an expert), the expert-data-parallel group.
   Axis data_parallel_axis() const { return sharded(Axis::EP) ? Axis::EDP : Axis::DP; }
 
+  // The same parameter sharded over its data-parallel axis too (ZeRO: each
+  // rank owns a flat shard of its gradient bucket).
+  Placements sharded_over_data() const;
+
   // Whether this rank holds a distinct value of the parameter that no other
   // rank counts: on every axis where it is not sharded, only coordinate 0
   // counts. Used so a sum over the world counts each value once.

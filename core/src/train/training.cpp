@@ -137,6 +137,7 @@ nlohmann::json run_training(Runtime& rt) {
   int64_t skipped = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   int64_t timed_steps = 0, peak_act = 0;
+  MemoryAccount peak_account;  // per category, the largest over the steps
   StepPhases phase_sum;
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();
@@ -150,6 +151,10 @@ nlohmann::json run_training(Runtime& rt) {
                    r.loss_scale);
     last_loss = r.loss;
     peak_act = std::max(peak_act, r.peak_activation_bytes);
+    peak_account.parameters = std::max(peak_account.parameters, r.memory.parameters);
+    peak_account.gradients = std::max(peak_account.gradients, r.memory.gradients);
+    peak_account.optimizer_state = std::max(peak_account.optimizer_state, r.memory.optimizer_state);
+    peak_account.step_peak = std::max(peak_account.step_peak, r.memory.step_peak);
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
       train_seconds += r.seconds;
       ++timed_steps;
@@ -163,9 +168,11 @@ nlohmann::json run_training(Runtime& rt) {
     if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
-      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | {:.0f} ms | eta {:.0f}s",
+      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | "
+                   "mem {}B (p {} g {} o {} step {}) | {:.0f} ms | eta {:.0f}s",
                    r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(items_s), rt.throughput_unit(), flops / 1e12,
-                   100 * flops / peak, 1000 * r.seconds, eta);
+                   100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
+                   human(r.memory.optimizer_state), human(r.memory.step_peak), 1000 * r.seconds, eta);
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
@@ -213,6 +220,14 @@ nlohmann::json run_training(Runtime& rt) {
   summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
   summary["peak_memory_bytes"] = peak_mem;
   summary["peak_activation_bytes"] = peak_acts;
+  // The memory manager's account per rank, by category (bytes; the largest over the steps).
+  nlohmann::json account;
+  account["parameters"] = rt.gather_world(static_cast<double>(peak_account.parameters));
+  account["gradients"] = rt.gather_world(static_cast<double>(peak_account.gradients));
+  account["optimizer_state"] = rt.gather_world(static_cast<double>(peak_account.optimizer_state));
+  account["step_peak"] = rt.gather_world(static_cast<double>(peak_account.step_peak));
+  account["total"] = rt.gather_world(static_cast<double>(peak_account.total()));
+  summary["memory_bytes"] = account;
   summary["phase_seconds"] = phases;
   summary["comm_bytes_rank0"] = rt.comm_bytes();
   summary["stages"] = rt.plan().to_json(rt.graph());

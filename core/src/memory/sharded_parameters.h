@@ -1,0 +1,68 @@
+// The parameter side of sharded data parallelism (ZeRO), over GradientSync's
+// bucket layout: each rank owns one contiguous shard of every bucket.
+//   stage 1, 2: parameters stay whole (views into one flat buffer per bucket);
+//               the optimizer updates this rank's shard (its fp32 master under
+//               mixed precision), then the shards are all-gathered.
+//   stage 3:    only the shard is kept; a unit's (module's) parameters are
+//               all-gathered just before use and freed after (acquire /
+//               release). The parameters keep their shape and storage object:
+//               freeing empties the storage, gathering points it at the
+//               gathered buffer, so tensors autograd saved in forward (the
+//               parameter, its views) see the values again in backward.
+#pragma once
+
+#include "train/gradient_sync.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class Work;
+
+class ShardedParameters {
+ public:
+  // params: GradientSync's parameters by index (already in the compute dtype);
+  // fp32_values: their fp32 values when that dtype is 16-bit (the masters are
+  // taken from them), else empty. units: ZeRO-3 unit names (module keys) by id.
+  ShardedParameters(std::vector<at::Tensor> params, const std::vector<at::Tensor>& fp32_values,
+                    std::vector<BucketLayout> layout, int stage, std::vector<std::string> units);
+  ~ShardedParameters();
+
+  // What the optimizer updates: one 1-D tensor per shard segment (the order of
+  // shard_segments(layout)), fp32.
+  const std::vector<at::Tensor>& optimizer_params() const { return optimizer_params_; }
+  // After the optimizer step: masters into the compute-dtype shards, then
+  // stages 1-2 all-gather the buckets and stage 3 frees every gathered unit.
+  void after_step();
+
+  // ZeRO-3 (no-ops otherwise, and for names without trainable parameters).
+  void acquire(const std::string& unit);   // gathered on return
+  void prefetch(const std::string& unit);  // starts the gather
+  void release(const std::string& unit);
+  void release(int unit);
+  void acquire_all();  // e.g. to read every parameter at the end of a run
+
+  // Bytes held now: the parameters' buffers (whole, shards, gathered) and the fp32 masters.
+  int64_t parameter_bytes() const;
+  int64_t master_bytes() const;
+
+ private:
+  struct Bucket;
+  void start_gather(Bucket& b);
+  void bind(Bucket& b);
+  void unbind(Bucket& b);
+
+  std::vector<at::Tensor> params_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<at::Tensor> optimizer_params_;
+  std::map<std::string, int> unit_id_;
+  std::vector<std::vector<int>> buckets_of_unit_;
+  int stage_;
+};
+
+}  // namespace smp

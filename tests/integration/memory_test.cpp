@@ -1,0 +1,151 @@
+// The memory manager end to end, through smp-launch on GPT-tiny (gpt-equiv.toml):
+// activation checkpointing changes nothing but memory (bitwise, dropout on);
+// ZeRO's bytes on the dp group equal the analytic count per stage; what each
+// stage shards shrinks by dp in the memory account; mixed precision with
+// sharded fp32 masters tracks the unsharded run; bad memory keys are refused by name.
+#include "job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace smp::testing {
+namespace {
+
+std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.toml"); }
+
+JobResult run_ok(int nproc, const std::vector<std::string>& sets) {
+  JobResult r = run_job(nproc, plugin_path("gpt"), gpt_config(), sets);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r;
+}
+
+// Largest |a - b| over every parameter of two runs of the same layout.
+double max_param_diff(const JobResult& a, const JobResult& b) {
+  std::string pa, pb;
+  auto x = assemble_parameters(a.run_dir, 0, &pa), y = assemble_parameters(b.run_dir, 0, &pb);
+  EXPECT_TRUE(pa.empty() && pb.empty()) << pa << pb;
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (const auto& [name, t] : x) worst = std::max(worst, (t - y.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+// Recomputation replays the same kernels with the same seeds (dropout on), so
+// losses and parameters are bitwise those of the run without it: on one rank
+// (every transformer layer) and on a 2-stage pipeline (every 2nd layer, 1F1B).
+TEST(ActivationCheckpointing, IdenticalLossesAndParameters) {
+  const std::vector<std::string> base = {"model.dropout=0.1", "train.steps=3"};
+  for (const auto& [nproc, layout] :
+       std::vector<std::pair<int, std::vector<std::string>>>{{1, {}}, {2, {"parallel.pp=2"}}}) {
+    JobResult plain = run_ok(nproc, with(base, layout));
+    JobResult ckpt = run_ok(nproc, with(with(base, layout), {"memory.checkpoint=[\"transformer_layer\"]",
+                                                            nproc == 2 ? "memory.checkpoint_every=2" : "memory.checkpoint_every=1"}));
+    EXPECT_EQ(losses_of(ckpt), losses_of(plain)) << ckpt.output;
+    EXPECT_EQ(ckpt.summary["val_loss"], plain.summary["val_loss"]);
+    EXPECT_EQ(max_param_diff(ckpt, plain), 0.0);
+    // Activations were not kept: the step's peak allocation fell.
+    const double with_ckpt = ckpt.summary["memory_bytes"]["step_peak"][0].get<double>();
+    const double without = plain.summary["memory_bytes"]["step_peak"][0].get<double>();
+    std::printf("[ checkpoint ] ranks %d: step peak %.0f -> %.0f bytes on rank 0\n", nproc, without, with_ckpt);
+    EXPECT_LT(with_ckpt, 0.9 * without);
+  }
+}
+
+// Bytes rank 0 sent on its dp group in one step (dp 2, 4 microbatches, one
+// stage), against the analytic count. N = parameters (every GPT-tiny tensor
+// has an even size, so buckets need no padding), B = 4N bytes (fp32):
+//   zero 0: ring all-reduce of every bucket: 2 (n-1)/n B = B
+//   zero 1: the same all-reduce + all-gather of the updated shards: (n-1) B/n = B/2
+//   zero 2: reduce-scatter (n-1)/n B = B/2 + the same all-gather
+//   zero 3: the reduce-scatter + per microbatch one gather of every module in
+//           forward and one in backward, plus one more of the tied embedding
+//           (used again as the LM head): 4 x (2 B + B_wte) / 2
+TEST(ShardedDataParallel, DpBytesEqualTheAnalyticCount) {
+  const std::vector<std::string> one_step = {"train.steps=1", "train.val_batches=0"};
+  JobResult serial = run_ok(1, one_step);
+  std::string problem;
+  auto params = assemble_parameters(serial.run_dir, 0, &problem);
+  int64_t n_all = 0, n_wte = 0;
+  for (const auto& [name, t] : params) {
+    ASSERT_EQ(t.numel() % 2, 0) << name;
+    n_all += t.numel();
+    if (name.rfind("wte.", 0) == 0) n_wte += t.numel();
+  }
+  const int64_t B = 4 * n_all, B_wte = 4 * n_wte;
+  const std::vector<std::map<std::string, int64_t>> expected = {
+      {{"allreduce", B}},
+      {{"allreduce", B}, {"allgather", B / 2}},
+      {{"reduce_scatter", B / 2}, {"allgather", B / 2}},
+      {{"reduce_scatter", B / 2}, {"allgather", 4 * (2 * B + B_wte) / 2}},
+  };
+  for (int z = 0; z <= 3; ++z) {
+    SCOPED_TRACE("zero " + std::to_string(z));
+    JobResult r = run_ok(2, with(one_step, {"parallel.dp=2", "parallel.zero=" + std::to_string(z)}));
+    const auto& dp = r.summary["comm_bytes_rank0"]["dp"];
+    std::map<std::string, int64_t> got;
+    for (auto it = dp.begin(); it != dp.end(); ++it) {
+      std::string op = it.key();
+      op = op.substr(0, op.find('('));  // "reduce_scatter(sum)"
+      got[op] += it.value().get<int64_t>();
+    }
+    EXPECT_EQ(got, expected[z]) << dp.dump();
+  }
+}
+
+// What each stage shards is divided by dp in the account (exactly: no padding
+// here): zero 1 the optimizer state (AdamW's two moments), zero 3 the
+// parameters (between uses; the account is taken after the step).
+TEST(ShardedDataParallel, ShardedStateShrinksByDp) {
+  auto account = [](int z, int dp) {
+    JobResult r = run_ok(dp, {"train.steps=2", "parallel.dp=" + std::to_string(dp), "parallel.zero=" + std::to_string(z),
+                              "parallel.microbatches=2", "run.dump_parameters=false"});
+    return r.summary["memory_bytes"];
+  };
+  const auto z0 = account(0, 1), z1 = account(1, 4), z3 = account(3, 4);
+  const double opt0 = z0["optimizer_state"][0].get<double>(), par0 = z0["parameters"][0].get<double>();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(z1["optimizer_state"][r].get<double>(), opt0 / 4) << "rank " << r;
+    EXPECT_EQ(z3["parameters"][r].get<double>(), par0 / 4) << "rank " << r;
+    EXPECT_EQ(z3["optimizer_state"][r].get<double>(), opt0 / 4) << "rank " << r;
+  }
+  std::printf("[ zero ] optimizer state %.0f -> %.0f (zero 1, dp 4); parameters %.0f -> %.0f (zero 3, dp 4)\n", opt0,
+              z1["optimizer_state"][0].get<double>(), par0, z3["parameters"][0].get<double>());
+}
+
+// bf16 with sharded fp32 masters: the same arithmetic as bf16 with whole
+// masters (AdamW is elementwise; the reduce-scatter sums fp32 gradients like the all-reduce).
+TEST(ShardedDataParallel, Bf16WithShardedMastersEqualsBf16) {
+  const std::vector<std::string> sets = {"train.precision=\"bf16\"", "parallel.dp=2", "train.steps=4",
+                                         "run.dump_parameters=false"};
+  JobResult plain = run_ok(2, sets);
+  for (int z : {1, 3}) {
+    JobResult sharded = run_ok(2, with(sets, {"parallel.zero=" + std::to_string(z)}));
+    EXPECT_LE(worst_relative(losses_of(sharded), losses_of(plain)), 1e-6) << "zero " << z;
+  }
+}
+
+// Bad memory settings stop before training with the key named.
+TEST(MemoryErrors, BadKeysAreNamed) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"memory.offload=true"}, "memory.offload = true moves CUDA activations to host memory, but this job runs on the CPU"},
+      {{"parallel.zero=2", "memory.shard=\"parameters\""}, "memory.shard = \"parameters\" (ZeRO stage 3) contradicts parallel.zero = 2"},
+      {{"parallel.zero=4"}, "parallel.zero: expected 0, 1, 2 or 3"},
+      {{"memory.checkpoint=[\"transformer\"]"}, "memory.checkpoint: \"transformer\" matches no node's kind, name or name prefix"},
+      {{"memory.checkpoint=[\"blocks\"]", "parallel.pp=1", "parallel.schedule=\"zb-h1\""},
+       "memory.checkpoint cannot be combined with parallel.schedule = \"zb-h1\""},
+      {{"memory.checkpoint_every=2"}, "memory.checkpoint_every is set but memory.checkpoint lists no nodes"},
+  };
+  for (const auto& c : cases) {
+    JobResult r = run_job(1, plugin_path("gpt"), gpt_config(), c.sets);
+    EXPECT_NE(r.exit_code, 0) << c.message;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << "expected: " << c.message << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace smp::testing
