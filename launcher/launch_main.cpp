@@ -10,14 +10,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   smp::launch::LaunchOptions o;
   CLI::App app{"smp-launch: spawn and supervise the ranks of one node (c10d rendezvous over MASTER_ADDR:MASTER_PORT)",
                "smp-launch"};
   app.prefix_command();  // the first unknown argument and everything after it go to the worker
-  app.add_option("--nproc-per-node", o.nproc_per_node, "ranks (processes) on this node")->check(CLI::PositiveNumber);
+  auto* nproc = app.add_option("--nproc-per-node", o.nproc_per_node, "ranks (processes) on this node")
+                    ->check(CLI::PositiveNumber);
   app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::PositiveNumber);
   app.add_option("--node-rank", o.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
   auto* addr = app.add_option("--master-addr", o.master_addr, "address of the node hosting rank 0 (default 127.0.0.1)");
@@ -35,6 +42,12 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", o.log_dir, "write each captured rank's output to <dir>/rank-R.out");
   app.add_flag("--tee", o.tee, "also echo every rank's output, prefixed with [rank R]");
   app.add_option("--worker", o.worker, "the worker executable (default: smp-worker next to smp-launch)");
+  bool estimate = false;
+  std::string device_memory;
+  app.add_flag("--estimate-memory", estimate,
+               "print each rank's estimated memory for the job's layout (--nproc-per-node x --nnodes ranks, or "
+               "the config's pp * tp * dp) and exit: one process, no training, nothing allocated at full size");
+  app.add_option("--device-memory", device_memory, "with --estimate-memory: say whether it fits, e.g. 80GB");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -45,6 +58,23 @@ int main(int argc, char** argv) {
   o.worker_args = app.remaining();
   if (!o.worker_args.empty() && o.worker_args.front() == "--") o.worker_args.erase(o.worker_args.begin());
   if (o.worker.empty()) o.worker = smp::launch::default_worker_path();
+  if (!device_memory.empty() && !estimate) {
+    std::cerr << "smp-launch: --device-memory goes with --estimate-memory\n";
+    return 2;
+  }
+  if (estimate) {
+    std::vector<std::string> args = {o.worker, "--estimate-memory"};
+    if (!device_memory.empty()) args.insert(args.end(), {"--device-memory", device_memory});
+    if (nproc->count() > 0 || o.nnodes > 1)
+      args.insert(args.end(), {"--world-size", std::to_string(o.nproc_per_node * o.nnodes)});
+    args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+    std::vector<char*> argv_exec;
+    for (auto& a : args) argv_exec.push_back(a.data());
+    argv_exec.push_back(nullptr);
+    ::execv(o.worker.c_str(), argv_exec.data());
+    std::cerr << "smp-launch: cannot run " << o.worker << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
   if (o.node_rank >= o.nnodes) {
     std::cerr << "smp-launch: --node-rank " << o.node_rank << " must be below --nnodes " << o.nnodes << "\n";
     return 2;

@@ -12,7 +12,12 @@
 
 #include <malloc.h>
 
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -26,6 +31,65 @@ void keep_heap_between_steps() {
   if (!std::getenv("MALLOC_TOP_PAD_")) mallopt(M_TOP_PAD, 256 << 20);
 }
 
+// "80GB", "141GiB", "512MB", "1e9": bytes; KB/MB/GB/TB are taken as binary
+// (KiB...), as GPU memory sizes are ("80GB" A100 = 80 GiB). Throws naming the flag.
+double parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw smp::Error("--device-memory: expected a size like 80GB, got '" + text + "'");
+  }
+  std::string unit = text.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() == 3 && unit[1] == 'I') unit.erase(1, 1);  // GiB -> GB
+  const std::map<std::string, double> scale = {{"", 1}, {"B", 1}, {"KB", 1024.0}, {"MB", 1024.0 * 1024},
+                                               {"GB", 1024.0 * 1024 * 1024}, {"TB", 1024.0 * 1024 * 1024 * 1024}};
+  auto it = scale.find(unit);
+  if (it == scale.end() || !(v > 0) || !std::isfinite(v))
+    throw smp::Error("--device-memory: expected a size like 80GB, got '" + text + "'");
+  return v * it->second;
+}
+
+// smp-launch --estimate-memory: one process, no rendezvous, nothing allocated at full size.
+int estimate(const std::string& config_path, const std::vector<std::string>& overrides,
+             const std::vector<std::string>& plugins, int world_size, const std::string& device_memory) {
+  smp::Config config = smp::Config::load(config_path, overrides);
+  if (world_size <= 0) {
+    // Without a world size, the layout's own: pp * tp * dp (dp must then be given).
+    if (!config.has("parallel.dp"))
+      throw smp::Error(config_path + ": parallel.dp: --estimate-memory needs the layout's dp (or --nproc-per-node)");
+    world_size = static_cast<int>(config.get_int("parallel.pp") * config.get_int("parallel.tp") *
+                                  config.get_int("parallel.dp"));
+  }
+  nlohmann::json e = smp::Runtime::estimate_memory(config, world_size, plugins);
+  const double limit = device_memory.empty() ? 0 : parse_bytes(device_memory);
+  auto gib = [](double b) { return b / (1024.0 * 1024 * 1024); };
+  std::printf("memory estimate: pp=%d tp=%d dp=%d (world %d), %d microbatches, %s, zero %d, %s, %d checkpointed nodes\n",
+              e["layout"]["pp"].get<int>(), e["layout"]["tp"].get<int>(), e["layout"]["dp"].get<int>(), world_size,
+              e["layout"]["microbatches"].get<int>(), e["layout"]["schedule"].get<std::string>().c_str(),
+              e["memory"]["zero"].get<int>(), e["memory"]["precision"].get<std::string>().c_str(),
+              e["memory"]["checkpointed_nodes"].get<int>());
+  std::printf("%8s %12s %12s %12s %12s %12s  (GiB per rank)\n", "pp rank", "parameters", "gradients", "optimizer",
+              "step peak", "total");
+  for (const auto& r : e["per_pp_rank"])
+    std::printf("%8d %12.3f %12.3f %12.3f %12.3f %12.3f\n", r["pp_rank"].get<int>(), gib(r["parameters"].get<double>()),
+                gib(r["gradients"].get<double>()), gib(r["optimizer_state"].get<double>()),
+                gib(r["step_peak"].get<double>()), gib(r["total"].get<double>()));
+  const double worst = e["max_total_bytes"].get<double>();
+  bool fits = true;
+  if (limit > 0) {
+    fits = worst <= limit;
+    e["device_memory_bytes"] = limit;
+    e["fits"] = fits;
+    std::printf("largest rank: %.3f GiB of %.3f GiB device memory: %s\n", gib(worst), gib(limit),
+                fits ? "fits" : "DOES NOT FIT");
+  }
+  std::printf("%s\n", e.dump().c_str());
+  return fits ? 0 : 2;
+}
+
 int main(int argc, char** argv) {
   keep_heap_between_steps();
   CLI::App app{"smp-worker: one rank of an smp training job (normally started by smp-launch)"};
@@ -34,7 +98,27 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", plugins, "plugin to load (path or name); the first model adapter found is used")->take_all();
   app.add_option("--config", config_path, "job configuration (TOML)")->required();
   app.add_option("--set", overrides, "override a config key: --set train.steps=5")->take_all();
+  bool estimate_only = false;
+  int world_size = 0;
+  std::string device_memory;
+  app.add_flag("--estimate-memory", estimate_only,
+               "print the per-rank memory estimate for the configured layout and exit (no training; exit 2 when it "
+               "does not fit --device-memory)");
+  app.add_option("--world-size", world_size, "with --estimate-memory: ranks in the job (default pp * tp * dp)");
+  app.add_option("--device-memory", device_memory, "with --estimate-memory: memory per device, e.g. 80GB");
   CLI11_PARSE(app, argc, argv);
+  if (estimate_only) {
+    try {
+      return estimate(config_path, overrides, plugins, world_size, device_memory);
+    } catch (const std::exception& e) {
+      std::cerr << "smp-worker: --estimate-memory: error: " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  if (world_size > 0 || !device_memory.empty()) {
+    std::cerr << "smp-worker: --world-size and --device-memory go with --estimate-memory" << std::endl;
+    return 1;
+  }
 
   int rank = 0;
   try {

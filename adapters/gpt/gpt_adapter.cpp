@@ -87,8 +87,13 @@ class GptAdapter : public smp::sdk::Adapter {
                  a = static_cast<double>(s.heads);
     g.input("tokens");
     g.input("targets");
-    // Cost hints per sample (forward FLOPs; fp32 bytes). Megatron's counts.
-    const double act_bytes = 2.0 * (34.0 * sl * h + 5.0 * a * sl * sl);
+    // Cost hints per sample (forward FLOPs; fp32 bytes). FLOPs are Megatron's
+    // counts; activations are what smp_nn's transformer_layer keeps for
+    // backward, measured (bench/results/memory-estimate.json): 16 s h + a s^2
+    // elements (Megatron's fp16 count without dropout is 16 s h + 2 a s^2: the
+    // softmax here keeps only its output), plus the dropout masks when p > 0.
+    const double act_bytes =
+        4.0 * (16.0 * sl * h + a * sl * sl + (dropout_ > 0 ? 2.0 * sl * h + a * sl * sl : 0.0));
     g.node({"wte", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
     g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},

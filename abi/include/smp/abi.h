@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 0
+#define SMP_ABI_VERSION_MINOR 1
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -326,6 +326,12 @@ typedef struct smp_rule {
   void* state;
   /* NULL, or returns an error naming the sizes when config can't be split axis_size ways. */
   smp_error* (*check)(void* state, const char* config_json, int32_t axis_size);
+  /* Since 2.1, for the memory manager's model: the fractions (0 to 1) of the
+   * node's parameter bytes and of its activation bytes (its cost hints) that
+   * dist_kind splits axis_size ways; the rest stays replicated. A rule of
+   * minor 0 (a smaller struct_size) counts as splitting both entirely. */
+  double param_split;
+  double activation_split;
 } smp_rule;
 
 /* ------------------------------------------------------------------------ */
@@ -473,7 +479,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_COST_GRAPH_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_graph, n_edges)
 #define SMP_PARTITION_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_partition_request, stage_of_node)
 #define SMP_PARTITION_STRATEGY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_partition_strategy, partition)
-#define SMP_RULE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule, check)
+#define SMP_RULE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule, activation_split)
+#define SMP_RULE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_rule, check) /* the fields of minor 0 */
 #define SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, extension_start)
 #define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_set_throughput_unit)
 

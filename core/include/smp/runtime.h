@@ -83,6 +83,11 @@ class Runtime {
   // everything. Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
                                          const std::vector<std::string>& plugins);
+  // The memory manager's per-rank estimate for the configured layout on
+  // world_size ranks (smp-launch --estimate-memory): plugins, graph, tp rules,
+  // partition and schedule only; no rendezvous, no module is created. Bytes per
+  // pp rank by category (the account's), and the largest total.
+  static nlohmann::json estimate_memory(Config config, int world_size, const std::vector<std::string>& plugins);
   // Leaves the job: waits (up to run.timeout_s) until every rank got here, so
   // the rank hosting the rendezvous store does not exit under the others.
   // Called by the destructor when not called before; idempotent.

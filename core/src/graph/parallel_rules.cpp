@@ -11,6 +11,18 @@
 
 namespace smp {
 
+namespace {
+
+// The hints become this rank's share: the split fraction / axis_size, the rest whole.
+void scale_hints(GraphNode& node, const smp_rule& rule, int axis_size) {
+  const bool splits_known = rule.struct_size >= SMP_RULE_STRUCT_SIZE;  // a rule of minor 0 splits everything
+  const double ps = splits_known ? rule.param_split : 1.0, as = splits_known ? rule.activation_split : 1.0;
+  node.param_bytes_hint *= (1.0 - ps) + ps / axis_size;
+  node.activation_bytes_hint *= (1.0 - as) + as / axis_size;
+}
+
+}  // namespace
+
 void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
                           bool replicate_indivisible) {
   std::set<std::string> replicated_kinds;
@@ -19,7 +31,9 @@ void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, con
     if (!node.shared_key.empty()) {
       auto it = decided.find(node.shared_key);
       if (it != decided.end()) {
+        const smp_rule* rule = registry.rule(axis, node.kind);
         node.kind = it->second;
+        if (rule && node.kind == rule->dist_kind) scale_hints(node, *rule, axis_size);
         continue;
       }
     }
@@ -33,6 +47,7 @@ void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, con
       if (rule->check) reason = consume_error(rule->check(rule->state, node.config_json.c_str(), axis_size));
       if (reason.empty()) {
         node.kind = rule->dist_kind;
+        scale_hints(node, *rule, axis_size);
       } else if (replicate_indivisible) {
         spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,
                      axis_size, axis, reason);

@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace smp {
@@ -291,6 +292,14 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
     bool finished = training ? slot.weight_done && (stage == 0 || slot.grads_sent)
                              : ((stage == last_stage && a.op == Op::Forward) || a.op == Op::SendActivation);
     if (finished) slots.erase(key);
+    // Sends that completed release their buffers now, not at the end of the step.
+    pending_sends_.erase(std::remove_if(pending_sends_.begin(), pending_sends_.end(),
+                                        [](auto& s) {
+                                          if (!s.first->ready()) return false;
+                                          s.first->wait();  // surfaces a failed send
+                                          return true;
+                                        }),
+                         pending_sends_.end());
   }
   for (auto& [work, buffer] : pending_sends_) work->wait();
   pending_sends_.clear();

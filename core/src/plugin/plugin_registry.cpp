@@ -186,7 +186,7 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   }
   for (size_t i = 0; i < d->n_rules; ++i) {
     const smp_rule* r = d->rules[i];
-    require_size(r, SMP_RULE_STRUCT_SIZE, "rule", path);
+    require_size(r, SMP_RULE_STRUCT_SIZE_2_0, "rule", path);
     const std::string axis = r->axis ? r->axis : "";
     if (axis != "tp" && axis != "ep")
       throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +

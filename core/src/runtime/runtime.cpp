@@ -11,6 +11,7 @@
 #include "graph/parallel_rules.h"
 #include "graph/profiler.h"
 #include "memory/activation_checkpoint.h"
+#include "memory/memory_model.h"
 #include "memory/sharded_parameters.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
@@ -211,6 +212,10 @@ struct Runtime::Impl {
     std::vector<NodeCost> costs;
     if (num_stages > 1) {
       bool hinted = costs_from_hints(graph, mb_samples, costs);
+      if (hinted) costs = memory_costs(graph, memory_options(), costs);  // the memory manager's model
+      if (!hinted && !rendezvous)
+        throw Error("--estimate-memory: the adapter gives no cost hints for every node, and without them the "
+                    "partition needs a profile of the model, which the estimate does not run");
       if (!hinted) {
         if (env.rank == 0) {
           costs = profile_costs(graph, registry, [&](int mb) { return batch(SMP_SPLIT_TRAIN, 0, mb); }, seed);
@@ -386,6 +391,21 @@ struct Runtime::Impl {
     groups->reset_stats();
   }
 
+  // The job as the memory model sees it (after model(): the hints are this rank's share).
+  MemoryModelOptions memory_options() const {
+    MemoryModelOptions o;
+    o.pp = mesh->pp();
+    o.tp = mesh->tp();
+    o.dp = mesh->dp();
+    o.zero = job.memory.zero;
+    o.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(job.train.precision)));
+    o.grad_bytes = static_cast<int>(c10::elementSize(compute_dtype(job.train.grad_reduce)));
+    o.masters = job.train.precision != Precision::Fp32;
+    o.microbatch_samples = global_batch / (mesh->dp() * microbatches);
+    o.checkpoint = checkpoint;
+    return o;
+  }
+
   MemoryAccount memory_account(int64_t step_peak) const {
     MemoryAccount m;
     if (sharded) {
@@ -455,6 +475,35 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   s.state();
   s.step_machinery();
   return rt;
+}
+
+nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std::vector<std::string>& plugins) {
+  config.resolve_layout(world_size);
+  auto impl = std::make_unique<Impl>(std::move(config));
+  Impl& s = *impl;
+  const ParallelConfig& par = s.job.parallel;
+  s.env.world_size = world_size;
+  s.env.rank = 0;
+  s.seed = s.job.train.seed;
+  s.mesh = std::make_unique<DeviceMesh>(world_size, 0, par.pp, par.dp, par.tp, par.placement, par.ep);
+  s.model(plugins);
+  s.make_plan();
+  const MemoryModelOptions o = s.memory_options();
+  nlohmann::json ranks = nlohmann::json::array();
+  double worst = 0;
+  for (const RankMemory& m : smp::estimate_memory(s.graph, s.plan, s.schedule, o)) {
+    ranks.push_back(to_json(m));
+    worst = std::max(worst, m.total());
+  }
+  nlohmann::json out;
+  out["layout"] = {{"pp", par.pp}, {"tp", par.tp}, {"dp", par.dp}, {"world", world_size},
+                   {"microbatches", par.microbatches}, {"schedule", par.schedule}};
+  out["memory"] = {{"zero", s.job.memory.zero}, {"checkpointed_nodes", std::count(o.checkpoint.begin(), o.checkpoint.end(), true)},
+                   {"precision", to_string(s.job.train.precision)}};
+  out["per_pp_rank"] = ranks;
+  out["max_total_bytes"] = worst;
+  // Modules before the plugins that made them (none were created here).
+  return out;
 }
 
 StepResult Runtime::train_step() {

@@ -150,6 +150,13 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOpti
         ++unit_params_[u];
       }
   unit_seen_.assign(unit_params_.size(), 0);
+  // Unbucketed gradients exist from the start too, so that memory does not
+  // grow in the first step (and backward accumulates in place from the first).
+  for (size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor& t = params_[k].tensor;
+    if (bucket_of_[k] < 0 && t.requires_grad() && !t.grad().defined())
+      t.mutable_grad() = at::zeros_like(t).requires_grad_(false);
+  }
   // A parameter's AccumulateGrad node lives only while something holds it (its
   // autograd meta keeps a weak pointer; each graph built from the parameter
   // holds it while that graph lives): keep it, or the next forward makes a new

@@ -64,9 +64,11 @@ class PluginBuilder {
   }
 
   // When mesh axis `axis` ("tp", "ep") has more than one rank, nodes of `kind`
-  // become `dist_kind` (after `check` accepts their config).
+  // become `dist_kind` (after `check` accepts their config). param_split /
+  // activation_split: the fractions of the node's parameter and activation
+  // bytes that dist_kind splits over the axis (for the memory model; default all).
   PluginBuilder& rule(const std::string& axis, const std::string& kind, const std::string& dist_kind,
-                      RuleCheckFn check = nullptr) {
+                      RuleCheckFn check = nullptr, double param_split = 1.0, double activation_split = 1.0) {
     smp_rule r{};
     r.struct_size = SMP_RULE_STRUCT_SIZE;
     r.axis = keep(axis);
@@ -74,11 +76,14 @@ class PluginBuilder {
     r.dist_kind = keep(dist_kind);
     r.state = reinterpret_cast<void*>(check);
     r.check = check ? &check_thunk : nullptr;
+    r.param_split = param_split;
+    r.activation_split = activation_split;
     rules_.push_back(r);
     return *this;
   }
-  PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, RuleCheckFn check = nullptr) {
-    return rule("tp", kind, dist_kind, check);
+  PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, RuleCheckFn check = nullptr,
+                         double param_split = 1.0, double activation_split = 1.0) {
+    return rule("tp", kind, dist_kind, check, param_split, activation_split);
   }
 
   // The entry point refuses a host whose extension chain lacks `type`, with an
