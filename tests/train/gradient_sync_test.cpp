@@ -185,4 +185,43 @@ TEST(GradientSync, BucketsAreLaunchedDuringBackward) {
   });
 }
 
+// ZeRO 2: a bucket of odd-sized parameters (23 elements) is padded to 24 and
+// reduce-scattered; each rank holds 12 elements, cut into per-parameter
+// segments, which hold the dp sum of exactly their part of each gradient.
+TEST(GradientSync, Zero2ReduceScattersPaddedBucketsIntoShardSegments) {
+  run_ranks(2, 2, 1, 1, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh&) {
+    const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {7}, {1}};
+    std::vector<at::Tensor> params;
+    std::vector<smp::SyncedParameter> synced;
+    for (const auto& shape : shapes) {
+      params.push_back(at::zeros(shape, at::kFloat).requires_grad_(true));
+      synced.push_back(smp::synced_parameter(params.back(), smp::Placements::from_abi(nullptr, 0, 1, "p"), groups));
+    }
+    smp::GradientSync sync(synced, smp::GradientSyncOptions{1 << 20, 2});
+    ASSERT_EQ(sync.layout().size(), 1u);
+    EXPECT_EQ(sync.layout()[0].padded, 24);
+    EXPECT_EQ(sync.layout()[0].shard, 12);
+    smp::Communicator& dp = groups.get(Axis::DP);
+    dp.reset_stats();
+    sync.begin_step();
+    at::Tensor loss = at::zeros({});
+    for (auto& p : params) loss = loss + (p * pattern(p.sizes().vec()) * static_cast<float>(rank + 1)).sum();
+    loss.backward();
+    sync.finish_step();
+    const auto segments = smp::shard_segments(sync.layout());
+    ASSERT_EQ(segments.size(), sync.segment_gradients().size());
+    int64_t covered = 0;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const auto& seg = segments[i];
+      at::Tensor want = pattern(shapes[seg.param]).reshape(-1).narrow(0, seg.param_begin, seg.length) * 3.0f;
+      EXPECT_TRUE(at::equal(sync.segment_gradients()[i], want)) << "rank " << rank << " segment " << i;
+      covered += seg.length;
+    }
+    EXPECT_EQ(covered, rank == 0 ? 12 : 11);  // the padding element is nobody's
+    int64_t bytes = 0;
+    for (const auto& [op, b] : dp.stats().bytes) bytes += b;
+    EXPECT_EQ(bytes, (24 - 12) * 4) << "one reduce-scatter: every slice of the bucket but its own";
+  });
+}
+
 }  // namespace

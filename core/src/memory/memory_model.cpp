@@ -22,7 +22,7 @@ struct StateBytes {
 StateBytes state_bytes(const MemoryModelOptions& o) {
   StateBytes s;
   s.parameters = o.zero == 3 ? static_cast<double>(o.compute_bytes) / o.dp : o.compute_bytes;
-  s.gradients = o.grad_bytes * (1.0 + (o.zero >= 2 && o.dp > 1 ? 1.0 / o.dp : 0.0));
+  s.gradients = o.grad_bytes;  // the accumulation buckets, whole at every stage (the reduced shard is a slice)
   s.optimizer = (8.0 + (o.masters ? 4.0 : 0.0)) / (o.zero >= 1 ? o.dp : 1);
   return s;
 }

@@ -9,7 +9,7 @@
 // Per pp rank, with N = the parameter elements it holds (a shared module once),
 // c = compute-dtype bytes, g = gradient-dtype bytes:
 //   parameters       N c, / dp under ZeRO-3
-//   gradients        N g (the accumulation buckets), + N g / dp under ZeRO-2/3 (the reduced shard)
+//   gradients        N g (the accumulation buckets; under ZeRO the reduced shard is a slice of them)
 //   optimizer state  8 N (AdamW's moments) + 4 N (fp32 masters, 16-bit only), / dp under ZeRO >= 1
 //   step peak        the schedule walked action by action: every microbatch
 //                    forwarded and not yet backwarded keeps its activations

@@ -40,7 +40,8 @@ struct GradientSync::Bucket {
   std::vector<size_t> params;
   int pending = 0;  // params whose gradient is not final yet
   at::Tensor flat;
-  at::Tensor shard;  // ZeRO: this rank's reduced shard (a view of flat, or its own under ZeRO-2/3)
+  at::Tensor shard;     // ZeRO: this rank's reduced shard, a view of flat
+  at::Tensor incoming;  // ZeRO-2/3: what the reduce-scatter writes, copied into shard after (only while in flight)
   std::shared_ptr<Work> work;
 };
 
@@ -116,9 +117,10 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOpti
     const SyncedParameter& first = params_[b->params.front()];
     l.unit = zero_ == 3 ? first.unit : -1;
     b->flat = at::zeros({l.padded}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
-    if (zero_ > 0)
-      b->shard = zero_ >= 2 && n > 1 ? at::zeros({l.shard}, b->flat.options())
-                                      : b->flat.narrow(0, l.rank * l.shard, l.shard);
+    // The reduced shard lives in the bucket's own slice, so ZeRO-2/3 hold no
+    // second gradient buffer (the reduce-scatter's output must not alias its
+    // input: it lands in a transient buffer first).
+    if (zero_ > 0) b->shard = b->flat.narrow(0, l.rank * l.shard, l.shard);
     int64_t offset = 0;
     for (size_t k : b->params) {
       at::Tensor& t = params_[k].tensor;
@@ -179,7 +181,6 @@ void GradientSync::begin_step() {
     b->pending = static_cast<int>(b->params.size());
     b->work.reset();
     b->flat.zero_();
-    if (b->shard.defined()) b->shard.zero_();
   }
   // Zeroing in place keeps .grad the same tensor (bucket views alias it).
   for (size_t k = 0; k < params_.size(); ++k)
@@ -218,7 +219,12 @@ void GradientSync::launch(Bucket& b) {
   if (!b.comm) return;  // main gradients of parameters without a data-parallel group
   if (!b.main)
     for (size_t k : b.params) check_view(k, b);
-  b.work = zero_ >= 2 && b.comm->size() > 1 ? b.comm->reduce_scatter(b.flat, b.shard) : b.comm->allreduce(b.flat);
+  if (zero_ >= 2 && b.comm->size() > 1) {
+    b.incoming = at::empty_like(b.shard);
+    b.work = b.comm->reduce_scatter(b.flat, b.incoming);
+  } else {
+    b.work = b.comm->allreduce(b.flat);
+  }
 }
 
 // Something replaced a .grad (set it to a new tensor or undefined) instead of
@@ -234,8 +240,13 @@ void GradientSync::check_view(size_t k, const Bucket& b) const {
 
 void GradientSync::finish_step() {
   while (next_launch_ < buckets_.size()) launch(*buckets_[next_launch_++]);
-  for (auto& b : buckets_)
+  for (auto& b : buckets_) {
     if (b->work) b->work->wait();
+    if (b->incoming.defined()) {
+      b->shard.copy_(b->incoming);
+      b->incoming = at::Tensor();
+    }
+  }
   if (zero_ > 0) {
     // Each shard segment is summed over the same groups; every rank of those
     // groups lays its buckets out alike, so the segments line up.
@@ -261,11 +272,7 @@ void GradientSync::finish_step() {
 
 int64_t GradientSync::bytes() const {
   int64_t total = 0;
-  for (const auto& b : buckets_) {
-    total += b->flat.numel() * static_cast<int64_t>(b->flat.element_size());
-    if (b->shard.defined() && !b->shard.is_alias_of(b->flat))
-      total += b->shard.numel() * static_cast<int64_t>(b->shard.element_size());
-  }
+  for (const auto& b : buckets_) total += b->flat.numel() * static_cast<int64_t>(b->flat.element_size());
   for (size_t k = 0; k < params_.size(); ++k) {
     const at::Tensor& g = params_[k].tensor.grad();
     if (bucket_of_[k] < 0 && g.defined()) total += g.numel() * static_cast<int64_t>(g.element_size());

@@ -9,7 +9,7 @@
 // parallelism) every bucket is padded to a multiple of its data-parallel group
 // and each rank owns one contiguous shard of it: stage 1 still all-reduces the
 // bucket (only the shard is read afterwards), stages 2 and 3 reduce-scatter it
-// into the shard. Either way the reduction happens once per step, after the
+// into the shard (the bucket's own slice: no second gradient buffer). Either way the reduction happens once per step, after the
 // last microbatch's backward has accumulated into the full-size bucket: that is
 // what lets ZeRO-2/3 combine with pipeline parallelism and gradient
 // accumulation (see README, "Memory").
@@ -105,7 +105,7 @@ class GradientSync {
   // ZeRO-3: called when every parameter of a unit has received its gradient in
   // one backward pass (the unit's gathered parameters may then be freed).
   void on_unit_done(std::function<void(int unit)> f) { unit_done_ = std::move(f); }
-  // Bytes of the gradient buffers (buckets, shards, unbucketed .grad).
+  // Bytes of the gradient buffers (buckets and unbucketed .grad).
   int64_t bytes() const;
 
  private:
