@@ -52,6 +52,24 @@ TEST(ActivationCheckpointing, IdenticalLossesAndParameters) {
   }
 }
 
+// Selective checkpointing (the attention core only): bitwise the same, dropout
+// on, serial (smp_nn's transformer_layer) and tp 2 (smp_tp's parallel layer,
+// whose dropout masks are slices of the serial ones); less memory per step.
+TEST(ActivationCheckpointing, AttentionCoreOnlyIsIdenticalAndSmaller) {
+  const std::vector<std::string> base = {"model.dropout=0.1", "train.steps=3"};
+  for (const auto& [nproc, layout] :
+       std::vector<std::pair<int, std::vector<std::string>>>{{1, {}}, {2, {"parallel.tp=2"}}}) {
+    JobResult plain = run_ok(nproc, with(base, layout));
+    JobResult core = run_ok(nproc, with(with(base, layout), {"memory.checkpoint_attention_core=[\"blocks\"]"}));
+    EXPECT_EQ(losses_of(core), losses_of(plain)) << core.output;
+    EXPECT_EQ(max_param_diff(core, plain), 0.0);
+    const double with_core = core.summary["memory_bytes"]["step_peak"][0].get<double>();
+    const double without = plain.summary["memory_bytes"]["step_peak"][0].get<double>();
+    std::printf("[ attention core ] ranks %d: step peak %.0f -> %.0f bytes on rank 0\n", nproc, without, with_core);
+    EXPECT_LT(with_core, without);
+  }
+}
+
 // Bytes rank 0 sent on its dp group in one step (dp 2, 4 microbatches, one
 // stage), against the analytic count. N = parameters (every GPT-tiny tensor
 // has an even size, so buckets need no padding), B = 4N bytes (fp32):
@@ -139,6 +157,10 @@ TEST(MemoryErrors, BadKeysAreNamed) {
       {{"memory.checkpoint=[\"blocks\"]", "parallel.pp=1", "parallel.schedule=\"zb-h1\""},
        "memory.checkpoint cannot be combined with parallel.schedule = \"zb-h1\""},
       {{"memory.checkpoint_every=2"}, "memory.checkpoint_every is set but memory.checkpoint lists no nodes"},
+      {{"memory.checkpoint_attention_core=[\"ln_f\"]"},
+       "memory.checkpoint_attention_core: node 'ln_f' is of kind 'layer_norm' (plugin 'smp_nn'), which cannot "
+       "recompute an attention core"},
+      {{"memory.checkpoint_attention_core=[\"attn\"]"}, "memory.checkpoint_attention_core: \"attn\" matches no node"},
   };
   for (const auto& c : cases) {
     JobResult r = run_job(1, plugin_path("gpt"), gpt_config(), c.sets);

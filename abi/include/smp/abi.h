@@ -163,6 +163,11 @@ typedef struct smp_module_context {
                              Ask host->mesh_axis / host->mesh_comm for any axis. */
   const char* parallel_json; /* the job's [parallel] table as a JSON object, e.g.
                                 {"sequence_parallel": true, ...}; borrowed for the call */
+  /* Since 2.1: what the memory manager asks of this module, a JSON object
+   * ("{}" = nothing): {"recompute_attention_core": true} asks it to keep no
+   * activations of its attention core (softmax(Q K^T) V) and recompute them in
+   * backward. Only asked of kinds whose memory_features declare it. */
+  const char* memory_json;
 } smp_module_context;
 
 /* One call of a module. */
@@ -213,7 +218,12 @@ typedef struct smp_module_kind {
   smp_error* (*forward)(smp_module* module, const smp_forward_args* args);
   smp_error* (*parameters)(smp_module* module, smp_param_visitor visit, void* user);
   void (*destroy)(smp_module* module);
+  /* Since 2.1: SMP_MEMORY_FEATURE_* bits, what memory_json may ask of this kind. */
+  uint32_t memory_features;
 } smp_module_kind;
+
+/* The module recomputes its attention core in backward when memory_json asks. */
+#define SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE 1u
 
 /* ------------------------------------------------------------------------ */
 /* Model adapters: the model as a DAG of module calls, plus batches          */
@@ -466,11 +476,12 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 /* ------------------------------------------------------------------------ */
 
 #define SMP_EXTENSION_BASE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_extension_base, next)
-#define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, parallel_json)
+#define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, memory_json)
 #define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
 #define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
 #define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, n_placements)
-#define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, destroy)
+#define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, memory_features)
+#define SMP_MODULE_KIND_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_kind, destroy) /* the fields of minor 0 */
 #define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)
 #define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, seed)
 #define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, num_samples)

@@ -30,6 +30,7 @@ struct MemoryConfig {
   int zero = 0;  // 0-3: what is sharded over dp (parallel.zero, or memory.shard by name)
   std::vector<std::string> checkpoint;  // node kinds, names or name prefixes
   int checkpoint_every = 1;
+  std::vector<std::string> checkpoint_attention_core;  // nodes recomputing only their attention core
   bool offload = false;
 };
 

@@ -16,13 +16,13 @@ namespace smp {
 
 struct ModelGraph;
 
-// memory.checkpoint / memory.checkpoint_every: per graph node, whether it is
-// checkpointed. An entry matches a node by kind, by name, or as a name prefix
-// ("blocks" matches "blocks.3"); of the matching nodes in graph order, every
-// `every`-th from the first. An entry that matches nothing is an error naming
-// `origin` and the key.
+// memory.checkpoint / memory.checkpoint_every (or another list, `key`): per
+// graph node, whether it is selected. An entry matches a node by kind, by name,
+// or as a name prefix ("blocks" matches "blocks.3"); of the matching nodes in
+// graph order, every `every`-th from the first. An entry that matches nothing
+// is an error naming `origin` and `key`.
 std::vector<bool> select_checkpointed(const ModelGraph& graph, const std::vector<std::string>& entries, int every,
-                                      const std::string& origin);
+                                      const std::string& origin, const std::string& key = "memory.checkpoint");
 
 using ModuleCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
 

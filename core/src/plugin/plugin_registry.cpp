@@ -166,7 +166,7 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   };
   for (size_t i = 0; i < d->n_module_kinds; ++i) {
     const smp_module_kind* k = d->module_kinds[i];
-    require_size(k, SMP_MODULE_KIND_STRUCT_SIZE, "module kind", path);
+    require_size(k, SMP_MODULE_KIND_STRUCT_SIZE_2_0, "module kind", path);
     if (!k->create || !k->forward || !k->parameters || !k->destroy)
       throw Error(who + ": module kind '" + (k->name ? k->name : "?") + "' lacks a function");
     info.module_kinds.push_back(claim("module kind", k->name, providers_));

@@ -54,6 +54,9 @@ const std::vector<KeySpec>& schema() {
       // is listed recompute their activations in backward; of those, every checkpoint_every-th.
       {"memory.checkpoint", Type::StringArray, json::array(), Rule::None},
       {"memory.checkpoint_every", Type::Int, 1, Rule::Positive},
+      // Selective checkpointing: the listed nodes keep no activations of their attention core
+      // (softmax(Q K^T) V) and recompute it in backward; their kinds must declare the feature.
+      {"memory.checkpoint_attention_core", Type::StringArray, json::array(), Rule::None},
       // Activation offloading to host memory (CUDA only): refused on the CPU.
       {"memory.offload", Type::Bool, false, Rule::None},
 

@@ -71,6 +71,7 @@ JobConfig JobConfig::from(const Config& c) {
   if (!m.checkpoint.empty() && p.schedule == "zb-h1")
     throw Error(c.origin() + ": memory.checkpoint cannot be combined with parallel.schedule = \"zb-h1\": its "
                 "separate weight pass would run the recomputation's backward a second time");
+  m.checkpoint_attention_core = c.get_string_array("memory.checkpoint_attention_core");
   m.offload = c.get_bool("memory.offload");
 
   TrainConfig& t = j.train;

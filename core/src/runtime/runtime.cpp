@@ -70,6 +70,7 @@ struct Runtime::Impl {
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
   std::unique_ptr<ShardedParameters> sharded;  // ZeRO >= 1: the parameter side of sharded data parallelism
   std::vector<bool> checkpoint;                // per graph node: activations recomputed in backward
+  std::vector<bool> recompute_core;            // per graph node: only its attention core recomputed
   c10::Device device = c10::Device(c10::kCPU);  // this rank's (run.device)
   LrSchedule lr;
   Schedule schedule, eval_schedule;
@@ -161,9 +162,20 @@ struct Runtime::Impl {
     create_adapter();
     // Chosen on the adapter's own kinds and names, before tp rules rewrite kinds.
     checkpoint = select_checkpointed(graph, job.memory.checkpoint, job.memory.checkpoint_every, job.origin);
+    recompute_core = select_checkpointed(graph, job.memory.checkpoint_attention_core, 1, job.origin,
+                                         "memory.checkpoint_attention_core");
     const bool replicate = job.parallel.tp_replicate_indivisible;
     for (Axis a : {Axis::TP, Axis::EP})
       if (mesh->size(a) > 1) apply_parallel_rules(graph, registry, axis_name(a), mesh->size(a), replicate);
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const GraphNode& n = graph.nodes[i];
+      const smp_module_kind* k = registry.module_kind(n.kind);
+      if (k && recompute_core[i] &&
+          (k->struct_size < SMP_MODULE_KIND_STRUCT_SIZE ||
+           !(k->memory_features & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)))
+        throw Error(job.origin + ": memory.checkpoint_attention_core: node '" + n.name + "' is of kind '" + n.kind +
+                    "' (plugin '" + registry.provider(n.kind) + "'), which cannot recompute an attention core");
+    }
     for (const auto& n : graph.nodes)
       if (!registry.module_kind(n.kind)) {
         std::string loaded;
@@ -265,9 +277,12 @@ struct Runtime::Impl {
         const GraphNode& node = graph.nodes[idx];
         const std::string& key = node.module_key();
         if (modules.count(key)) continue;
+        bool core = false;  // any node of the module asks
+        for (size_t i = 0; i < graph.nodes.size(); ++i) core = core || (recompute_core[i] && graph.nodes[i].module_key() == key);
+        const std::string memory_json = core ? R"({"recompute_attention_core":true})" : "{}";
         modules[key] = std::make_shared<ModuleInstance>(
             registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device));
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json));
         module_order.push_back(key);
       }
     }

@@ -45,7 +45,7 @@ static inline void test_destroy(smp_module* module) { free(module); }
 
 /* A complete smp_module_kind named `kind_name`. */
 #define SMP_TEST_KIND(kind_name) \
-  { SMP_MODULE_KIND_STRUCT_SIZE, kind_name, NULL, test_create, test_forward, test_parameters, test_destroy }
+  { SMP_MODULE_KIND_STRUCT_SIZE, kind_name, NULL, test_create, test_forward, test_parameters, test_destroy, 0 }
 
 /* A descriptor with the given versions and module kinds (an array of pointers). */
 #define SMP_TEST_DESCRIPTOR(size, plugin_name, major, minor, torch, kinds)                                  \

@@ -87,6 +87,9 @@ struct AttentionConfig {
   int64_t hidden, heads;
   bool causal;
   double dropout, init_std, out_init_std;
+  // Not a config key: set from the module context when the memory manager asks
+  // (memory.checkpoint_attention_core): the core's activations are recomputed in backward.
+  bool recompute_core = false;
   int64_t head_dim() const { return hidden / heads; }
   static AttentionConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
     if (check_keys) expect_node_keys(c, {"hidden", "heads", "causal", "dropout", "init_std", "out_init_std"}, node);

@@ -54,8 +54,9 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 // ---- serial math on full parameters (reused by tests) ----
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed) {
-  Tensor ctx = attention_core(linear(x, p.q), linear(x, p.k), linear(x, p.v), c.heads, c.head_dim(), c.causal,
-                              pad_mask, c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
+  Tensor ctx = attention_core(c.recompute_core, linear(x, p.q), linear(x, p.k), linear(x, p.v), c.heads,
+                              c.head_dim(), c.causal, pad_mask, c.dropout, training, mix_seed(seed, kAttnProbs),
+                              c.heads, 0);
   return dropout(linear(ctx, p.out), c.dropout, training, mix_seed(seed, kAttnOut));
 }
 inline Tensor mlp_forward(const MlpParams& p, const MlpConfig& c, const Tensor& x, bool training, uint64_t seed) {
@@ -193,6 +194,7 @@ class Linear : public Module {
 class Attention : public Module {
  public:
   Attention(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)) {
+    c_.recompute_core = ctx.recompute_attention_core();
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_attention(gen, c_);
     make_params(p_);
@@ -248,6 +250,7 @@ class TransformerLayer : public Module {
  public:
   TransformerLayer(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)) {
+    c_.attn.recompute_core = ctx.recompute_attention_core();
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = init_transformer_layer(gen, c_);
     make_params(p_);

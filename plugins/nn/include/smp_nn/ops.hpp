@@ -3,6 +3,8 @@
 
 #include <smp_nn/init.hpp>
 
+#include <smp/sdk/checkpoint.hpp>
+
 #include <torch/version.h>
 
 #include <cmath>
@@ -80,6 +82,23 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
   Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
   return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
+}
+
+// attention_core, or (recompute: selective activation checkpointing, Korthikanti
+// et al. 2022) the same keeping only q, k, v and recomputing scores, softmax and
+// dropout in backward: the [b, n, s, s] tensors are the bulk of a layer's
+// activations at long sequences. The dropout mask depends only on the seed, so
+// the recomputation draws the same one.
+inline Tensor attention_core(bool recompute, const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads_local,
+                             int64_t head_dim, bool causal, const Tensor& pad_mask, double p, bool training,
+                             uint64_t seed, int64_t heads_total, int64_t head_offset) {
+  if (!recompute) return attention_core(q, k, v, heads_local, head_dim, causal, pad_mask, p, training, seed, heads_total,
+                                        head_offset);
+  auto core = [=](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{attention_core(in[0], in[1], in[2], heads_local, head_dim, causal, pad_mask, p,
+                                              training, seed, heads_total, head_offset)};
+  };
+  return smp::sdk::checkpointed(core, {q, k, v})[0];
 }
 
 // Token-mean cross entropy over the last dim. logits [..., V], targets [...] int64;

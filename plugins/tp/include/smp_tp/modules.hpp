@@ -128,8 +128,8 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
                                          const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
-  Tensor ctx = attention_core(linear(xf, p.q), linear(xf, p.k), linear(xf, p.v), nl, c.head_dim(), c.causal, pad_mask,
-                              c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, tp.rank * nl);
+  Tensor ctx = attention_core(c.recompute_core, linear(xf, p.q), linear(xf, p.k), linear(xf, p.v), nl, c.head_dim(),
+                              c.causal, pad_mask, c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, tp.rank * nl);
   Tensor y = tp.exit(at::linear(ctx, p.out.weight)) + p.out.bias;
   return tp_dropout(y, c.dropout, training, mix_seed(seed, kAttnOut), tp);
 }
@@ -144,6 +144,7 @@ class ParallelAttention : public Module {
  public:
   ParallelAttention(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(AttentionConfig::parse(cfg, ctx.node_name)) {
+    c_.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.heads, "heads");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
     p_ = shard_attention(init_attention(gen, c_), tp_.rank, tp_.size);
@@ -199,6 +200,7 @@ class ParallelTransformerLayer : public Module {
  public:
   ParallelTransformerLayer(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(TransformerLayerConfig::parse(cfg, ctx.node_name)) {
+    c_.attn.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.attn.heads, "heads");
     tp_.divisible(c_.mlp.ffn, "ffn");
     at::Generator gen = smp::sdk::init_generator(ctx.init_seed);

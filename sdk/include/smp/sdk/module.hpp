@@ -27,6 +27,10 @@ struct ModuleContext {
   int device_index = 0;
   smp_mesh* mesh = nullptr;  // borrowed; null = one rank
   Json parallel = Json::object();  // the job's [parallel] table
+  // What the memory manager asks of this module (ABI 2.1's memory_json):
+  // {"recompute_attention_core": true}, for kinds that declare the feature.
+  Json memory = Json::object();
+  bool recompute_attention_core() const { return memory.value("recompute_attention_core", false); }
   int tp_rank = 0;
   int tp_size = 1;
   Comm tp;
@@ -62,6 +66,7 @@ struct ModuleContext {
     m.device_index = c->device_index;
     m.mesh = c->mesh;
     if (c->parallel_json && *c->parallel_json) m.parallel = Json::parse(c->parallel_json);
+    if (c->memory_json && *c->memory_json) m.memory = Json::parse(c->memory_json);
     std::tie(m.tp_rank, m.tp_size) = m.axis_info("tp");
     if (m.tp_size > 1) m.tp = m.comm("tp");
     m.sequence_parallel = m.tp_size > 1 && m.parallel.value("sequence_parallel", false);

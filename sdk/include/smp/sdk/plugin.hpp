@@ -28,9 +28,11 @@ class PluginBuilder {
   PluginBuilder(PluginBuilder&&) = default;
 
   template <class T>
-  PluginBuilder& module(const std::string& kind) {
+  // memory_features: SMP_MEMORY_FEATURE_* bits the kind honours (ModuleContext::memory).
+  PluginBuilder& module(const std::string& kind, uint32_t memory_features = 0) {
     smp_module_kind k{};
     k.struct_size = SMP_MODULE_KIND_STRUCT_SIZE;
+    k.memory_features = memory_features;
     k.name = keep(kind);
     k.create = &detail::ModuleKindTable<T>::create;
     k.forward = &detail::ModuleKindTable<T>::forward;
