@@ -143,6 +143,44 @@ TEST(ShardedDataParallel, Bf16WithShardedMastersEqualsBf16) {
   }
 }
 
+// The estimate (smp-launch --estimate-memory) against the measured account of
+// the same job, per rank: within 10% (bench/memory_estimate.py does 14 layouts
+// on a larger model); and --device-memory decides, by exit code, whether it fits.
+TEST(MemoryEstimate, MatchesTheMeasuredAccountAndSaysWhetherItFits) {
+  for (const auto& [nproc, sets] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, {"parallel.dp=2", "parallel.zero=1", "train.batch_size=16"}},
+           {2, {"parallel.pp=2", "train.batch_size=16", "memory.checkpoint=[\"transformer_layer\"]"}}}) {
+    JobResult est = run_job(nproc, plugin_path("gpt"), gpt_config(), sets, {"--estimate-memory"});
+    ASSERT_EQ(est.exit_code, 0) << est.output;
+    const std::string out = est.output;
+    const auto json_at = out.rfind("\n{");
+    ASSERT_NE(json_at, std::string::npos) << out;
+    const auto estimate = nlohmann::json::parse(out.substr(json_at + 1));
+    EXPECT_FALSE(est.summary.is_object()) << "the estimate must not train";
+    JobResult job = run_ok(nproc, with(sets, {"train.steps=2", "run.dump_parameters=false"}));
+    const auto& account = job.summary["memory_bytes"]["total"];
+    for (int r = 0; r < nproc; ++r) {
+      const int pp_rank = job.summary["layout"]["pp"].get<int>() == 2 ? r : 0;
+      const double e = estimate["per_pp_rank"][pp_rank]["total"].get<double>(), m = account[r].get<double>();
+      std::printf("[ estimate ] %s rank %d: estimated %.0f, measured %.0f (%+.1f%%)\n", sets[0].c_str(), r, e, m,
+                  100 * (e / m - 1));
+      EXPECT_NEAR(e / m, 1.0, 0.10) << "rank " << r << "\n" << out;
+    }
+    const double worst = estimate["max_total_bytes"].get<double>();
+    JobResult fits = run_job(nproc, plugin_path("gpt"), gpt_config(), sets,
+                             {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 1.01)) + "B"});
+    EXPECT_EQ(fits.exit_code, 0) << fits.output;
+    EXPECT_NE(fits.output.find(": fits"), std::string::npos) << fits.output;
+    JobResult too_big = run_job(nproc, plugin_path("gpt"), gpt_config(), sets,
+                                {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 0.99)) + "B"});
+    EXPECT_EQ(too_big.exit_code, 2) << too_big.output;
+    EXPECT_NE(too_big.output.find("DOES NOT FIT"), std::string::npos) << too_big.output;
+  }
+  JobResult bad = run_job(1, plugin_path("gpt"), gpt_config(), {}, {"--estimate-memory", "--device-memory", "80XB"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("--device-memory: expected a size like 80GB, got '80XB'"), std::string::npos) << bad.output;
+}
+
 // Bad memory settings stop before training with the key named.
 TEST(MemoryErrors, BadKeysAreNamed) {
   struct Case {
