@@ -54,6 +54,28 @@ TEST(CudaJobs, GptPipeline2OnOneSharedGpuEqualsSerial) {
   EXPECT_LE(worst_param_difference(pp2, serial), 2e-4);
 }
 
+// The memory manager on the GPU: ZeRO-3 (parameters gathered and freed around
+// each module on CUDA storage) with checkpointed layers and the attention core
+// recomputed, on two ranks sharing the GPU, against the serial CUDA run; the
+// account reports the CUDA allocator's peak. Offload is still refused.
+TEST(CudaJobs, ShardedAndCheckpointedOnOneSharedGpuEqualsSerial) {
+  SKIP_WITHOUT_GPU();
+  JobResult serial = run_job(1, plugin_path("gpt"), gpt_config(), kCuda);
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  JobResult z3 = run_job(2, plugin_path("gpt"), gpt_config(),
+                         with(kShared, {"parallel.dp=2", "parallel.zero=3", "memory.checkpoint=[\"blocks.0\"]",
+                                        "memory.checkpoint_attention_core=[\"blocks\"]"}));
+  ASSERT_EQ(z3.exit_code, 0) << z3.output;
+  EXPECT_LE(worst_loss_difference(z3, serial), 2e-5);
+  EXPECT_LE(worst_param_difference(z3, serial), 2e-4);
+  EXPECT_GT(z3.summary["memory_bytes"]["step_peak"][0].get<double>(), 0);
+  JobResult offload = run_job(1, plugin_path("gpt"), gpt_config(), with(kCuda, {"memory.offload=true"}));
+  EXPECT_NE(offload.exit_code, 0);
+  EXPECT_NE(offload.output.find("memory.offload = true: activation offloading is not implemented yet"),
+            std::string::npos)
+      << offload.output;
+}
+
 TEST(CudaJobs, GptDataParallelOnOneSharedGpuGoesThroughHostMemory) {
   SKIP_WITHOUT_GPU();
   JobResult serial = run_job(1, plugin_path("gpt"), gpt_config(), kCuda);

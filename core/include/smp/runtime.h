@@ -67,7 +67,7 @@ struct StepResult {
   double grad_scale = 1;
   double lr = 0;
   double seconds = 0;       // wall time of the step
-  int64_t peak_activation_bytes = 0;  // this rank, during the step (CPU; on a GPU the allocator's peak)
+  int64_t peak_activation_bytes = 0;  // this rank, during the step (CPU; on a GPU the allocator's peak above the step start)
   // fp16 (train.precision): the loss scale the step ran with, and whether its
   // gradients overflowed so the optimizer skipped it (the scale was then halved).
   double loss_scale = 1;

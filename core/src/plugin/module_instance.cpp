@@ -8,7 +8,7 @@ namespace smp {
 
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
                                   const std::string& parallel_json, const c10::Device& device,
-                                  const std::string& memory_json) {
+                                  const char* memory_json) {
   smp_module_context ctx{};
   ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = key.c_str();
@@ -17,7 +17,7 @@ smp_module_context module_context(const std::string& key, uint64_t init_seed, sm
   ctx.device_index = device.is_cuda() ? device.index() : 0;
   ctx.mesh = mesh;
   ctx.parallel_json = parallel_json.c_str();
-  ctx.memory_json = memory_json.c_str();
+  ctx.memory_json = memory_json;
   return ctx;
 }
 

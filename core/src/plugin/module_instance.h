@@ -22,11 +22,11 @@ struct ModuleParameter {
 // The context a module is created under, for the runtime and the cost
 // profiler alike. The strings are borrowed: they must outlive the create call.
 // mesh null = a one-rank mesh.
-// memory_json: what the memory manager asks of the module ("{}": nothing).
+// memory_json: what the memory manager asks of the module ("{}": nothing); borrowed like the strings.
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
                                   const std::string& parallel_json,
                                   const c10::Device& device = c10::Device(c10::kCPU),
-                                  const std::string& memory_json = "{}");
+                                  const char* memory_json = "{}");
 
 class ModuleInstance {
  public:

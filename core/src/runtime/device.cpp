@@ -77,15 +77,17 @@ int64_t device_peak_bytes(const c10::Device& device) {
   // Index 0 of a statistic is the aggregate over pool kinds.
   return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
 }
-void reset_device_peak(const c10::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+int64_t reset_device_peak(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
 }
 void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
 #else
 int64_t device_peak_bytes(const c10::Device&) { return 0; }
-void reset_device_peak(const c10::Device&) {}
+int64_t reset_device_peak(const c10::Device&) { return 0; }
 void synchronize(const c10::Device&) {}
 #endif
 

@@ -24,9 +24,10 @@ c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::
 std::string device_key(const c10::Device& device);
 
 // Peak bytes the caching allocator handed out on a CUDA device since the last
-// reset (0 for the CPU or without CUDA), and the reset.
+// reset (0 for the CPU or without CUDA), and the reset, which returns the bytes
+// allocated now (what the step's peak is measured above).
 int64_t device_peak_bytes(const c10::Device& device);
-void reset_device_peak(const c10::Device& device);
+int64_t reset_device_peak(const c10::Device& device);
 
 // Waits for the device's queued work (a no-op on the CPU), for timings.
 void synchronize(const c10::Device& device);

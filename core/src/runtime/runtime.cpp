@@ -282,7 +282,7 @@ struct Runtime::Impl {
         const std::string memory_json = core ? R"({"recompute_attention_core":true})" : "{}";
         modules[key] = std::make_shared<ModuleInstance>(
             registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json));
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json.c_str()));
         module_order.push_back(key);
       }
     }
@@ -529,7 +529,7 @@ StepResult Runtime::train_step() {
   StepResult out;
   out.loss_scale = s.scaler ? s.scaler->scale() : 1.0;
   s.loss->set_loss_scale(out.loss_scale);
-  reset_device_peak(s.device);
+  const int64_t held_before = reset_device_peak(s.device);  // CUDA: the step's peak is counted above it
   s.sync->begin_step();
   ExecutorResult r = s.executor->run(s.schedule, s.steps, true);
   out.phases.compute = since(t0);
@@ -585,7 +585,7 @@ StepResult Runtime::train_step() {
   out.grad_norm = norm;
   out.grad_scale = grad_scale;
   out.lr = lr;
-  out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) : r.peak_bytes;
+  out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) - held_before : r.peak_bytes;
   out.memory = s.memory_account(out.peak_activation_bytes);
   out.seconds = since(t0);
   return out;

@@ -339,11 +339,29 @@ TEST_F(NnTest, InitOrderIsTheDocumentedOne) {
   auto pl = params_of(l), pa = params_of(a);
   for (const char* n : {"q.weight", "k.weight", "v.weight", "out.weight"})
     EXPECT_TRUE(at::equal(pl[std::string("attn.") + n], pa[n])) << n;
-  auto gen = smp::sdk::init_generator(50);
-  for (int i = 0; i < 3; ++i) at::empty({8, 8}).normal_(0, 0.3, gen);
-  at::empty({8, 8}).normal_(0, 0.1, gen);
-  EXPECT_TRUE(at::equal(pl["mlp.fc.weight"], at::empty({16, 8}).normal_(0, 0.3, gen)));
-  EXPECT_TRUE(at::equal(pl["mlp.proj.weight"], at::empty({8, 16}).normal_(0, 0.1, gen)));
+  smp::sdk::InitStream gen(50);
+  for (int i = 0; i < 3; ++i) gen.normal({8, 8}, 0.3);
+  gen.normal({8, 8}, 0.1);
+  EXPECT_TRUE(at::equal(pl["mlp.fc.weight"], gen.normal({16, 8}, 0.3)));
+  EXPECT_TRUE(at::equal(pl["mlp.proj.weight"], gen.normal({8, 16}, 0.1)));
+}
+
+// Delayed initialisation: any slice along any dimension is generated alone and
+// equals that slice of the full draw, bit for bit; the values are N(0, std).
+TEST_F(NnTest, InitStreamSlicesEqualTheFullDraw) {
+  const std::vector<int64_t> full = {6, 4, 10};
+  at::Tensor whole = smp::sdk::InitStream(7).normal(full, 0.5);
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (int rank = 0; rank < 2; ++rank) {
+      auto slice = smp::sdk::Slice::part(dim, full[dim], rank, 2);
+      at::Tensor part = smp::sdk::InitStream(7).normal(full, 0.5, slice);
+      EXPECT_TRUE(at::equal(part, whole.narrow(dim, slice.begin, slice.length))) << "dim " << dim << " rank " << rank;
+    }
+  smp::sdk::InitStream s(3);
+  at::Tensor a = s.normal({100000}, 2.0), b = s.normal({100000}, 2.0);
+  EXPECT_FALSE(at::equal(a, b)) << "each draw is its own stream";
+  EXPECT_NEAR(a.mean().item<double>(), 0.0, 0.03);
+  EXPECT_NEAR(a.std().item<double>(), 2.0, 0.03);
 }
 
 // ---- bad configs and inputs name the node and the key ----

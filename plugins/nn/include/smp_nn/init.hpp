@@ -1,20 +1,26 @@
-// Parameter initialisation of the smp_nn kinds. The FULL (serial) tensors are always
-// generated, from smp::sdk::init_generator(ctx.init_seed), in a fixed documented order;
-// distributed kinds (smp_tp) generate the same full tensors and keep their slice, so a
-// shard is bit-identical to the corresponding slice of the serial parameter.
+// Parameter initialisation of the smp_nn kinds, from a counter-based
+// smp::sdk::InitStream(ctx.init_seed): every value is a function of (seed, draw,
+// index in the FULL serial tensor), so a distributed kind (smp_tp) generates only
+// its shard, and that shard is bit-identical to the slice of the serial parameter.
+// No rank ever materialises a full tensor it does not keep.
 //
-// Only weights draw from the generator (biases are zero, layer-norm weight 1 / bias 0),
-// so the order below is the order of the normal_() draws:
+// Only weights draw (biases are zero, layer-norm weight 1 / bias 0); the draws of a
+// module, in order:
 //   embedding / embedding_table: weight [num, dim] ~ N(0, init_std)
 //   position_embedding:          weight [max_len, dim] ~ N(0, init_std)
 //   linear:                      weight [out, in] ~ N(0, init_std); bias [out] = 0
 //   attention:                   q.weight, k.weight, v.weight ~ N(0, init_std) (each [h, h],
 //                                rows grouped by head), out.weight [h, h] ~ N(0, out_init_std)
 //   mlp:                         fc.weight [ffn, h] ~ N(0, init_std), proj.weight [h, ffn] ~ N(0, out_init_std)
-//   transformer_layer:           ln1, attention (as above), ln2, mlp (as above), one generator
+//   transformer_layer:           ln1, attention (as above), ln2, mlp (as above), one stream
+// The sharded initialisers take (rank, size) of tp: column-parallel weights
+// (q, k, v, fc) split their rows and biases, row-parallel ones (out, proj) their
+// columns, with the bias whole.
 #pragma once
 
 #include <smp_nn/config.hpp>
+
+#include <smp/sdk/init.hpp>
 
 #include <ATen/ATen.h>
 
@@ -24,14 +30,11 @@ using at::Tensor;
 
 inline Tensor param(Tensor t) { return t.requires_grad_(true); }
 
-inline Tensor normal(at::Generator& gen, at::IntArrayRef shape, double std) {
-  return at::empty(shape, at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std, gen);
-}
+using smp::sdk::InitStream;
+using smp::sdk::Slice;
 
-// A slice of a full tensor as a fresh leaf parameter: rows [rank*n/size, (rank+1)*n/size) of dim.
-inline Tensor shard(const Tensor& full, int64_t dim, int rank, int size) {
-  int64_t n = full.size(dim) / size;
-  return param(full.narrow(dim, rank * n, n).clone());
+inline Tensor normal(InitStream& s, at::IntArrayRef shape, double std, Slice slice = Slice::all()) {
+  return s.normal(shape, std, slice);
 }
 
 struct LinearParams {
@@ -53,36 +56,43 @@ struct TransformerLayerParams {
   MlpParams mlp;
 };
 
-// Full (unsliced, not yet requires_grad) tensors.
-inline LinearParams init_linear(at::Generator& gen, int64_t in, int64_t out, bool bias, double std) {
+// Not yet requires_grad tensors: full, or part `rank` of `size` (tp).
+// split: 0 = column-parallel (weight rows and bias split), 1 = row-parallel
+// (weight columns split, bias whole), -1 = whole.
+inline LinearParams init_linear(InitStream& s, int64_t in, int64_t out, bool bias, double std, int split = -1,
+                                int rank = 0, int size = 1) {
   LinearParams p;
-  p.weight = normal(gen, {out, in}, std);
-  if (bias) p.bias = at::zeros({out}, at::kFloat);
+  const Slice slice = split < 0 ? Slice::all() : Slice::part(split, split == 0 ? out : in, rank, size);
+  p.weight = normal(s, {out, in}, std, slice);
+  if (bias) p.bias = at::zeros({split == 0 ? out / size : out}, at::kFloat);
   return p;
 }
 inline LayerNormParams init_layer_norm(int64_t dim) {
   return {at::ones({dim}, at::kFloat), at::zeros({dim}, at::kFloat)};
 }
-inline AttentionParams init_attention(at::Generator& gen, const AttentionConfig& c) {
+inline AttentionParams init_attention(InitStream& s, const AttentionConfig& c, int rank = 0, int size = 1) {
+  const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
   AttentionParams p;
-  p.q = init_linear(gen, c.hidden, c.hidden, true, c.init_std);
-  p.k = init_linear(gen, c.hidden, c.hidden, true, c.init_std);
-  p.v = init_linear(gen, c.hidden, c.hidden, true, c.init_std);
-  p.out = init_linear(gen, c.hidden, c.hidden, true, c.out_init_std);
+  p.q = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
+  p.k = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
+  p.v = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
+  p.out = init_linear(s, c.hidden, c.hidden, true, c.out_init_std, row, rank, size);
   return p;
 }
-inline MlpParams init_mlp(at::Generator& gen, const MlpConfig& c) {
+inline MlpParams init_mlp(InitStream& s, const MlpConfig& c, int rank = 0, int size = 1) {
+  const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
   MlpParams p;
-  p.fc = init_linear(gen, c.hidden, c.ffn, true, c.init_std);
-  p.proj = init_linear(gen, c.ffn, c.hidden, true, c.out_init_std);
+  p.fc = init_linear(s, c.hidden, c.ffn, true, c.init_std, col, rank, size);
+  p.proj = init_linear(s, c.ffn, c.hidden, true, c.out_init_std, row, rank, size);
   return p;
 }
-inline TransformerLayerParams init_transformer_layer(at::Generator& gen, const TransformerLayerConfig& c) {
+inline TransformerLayerParams init_transformer_layer(InitStream& s, const TransformerLayerConfig& c, int rank = 0,
+                                                     int size = 1) {
   TransformerLayerParams p;
   p.ln1 = init_layer_norm(c.attn.hidden);
-  p.attn = init_attention(gen, c.attn);
+  p.attn = init_attention(s, c.attn, rank, size);
   p.ln2 = init_layer_norm(c.attn.hidden);
-  p.mlp = init_mlp(gen, c.mlp);
+  p.mlp = init_mlp(s, c.mlp, rank, size);
   return p;
 }
 

@@ -71,7 +71,7 @@ inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const T
 class Embedding : public Module {
  public:
   Embedding(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -96,7 +96,7 @@ class EmbeddingTable : public Module {
  public:
   EmbeddingTable(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -117,7 +117,7 @@ class PositionEmbedding : public Module {
  public:
   PositionEmbedding(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(PositionEmbeddingConfig::parse(cfg, node_)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -167,7 +167,7 @@ class LayerNorm : public Module {
 class Linear : public Module {
  public:
   Linear(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LinearConfig::parse(cfg, node_)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     p_ = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
     make_params(p_);
   }
@@ -195,7 +195,7 @@ class Attention : public Module {
  public:
   Attention(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)) {
     c_.recompute_core = ctx.recompute_attention_core();
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     p_ = init_attention(gen, c_);
     make_params(p_);
   }
@@ -222,7 +222,7 @@ class Attention : public Module {
 class Mlp : public Module {
  public:
   Mlp(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(MlpConfig::parse(cfg, node_)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     p_ = init_mlp(gen, c_);
     make_params(p_);
   }
@@ -251,7 +251,7 @@ class TransformerLayer : public Module {
   TransformerLayer(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)) {
     c_.attn.recompute_core = ctx.recompute_attention_core();
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     p_ = init_transformer_layer(gen, c_);
     make_params(p_);
   }

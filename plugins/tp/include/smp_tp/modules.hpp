@@ -103,18 +103,6 @@ inline Tensor tp_dropout(const Tensor& y, double p, bool training, uint64_t seed
   return dropout(y, p, training, seed, full, 1, tp.seq_offset(y.size(1)));
 }
 
-// ---- shards of the serial parameters ----
-inline AttentionParams shard_attention(const AttentionParams& f, int r, int t) {
-  AttentionParams p;
-  // q, k, v: output rows grouped by head, so rows [r*h/t, (r+1)*h/t) are heads [r*n/t, (r+1)*n/t).
-  auto column = [&](const LinearParams& src) { return LinearParams{shard(src.weight, 0, r, t), shard(src.bias, 0, r, t)}; };
-  p.q = column(f.q), p.k = column(f.k), p.v = column(f.v);
-  p.out = {shard(f.out.weight, 1, r, t), param(f.out.bias.clone())};
-  return p;
-}
-inline MlpParams shard_mlp(const MlpParams& f, int r, int t) {
-  return {{shard(f.fc.weight, 0, r, t), shard(f.fc.bias, 0, r, t)}, {shard(f.proj.weight, 1, r, t), param(f.proj.bias.clone())}};
-}
 inline void add_attention_params(std::vector<Param>& out, const std::string& prefix, const AttentionParams& p, bool sp) {
   add_params(out, prefix + "q.", p.q, 0, 0), add_params(out, prefix + "k.", p.k, 0, 0);
   add_params(out, prefix + "v.", p.v, 0, 0), add_params(out, prefix + "out.", p.out, 1, -1, sp);
@@ -146,8 +134,9 @@ class ParallelAttention : public Module {
       : tp_(Tp::from(ctx)), c_(AttentionConfig::parse(cfg, ctx.node_name)) {
     c_.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.heads, "heads");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    p_ = shard_attention(init_attention(gen, c_), tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    p_ = init_attention(gen, c_, tp_.rank, tp_.size);  // this rank's heads only
+    make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
@@ -172,8 +161,9 @@ class ParallelMlp : public Module {
  public:
   ParallelMlp(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), c_(MlpConfig::parse(cfg, ctx.node_name)) {
     tp_.divisible(c_.ffn, "ffn");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    p_ = shard_mlp(init_mlp(gen, c_), tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    p_ = init_mlp(gen, c_, tp_.rank, tp_.size);
+    make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
@@ -203,12 +193,9 @@ class ParallelTransformerLayer : public Module {
     c_.attn.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.attn.heads, "heads");
     tp_.divisible(c_.mlp.ffn, "ffn");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    TransformerLayerParams full = init_transformer_layer(gen, c_);
-    p_.ln1 = {param(full.ln1.weight), param(full.ln1.bias)};
-    p_.attn = shard_attention(full.attn, tp_.rank, tp_.size);
-    p_.ln2 = {param(full.ln2.weight), param(full.ln2.bias)};
-    p_.mlp = shard_mlp(full.mlp, tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    p_ = init_transformer_layer(gen, c_, tp_.rank, tp_.size);
+    make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
@@ -247,10 +234,9 @@ class ColumnParallelLinear : public Module {
         c_(LinearConfig::parse(cfg, ctx.node_name)),
         gather_output_(config_get<bool>(cfg, "gather_output", ctx.node_name, true)) {
     tp_.divisible(c_.out, "out");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    LinearParams full = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
-    p_.weight = shard(full.weight, 0, tp_.rank, tp_.size);
-    if (c_.bias) p_.bias = shard(full.bias, 0, tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    p_ = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std, /*split rows=*/0, tp_.rank, tp_.size);
+    make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
@@ -289,10 +275,9 @@ class RowParallelLinear : public Module {
         c_(LinearConfig::parse(cfg, ctx.node_name)),
         input_is_parallel_(config_get<bool>(cfg, "input_is_parallel", ctx.node_name, false)) {
     tp_.divisible(c_.in, "in");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    LinearParams full = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std);
-    p_.weight = shard(full.weight, 1, tp_.rank, tp_.size);
-    if (c_.bias) p_.bias = param(full.bias.clone());
+    InitStream gen(ctx.init_seed);
+    p_ = init_linear(gen, c_.in, c_.out, c_.bias, c_.init_std, /*split columns=*/1, tp_.rank, tp_.size);
+    make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
@@ -354,8 +339,8 @@ class VocabParallelEmbedding : public Module {
   VocabParallelEmbedding(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(EmbeddingConfig::parse(cfg, ctx.node_name)) {
     tp_.divisible(c_.num, "vocab (num)");
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    weight_ = shard(normal(gen, {c_.num, c_.dim}, c_.init_std), 0, tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std, Slice::part(0, c_.num, tp_.rank, tp_.size)));
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
@@ -416,7 +401,7 @@ class DistPositionEmbedding : public Module {
  public:
   DistPositionEmbedding(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(PositionEmbeddingConfig::parse(cfg, ctx.node_name)) {
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
+    InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -490,8 +475,8 @@ class ShardedEmbeddingTable : public Module {
     require(ids == "replicated" || ids == "distinct", tp_.node,
             "config key 'ids' must be \"replicated\" or \"distinct\", got \"" + ids + "\"");
     distinct_ = ids == "distinct";
-    at::Generator gen = smp::sdk::init_generator(ctx.init_seed);
-    weight_ = shard(normal(gen, {c_.num, c_.dim}, c_.init_std), 0, tp_.rank, tp_.size);
+    InitStream gen(ctx.init_seed);
+    weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std, Slice::part(0, c_.num, tp_.rank, tp_.size)));
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);

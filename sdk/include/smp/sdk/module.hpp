@@ -260,8 +260,8 @@ struct ModuleKindTable {
 };
 }  // namespace detail
 
-// A deterministic CPU generator for parameter initialisation: the same seed gives
-// the same full tensor whatever the layout; shards are slices of it.
+// A deterministic CPU generator seeded from a module's init_seed (sequential:
+// to generate only a shard of a parameter, use smp/sdk/init.hpp's InitStream).
 inline at::Generator init_generator(uint64_t seed);
 
 }  // namespace smp::sdk
