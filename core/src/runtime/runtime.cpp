@@ -271,18 +271,19 @@ struct Runtime::Impl {
   void materialise_local_modules() {
     const int pp_rank = mesh->coord(Axis::PP);
     const std::string parallel_json = job.parallel_json.dump();
+    std::set<std::string> recompute_core_keys;  // modules some node of which asks for attention-core recompute
+    for (size_t i = 0; i < graph.nodes.size(); ++i)
+      if (recompute_core[i]) recompute_core_keys.insert(graph.nodes[i].module_key());
     for (int c = 0; c < plan.chunks; ++c) {
       const int stage = c * plan.pp + pp_rank;
       for (int idx : plan.nodes_of_stage[stage]) {
         const GraphNode& node = graph.nodes[idx];
         const std::string& key = node.module_key();
         if (modules.count(key)) continue;
-        bool core = false;  // any node of the module asks
-        for (size_t i = 0; i < graph.nodes.size(); ++i) core = core || (recompute_core[i] && graph.nodes[i].module_key() == key);
-        const std::string memory_json = core ? R"({"recompute_attention_core":true})" : "{}";
+        const char* memory_json = recompute_core_keys.count(key) ? R"({"recompute_attention_core":true})" : "{}";
         modules[key] = std::make_shared<ModuleInstance>(
             registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json.c_str()));
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json));
         module_order.push_back(key);
       }
     }
@@ -517,7 +518,6 @@ nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std
                    {"precision", to_string(s.job.train.precision)}};
   out["per_pp_rank"] = ranks;
   out["max_total_bytes"] = worst;
-  // Modules before the plugins that made them (none were created here).
   return out;
 }
 
