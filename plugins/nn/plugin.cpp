@@ -5,14 +5,18 @@
 
 using namespace smp_nn;
 
+// Kinds whose parameters come only from InitStream / init_constant can be
+// created without storage (ABI 2.2 deferred init; ZeRO-3 fills only the dp shard).
+constexpr uint32_t kDeferredInit = SMP_MEMORY_FEATURE_DEFERRED_INIT;
+
 SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
-               .module<Embedding>("embedding")
-               .module<PositionEmbedding>("position_embedding")
-               .module<LayerNorm>("layer_norm")
-               .module<Linear>("linear")
-               .module<Attention>("attention", SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
-               .module<Mlp>("mlp")
-               .module<TransformerLayer>("transformer_layer", SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
+               .module<Embedding>("embedding", kDeferredInit)
+               .module<PositionEmbedding>("position_embedding", kDeferredInit)
+               .module<LayerNorm>("layer_norm", kDeferredInit)
+               .module<Linear>("linear", kDeferredInit)
+               .module<Attention>("attention", kDeferredInit | SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
+               .module<Mlp>("mlp", kDeferredInit)
+               .module<TransformerLayer>("transformer_layer", kDeferredInit | SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
                .module<CrossEntropy>("cross_entropy")
                .module<Add>("add")
                .module<Concat>("concat")
@@ -20,4 +24,4 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .module<Gelu>("gelu")
                .module<Dropout>("dropout")
                .module<MseLoss>("mse_loss")
-               .module<EmbeddingTable>("embedding_table"))
+               .module<EmbeddingTable>("embedding_table", kDeferredInit))

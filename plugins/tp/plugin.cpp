@@ -7,19 +7,23 @@
 
 using namespace smp_tp;
 
+// Kinds whose parameters come only from InitStream / init_constant can be
+// created without storage (ABI 2.2 deferred init; ZeRO-3 fills only the dp shard).
+constexpr uint32_t kDeferredInit = SMP_MEMORY_FEATURE_DEFERRED_INIT;
+
 SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
-               .module<TpLinear>("tp_linear")
-               .module<ColumnParallelLinear>("column_parallel_linear")
-               .module<RowParallelLinear>("row_parallel_linear")
-               .module<VocabParallelEmbedding>("vocab_parallel_embedding")
+               .module<TpLinear>("tp_linear", kDeferredInit)
+               .module<ColumnParallelLinear>("column_parallel_linear", kDeferredInit)
+               .module<RowParallelLinear>("row_parallel_linear", kDeferredInit)
+               .module<VocabParallelEmbedding>("vocab_parallel_embedding", kDeferredInit)
                .module<VocabParallelCrossEntropy>("vocab_parallel_cross_entropy")
-               .module<ParallelAttention>("parallel_attention", SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
-               .module<ParallelMlp>("parallel_mlp")
-               .module<ParallelTransformerLayer>("parallel_transformer_layer", SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
-               .module<DistPositionEmbedding>("dist_position_embedding")
-               .module<DistLayerNorm>("dist_layer_norm")
+               .module<ParallelAttention>("parallel_attention", kDeferredInit | SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
+               .module<ParallelMlp>("parallel_mlp", kDeferredInit)
+               .module<ParallelTransformerLayer>("parallel_transformer_layer", kDeferredInit | SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)
+               .module<DistPositionEmbedding>("dist_position_embedding", kDeferredInit)
+               .module<DistLayerNorm>("dist_layer_norm", kDeferredInit)
                .module<DistDropout>("dist_dropout")
-               .module<ShardedEmbeddingTable>("sharded_embedding_table")
+               .module<ShardedEmbeddingTable>("sharded_embedding_table", kDeferredInit)
                // The last two numbers: the fractions of parameter and activation bytes split
                // over tp, for the memory model. Megatron's layers keep the layer norms and the
                // inputs of their column-parallel GEMMs whole (without sequence parallelism):

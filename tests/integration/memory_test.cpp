@@ -113,7 +113,8 @@ TEST(ShardedDataParallel, DpBytesEqualTheAnalyticCount) {
 
 // What each stage shards is divided by dp in the account (exactly: no padding
 // here): zero 1 the optimizer state (AdamW's two moments), zero 3 the
-// parameters (between uses; the account is taken after the step).
+// parameters (between uses; the account is taken after the step), also while
+// the parameters are created (delayed init).
 TEST(ShardedDataParallel, ShardedStateShrinksByDp) {
   auto account = [](int z, int dp) {
     JobResult r = run_ok(dp, {"train.steps=2", "parallel.dp=" + std::to_string(dp), "parallel.zero=" + std::to_string(z),
@@ -129,6 +130,15 @@ TEST(ShardedDataParallel, ShardedStateShrinksByDp) {
   }
   std::printf("[ zero ] optimizer state %.0f -> %.0f (zero 1, dp 4); parameters %.0f -> %.0f (zero 3, dp 4)\n", opt0,
               z1["optimizer_state"][0].get<double>(), par0, z3["parameters"][0].get<double>());
+  // Delayed init: creating the modules and laying out their parameters never
+  // held more than this rank's shard under ZeRO-3 (the modules were created
+  // without storage and only the shard generated); without it, the whole.
+  EXPECT_GE(z0["parameter_init_peak"][0].get<double>(), par0);
+  EXPECT_GE(z1["parameter_init_peak"][0].get<double>(), par0);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_LE(z3["parameter_init_peak"][r].get<double>(), par0 / 4) << "rank " << r;
+  std::printf("[ zero ] parameter init peak %.0f (zero 0), %.0f (zero 3, dp 4)\n",
+              z0["parameter_init_peak"][0].get<double>(), z3["parameter_init_peak"][0].get<double>());
 }
 
 // bf16 with sharded fp32 masters: the same arithmetic as bf16 with whole
@@ -189,6 +199,8 @@ TEST(MemoryErrors, BadKeysAreNamed) {
   };
   const std::vector<Case> cases = {
       {{"memory.offload=true"}, "memory.offload = true moves CUDA activations to host memory, but this job runs on the CPU"},
+      {{"memory.offload_horizon=2"}, "memory.offload_horizon is set but memory.offload is not true"},
+      {{"memory.offload=true", "memory.offload_horizon=0"}, "memory.offload_horizon"},
       {{"parallel.zero=2", "memory.shard=\"parameters\""}, "memory.shard = \"parameters\" (ZeRO stage 3) contradicts parallel.zero = 2"},
       {{"parallel.zero=4"}, "parallel.zero: expected 0, 1, 2 or 3"},
       {{"memory.checkpoint=[\"transformer\"]"}, "memory.checkpoint: \"transformer\" matches no node's kind, name or name prefix"},

@@ -15,6 +15,7 @@ extern "C" {
   X(smp_module_context, SMP_MODULE_CONTEXT_STRUCT_SIZE)                 \
   X(smp_forward_args, SMP_FORWARD_ARGS_STRUCT_SIZE)                     \
   X(smp_placement, SMP_PLACEMENT_STRUCT_SIZE)                           \
+  X(smp_param_init, SMP_PARAM_INIT_STRUCT_SIZE)                         \
   X(smp_param_info, SMP_PARAM_INFO_STRUCT_SIZE)                         \
   X(smp_module_kind, SMP_MODULE_KIND_STRUCT_SIZE)                       \
   X(smp_graph_node, SMP_GRAPH_NODE_STRUCT_SIZE)                         \

@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 1
+#define SMP_ABI_VERSION_MINOR 2
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -198,12 +198,38 @@ typedef struct smp_placement {
   int32_t dim;              /* SHARD: the split dimension; else ignored */
 } smp_placement;
 
+/* Since 2.2: how a parameter created without storage (deferred init, see
+ * SMP_MEMORY_FEATURE_DEFERRED_INIT) gets its values, so that the host fills
+ * only the part it keeps (a ZeRO-3 dp shard) and no rank ever holds more.
+ *   NORMAL:   element i of the FULL tensor (row-major, all tp ranks together)
+ *             is value * N(0,1) drawn by the counter-based generator of
+ *             smp/sdk/init.hpp from (key, i); the parameter is the part
+ *             [slice_begin, slice_begin + slice_length) of full_shape along
+ *             slice_dim (slice_dim -1: all of it).
+ *   CONSTANT: every element is `value`. */
+typedef enum smp_param_init_kind { SMP_PARAM_INIT_NORMAL = 0, SMP_PARAM_INIT_CONSTANT = 1 } smp_param_init_kind;
+
+typedef struct smp_param_init {
+  size_t struct_size;
+  smp_param_init_kind kind;
+  uint64_t key;                /* NORMAL: the draw's generator key */
+  double value;                /* NORMAL: the standard deviation; CONSTANT: the value */
+  const int64_t* full_shape;   /* borrowed for the call */
+  size_t full_ndim;
+  int32_t slice_dim;
+  int64_t slice_begin;
+  int64_t slice_length;
+} smp_param_init;
+
 typedef struct smp_param_info {
   size_t struct_size;
   const char* name;     /* local name, e.g. "weight"; borrowed for the call */
   smp_tensor* tensor;   /* borrowed; a leaf with requires_grad */
   const smp_placement* placements; /* one per axis that is not plain replicated; borrowed */
   size_t n_placements;
+  /* Since 2.2: non-NULL when the tensor was created without storage (its
+   * sizes and dtype are set, its storage holds 0 bytes); the host fills it. */
+  const smp_param_init* init;
 } smp_param_info;
 
 typedef void (*smp_param_visitor)(void* user, const smp_param_info* param);
@@ -224,6 +250,10 @@ typedef struct smp_module_kind {
 
 /* The module recomputes its attention core in backward when memory_json asks. */
 #define SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE 1u
+/* Since 2.2: asked {"deferred_init": true}, the module creates its parameters
+ * without storage and describes each one's initialiser (smp_param_info.init).
+ * The module must not read them before its first forward. */
+#define SMP_MEMORY_FEATURE_DEFERRED_INIT 2u
 
 /* ------------------------------------------------------------------------ */
 /* Model adapters: the model as a DAG of module calls, plus batches          */
@@ -479,7 +509,9 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, memory_json)
 #define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
 #define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
-#define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, n_placements)
+#define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, init)
+#define SMP_PARAM_INFO_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_param_info, n_placements) /* the fields of minor 0 */
+#define SMP_PARAM_INIT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_init, slice_length)
 #define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, memory_features)
 #define SMP_MODULE_KIND_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_kind, destroy) /* the fields of minor 0 */
 #define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)

@@ -31,7 +31,8 @@ struct MemoryConfig {
   std::vector<std::string> checkpoint;  // node kinds, names or name prefixes
   int checkpoint_every = 1;
   std::vector<std::string> checkpoint_attention_core;  // nodes recomputing only their attention core
-  bool offload = false;
+  bool offload = false;    // checkpointed nodes' inputs in host memory between forward and backward (CUDA)
+  int offload_horizon = 4;  // backward passes ahead that offloaded inputs are loaded back
 };
 
 enum class Precision { Fp32, Bf16, Fp16 };

@@ -53,6 +53,7 @@ struct MemoryAccount {
   int64_t gradients = 0;        // gradient buckets and shards
   int64_t optimizer_state = 0;  // AdamW moments and fp32 master weights
   int64_t step_peak = 0;        // peak bytes allocated during the step's forwards/backwards
+  int64_t offloaded = 0;        // memory.offload: most host bytes holding activations at once (not in total)
   int64_t total() const { return parameters + gradients + optimizer_state + step_peak; }
 };
 
@@ -105,6 +106,10 @@ class Runtime {
   // on the CPU): what MFU is reported against.
   double measure_peak_flops() const;
   int64_t steps_done() const;
+  // The most bytes (CPU allocator, this thread) that creating this rank's
+  // modules and laying out their parameters held at once: the whole parameters
+  // without ZeRO-3, about this rank's dp shard with it (deferred init).
+  int64_t parameter_init_peak() const;
   const Config& config() const;
   const JobConfig& job() const;  // the same, typed
   const DeviceMesh& mesh() const;

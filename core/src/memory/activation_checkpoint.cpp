@@ -33,8 +33,9 @@ std::vector<bool> select_checkpointed(const ModelGraph& graph, const std::vector
   return out;
 }
 
-std::vector<at::Tensor> checkpointed(const ModuleCall& call, const std::vector<at::Tensor>& inputs) {
-  return sdk::checkpointed(call, inputs);
+std::vector<at::Tensor> checkpointed(const ModuleCall& call, const std::vector<at::Tensor>& inputs,
+                                     sdk::InputStash* stash) {
+  return sdk::checkpointed(call, inputs, stash);
 }
 
 }  // namespace smp

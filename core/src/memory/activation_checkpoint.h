@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace smp::sdk {
+struct InputStash;  // smp/sdk/checkpoint.hpp
+}
+
 namespace smp {
 
 struct ModelGraph;
@@ -26,8 +30,9 @@ std::vector<bool> select_checkpointed(const ModelGraph& graph, const std::vector
 
 using ModuleCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
 
-// Runs `call` on `inputs` keeping only the inputs for backward. Under
-// no-grad (evaluation) it is just call(inputs).
-std::vector<at::Tensor> checkpointed(const ModuleCall& call, const std::vector<at::Tensor>& inputs);
+// Runs `call` on `inputs` keeping only the inputs for backward (in `stash`
+// when given: activation offload). Under no-grad (evaluation) it is just call(inputs).
+std::vector<at::Tensor> checkpointed(const ModuleCall& call, const std::vector<at::Tensor>& inputs,
+                                     sdk::InputStash* stash = nullptr);
 
 }  // namespace smp

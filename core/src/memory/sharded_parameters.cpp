@@ -4,9 +4,13 @@
 
 #include "comm/communicator.h"
 
+#include <smp/sdk/init.hpp>
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
+
+#include <algorithm>
 
 namespace smp {
 
@@ -39,6 +43,58 @@ void own_storage(at::Tensor& p) {
 
 int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
+bool storageless(const at::Tensor& p) { return p.numel() > 0 && p.storage().nbytes() == 0; }
+
+}  // namespace
+
+std::vector<at::Tensor> cast_keeping_fp32(std::vector<at::Tensor>& params, at::ScalarType dtype) {
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> fp32(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor& p = params[i];
+    if (storageless(p)) {
+      p.set_data(sdk::detail::storageless(p.sizes(), p.options().dtype(dtype)));
+      continue;
+    }
+    fp32[i] = p.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    if (p.is_floating_point() && p.scalar_type() != dtype) p.set_data(p.detach().to(dtype));
+  }
+  return fp32;
+}
+
+namespace {
+
+// Stage 3: this rank's shard of bucket l in fp32, generated or copied part by
+// part; nothing larger than the shard is made.
+at::Tensor fp32_shard(const BucketLayout& l, const std::vector<at::Tensor>& params,
+                      const std::vector<at::Tensor>& fp32_values,
+                      const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits) {
+  const at::Tensor& first = params.at(l.params.front());
+  at::Tensor shard = at::zeros({l.shard}, first.options().dtype(at::kFloat).requires_grad(false));
+  const int64_t lo = l.rank * l.shard, hi = lo + l.shard;
+  for (size_t j = 0; j < l.params.size(); ++j) {
+    const size_t k = l.params[j];
+    const int64_t a = std::max(lo, l.offsets[j]), b = std::min(hi, l.offsets[j] + l.numels[j]);
+    if (a >= b) continue;
+    at::Tensor dst = shard.narrow(0, a - lo, b - a);
+    if (!inits.empty() && inits[k]) {
+      if (dst.is_cpu()) {  // generated in place: nothing larger than the shard exists
+        sdk::fill_init(*inits[k], a - l.offsets[j], b - a, dst.data_ptr<float>());
+        continue;
+      }
+      at::Tensor part = at::empty({b - a}, at::kFloat);
+      sdk::fill_init(*inits[k], a - l.offsets[j], b - a, part.data_ptr<float>());
+      dst.copy_(part);
+    } else {
+      const at::Tensor& src = fp32_values.empty() ? params[k] : fp32_values.at(k);
+      if (!src.defined() || storageless(src))
+        throw Error("ZeRO-3: parameter " + std::to_string(k) + " has neither values nor an initialiser");
+      dst.copy_(src.detach().reshape(-1).narrow(0, a - l.offsets[j], b - a));
+    }
+  }
+  return shard;
+}
+
 }  // namespace
 
 struct ShardedParameters::Bucket {
@@ -51,7 +107,8 @@ struct ShardedParameters::Bucket {
 };
 
 ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::vector<at::Tensor>& fp32_values,
-                                     std::vector<BucketLayout> layout, int stage, std::vector<std::string> units)
+                                     std::vector<BucketLayout> layout, int stage, std::vector<std::string> units,
+                                     const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits)
     : params_(std::move(params)), stage_(stage) {
   c10::NoGradGuard no_grad;
   for (size_t u = 0; u < units.size(); ++u) unit_id_[units[u]] = static_cast<int>(u);
@@ -59,6 +116,25 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
   for (auto& l : layout) {
     auto b = std::make_unique<Bucket>();
     const at::Tensor& first = params_.at(l.params.front());
+    if (stage_ == 3) {
+      // Only the shard: from the fp32 values (or generated), then the compute dtype.
+      at::Tensor shard32 = fp32_shard(l, params_, fp32_values, inits);
+      const bool mixed = first.scalar_type() != at::kFloat;
+      if (mixed && fp32_values.empty() && inits.empty())
+        throw Error("ZeRO: 16-bit parameters need their fp32 values for the masters");
+      b->local = mixed ? shard32.to(first.scalar_type()) : shard32;
+      if (mixed) b->master = shard32;
+      for (size_t k : l.params) {
+        if (!storageless(params_[k])) own_storage(params_[k]);
+        empty_storage(params_[k]);
+      }
+      if (l.unit >= 0) buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
+      b->layout = std::move(l);
+      buckets_.push_back(std::move(b));
+      continue;
+    }
+    for (size_t k : l.params)
+      if (storageless(params_[k])) throw Error("ZeRO-" + std::to_string(stage_) + ": deferred init is for stage 3 only");
     at::Tensor flat = at::zeros({l.padded}, first.options().requires_grad(false));
     at::Tensor flat32;
     if (!fp32_values.empty()) flat32 = at::zeros({l.padded}, flat.options().dtype(at::kFloat));
@@ -71,16 +147,10 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
       throw Error("ZeRO: 16-bit parameters need their fp32 values for the masters");
     if (flat32.defined()) b->master = flat32.narrow(0, l.rank * l.shard, l.shard).clone();
     for (size_t k : l.params) own_storage(params_[k]);
-    if (stage_ < 3) {
-      b->full = flat;
-      b->local = flat.narrow(0, l.rank * l.shard, l.shard);
-      for (size_t j = 0; j < l.params.size(); ++j) alias_storage(params_[l.params[j]], b->full, l.offsets[j]);
-      b->bound = true;
-    } else {
-      b->local = flat.narrow(0, l.rank * l.shard, l.shard).clone();
-      for (size_t k : l.params) empty_storage(params_[k]);
-      if (l.unit >= 0) buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
-    }
+    b->full = flat;
+    b->local = flat.narrow(0, l.rank * l.shard, l.shard);
+    for (size_t j = 0; j < l.params.size(); ++j) alias_storage(params_[l.params[j]], b->full, l.offsets[j]);
+    b->bound = true;
     b->layout = std::move(l);
     buckets_.push_back(std::move(b));
   }

@@ -20,17 +20,30 @@
 #include <string>
 #include <vector>
 
+namespace smp::sdk {
+struct InitSpec;  // smp/sdk/init.hpp
+}
+
 namespace smp {
 
 class Work;
+
+// Mixed precision under ZeRO: the parameters become `dtype` in place; returns
+// their fp32 values (to cut the masters from), undefined for a parameter
+// without storage yet (deferred init: its shard is generated in fp32).
+std::vector<at::Tensor> cast_keeping_fp32(std::vector<at::Tensor>& params, at::ScalarType dtype);
 
 class ShardedParameters {
  public:
   // params: GradientSync's parameters by index (already in the compute dtype);
   // fp32_values: their fp32 values when that dtype is 16-bit (the masters are
   // taken from them), else empty. units: ZeRO-3 unit names (module keys) by id.
+  // inits: empty, or per parameter its initialiser when it was created without
+  // storage (deferred init, stage 3 only): only this rank's shard of it is
+  // ever generated.
   ShardedParameters(std::vector<at::Tensor> params, const std::vector<at::Tensor>& fp32_values,
-                    std::vector<BucketLayout> layout, int stage, std::vector<std::string> units);
+                    std::vector<BucketLayout> layout, int stage, std::vector<std::string> units,
+                    const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits = {});
   ~ShardedParameters();
 
   // What the optimizer updates: one 1-D tensor per shard segment (the order of

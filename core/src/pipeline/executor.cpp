@@ -4,6 +4,7 @@
 
 #include "comm/communicator.h"
 #include "memory/activation_checkpoint.h"
+#include "memory/activation_offload.h"
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
 #include "runtime/seeds.h"
@@ -92,7 +93,8 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
       if (next && *next != key) gather->prefetch(*next);  // gathered while this module computes
     }
     const bool recompute = training && !setup_.checkpoint.empty() && setup_.checkpoint[nodes[i]];
-    auto outs = recompute ? checkpointed(call, ins) : call(ins);
+    sdk::InputStash* stash = recompute && setup_.offload ? setup_.offload->stash(mb, chunk) : nullptr;
+    auto outs = recompute ? checkpointed(call, ins, stash) : call(ins);
     if (gather) {
       if (!next || *next != key) gather->release(key);
       // Backward gathers the parameters again before this module's gradients
@@ -262,6 +264,13 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   batch_cache_.clear();
   torch::autograd::AutoGradMode grad_mode(training);
   const int last_stage = setup_.plan->num_stages() - 1;
+  // Offload: the slots in the order their backward runs; each backward loads
+  // the next `horizon` slots' inputs back (a slot not yet forwarded has none:
+  // a later backward loads it).
+  std::vector<std::pair<int, int>> backward_order;
+  for (const Action& a : schedule.actions.at(setup_.pp_rank))
+    if (a.op == Op::Backward || a.op == Op::BackwardInput) backward_order.emplace_back(a.microbatch, a.chunk);
+  size_t backwards_done = 0;
   for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
     const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
                              a.op == Op::SendGrad || a.op == Op::RecvGrad;
@@ -280,7 +289,14 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
         break;
       case Op::SendActivation: send_activations(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::RecvGrad: recv_grads(slot, a.microbatch, a.chunk, a.peer); break;
-      case Op::Backward: backward(slot, a.chunk, true, true); slot.weight_done = true; break;
+      case Op::Backward:
+        if (setup_.offload)
+          for (size_t b = backwards_done; b < std::min(backward_order.size(), backwards_done + 1 + setup_.offload->horizon()); ++b)
+            setup_.offload->prefetch(backward_order[b].first, backward_order[b].second);
+        ++backwards_done;
+        backward(slot, a.chunk, true, true);
+        slot.weight_done = true;
+        break;
       case Op::BackwardInput: backward(slot, a.chunk, true, false); break;
       case Op::BackwardWeight: backward(slot, a.chunk, false, true); slot.weight_done = true; break;
       case Op::SendGrad:
@@ -305,6 +321,10 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   pending_sends_.clear();
   batch_cache_.clear();
   result.peak_bytes = memory.peak();
+  if (setup_.offload) {
+    result.offloaded_peak_bytes = setup_.offload->host_peak_bytes();
+    setup_.offload->clear();
+  }
   return result;
 }
 

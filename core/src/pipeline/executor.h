@@ -20,6 +20,7 @@
 
 namespace smp {
 
+class ActivationOffload;
 class Communicator;
 class ShardedParameters;
 class Work;
@@ -44,12 +45,16 @@ struct ExecutorSetup {
   // recomputes graph node i's activations in backward (empty = none).
   ShardedParameters* gather = nullptr;
   std::vector<bool> checkpoint;
+  // memory.offload: checkpointed nodes keep their inputs in host memory,
+  // loaded back `horizon` backward passes ahead (null = on the device).
+  ActivationOffload* offload = nullptr;
 };
 
 struct ExecutorResult {
   LossSums loss;         // this rank's microbatch losses (last stage only, else 0)
   int losses = 0;        // microbatches that produced a loss here
   int64_t peak_bytes = 0;  // peak bytes allocated on this thread during the run
+  int64_t offloaded_peak_bytes = 0;  // most host bytes held for offloaded activations at once
 };
 
 class Executor {

@@ -4,6 +4,8 @@
 
 #include "plugin/host_api.h"
 
+#include <smp/sdk/init.hpp>
+
 namespace smp {
 
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
@@ -25,6 +27,37 @@ std::string ModuleInstance::where(const std::string& node, const std::string& ca
   return "plugin '" + plugin_ + "', module kind '" + kind_name_ + "', node '" + node + "', " + call;
 }
 
+namespace {
+
+// A checked copy of a plugin's initialiser description (ABI 2.2).
+std::shared_ptr<const sdk::InitSpec> init_spec(const smp_param_init& in, const ModuleParameter& p) {
+  const std::string what = "parameter '" + p.name + "': smp_param_init";
+  if (in.struct_size < SMP_PARAM_INIT_STRUCT_SIZE)
+    throw Error(what + ".struct_size " + std::to_string(in.struct_size) + " is smaller than ABI 2.2's " +
+                std::to_string(SMP_PARAM_INIT_STRUCT_SIZE));
+  if (in.kind != SMP_PARAM_INIT_NORMAL && in.kind != SMP_PARAM_INIT_CONSTANT)
+    throw Error(what + ".kind " + std::to_string(static_cast<int>(in.kind)) + " is unknown");
+  if (p.tensor.storage().nbytes() != 0 || p.tensor.scalar_type() != at::kFloat)
+    throw Error(what + ": the tensor must be fp32 and have no storage yet");
+  auto spec = std::make_shared<sdk::InitSpec>();
+  spec->kind = in.kind;
+  spec->key = in.key;
+  spec->value = in.value;
+  spec->full.assign(in.full_shape, in.full_shape + in.full_ndim);
+  spec->slice = {in.slice_dim, in.slice_begin, in.slice_length};
+  const bool sliced = in.slice_dim >= 0;
+  if (sliced && (static_cast<size_t>(in.slice_dim) >= in.full_ndim || in.slice_begin < 0 || in.slice_length < 0 ||
+                 in.slice_begin + in.slice_length > in.full_shape[in.slice_dim]))
+    throw Error(what + ": slice (dim " + std::to_string(in.slice_dim) + ", begin " + std::to_string(in.slice_begin) +
+                ", length " + std::to_string(in.slice_length) + ") is outside the full shape");
+  if (spec->shape() != p.tensor.sizes().vec())
+    throw Error(what + ": describes shape " + c10::str(at::IntArrayRef(spec->shape())) + ", the tensor is " +
+                c10::str(p.tensor.sizes()));
+  return spec;
+}
+
+}  // namespace
+
 ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, std::string key,
                                const std::string& config_json, const smp_module_context& context)
     : kind_(kind), plugin_(std::move(plugin)), key_(std::move(key)), kind_name_(kind->name) {
@@ -40,12 +73,13 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
     try {
       ModuleParameter mp;
       mp.name = collect->self->key_ + "." + (p && p->name ? p->name : "?");
-      if (!p || p->struct_size < SMP_PARAM_INFO_STRUCT_SIZE)
+      if (!p || p->struct_size < SMP_PARAM_INFO_STRUCT_SIZE_2_0)
         throw Error("parameter '" + mp.name + "': smp_param_info.struct_size " +
                     std::to_string(p ? p->struct_size : 0) + " is smaller than ABI 2.0's " +
-                    std::to_string(SMP_PARAM_INFO_STRUCT_SIZE));
+                    std::to_string(SMP_PARAM_INFO_STRUCT_SIZE_2_0));
       mp.tensor = tensor_of(p->tensor);
       mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'");
+      if (p->struct_size >= SMP_PARAM_INFO_STRUCT_SIZE && p->init) mp.init = init_spec(*p->init, mp);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {
       if (collect->problem.empty()) collect->problem = e.what();
@@ -67,6 +101,16 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
     if (p.tensor.device() != device) {
       const std::string m = where(key_, "create") + ": parameter '" + p.name + "' is on " + p.tensor.device().str() +
                             ", but the module was created for " + device.str();
+      kind_->destroy(module_);
+      module_ = nullptr;
+      params_.clear();
+      throw Error(m);
+    }
+  for (auto& p : params_)
+    if (!p.init && p.tensor.numel() > 0 && p.tensor.storage().nbytes() == 0) {
+      const std::string m = where(key_, "create") + ": parameter '" + p.name +
+                            "' has no storage and no initialiser (smp_param_info.init): a deferred-init module "
+                            "must draw every parameter from InitStream or init_constant and keep the tensor it got";
       kind_->destroy(module_);
       module_ = nullptr;
       params_.clear();

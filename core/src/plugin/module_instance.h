@@ -8,8 +8,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace smp::sdk {
+struct InitSpec;  // smp/sdk/init.hpp
+}
 
 namespace smp {
 
@@ -17,6 +22,9 @@ struct ModuleParameter {
   std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
   at::Tensor tensor;
   Placements placements;
+  // Deferred init (ABI 2.2): the tensor has no storage yet, this says how to
+  // fill it (see ShardedParameters, which fills only the dp shard). Else null.
+  std::shared_ptr<const sdk::InitSpec> init;
 };
 
 // The context a module is created under, for the runtime and the cost

@@ -57,8 +57,11 @@ const std::vector<KeySpec>& schema() {
       // Selective checkpointing: the listed nodes keep no activations of their attention core
       // (softmax(Q K^T) V) and recompute it in backward; their kinds must declare the feature.
       {"memory.checkpoint_attention_core", Type::StringArray, json::array(), Rule::None},
-      // Activation offloading to host memory (CUDA only): refused on the CPU.
+      // Activation offloading to host memory (CUDA only): the inputs checkpointed nodes keep
+      // for backward wait in pinned host memory, loaded back offload_horizon backward passes
+      // ahead (SMP's activation_loading_horizon). Refused on the CPU.
       {"memory.offload", Type::Bool, false, Rule::None},
+      {"memory.offload_horizon", Type::Int, 4, Rule::Positive},
 
       {"train.steps", Type::Int, 10, Rule::NonNegative},
       {"train.batch_size", Type::Int, 8, Rule::Positive},

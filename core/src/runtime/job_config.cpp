@@ -73,6 +73,9 @@ JobConfig JobConfig::from(const Config& c) {
                 "separate weight pass would run the recomputation's backward a second time");
   m.checkpoint_attention_core = c.get_string_array("memory.checkpoint_attention_core");
   m.offload = c.get_bool("memory.offload");
+  m.offload_horizon = static_cast<int>(c.get_int("memory.offload_horizon"));
+  if (c.has("memory.offload_horizon") && !m.offload)
+    throw Error(c.origin() + ": memory.offload_horizon is set but memory.offload is not true");
 
   TrainConfig& t = j.train;
   t.steps = c.get_int("train.steps");
@@ -129,7 +132,9 @@ JobConfig JobConfig::from(const Config& c) {
     if (r.device != DeviceKind::Cuda)
       throw Error(c.origin() + ": memory.offload = true moves CUDA activations to host memory, but this job runs "
                   "on the CPU (run.device = \"" + c.get_string("run.device") + "\"), where they already are");
-    throw Error(c.origin() + ": memory.offload = true: activation offloading is not implemented yet in this build");
+    if (m.checkpoint.empty())
+      throw Error(c.origin() + ": memory.offload = true offloads the inputs that checkpointed nodes keep for "
+                  "backward: list the nodes in memory.checkpoint");
   }
 
   j.shm_slot_bytes = static_cast<int64_t>(c.get_double("comm.shm_mb") * 1024 * 1024);

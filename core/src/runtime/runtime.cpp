@@ -11,7 +11,9 @@
 #include "graph/parallel_rules.h"
 #include "graph/profiler.h"
 #include "memory/activation_checkpoint.h"
+#include "memory/activation_offload.h"
 #include "memory/memory_model.h"
+#include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
@@ -68,7 +70,10 @@ struct Runtime::Impl {
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<MasterWeights> masters;     // 16-bit precision: the fp32 copies the optimizer updates
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
-  std::unique_ptr<ShardedParameters> sharded;  // ZeRO >= 1: the parameter side of sharded data parallelism
+  std::unique_ptr<ShardedParameters> sharded;
+  std::unique_ptr<ActivationOffload> offload;  // memory.offload: checkpointed inputs in host memory
+  int64_t created_bytes = 0;        // held by this rank's parameters as created (and cast)
+  int64_t parameter_init_peak = 0;  // see Runtime::parameter_init_peak  // ZeRO >= 1: the parameter side of sharded data parallelism
   std::vector<bool> checkpoint;                // per graph node: activations recomputed in backward
   std::vector<bool> recompute_core;            // per graph node: only its attention core recomputed
   c10::Device device = c10::Device(c10::kCPU);  // this rank's (run.device)
@@ -264,7 +269,12 @@ struct Runtime::Impl {
 
   // ---- phase 4: state — this rank's modules, gradient groups, optimizer ----
   void state() {
-    materialise_local_modules();
+    {
+      MemoryTracker created;
+      materialise_local_modules();
+      created_bytes = created.current();
+      parameter_init_peak = created.peak();
+    }
     build_training_state(make_tied_groups());
   }
 
@@ -280,10 +290,18 @@ struct Runtime::Impl {
         const GraphNode& node = graph.nodes[idx];
         const std::string& key = node.module_key();
         if (modules.count(key)) continue;
-        const char* memory_json = recompute_core_keys.count(key) ? R"({"recompute_attention_core":true})" : "{}";
+        // ZeRO-3 asks every kind that can for deferred init: parameters come
+        // without storage and only this rank's dp shard is ever generated.
+        const smp_module_kind* kind = registry.module_kind(node.kind);
+        const bool deferred = job.memory.zero == 3 && kind->struct_size >= SMP_MODULE_KIND_STRUCT_SIZE &&
+                              (kind->memory_features & SMP_MEMORY_FEATURE_DEFERRED_INIT);
+        nlohmann::json memory = nlohmann::json::object();
+        if (recompute_core_keys.count(key)) memory["recompute_attention_core"] = true;
+        if (deferred) memory["deferred_init"] = true;
+        const std::string memory_json = memory.dump();
         modules[key] = std::make_shared<ModuleInstance>(
-            registry.module_kind(node.kind), registry.provider(node.kind), key, node.config_json,
-            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json));
+            kind, registry.provider(node.kind), key, node.config_json,
+            module_context(key, derive_seed(seed, key), groups->handle(), parallel_json, device, memory_json.c_str()));
         module_order.push_back(key);
       }
     }
@@ -328,6 +346,7 @@ struct Runtime::Impl {
     const TrainConfig& t = job.train;
     const int zero = job.memory.zero;
     std::vector<at::Tensor> all;
+    std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
     std::vector<SyncedParameter> synced;
     for (size_t unit = 0; unit < module_order.size(); ++unit) {
       const std::string& key = module_order[unit];
@@ -335,6 +354,7 @@ struct Runtime::Impl {
       for (const auto& p : modules[key]->parameters()) {
         if (!p.tensor.requires_grad()) continue;
         all.push_back(p.tensor);
+        inits.push_back(p.init);
         SyncedParameter s = synced_parameter(p.tensor, p.placements, *groups);
         s.expected_grads = microbatches * uses[key];
         s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
@@ -350,7 +370,15 @@ struct Runtime::Impl {
     }
     // Mixed precision: the parameters become 16-bit in place (their fp32 masters
     // kept first) before GradientSync lays out the gradient buckets for them.
-    if (t.precision != Precision::Fp32) masters = std::make_unique<MasterWeights>(all, compute_dtype(t.precision));
+    // Under ZeRO the fp32 values are kept only until the shards' masters are cut.
+    std::vector<at::Tensor> fp32_values;
+    auto laying_out = std::make_unique<MemoryTracker>();  // the parameters' casts and shards, for parameter_init_peak
+    if (t.precision != Precision::Fp32) {
+      if (zero == 0)
+        masters = std::make_unique<MasterWeights>(all, compute_dtype(t.precision));
+      else
+        fp32_values = cast_keeping_fp32(all, compute_dtype(t.precision));
+    }
     if (t.precision == Precision::Fp16) {
       LossScaleOptions ls;
       ls.initial = t.initial_loss_scale;
@@ -358,7 +386,11 @@ struct Runtime::Impl {
       ls.min = t.min_loss_scale;
       scaler = std::make_unique<DynamicLossScaler>(ls);
     }
+    const int64_t cast_peak = laying_out->peak(), cast_current = laying_out->current();
+    laying_out.reset();  // GradientSync's gradient buffers are not the parameters'
     sync = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes, zero});
+    parameter_init_peak = std::max(parameter_init_peak, created_bytes + cast_peak);
+    created_bytes += cast_current;
     AdamWOptions o;
     o.beta1 = t.beta1;
     o.beta2 = t.beta2;
@@ -369,9 +401,15 @@ struct Runtime::Impl {
     } else {
       // ZeRO: the optimizer sees this rank's shard segments only; whole fp32
       // masters exist just long enough to cut the shards' masters from them.
-      sharded = std::make_unique<ShardedParameters>(
-          all, masters ? masters->masters() : std::vector<at::Tensor>{}, sync->layout(), zero, module_order);
-      masters.reset();
+      bool any_deferred = false;
+      for (const auto& i : inits) any_deferred = any_deferred || i;
+      {
+        MemoryTracker sharding;
+        sharded = std::make_unique<ShardedParameters>(all, fp32_values, sync->layout(), zero, module_order,
+                                                      any_deferred ? inits : decltype(inits){});
+        fp32_values.clear();
+        parameter_init_peak = std::max(parameter_init_peak, created_bytes + sharding.peak());
+      }
       std::vector<bool> decay;
       for (const ShardSegment& seg : shard_segments(sync->layout())) {
         decay.push_back(all[seg.param].dim() >= 2);
@@ -400,6 +438,10 @@ struct Runtime::Impl {
     setup.compute_dtype = compute_dtype(job.train.precision);
     setup.gather = job.memory.zero == 3 ? sharded.get() : nullptr;
     setup.checkpoint = checkpoint;
+    if (job.memory.offload) {
+      offload = std::make_unique<ActivationOffload>(device, job.memory.offload_horizon);
+      setup.offload = offload.get();
+    }
     setup.batch = [this](int64_t step, int mb, bool training) {
       return batch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
     };
@@ -587,6 +629,7 @@ StepResult Runtime::train_step() {
   out.lr = lr;
   out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) - held_before : r.peak_bytes;
   out.memory = s.memory_account(out.peak_activation_bytes);
+  out.memory.offloaded = r.offloaded_peak_bytes;
   out.seconds = since(t0);
   return out;
 }
@@ -601,6 +644,7 @@ double Runtime::evaluate(int batches) {
 }
 
 int64_t Runtime::steps_done() const { return impl_->steps; }
+int64_t Runtime::parameter_init_peak() const { return impl_->parameter_init_peak; }
 std::string Runtime::device() const { return impl_->device.str(); }
 std::string Runtime::precision() const { return to_string(impl_->job.train.precision); }
 double Runtime::measure_peak_flops() const {

@@ -155,6 +155,7 @@ nlohmann::json run_training(Runtime& rt) {
     peak_account.gradients = std::max(peak_account.gradients, r.memory.gradients);
     peak_account.optimizer_state = std::max(peak_account.optimizer_state, r.memory.optimizer_state);
     peak_account.step_peak = std::max(peak_account.step_peak, r.memory.step_peak);
+    peak_account.offloaded = std::max(peak_account.offloaded, r.memory.offloaded);
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
       train_seconds += r.seconds;
       ++timed_steps;
@@ -227,6 +228,8 @@ nlohmann::json run_training(Runtime& rt) {
   account["optimizer_state"] = rt.gather_world(static_cast<double>(peak_account.optimizer_state));
   account["step_peak"] = rt.gather_world(static_cast<double>(peak_account.step_peak));
   account["total"] = rt.gather_world(static_cast<double>(peak_account.total()));
+  account["offloaded_host"] = rt.gather_world(static_cast<double>(peak_account.offloaded));
+  account["parameter_init_peak"] = rt.gather_world(static_cast<double>(rt.parameter_init_peak()));
   summary["memory_bytes"] = account;
   summary["phase_seconds"] = phases;
   summary["comm_bytes_rank0"] = rt.comm_bytes();

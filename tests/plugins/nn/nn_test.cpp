@@ -364,6 +364,51 @@ TEST_F(NnTest, InitStreamSlicesEqualTheFullDraw) {
   EXPECT_NEAR(a.std().item<double>(), 2.0, 0.03);
 }
 
+// Deferred init (ABI 2.2): under a DeferredInitScope a layer's parameters come
+// without storage, each with its initialiser; filling any range of a tensor
+// from it gives exactly those elements of the tensor made without deferring
+// (a tp slice included), so a rank can generate only its ZeRO-3 shard.
+TEST_F(NnTest, DeferredInitDescribesEveryParameterExactly) {
+  const Json cfg = {{"hidden", 8}, {"heads", 2}, {"ffn", 16}, {"dropout", 0.0}};
+  smp_nn::TransformerLayer made(cfg, ctx(50, "blocks.0"));
+  smp::sdk::DeferredInit record;
+  std::unique_ptr<smp_nn::TransformerLayer> deferred;
+  {
+    smp::sdk::DeferredInitScope scope(&record);
+    deferred = std::make_unique<smp_nn::TransformerLayer>(cfg, ctx(50, "blocks.0"));
+  }
+  auto want = params_of(made);
+  std::map<std::string, Tensor> got;  // the module's own tensors (detach() would make new ones)
+  for (auto& p : deferred->parameters()) got[p.name] = p.tensor;
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& [name, t] : got) {
+    EXPECT_EQ(t.storage().nbytes(), 0u) << name;
+    EXPECT_EQ(t.sizes(), want[name].sizes()) << name;
+    const smp::sdk::InitSpec* spec = record.find(t);
+    ASSERT_NE(spec, nullptr) << name;
+    // The whole tensor, and an odd range of it (a shard boundary falls anywhere).
+    EXPECT_TRUE(at::equal(smp::sdk::materialise_init(*spec), want[name].detach())) << name;
+    const int64_t n = t.numel(), first = n / 3, count = std::max<int64_t>(1, n / 2 - 1);
+    at::Tensor part = at::empty({count}, at::kFloat);
+    smp::sdk::fill_init(*spec, first, count, part.data_ptr<float>());
+    EXPECT_TRUE(at::equal(part, want[name].detach().reshape(-1).narrow(0, first, count))) << name;
+  }
+  // A column-split (dim 1) slice of a draw, filled by ranges, equals that slice.
+  smp::sdk::InitSpec col;
+  col.kind = SMP_PARAM_INIT_NORMAL;
+  col.key = 99;
+  col.value = 0.5;
+  col.full = {6, 10};
+  col.slice = smp::sdk::Slice::part(1, 10, 1, 2);
+  smp::sdk::InitSpec whole = col;
+  whole.slice = smp::sdk::Slice::all();
+  at::Tensor expected = smp::sdk::materialise_init(whole).narrow(1, 5, 5).contiguous().reshape(-1);
+  at::Tensor filled = at::empty({30}, at::kFloat);
+  smp::sdk::fill_init(col, 0, 7, filled.data_ptr<float>());
+  smp::sdk::fill_init(col, 7, 23, filled.data_ptr<float>() + 7);
+  EXPECT_TRUE(at::equal(filled, expected));
+}
+
 // ---- bad configs and inputs name the node and the key ----
 std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::sdk::Error>(f); }
 

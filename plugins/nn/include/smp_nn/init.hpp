@@ -64,11 +64,11 @@ inline LinearParams init_linear(InitStream& s, int64_t in, int64_t out, bool bia
   LinearParams p;
   const Slice slice = split < 0 ? Slice::all() : Slice::part(split, split == 0 ? out : in, rank, size);
   p.weight = normal(s, {out, in}, std, slice);
-  if (bias) p.bias = at::zeros({split == 0 ? out / size : out}, at::kFloat);
+  if (bias) p.bias = smp::sdk::init_constant({split == 0 ? out / size : out}, 0.0);
   return p;
 }
 inline LayerNormParams init_layer_norm(int64_t dim) {
-  return {at::ones({dim}, at::kFloat), at::zeros({dim}, at::kFloat)};
+  return {smp::sdk::init_constant({dim}, 1.0), smp::sdk::init_constant({dim}, 0.0)};
 }
 inline AttentionParams init_attention(InitStream& s, const AttentionConfig& c, int rank = 0, int size = 1) {
   const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;

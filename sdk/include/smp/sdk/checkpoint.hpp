@@ -19,11 +19,21 @@ namespace smp::sdk {
 
 using TensorCall = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
 
+// Where a checkpoint keeps its inputs between forward and backward, when not
+// as they are: keep() takes an input at forward and returns what gives it back
+// at backward (e.g. the core's activation offload: a host copy, loaded ahead).
+struct InputStash {
+  virtual ~InputStash() = default;
+  virtual std::function<at::Tensor()> keep(const at::Tensor& input) = 0;
+};
+
 namespace detail {
 
 struct CallHolder : torch::CustomClassHolder {
-  explicit CallHolder(TensorCall c) : call(std::move(c)) {}
+  CallHolder(TensorCall c, InputStash* s) : call(std::move(c)), stash(s) {}
   TensorCall call;
+  InputStash* stash;
+  std::vector<std::function<at::Tensor()>> kept;  // the stashed inputs (stash only)
 };
 
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
@@ -34,7 +44,11 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
                                c10::intrusive_ptr<CallHolder> call) {
     const variable_list inputs = input_list.vec();
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    ctx->save_for_backward(inputs);
+    if (call->stash) {
+      for (const auto& in : inputs) call->kept.push_back(call->stash->keep(in));
+    } else {
+      ctx->save_for_backward(inputs);
+    }
     variable_list outs = call->call(inputs);  // grad mode is off inside forward
     for (const auto& o : outs)
       if (o.defined() && !o.is_floating_point()) ctx->mark_non_differentiable({o});
@@ -44,7 +58,13 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
   static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grad_outputs) {
     auto call = c10::static_intrusive_pointer_cast<CallHolder>(ctx->saved_data["call"].toCapsule());
     variable_list inputs;
-    const variable_list saved = ctx->get_saved_variables();
+    variable_list saved;
+    if (call->stash) {
+      for (auto& give_back : call->kept) saved.push_back(give_back());
+      call->kept.clear();
+    } else {
+      saved = ctx->get_saved_variables();
+    }
     for (size_t i = 0; i < saved.size(); ++i) {
       at::Tensor d = saved[i].detach();
       if (ctx->needs_input_grad(i)) d.requires_grad_(true);
@@ -75,11 +95,14 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 // no input requires a gradient, it is just call(inputs): the outputs of a
 // checkpoint require a gradient only through its inputs, so parameters used
 // by a call on non-differentiable inputs would otherwise get none.
-inline std::vector<at::Tensor> checkpointed(const TensorCall& call, const std::vector<at::Tensor>& inputs) {
+// stash: where the inputs wait for backward (null: kept as they are); it must
+// outlive the backward.
+inline std::vector<at::Tensor> checkpointed(const TensorCall& call, const std::vector<at::Tensor>& inputs,
+                                            InputStash* stash = nullptr) {
   bool needs_grad = false;
   for (const auto& t : inputs) needs_grad = needs_grad || (t.defined() && t.requires_grad());
   if (!at::GradMode::is_enabled() || !needs_grad) return call(inputs);
-  return detail::Checkpoint::apply(at::TensorList(inputs), c10::make_intrusive<detail::CallHolder>(call));
+  return detail::Checkpoint::apply(at::TensorList(inputs), c10::make_intrusive<detail::CallHolder>(call, stash));
 }
 
 }  // namespace smp::sdk

@@ -3,11 +3,13 @@
 
 #include <smp/sdk/collectives.hpp>
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/init.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -31,6 +33,8 @@ struct ModuleContext {
   // {"recompute_attention_core": true}, for kinds that declare the feature.
   Json memory = Json::object();
   bool recompute_attention_core() const { return memory.value("recompute_attention_core", false); }
+  // ABI 2.2: {"deferred_init": true} (the SDK handles it: InitStream draws are recorded, not made).
+  bool deferred_init() const { return memory.value("deferred_init", false); }
   int tp_rank = 0;
   int tp_size = 1;
   Comm tp;
@@ -187,15 +191,22 @@ T model_get(const Json& cfg, const char* key, T fallback) {
 namespace detail {
 struct ModuleBox {  // what smp_module* points to
   Module* impl;
+  std::unique_ptr<DeferredInit> deferred;  // the draws recorded under deferred init, else null
 };
 
 // Parameters are initialised from the CPU generator (so a parameter is the same
 // on every device and in every layout); this moves those a module made on
 // another device to the context's, in place (set_data, as torch.nn.Module.to
-// does), so the module's own handles see the moved tensor.
-inline void place_parameters(Module& m, const at::Device& device) {
-  for (auto& p : m.parameters())
-    if (p.tensor.defined() && p.tensor.device() != device) p.tensor.set_data(p.tensor.data().to(device));
+// does), so the module's own handles see the moved tensor. A deferred one
+// (still without storage) moves without data.
+inline void place_parameters(Module& m, const at::Device& device, const DeferredInit* deferred) {
+  for (auto& p : m.parameters()) {
+    if (!p.tensor.defined() || p.tensor.device() == device) continue;
+    if (deferred && deferred->find(p.tensor))
+      p.tensor.set_data(detail::storageless(p.tensor.sizes(), p.tensor.options().device(device)));
+    else
+      p.tensor.set_data(p.tensor.data().to(device));
+  }
 }
 
 template <class T>
@@ -206,9 +217,16 @@ struct ModuleKindTable {
       auto* box = new ModuleBox{nullptr};
       try {
         const ModuleContext mc = ModuleContext::from(ctx);
-        box->impl = new T(cfg, mc);
-        place_parameters(*box->impl, mc.device());
+        if (mc.deferred_init()) {
+          box->deferred = std::make_unique<DeferredInit>();
+          DeferredInitScope scope(box->deferred.get());
+          box->impl = new T(cfg, mc);
+        } else {
+          box->impl = new T(cfg, mc);
+        }
+        place_parameters(*box->impl, mc.device(), box->deferred.get());
       } catch (...) {
+        delete box->impl;
         delete box;
         throw;
       }
@@ -232,7 +250,8 @@ struct ModuleKindTable {
   }
   static smp_error* parameters(smp_module* m, smp_param_visitor visit, void* user) {
     return guard([&] {
-      for (auto& p : reinterpret_cast<ModuleBox*>(m)->impl->parameters()) {
+      const ModuleBox* box = reinterpret_cast<ModuleBox*>(m);
+      for (auto& p : box->impl->parameters()) {
         TensorRef h(p.tensor);
         const std::vector<Placement> all = p.all_placements();
         std::vector<smp_placement> placements(all.size());
@@ -248,6 +267,19 @@ struct ModuleKindTable {
         info.tensor = h.get();
         info.placements = placements.data();
         info.n_placements = placements.size();
+        smp_param_init init{};
+        if (const InitSpec* spec = box->deferred ? box->deferred->find(p.tensor) : nullptr) {
+          init.struct_size = SMP_PARAM_INIT_STRUCT_SIZE;
+          init.kind = spec->kind;
+          init.key = spec->key;
+          init.value = spec->value;
+          init.full_shape = spec->full.data();
+          init.full_ndim = spec->full.size();
+          init.slice_dim = static_cast<int32_t>(spec->slice.dim);
+          init.slice_begin = spec->slice.begin;
+          init.slice_length = spec->slice.length;
+          info.init = &init;
+        }
         visit(user, &info);
       }
     });
