@@ -27,6 +27,9 @@ LAYOUTS = [
     ("pp2 x tp2 m4", 4, ["parallel.pp=2", "parallel.tp=2", "parallel.microbatches=4"]),
     ("pp2 x dp2 zero2 m4", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero=2", "parallel.microbatches=4"]),
     ("dp2 bf16 zero1", 2, ["parallel.dp=2", "parallel.zero=1", 'train.precision="bf16"']),
+    ("serial attention core", 1, ['memory.checkpoint_attention_core=["transformer_layer"]']),
+    ("dp2 bf16 zero3 attention core", 2, ["parallel.dp=2", "parallel.zero=3", 'train.precision="bf16"',
+                                          'memory.checkpoint_attention_core=["transformer_layer"]']),
 ]
 
 def main():

@@ -94,6 +94,12 @@ class GptAdapter : public smp::sdk::Adapter {
     // softmax here keeps only its output), plus the dropout masks when p > 0.
     const double act_bytes =
         4.0 * (16.0 * sl * h + a * sl * sl + (dropout_ > 0 ? 2.0 * sl * h + a * sl * sl : 0.0));
+    // The softmax runs in fp32 whatever the compute dtype and keeps its fp32
+    // output; under bf16/fp16 its 16-bit copy (for the product with V) is kept
+    // too: 4 a s^2 bytes more. The attention core (recomputed when selectively
+    // checkpointed) is the a s^2 part: the softmax output, and the dropout mask.
+    const double fp32_extra = 4.0 * a * sl * sl;
+    const double core_bytes = 4.0 * a * sl * sl * (dropout_ > 0 ? 2.0 : 1.0);
     g.node({"wte", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
     g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},
@@ -110,7 +116,8 @@ class GptAdapter : public smp::sdk::Adapter {
                {"dropout", dropout_}, {"init_std", 0.02}, {"out_init_std", out_std}};
       const double flops = 24.0 * sl * h * h + 4.0 * sl * sl * h;
       const double params = 4.0 * (12.0 * h * h + 13.0 * h);
-      g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", flops, params, act_bytes});
+      g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", flops, params, act_bytes,
+              fp32_extra, core_bytes});
       x = y;
     }
     g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});

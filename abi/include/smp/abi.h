@@ -276,6 +276,15 @@ typedef struct smp_graph_node {
   double flops_hint;            /* forward FLOPs per sample; 0 = unknown (profile) */
   double param_bytes_hint;      /* 0 = unknown */
   double activation_bytes_hint; /* per sample; 0 = unknown */
+  /* Since 2.2, for the memory model, per sample (0 = none):
+   *   activation_fp32_extra_bytes_hint: bytes kept IN ADDITION when the compute
+   *     dtype is 16-bit (e.g. a softmax computed in fp32 whose 16-bit copy is
+   *     kept too); actual bytes, not scaled by the compute dtype;
+   *   attention_core_bytes_hint: the part of activation_bytes_hint (fp32 bytes)
+   *     the node stops keeping when asked to recompute its attention core
+   *     (SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE); the fp32 extra goes too. */
+  double activation_fp32_extra_bytes_hint;
+  double attention_core_bytes_hint;
 } smp_graph_node;
 
 typedef struct smp_adapter_context {
@@ -514,7 +523,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_PARAM_INIT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_init, slice_length)
 #define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, memory_features)
 #define SMP_MODULE_KIND_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_kind, destroy) /* the fields of minor 0 */
-#define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint)
+#define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, attention_core_bytes_hint)
+#define SMP_GRAPH_NODE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint) /* the fields of minor 0 */
 #define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, seed)
 #define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, num_samples)
 #define SMP_MODEL_ADAPTER_STRUCT_SIZE SMP_STRUCT_SIZE(smp_model_adapter, destroy)

@@ -18,6 +18,8 @@ struct GraphNode {
   double flops_hint = 0;
   double param_bytes_hint = 0;
   double activation_bytes_hint = 0;
+  double activation_fp32_extra_bytes_hint = 0;  // ABI 2.2 (see smp_graph_node)
+  double attention_core_bytes_hint = 0;         // ABI 2.2
 
   // The key a module instance is created under: the shared key, or the node's name.
   const std::string& module_key() const { return shared_key.empty() ? name : shared_key; }

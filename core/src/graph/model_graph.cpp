@@ -20,9 +20,9 @@ void GraphBuilder::add_input(const std::string& name) {
 
 void GraphBuilder::add_node(const smp_graph_node* n) {
   if (!n) throw Error("graph_add_node: null node");
-  if (n->struct_size < SMP_GRAPH_NODE_STRUCT_SIZE)
+  if (n->struct_size < SMP_GRAPH_NODE_STRUCT_SIZE_2_0)
     throw Error("graph_add_node: smp_graph_node.struct_size " + std::to_string(n->struct_size) +
-                " is smaller than ABI 2.0's " + std::to_string(SMP_GRAPH_NODE_STRUCT_SIZE));
+                " is smaller than ABI 2.0's " + std::to_string(SMP_GRAPH_NODE_STRUCT_SIZE_2_0));
   if (!n->name || !*n->name) throw Error("graph_add_node: node without a name");
   if (!n->kind || !*n->kind) throw Error(std::string("graph node '") + n->name + "' has no kind");
   GraphNode g;
@@ -36,6 +36,10 @@ void GraphBuilder::add_node(const smp_graph_node* n) {
   g.flops_hint = n->flops_hint;
   g.param_bytes_hint = n->param_bytes_hint;
   g.activation_bytes_hint = n->activation_bytes_hint;
+  if (n->struct_size >= SMP_GRAPH_NODE_STRUCT_SIZE) {
+    g.activation_fp32_extra_bytes_hint = n->activation_fp32_extra_bytes_hint;
+    g.attention_core_bytes_hint = n->attention_core_bytes_hint;
+  }
   graph_.nodes.push_back(std::move(g));
 }
 

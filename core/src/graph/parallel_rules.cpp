@@ -19,6 +19,8 @@ void scale_hints(GraphNode& node, const smp_rule& rule, int axis_size) {
   const double ps = splits_known ? rule.param_split : 1.0, as = splits_known ? rule.activation_split : 1.0;
   node.param_bytes_hint *= (1.0 - ps) + ps / axis_size;
   node.activation_bytes_hint *= (1.0 - as) + as / axis_size;
+  node.activation_fp32_extra_bytes_hint *= (1.0 - as) + as / axis_size;
+  node.attention_core_bytes_hint *= (1.0 - as) + as / axis_size;
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ StateBytes state_bytes(const MemoryModelOptions& o) {
 // hidden state: the smallest activation any node of the graph reports.
 struct NodeActivations {
   double kept = 0, full = 0;
+  double core = 0;  // recomputed in backward (attention core only)
+  bool offloaded = false;  // kept is in host memory (a checkpointed input under memory.offload)
 };
 
 double activation_scale(const MemoryModelOptions& o) {
@@ -48,11 +50,17 @@ double hidden_state_bytes(const ModelGraph& graph, const MemoryModelOptions& o) 
 std::vector<NodeActivations> node_activations(const ModelGraph& graph, const MemoryModelOptions& o) {
   const double hidden = hidden_state_bytes(graph, o), scale = activation_scale(o);
   std::vector<NodeActivations> out(graph.nodes.size());
+  const bool sixteen_bit = o.compute_bytes < 4;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    const double full = graph.nodes[i].activation_bytes_hint * scale;
+    const GraphNode& n = graph.nodes[i];
+    const double extra = sixteen_bit ? n.activation_fp32_extra_bytes_hint * o.microbatch_samples : 0.0;
+    const double full = n.activation_bytes_hint * scale + extra;
     out[i].full = full;
     const bool ckpt = o.checkpoint.size() > i && o.checkpoint[i];
-    out[i].kept = ckpt ? std::min(full, hidden) : full;
+    const bool core = !ckpt && o.recompute_core.size() > i && o.recompute_core[i];
+    if (core) out[i].core = std::min(full, n.attention_core_bytes_hint * scale + extra);
+    out[i].kept = ckpt ? std::min(full, hidden) : full - out[i].core;
+    out[i].offloaded = ckpt && o.offload;
   }
   return out;
 }
@@ -64,7 +72,8 @@ std::vector<NodeCost> memory_costs(const ModelGraph& graph, const MemoryModelOpt
   const auto acts = node_activations(graph, o);
   costs.resize(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i)
-    costs[i].memory = param_elements(graph.nodes[i]) * (s.parameters + s.gradients + s.optimizer) + acts[i].kept;
+    costs[i].memory = param_elements(graph.nodes[i]) * (s.parameters + s.gradients + s.optimizer) +
+                      (acts[i].offloaded ? 0.0 : acts[i].kept);
   return costs;
 }
 
@@ -84,16 +93,17 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
     m.pp_rank = r;
     // Parameter state: each module once per rank, whichever chunks use it.
     std::map<std::string, double> units;  // module key -> parameter elements
-    std::vector<double> kept(plan.chunks, 0), working(plan.chunks, 0);
+    std::vector<double> kept(plan.chunks, 0), working(plan.chunks, 0), offloaded(plan.chunks, 0);
     for (int c = 0; c < plan.chunks; ++c) {
       double recompute = 0;
       const int stage = c * plan.pp + r;
       for (int idx : plan.nodes_of_stage[stage]) {
         const GraphNode& n = graph.nodes[idx];
         units[n.module_key()] = module_elements.at(n.module_key());
-        kept[c] += acts[idx].kept;
+        (acts[idx].offloaded ? offloaded[c] : kept[c]) += acts[idx].kept;
         if (o.checkpoint.size() > static_cast<size_t>(idx) && o.checkpoint[idx])
           recompute = std::max(recompute, acts[idx].full);
+        recompute = std::max(recompute, acts[idx].core);
       }
       // Backward frees activations as it goes; on top of them it holds the
       // gradient flowing through the stage (about two hidden states) and the
@@ -111,17 +121,29 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
     m.parameters = elements * s.parameters;
     m.gradients = elements * s.gradients;
     m.optimizer_state = elements * s.optimizer;
-    // Activations: walk this rank's actions.
-    double live = 0, peak = 0;
+    // Activations: walk this rank's actions. Offloaded inputs are on the host
+    // from their forward to their backward, but for the slots loaded back
+    // ahead (the one in backward and `horizon` more, of those in flight).
+    double live = 0, peak = 0, host = 0, host_peak = 0;
+    int in_flight = 0;
     for (const Action& a : schedule.actions.at(r)) {
       if (a.op == Op::Forward) {
         live += kept[a.chunk];
+        host += offloaded[a.chunk];
+        host_peak = std::max(host_peak, host);
+        ++in_flight;
         peak = std::max(peak, live);
       } else if (a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight) {
-        peak = std::max(peak, live + working[a.chunk]);
-        if (a.op != Op::BackwardInput) live -= kept[a.chunk];
+        const int loaded = std::min(in_flight, o.offload_horizon + 1);
+        peak = std::max(peak, live + working[a.chunk] + loaded * offloaded[a.chunk]);
+        if (a.op != Op::BackwardInput) {
+          live -= kept[a.chunk];
+          host -= offloaded[a.chunk];
+          --in_flight;
+        }
       }
     }
+    m.offloaded = host_peak;
     if (o.zero == 3) peak += 2 * largest_unit * o.compute_bytes;
     m.step_peak = peak;
     out.push_back(m);
@@ -131,7 +153,8 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
 
 nlohmann::json to_json(const RankMemory& m) {
   return {{"pp_rank", m.pp_rank},      {"parameters", m.parameters}, {"gradients", m.gradients},
-          {"optimizer_state", m.optimizer_state}, {"step_peak", m.step_peak}, {"total", m.total()}};
+          {"optimizer_state", m.optimizer_state}, {"step_peak", m.step_peak}, {"total", m.total()},
+          {"offloaded_host", m.offloaded}};
 }
 
 }  // namespace smp

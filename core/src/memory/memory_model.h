@@ -16,7 +16,13 @@
 //                    (a checkpointed node only its input); a backward adds its
 //                    working set (the gradients flowing through the stage and
 //                    the recomputed node); under ZeRO-3 two units are gathered
-//                    (the one in use and the prefetched one).
+//                    (the one in use and the prefetched one). A node
+//                    recomputing its attention core keeps its hint less the
+//                    core's (attention_core_bytes_hint); under 16-bit precision
+//                    a node keeps activation_fp32_extra_bytes_hint more.
+//                    Offload: checkpointed inputs wait in host memory
+//                    (`offloaded`), and at most horizon + 1 slots of them are
+//                    back on the device during backward.
 #pragma once
 
 #include <smp/model_graph.h>
@@ -39,11 +45,15 @@ struct MemoryModelOptions {
   bool masters = false;    // fp32 master weights (16-bit precision)
   int64_t microbatch_samples = 1;
   std::vector<bool> checkpoint;  // per node
+  std::vector<bool> recompute_core;  // per node: memory.checkpoint_attention_core
+  bool offload = false;
+  int offload_horizon = 4;
 };
 
 struct RankMemory {
   int pp_rank = 0;
   double parameters = 0, gradients = 0, optimizer_state = 0, step_peak = 0;
+  double offloaded = 0;  // host memory (memory.offload), not in the total
   double total() const { return parameters + gradients + optimizer_state + step_peak; }
 };
 

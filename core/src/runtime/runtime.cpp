@@ -461,6 +461,9 @@ struct Runtime::Impl {
     o.masters = job.train.precision != Precision::Fp32;
     o.microbatch_samples = global_batch / (mesh->dp() * microbatches);
     o.checkpoint = checkpoint;
+    o.recompute_core = recompute_core;
+    o.offload = job.memory.offload;
+    o.offload_horizon = job.memory.offload_horizon;
     return o;
   }
 

@@ -22,6 +22,9 @@ class GraphBuilder {
     std::string method;      // empty = forward
     std::string shared_key;  // empty = none
     double flops = 0, param_bytes = 0, activation_bytes = 0;  // per sample, 0 = unknown
+    // For the memory model (smp_graph_node's, ABI 2.2): bytes kept in addition
+    // under 16-bit precision, and the part of activation_bytes an attention core keeps.
+    double activation_fp32_extra_bytes = 0, attention_core_bytes = 0;
   };
   void node(const Node& n) {
     std::string cfg = n.config.dump();
@@ -42,6 +45,8 @@ class GraphBuilder {
     g.flops_hint = n.flops;
     g.param_bytes_hint = n.param_bytes;
     g.activation_bytes_hint = n.activation_bytes;
+    g.activation_fp32_extra_bytes_hint = n.activation_fp32_extra_bytes;
+    g.attention_core_bytes_hint = n.attention_core_bytes;
     check(host().graph_add_node(b_, &g));
   }
   // The loss is a mean over the microbatch's samples.
