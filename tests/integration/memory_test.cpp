@@ -141,6 +141,31 @@ TEST(ShardedDataParallel, ShardedStateShrinksByDp) {
               z0["parameter_init_peak"][0].get<double>(), z3["parameter_init_peak"][0].get<double>());
 }
 
+// Activations by schedule slot: what each (microbatch, chunk) forward keeps,
+// and the most held at once. With pp 2 and 4 equal microbatches, GPipe's rank 0
+// holds all 4 slots before its first backward, 1F1B's rank 0 two (pp - rank)
+// and its rank 1 one; pipeline sends are counted as communication buffers.
+TEST(MemoryAccounting, ActivationsBySlotFollowTheSchedule) {
+  const std::vector<std::string> sets = {"parallel.pp=2", "parallel.microbatches=4", "train.batch_size=8",
+                                         "train.steps=2", "run.dump_parameters=false"};
+  auto slots_held = [](const JobResult& r, int rank) {
+    const auto& m = r.summary["memory_bytes"];
+    const double largest = m["largest_slot_activations"][rank].get<double>();
+    EXPECT_GT(largest, 0) << "rank " << rank;
+    EXPECT_LE(m["activations"][rank].get<double>(), m["step_peak"][rank].get<double>()) << "rank " << rank;
+    return m["activations"][rank].get<double>() / largest;
+  };
+  JobResult gpipe = run_ok(2, with(sets, {"parallel.schedule=\"gpipe\""}));
+  JobResult one_f = run_ok(2, with(sets, {"parallel.schedule=\"1f1b\""}));
+  EXPECT_NEAR(slots_held(gpipe, 0), 4.0, 0.1);
+  EXPECT_NEAR(slots_held(one_f, 0), 2.0, 0.1);
+  EXPECT_NEAR(slots_held(one_f, 1), 1.0, 0.1);
+  EXPECT_GT(one_f.summary["memory_bytes"]["send_buffers"][0].get<double>(), 0);
+  std::printf("[ slots ] gpipe rank 0 %.2f slots, 1f1b rank 0 %.2f, rank 1 %.2f; send buffers %.0f B\n",
+              slots_held(gpipe, 0), slots_held(one_f, 0), slots_held(one_f, 1),
+              one_f.summary["memory_bytes"]["send_buffers"][0].get<double>());
+}
+
 // bf16 with sharded fp32 masters: the same arithmetic as bf16 with whole
 // masters (AdamW is elementwise; the reduce-scatter sums fp32 gradients like the all-reduce).
 TEST(ShardedDataParallel, Bf16WithShardedMastersEqualsBf16) {

@@ -54,6 +54,10 @@ struct MemoryAccount {
   int64_t optimizer_state = 0;  // AdamW moments and fp32 master weights
   int64_t step_peak = 0;        // peak bytes allocated during the step's forwards/backwards
   int64_t offloaded = 0;        // memory.offload: most host bytes holding activations at once (not in total)
+  // Parts of step_peak (not added to the total again): activations by schedule
+  // slot (the most held at once by slots in flight, and the largest slot), and
+  // the most bytes pipeline sends in flight held (communication buffers).
+  int64_t activations = 0, largest_slot = 0, send_buffers = 0;
   int64_t total() const { return parameters + gradients + optimizer_state + step_peak; }
 };
 

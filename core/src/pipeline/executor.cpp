@@ -7,6 +7,7 @@
 #include "memory/activation_offload.h"
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
+#include "runtime/device.h"
 #include "runtime/seeds.h"
 
 #include <ATen/ATen.h>
@@ -40,6 +41,7 @@ struct Executor::Slot {
   at::Tensor loss_count;  // LossReduction::Sum only
   bool weight_done = false;
   bool grads_sent = false;
+  int64_t activation_bytes = 0;  // what this slot's forward kept
 };
 
 Executor::Executor(ExecutorSetup setup) : setup_(std::move(setup)) {
@@ -271,6 +273,9 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   for (const Action& a : schedule.actions.at(setup_.pp_rank))
     if (a.op == Op::Backward || a.op == Op::BackwardInput) backward_order.emplace_back(a.microbatch, a.chunk);
   size_t backwards_done = 0;
+  // Bytes held now on this rank's device (the CPU allocator on this thread, or CUDA's).
+  auto held = [&] { return setup_.device.is_cuda() ? device_allocated_bytes(setup_.device) : memory.current(); };
+  int64_t slots_live = 0, sends_live = 0;
   for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
     const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
                              a.op == Op::SendGrad || a.op == Op::RecvGrad;
@@ -280,13 +285,19 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
     const int stage = stage_of(a.chunk);
     switch (a.op) {
       case Op::RecvActivation: recv_activations(slot, a.microbatch, a.chunk, a.peer, training); break;
-      case Op::Forward:
+      case Op::Forward: {
+        const int64_t before = held();
         forward(slot, step, a.microbatch, a.chunk, training);
+        slot.activation_bytes = std::max<int64_t>(0, held() - before);
+        slots_live += slot.activation_bytes;
+        result.activation_peak_bytes = std::max(result.activation_peak_bytes, slots_live);
+        result.largest_slot_bytes = std::max(result.largest_slot_bytes, slot.activation_bytes);
         if (stage == last_stage) {
           setup_.loss->add(result.loss, slot.loss, slot.loss_count);
           result.losses += 1;
         }
         break;
+      }
       case Op::SendActivation: send_activations(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::RecvGrad: recv_grads(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::Backward:
@@ -307,7 +318,13 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
     // A slot lives until nothing scheduled needs it any more.
     bool finished = training ? slot.weight_done && (stage == 0 || slot.grads_sent)
                              : ((stage == last_stage && a.op == Op::Forward) || a.op == Op::SendActivation);
-    if (finished) slots.erase(key);
+    if (finished) {
+      slots_live -= slot.activation_bytes;
+      slots.erase(key);
+    }
+    sends_live = 0;
+    for (const auto& s : pending_sends_) sends_live += s.second.numel() * static_cast<int64_t>(s.second.element_size());
+    result.send_buffer_peak_bytes = std::max(result.send_buffer_peak_bytes, sends_live);
     // Sends that completed release their buffers now, not at the end of the step.
     pending_sends_.erase(std::remove_if(pending_sends_.begin(), pending_sends_.end(),
                                         [](auto& s) {

@@ -55,6 +55,12 @@ struct ExecutorResult {
   int losses = 0;        // microbatches that produced a loss here
   int64_t peak_bytes = 0;  // peak bytes allocated on this thread during the run
   int64_t offloaded_peak_bytes = 0;  // most host bytes held for offloaded activations at once
+  // Activations by schedule slot (microbatch, chunk): what each slot's forward
+  // kept (bytes allocated by it and still held after it), the largest slot,
+  // and the most held at once by slots forwarded and not yet done.
+  int64_t activation_peak_bytes = 0, largest_slot_bytes = 0;
+  // Communication buffers: the most bytes pipeline sends in flight held at once.
+  int64_t send_buffer_peak_bytes = 0;
 };
 
 class Executor {

@@ -82,10 +82,15 @@ int64_t reset_device_peak(const c10::Device& device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
   return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
 }
+int64_t device_allocated_bytes(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
+}
 void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
 #else
+int64_t device_allocated_bytes(const c10::Device&) { return 0; }
 int64_t device_peak_bytes(const c10::Device&) { return 0; }
 int64_t reset_device_peak(const c10::Device&) { return 0; }
 void synchronize(const c10::Device&) {}

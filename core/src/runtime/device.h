@@ -28,6 +28,8 @@ std::string device_key(const c10::Device& device);
 // allocated now (what the step's peak is measured above).
 int64_t device_peak_bytes(const c10::Device& device);
 int64_t reset_device_peak(const c10::Device& device);
+// Bytes the caching allocator has handed out on a CUDA device now (0 otherwise).
+int64_t device_allocated_bytes(const c10::Device& device);
 
 // Waits for the device's queued work (a no-op on the CPU), for timings.
 void synchronize(const c10::Device& device);

@@ -633,6 +633,9 @@ StepResult Runtime::train_step() {
   out.peak_activation_bytes = s.device.is_cuda() ? device_peak_bytes(s.device) - held_before : r.peak_bytes;
   out.memory = s.memory_account(out.peak_activation_bytes);
   out.memory.offloaded = r.offloaded_peak_bytes;
+  out.memory.activations = r.activation_peak_bytes;
+  out.memory.largest_slot = r.largest_slot_bytes;
+  out.memory.send_buffers = r.send_buffer_peak_bytes;
   out.seconds = since(t0);
   return out;
 }

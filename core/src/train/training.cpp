@@ -156,6 +156,9 @@ nlohmann::json run_training(Runtime& rt) {
     peak_account.optimizer_state = std::max(peak_account.optimizer_state, r.memory.optimizer_state);
     peak_account.step_peak = std::max(peak_account.step_peak, r.memory.step_peak);
     peak_account.offloaded = std::max(peak_account.offloaded, r.memory.offloaded);
+    peak_account.activations = std::max(peak_account.activations, r.memory.activations);
+    peak_account.largest_slot = std::max(peak_account.largest_slot, r.memory.largest_slot);
+    peak_account.send_buffers = std::max(peak_account.send_buffers, r.memory.send_buffers);
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
       train_seconds += r.seconds;
       ++timed_steps;
@@ -170,10 +173,11 @@ nlohmann::json run_training(Runtime& rt) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
       spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | "
-                   "mem {}B (p {} g {} o {} step {}) | {:.0f} ms | eta {:.0f}s",
+                   "mem {}B (p {} g {} o {} step {}: act {} send {}) | {:.0f} ms | eta {:.0f}s",
                    r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(items_s), rt.throughput_unit(), flops / 1e12,
                    100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
-                   human(r.memory.optimizer_state), human(r.memory.step_peak), 1000 * r.seconds, eta);
+                   human(r.memory.optimizer_state), human(r.memory.step_peak), human(r.memory.activations),
+                   human(r.memory.send_buffers), 1000 * r.seconds, eta);
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
@@ -229,6 +233,9 @@ nlohmann::json run_training(Runtime& rt) {
   account["step_peak"] = rt.gather_world(static_cast<double>(peak_account.step_peak));
   account["total"] = rt.gather_world(static_cast<double>(peak_account.total()));
   account["offloaded_host"] = rt.gather_world(static_cast<double>(peak_account.offloaded));
+  account["activations"] = rt.gather_world(static_cast<double>(peak_account.activations));
+  account["largest_slot_activations"] = rt.gather_world(static_cast<double>(peak_account.largest_slot));
+  account["send_buffers"] = rt.gather_world(static_cast<double>(peak_account.send_buffers));
   account["parameter_init_peak"] = rt.gather_world(static_cast<double>(rt.parameter_init_peak()));
   summary["memory_bytes"] = account;
   summary["phase_seconds"] = phases;
