@@ -39,9 +39,10 @@ const std::map<std::string, Shape>& presets() {
 
 class GptAdapter : public smp::sdk::Adapter {
  public:
-  GptAdapter(const Json& cfg, uint64_t seed) {
-    smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "dropout", "data",
-                                      "val_fraction", "ffn", "mask_fraction"},
+  GptAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
+    const uint64_t seed = ctx.seed;
+    smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "vocab_multiple",
+                                      "dropout", "data", "val_fraction", "ffn", "mask_fraction"},
                                 "gpt");
     Shape s{};
     if (cfg.contains("preset")) {
@@ -71,6 +72,13 @@ class GptAdapter : public smp::sdk::Adapter {
       throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                   std::to_string(s.heads) + ")");
     if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
+    // The embedding and the logits are padded as Megatron does; the padded
+    // classes never appear in the data and are masked out of the loss.
+    padded_vocab_ = smp::sdk::padded_vocab(s.vocab, positive(cfg, "vocab_multiple", 128), ctx.tp());
+    if (padded_vocab_ != s.vocab)
+      smp::sdk::log(SMP_LOG_INFO, "gpt",
+                    "vocabulary " + std::to_string(s.vocab) + " padded to " + std::to_string(padded_vocab_) +
+                        " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
     const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
     data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed);
@@ -83,7 +91,7 @@ class GptAdapter : public smp::sdk::Adapter {
   void describe(smp::sdk::GraphBuilder& g) override {
     const Shape& s = shape_;
     const double h = static_cast<double>(s.hidden), sl = static_cast<double>(s.seq_len),
-                 V = static_cast<double>(s.vocab), L = static_cast<double>(s.layers),
+                 V = static_cast<double>(padded_vocab_), L = static_cast<double>(s.layers),
                  a = static_cast<double>(s.heads);
     g.input("tokens");
     g.input("targets");
@@ -100,7 +108,7 @@ class GptAdapter : public smp::sdk::Adapter {
     // checkpointed) is the a s^2 part: the softmax output, and the dropout mask.
     const double fp32_extra = 4.0 * a * sl * sl;
     const double core_bytes = 4.0 * a * sl * sl * (dropout_ > 0 ? 2.0 : 1.0);
-    g.node({"wte", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
+    g.node({"wte", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
     g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},
             {"tok_emb"}, {"h0"}, "", "", sl * h, 4.0 * sl * h, 4.0 * sl * h});
@@ -121,12 +129,13 @@ class GptAdapter : public smp::sdk::Adapter {
       x = y;
     }
     g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
-    g.node({"lm_head", "embedding", {{"num", s.vocab}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
+    g.node({"lm_head", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
             "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * V});
     // The loss is a sum over the tokens that count (masked targets do not) with
     // their count: the core divides by the step's tokens once, so masked batches
     // weigh every token the same whatever the microbatching.
-    g.node({"loss", "cross_entropy", {{"vocab", s.vocab}, {"reduction", "sum"}}, {"logits", "targets"},
+    g.node({"loss", "cross_entropy", {{"vocab", padded_vocab_}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
+            {"logits", "targets"},
             {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V});
     g.loss_sum("loss_sum", "loss_tokens");
     g.throughput_unit("tokens", sl);
@@ -164,6 +173,7 @@ class GptAdapter : public smp::sdk::Adapter {
   }
 
   Shape shape_{};
+  int64_t padded_vocab_ = 0;
   int64_t ffn_ = 0;
   double dropout_ = 0;
   double mask_fraction_ = 0;

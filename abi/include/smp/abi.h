@@ -290,6 +290,10 @@ typedef struct smp_graph_node {
 typedef struct smp_adapter_context {
   size_t struct_size;
   uint64_t seed;
+  /* Since 2.2: the job's [parallel] table as a JSON object (every key, defaults
+   * filled), borrowed for the call: e.g. to pad a vocabulary to a multiple of
+   * 128 x tp as Megatron does. */
+  const char* parallel_json;
 } smp_adapter_context;
 
 typedef enum smp_split { SMP_SPLIT_TRAIN = 0, SMP_SPLIT_VALIDATION = 1 } smp_split;
@@ -525,7 +529,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_MODULE_KIND_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_kind, destroy) /* the fields of minor 0 */
 #define SMP_GRAPH_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_node, attention_core_bytes_hint)
 #define SMP_GRAPH_NODE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint) /* the fields of minor 0 */
-#define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, seed)
+#define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, parallel_json)
+#define SMP_ADAPTER_CONTEXT_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_adapter_context, seed) /* the fields of minor 0 */
 #define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, num_samples)
 #define SMP_MODEL_ADAPTER_STRUCT_SIZE SMP_STRUCT_SIZE(smp_model_adapter, destroy)
 #define SMP_COST_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_node, shared_key)

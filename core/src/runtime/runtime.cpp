@@ -202,10 +202,11 @@ struct Runtime::Impl {
     adapter.table = registry.adapter(name);
     if (!adapter.table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
     adapter.plugin = registry.provider(name);
-    const std::string model_json = job.model.dump();
+    const std::string model_json = job.model.dump(), parallel_json = job.parallel_json.dump();
     smp_adapter_context ctx{};
     ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
     ctx.seed = seed;
+    ctx.parallel_json = parallel_json.c_str();
     const std::string where = "adapter '" + name + "' (plugin '" + adapter.plugin + "')";
     throw_if_error(adapter.table->create(adapter.table->state, model_json.c_str(), &ctx, &adapter.instance),
                    where + " create from [model] of " + job.origin);

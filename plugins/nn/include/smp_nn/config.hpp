@@ -5,7 +5,10 @@
 
 #include <smp/sdk/module.hpp>
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace smp_nn {
@@ -138,18 +141,35 @@ struct TransformerLayerConfig {
 };
 
 // cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility),
+//                real_vocab (optional: a padded vocabulary's real classes; the logits of
+//                classes >= real_vocab are masked out of the loss, as Megatron pads to 128 x tp),
 //                reduction = "mean" (one output: the token mean) | "sum" (two outputs: the
 //                sum over counted tokens and their count, for graph_set_loss_sum)}
 struct CrossEntropyConfig {
   int64_t ignore_index;
-  int64_t vocab;  // 0 = not given
-  bool sum;       // reduction = "sum"
+  int64_t vocab;       // 0 = not given
+  bool sum;            // reduction = "sum"
+  int64_t real_vocab;  // 0 = every class is real
   static CrossEntropyConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(c, {"ignore_index", "vocab", "reduction"}, node);
+    expect_node_keys(c, {"ignore_index", "vocab", "real_vocab", "reduction"}, node);
     const std::string reduction = config_get<std::string>(c, "reduction", node, "mean");
     require(reduction == "mean" || reduction == "sum", node,
             "config key 'reduction' must be \"mean\" or \"sum\", got \"" + reduction + "\"");
-    return {config_get<int64_t>(c, "ignore_index", node, -100), positive(c, "vocab", node, 0), reduction == "sum"};
+    CrossEntropyConfig out{config_get<int64_t>(c, "ignore_index", node, -100), positive(c, "vocab", node, 0),
+                           reduction == "sum", positive(c, "real_vocab", node, 0)};
+    require(!out.real_vocab || !out.vocab || out.real_vocab <= out.vocab, node,
+            "config key 'real_vocab' (" + std::to_string(out.real_vocab) + ") exceeds 'vocab' (" +
+                std::to_string(out.vocab) + ")");
+    return out;
+  }
+  // Logits of padded classes to -inf (exp gives exactly 0: the loss and the real
+  // classes' gradients are those of the unpadded vocabulary). first_class: the
+  // class of column 0 (a vocabulary-parallel shard's offset).
+  at::Tensor mask_padding(const at::Tensor& logits, int64_t first_class = 0) const {
+    const int64_t v = logits.size(-1);
+    if (!real_vocab || first_class + v <= real_vocab) return logits;
+    at::Tensor padded = at::arange(first_class, first_class + v, logits.options().dtype(at::kLong)).ge(real_vocab);
+    return logits.masked_fill(padded, -std::numeric_limits<double>::infinity());
   }
   // The module's outputs from the token-mean loss: the mean, or (sum, count).
   std::vector<at::Tensor> outputs(const at::Tensor& mean, const at::Tensor& targets) const {

@@ -293,7 +293,7 @@ class CrossEntropy : public Module {
     if (c_.vocab && logits.size(-1) != c_.vocab)
       throw smp::sdk::Error("node '" + node_ + "': logits last dim " + std::to_string(logits.size(-1)) +
                             " != vocab " + std::to_string(c_.vocab));
-    return c_.outputs(cross_entropy(logits, targets, c_.ignore_index), targets);
+    return c_.outputs(cross_entropy(c_.mask_padding(logits), targets, c_.ignore_index), targets);
   }
 
  private:

@@ -47,7 +47,9 @@ struct VocabParallelCrossEntropyFn : torch::autograd::Function<VocabParallelCros
     Tensor owned = valid.logical_and(local.ge(0)).logical_and(local.lt(vl));
     Tensor idx = local.masked_fill(owned.logical_not(), 0);
     Tensor exp = shifted.exp();
-    Tensor stats = at::stack({shifted.gather(1, idx.unsqueeze(1)).squeeze(1).mul(owned.to(at::kFloat)), exp.sum(-1)});
+    // masked_fill, not a product with `owned`: a padded class's logit is -inf (see real_vocab), and -inf * 0 is NaN.
+    Tensor stats =
+        at::stack({shifted.gather(1, idx.unsqueeze(1)).squeeze(1).masked_fill(owned.logical_not(), 0.0), exp.sum(-1)});
     comm.allreduce(stats);  // [2, N]: target logit, sum of exp
     Tensor sum_exp = stats[1];
 

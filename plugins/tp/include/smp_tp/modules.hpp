@@ -382,11 +382,12 @@ class VocabParallelCrossEntropy : public Module {
     const int64_t v = logits.size(-1);
     // Full logits (e.g. from a gathered column-parallel head) when config says so.
     if (tp_.size == 1 || (c_.vocab && v == c_.vocab))
-      return c_.outputs(cross_entropy(logits, targets, c_.ignore_index), targets);
+      return c_.outputs(cross_entropy(c_.mask_padding(logits), targets, c_.ignore_index), targets);
     if (c_.vocab && v * tp_.size != c_.vocab)
       throw smp::sdk::Error("node '" + tp_.node + "': logits last dim " + std::to_string(v) +
                             " is neither vocab " + std::to_string(c_.vocab) + " nor vocab / tp");
-    return c_.outputs(VocabParallelCrossEntropyFn::apply(logits, targets, smp::sdk::comm_id(tp_.comm), c_.ignore_index),
+    return c_.outputs(VocabParallelCrossEntropyFn::apply(c_.mask_padding(logits, tp_.rank * v), targets,
+                                                         smp::sdk::comm_id(tp_.comm), c_.ignore_index),
                       targets);
   }
 

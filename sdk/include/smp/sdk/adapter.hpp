@@ -4,6 +4,7 @@
 #include <smp/sdk/module.hpp>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace smp::sdk {
@@ -74,6 +75,33 @@ struct BatchRequest {
   int64_t num_samples = 0;
 };
 
+// What an adapter is told when it is created (a C++ view of smp_adapter_context).
+struct AdapterContext {
+  uint64_t seed = 0;
+  Json parallel = Json::object();  // the job's [parallel] table (ABI 2.2; empty from an older host)
+  int tp() const { return parallel.value("tp", 1); }
+
+  static AdapterContext from(const smp_adapter_context* c) {
+    AdapterContext a;
+    if (!c) return a;
+    a.seed = c->seed;
+    if (c->struct_size >= SMP_ADAPTER_CONTEXT_STRUCT_SIZE && c->parallel_json && *c->parallel_json)
+      a.parallel = Json::parse(c->parallel_json);
+    return a;
+  }
+};
+
+// Megatron's vocabulary padding: the smallest multiple of `multiple` x tp that
+// holds `vocab`, so every tp rank's shard of the embedding and of the logits is
+// equal and a multiple of `multiple`. The padded classes' logits are masked out
+// of the loss (cross_entropy's real_vocab).
+inline int64_t padded_vocab(int64_t vocab, int64_t multiple, int tp) {
+  const int64_t unit = multiple * tp;
+  return (vocab + unit - 1) / unit * unit;
+}
+
+// An adapter class T is constructed as T(const Json& model_config, const AdapterContext&),
+// or (the older form) T(const Json& model_config, uint64_t seed).
 class Adapter {
  public:
   virtual ~Adapter() = default;
@@ -91,10 +119,13 @@ struct AdapterTable {
   static smp_error* create(void*, const char* config_json, const smp_adapter_context* ctx, smp_adapter** out) {
     return guard([&] {
       Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
-      uint64_t seed = ctx ? ctx->seed : 0;
+      const AdapterContext actx = AdapterContext::from(ctx);
       auto* box = new AdapterBox{nullptr};
       try {
-        box->impl = new T(cfg, seed);
+        if constexpr (std::is_constructible_v<T, const Json&, const AdapterContext&>)
+          box->impl = new T(cfg, actx);
+        else
+          box->impl = new T(cfg, actx.seed);
       } catch (...) {
         delete box;
         throw;
