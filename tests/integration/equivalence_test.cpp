@@ -30,6 +30,7 @@ struct Model {
 Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
 Model towers() { return {plugin_path("towers"), source_path("tests/integration/data/towers-equiv.toml")}; }
 Model experts() { return {plugin_path("toy_experts"), source_path("tests/integration/data/experts-equiv.toml")}; }
+Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
 
 // serial_sets: the reference run's overrides; every layout gets them too, then its own.
 void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
@@ -53,6 +54,11 @@ void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
       EXPECT_NEAR(losses[i], ref_losses[i], kLossRtol * std::abs(ref_losses[i])) << "step " << i << "\n" << r.output;
     EXPECT_NEAR(r.summary["val_loss"].get<double>(), serial.summary["val_loss"].get<double>(),
                 kLossRtol * std::abs(serial.summary["val_loss"].get<double>()));
+    // The graph's validation metrics (NCF's HR@k / NDCG@k): counted over the
+    // same users, ranked by the same scores (one user ranked differently would
+    // move a metric by 1 / users, far beyond the bound).
+    for (const auto& [name, value] : serial.summary["val_metrics"].items())
+      EXPECT_NEAR(r.summary["val_metrics"].value(name, -1.0), value.get<double>(), 1e-6) << name;
     std::string replica_problem;
     auto params = assemble_parameters(r.run_dir, 1e-6, &replica_problem);
     EXPECT_TRUE(replica_problem.empty()) << replica_problem;
@@ -185,6 +191,18 @@ TEST(TowersEquivalence, Pipeline2) {
 
 TEST(TowersEquivalence, Pipeline4) {
   expect_equivalent(towers(), pipeline_layouts(4, R"({ "towerA" = 0, "towerB" = 1, "merge" = 2, "head.fc1" = 2, "head.skip" = 3, "head.act" = 3, "head.out" = 3, "loss" = 3 })"));
+}
+
+// NCF: the GMF tower on one pipeline stage and the MLP tower with the head on
+// the other (the towers meet only in the head: a DAG cut), row-sharded
+// embedding tables under tp, and both together on 4 ranks. The validation
+// loss (and with it the ranking the metrics come from) must match too.
+TEST(NcfEquivalence, TowersOnStagesShardedTablesAndDataParallel) {
+  const std::string towers = R"(partition.manual={ "gmf" = 0, "mlp" = 1, "neumf" = 1, "loss" = 1, "ranking" = 1 })";
+  expect_equivalent(ncf(), {{"pp2 towers split", 2, {"parallel.pp=2", "parallel.partition=manual", towers}},
+                            {"tp2", 2, {"parallel.tp=2"}},
+                            {"dp2", 2, {"parallel.dp=2"}},
+                            {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2", "parallel.partition=manual", towers}}});
 }
 
 // Expert parallelism: experts sharded over ep, tokens moved by all-to-all on the

@@ -505,6 +505,12 @@ typedef struct smp_host_api {
   /* what throughput is counted in ("tokens", "samples", "interactions") and
    * how many of them one sample holds; default "samples", 1 */
   smp_error* (*graph_set_throughput_unit)(smp_graph_builder* b, const char* unit, double per_sample);
+  /* Since 2.2: a validation metric, reported as sum / count over the
+   * validation batches of every rank (e.g. "hr@10": hits and users). Both
+   * values are scalars, outputs of one node; the core sums them over the
+   * microbatches and ranks that compute them (once per tp group). */
+  smp_error* (*graph_add_metric)(smp_graph_builder* b, const char* name, const char* sum_value,
+                                 const char* count_value);
 } smp_host_api;
 
 /* The one symbol a plugin exports. Returns NULL after writing *error when it
@@ -540,7 +546,7 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_RULE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule, activation_split)
 #define SMP_RULE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_rule, check) /* the fields of minor 0 */
 #define SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, extension_start)
-#define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_set_throughput_unit)
+#define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_add_metric)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

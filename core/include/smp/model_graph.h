@@ -35,6 +35,12 @@ struct ModelGraph {
   enum class LossReduction { Mean, Sum };
   LossReduction loss_reduction = LossReduction::Mean;
   std::string loss_count;           // Sum only
+  // Validation metrics (ABI 2.2): reported as the sum of `sum` over the count
+  // of `count`, both scalar outputs of one node.
+  struct Metric {
+    std::string name, sum, count;
+  };
+  std::vector<Metric> metrics;
   double flops_per_sample = 0;      // training FLOPs per sample (forward + backward), 0 = unknown
   // What throughput is counted in, per sample ("tokens" x seq_len, "samples" x 1).
   std::string throughput_unit = "samples";

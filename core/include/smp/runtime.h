@@ -102,6 +102,9 @@ class Runtime {
   StepResult train_step();
   // Mean validation loss over `batches` global batches (same on every rank).
   double evaluate(int batches);
+  // The graph's validation metrics over the last evaluate() (sum / count over
+  // its batches and ranks), by name, in declaration order; empty if the graph has none.
+  std::vector<std::pair<std::string, double>> validation_metrics() const;
 
   // The rank's device ("cpu", "cuda:0") and the compute dtype ("fp32", "bf16", "fp16").
   std::string device() const;

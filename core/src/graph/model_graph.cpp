@@ -54,6 +54,12 @@ void GraphBuilder::set_loss_sum(const std::string& sum, const std::string& count
   graph_.loss_reduction = ModelGraph::LossReduction::Sum;
   graph_.loss_count = count;
 }
+void GraphBuilder::add_metric(const std::string& name, const std::string& sum, const std::string& count) {
+  if (name.empty()) throw Error("graph_add_metric: empty metric name");
+  if (sum.empty() || count.empty()) throw Error("graph_add_metric: metric '" + name + "' needs a sum and a count value");
+  graph_.metrics.push_back({name, sum, count});
+}
+
 void GraphBuilder::set_throughput_unit(const std::string& unit, double per_sample) {
   if (unit.empty()) throw Error("graph_set_throughput_unit: empty unit name");
   if (!(per_sample > 0)) throw Error("graph_set_throughput_unit: " + unit + " per sample must be > 0");
@@ -83,6 +89,17 @@ void ModelGraph::validate(const std::string& adapter) const {
         throw Error(where + ": nodes '" + it->second->name + "' and '" + n.name + "' share key '" + n.shared_key +
                     "' but differ in kind or config");
     }
+  }
+  std::set<std::string> metric_names;
+  for (const auto& m : metrics) {
+    if (!metric_names.insert(m.name).second) throw Error(where + ": metric '" + m.name + "' declared twice");
+    auto p = producers();
+    auto s = p.find(m.sum), c = p.find(m.count);
+    if (s == p.end() || s->second < 0)
+      throw Error(where + ": metric '" + m.name + "': value '" + m.sum + "' is not produced by a node");
+    if (c == p.end() || c->second != s->second)
+      throw Error(where + ": metric '" + m.name + "': count value '" + m.count +
+                  "' must be an output of the node producing '" + m.sum + "'");
   }
   if (loss.empty()) throw Error(where + ": no loss value set (graph_set_loss)");
   if (!produced.count(loss)) throw Error(where + ": loss value '" + loss + "' is never produced");

@@ -119,6 +119,15 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
     slot.loss = slot.env.at(g.loss);
     if (!g.loss_count.empty()) slot.loss_count = slot.env.at(g.loss_count);
   }
+  // Metrics computed on this stage (not received from the one before).
+  for (size_t k = 0; k < g.metrics.size(); ++k) {
+    auto s = slot.env.find(g.metrics[k].sum);
+    if (s == slot.env.end() ||
+        std::find(slot.received.begin(), slot.received.end(), g.metrics[k].sum) != slot.received.end())
+      continue;
+    metrics_[k].first += s->second.detach().to(at::kDouble).sum().item<double>();
+    metrics_[k].second += slot.env.at(g.metrics[k].count).detach().to(at::kDouble).sum().item<double>();
+  }
   // Keep only what later work needs: values sent on, and (for backward) everything
   // is referenced by the autograd graph anyway.
   std::map<std::string, at::Tensor> keep;
@@ -264,6 +273,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   MemoryTracker memory;
   std::map<std::pair<int, int>, Slot> slots;
   batch_cache_.clear();
+  metrics_.assign(setup_.graph->metrics.size(), {0.0, 0.0});
   torch::autograd::AutoGradMode grad_mode(training);
   const int last_stage = setup_.plan->num_stages() - 1;
   // Offload: the slots in the order their backward runs; each backward loads
@@ -338,6 +348,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   pending_sends_.clear();
   batch_cache_.clear();
   result.peak_bytes = memory.peak();
+  result.metrics = metrics_;
   if (setup_.offload) {
     result.offloaded_peak_bytes = setup_.offload->host_peak_bytes();
     setup_.offload->clear();

@@ -61,6 +61,8 @@ struct ExecutorResult {
   int64_t activation_peak_bytes = 0, largest_slot_bytes = 0;
   // Communication buffers: the most bytes pipeline sends in flight held at once.
   int64_t send_buffer_peak_bytes = 0;
+  // Per graph metric: {sum, count} over the microbatches whose metric node ran here.
+  std::vector<std::pair<double, double>> metrics;
 };
 
 class Executor {
@@ -83,6 +85,7 @@ class Executor {
 
   ExecutorSetup setup_;
   std::map<int, std::vector<at::Tensor>> batch_cache_;
+  std::vector<std::pair<double, double>> metrics_;  // this run's metric sums (see ExecutorResult)
   // Sends in flight, with the buffers they read from (they must outlive the send).
   std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
 };

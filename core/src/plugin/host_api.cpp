@@ -285,6 +285,9 @@ smp_error* graph_set_flops_per_sample(smp_graph_builder* b, double flops) {
 smp_error* graph_set_loss_sum(smp_graph_builder* b, const char* sum, const char* count) {
   return guarded([&] { GraphBuilder::from(b).set_loss_sum(sum ? sum : "", count ? count : ""); });
 }
+smp_error* graph_add_metric(smp_graph_builder* b, const char* name, const char* sum, const char* count) {
+  return guarded([&] { GraphBuilder::from(b).add_metric(name ? name : "", sum ? sum : "", count ? count : ""); });
+}
 smp_error* graph_set_throughput_unit(smp_graph_builder* b, const char* unit, double per_sample) {
   return guarded([&] { GraphBuilder::from(b).set_throughput_unit(unit ? unit : "", per_sample); });
 }
@@ -335,6 +338,7 @@ smp_host_api make_table() {
   h.graph_set_flops_per_sample = &graph_set_flops_per_sample;
   h.graph_set_loss_sum = &graph_set_loss_sum;
   h.graph_set_throughput_unit = &graph_set_throughput_unit;
+  h.graph_add_metric = &graph_add_metric;
   return h;
 }
 

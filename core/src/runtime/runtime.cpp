@@ -72,6 +72,7 @@ struct Runtime::Impl {
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
   std::unique_ptr<ShardedParameters> sharded;
   std::unique_ptr<ActivationOffload> offload;  // memory.offload: checkpointed inputs in host memory
+  std::vector<std::pair<std::string, double>> last_metrics;  // of the last evaluate()
   int64_t created_bytes = 0;        // held by this rank's parameters as created (and cast)
   int64_t parameter_init_peak = 0;  // see Runtime::parameter_init_peak  // ZeRO >= 1: the parameter side of sharded data parallelism
   std::vector<bool> checkpoint;                // per graph node: activations recomputed in backward
@@ -645,10 +646,25 @@ double Runtime::evaluate(int batches) {
   Impl& s = *impl_;
   c10::NoGradGuard ng;
   LossSums local;
-  for (int b = 0; b < batches; ++b) local += s.executor->run(s.eval_schedule, b, false).loss;
-  std::vector<double> none;
-  return LossNormalizer::mean(s.global_loss(local, none));
+  const auto& metrics = s.graph.metrics;
+  std::vector<double> sums(2 * metrics.size(), 0.0);  // sum, count per metric; in the loss's all-reduce
+  for (int b = 0; b < batches; ++b) {
+    ExecutorResult r = s.executor->run(s.eval_schedule, b, false);
+    local += r.loss;
+    for (size_t k = 0; k < metrics.size(); ++k) {
+      sums[2 * k] += r.metrics[k].first;
+      sums[2 * k + 1] += r.metrics[k].second;
+    }
+  }
+  if (s.mesh->coord(Axis::TP) != 0) std::fill(sums.begin(), sums.end(), 0.0);  // once per tp group
+  const double mean = LossNormalizer::mean(s.global_loss(local, sums));
+  s.last_metrics.clear();
+  for (size_t k = 0; k < metrics.size(); ++k)
+    s.last_metrics.emplace_back(metrics[k].name, sums[2 * k + 1] > 0 ? sums[2 * k] / sums[2 * k + 1] : 0.0);
+  return mean;
 }
+
+std::vector<std::pair<std::string, double>> Runtime::validation_metrics() const { return impl_->last_metrics; }
 
 int64_t Runtime::steps_done() const { return impl_->steps; }
 int64_t Runtime::parameter_init_peak() const { return impl_->parameter_init_peak; }

@@ -5,6 +5,7 @@
 #include <smp/runtime.h>
 
 #include <ATen/ATen.h>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/filesystem.hpp>
@@ -15,6 +16,24 @@
 #include <sstream>
 
 namespace smp {
+
+namespace {
+
+// One validation: {"step", "loss", and each graph metric by name}.
+nlohmann::json validation_entry(const Runtime& rt, int64_t step, double loss) {
+  nlohmann::json e = {{"step", step}, {"loss", loss}};
+  for (const auto& [name, value] : rt.validation_metrics()) e[name] = value;
+  return e;
+}
+// ", hr@10 0.4120, ndcg@10 0.2310" for the log line ("" without metrics).
+std::string metrics_text(const Runtime& rt) {
+  std::string out;
+  for (const auto& [name, value] : rt.validation_metrics()) out += fmt::format(", {} {:.4f}", name, value);
+  return out;
+}
+
+}  // namespace
+
 
 int64_t peak_resident_bytes() {
   std::ifstream in("/proc/self/status");
@@ -181,14 +200,14 @@ nlohmann::json run_training(Runtime& rt) {
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
-      val_losses.push_back({{"step", r.step + 1}, {"loss", v}});
-      if (rank0) spdlog::info("validation at step {}: loss {:.4f}", r.step + 1, v);
+      val_losses.push_back(validation_entry(rt, r.step + 1, v));
+      if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
     }
   }
   if (val_batches > 0) {
     val_loss = rt.evaluate(val_batches);
-    val_losses.push_back({{"step", rt.steps_done()}, {"loss", val_loss}});
-    if (rank0) spdlog::info("validation loss {:.4f}", val_loss);
+    val_losses.push_back(validation_entry(rt, rt.steps_done(), val_loss));
+    if (rank0) spdlog::info("validation loss {:.4f}{}", val_loss, metrics_text(rt));
   }
   const double step_s = timed_steps ? train_seconds / timed_steps : 0;
   const double items_per_s = step_s > 0 ? rt.items_per_step() / step_s : 0;
@@ -214,6 +233,10 @@ nlohmann::json run_training(Runtime& rt) {
   summary["final_loss"] = last_loss;
   summary["val_loss"] = val_loss;
   summary["val_losses"] = val_losses;
+  nlohmann::json val_metrics = nlohmann::json::object();  // the graph's metrics at the last validation
+  if (!val_losses.empty())
+    for (const auto& [name, value] : rt.validation_metrics()) val_metrics[name] = value;
+  summary["val_metrics"] = val_metrics;
   summary["step_seconds"] = step_s;
   // Throughput in the adapter's unit: "tokens_per_s" for a language model.
   summary["throughput_unit"] = rt.throughput_unit();

@@ -400,4 +400,70 @@ class MseLoss : public Module {
   std::string node_;
 };
 
+// The elementwise product of its inputs (NCF's generalized matrix factorization).
+class Mul : public Module {
+ public:
+  Mul(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 2, SIZE_MAX, node_, call.method);
+    Tensor y = call.inputs[0];
+    for (size_t i = 1; i < call.inputs.size(); ++i) y = y * call.inputs[i];
+    return {y};
+  }
+
+ private:
+  std::string node_;
+};
+
+// Binary cross entropy on logits against 0/1 labels of the same shape, the
+// mean over every element (a per-sample mean when samples have equal sizes), in fp32.
+class BceWithLogits : public Module {
+ public:
+  BceWithLogits(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 2, 2, node_, call.method);
+    if (call.inputs[0].sizes() != call.inputs[1].sizes())
+      throw smp::sdk::Error("node '" + node_ + "': logits " + c10::str(call.inputs[0].sizes()) + " and labels " +
+                            c10::str(call.inputs[1].sizes()) + " differ in shape");
+    return {at::binary_cross_entropy_with_logits(call.inputs[0].to(at::kFloat), call.inputs[1].to(at::kFloat))};
+  }
+
+ private:
+  std::string node_;
+};
+
+// Leave-one-out ranking quality {k = 10}: scores [b, n] or [b, n, 1], the
+// candidates of b users with the held-out positive in column 0. Outputs the
+// hits (users whose positive ranks in the top k), the summed NDCG@k
+// (1 / log2(rank + 2) when it does) and the users: for graph.metric(). A
+// candidate scoring the same as the positive ranks ahead of it (no lucky ties).
+class RankingMetrics : public Module {
+ public:
+  RankingMetrics(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) {
+    expect_node_keys(cfg, {"k"}, node_);
+    k_ = config_get<int64_t>(cfg, "k", node_, 10);
+    require(k_ > 0, node_, "config key 'k' must be > 0");
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    Tensor s = call.inputs[0].detach().to(at::kFloat);
+    if (s.dim() == 3 && s.size(2) == 1) s = s.squeeze(2);
+    if (s.dim() != 2)
+      throw smp::sdk::Error("node '" + node_ + "': scores must be [users, candidates] (or [.., .., 1]), got " +
+                            c10::str(call.inputs[0].sizes()));
+    Tensor positive = s.narrow(1, 0, 1);
+    Tensor rank = s.narrow(1, 1, s.size(1) - 1).ge(positive).sum(1).to(at::kFloat);  // candidates ahead
+    Tensor hit = rank.lt(static_cast<double>(k_)).to(at::kDouble);  // sums in double: exact counts, stable NDCG
+    Tensor ndcg = hit.div(rank.to(at::kDouble).add(2.0).log2());
+    return {hit.sum(), ndcg.sum(), at::full({}, static_cast<double>(s.size(0)), hit.options())};
+  }
+
+ private:
+  std::string node_;
+  int64_t k_ = 10;
+};
+
 }  // namespace smp_nn

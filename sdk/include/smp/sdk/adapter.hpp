@@ -58,6 +58,11 @@ class GraphBuilder {
     check(host().graph_set_loss_sum(b_, sum.c_str(), count.c_str()));
   }
   void flops_per_sample(double f) { check(host().graph_set_flops_per_sample(b_, f)); }
+  // A validation metric: sum / count over every validation batch (ABI 2.2),
+  // both scalar outputs of one node, e.g. metric("hr@10", "hits", "users").
+  void metric(const std::string& name, const std::string& sum, const std::string& count) {
+    check(host().graph_add_metric(b_, name.c_str(), sum.c_str(), count.c_str()));
+  }
   // Throughput is reported in `unit` ("tokens"), `per_sample` of them per sample.
   void throughput_unit(const std::string& unit, double per_sample) {
     check(host().graph_set_throughput_unit(b_, unit.c_str(), per_sample));
