@@ -83,13 +83,13 @@ JobResult run_job(const Job& job) {
   if (!paths().malloc_env.empty()) cmd = paths().malloc_env + " ";
   if (job.plain) {
     fs::create_directories(run_dir);
-    cmd += "OMP_NUM_THREADS=1 " + quote(paths().self) + " plain-run --config " + quote(job.config);
+    cmd += "OMP_NUM_THREADS=1 " + quote(paths().self) + " " + job.plain_command + " --config " + quote(job.config);
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
     cmd += " --out " + quote(run_dir + "/summary.json");
   } else {
     cmd += quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
           " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) +
-          " --plugin gpt --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
+          " --plugin " + job.plugin + " --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
           " --set run.threads=1";
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
   }

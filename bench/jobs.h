@@ -29,10 +29,12 @@ Paths& paths();
 
 struct Job {
   std::string label;
-  bool plain = false;  // the plain LibTorch loop (smp-bench plain-run) instead of smp
+  bool plain = false;  // the plain LibTorch loop (smp-bench <plain_command>) instead of smp
   int nproc = 1;
   std::string config;
   std::vector<std::string> overrides;
+  std::string plugin = "gpt";               // the smp job's adapter plugin
+  std::string plain_command = "plain-run";  // the plain loop's subcommand (plain-ncf for NCF)
 };
 
 struct JobResult {

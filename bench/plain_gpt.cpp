@@ -9,6 +9,7 @@
 // and the data sampler reproduces the gpt adapter's, so the losses can be compared
 // step by step with an smp job (a check that both run the same computation).
 #include "plain_gpt.h"
+#include "plain_loop.h"
 
 #include "runtime/seeds.h"
 #include "text_dataset.h"
@@ -31,7 +32,6 @@ namespace bench {
 namespace {
 
 using at::Tensor;
-using Clock = std::chrono::steady_clock;
 
 // ---- data: the gpt adapter's own reader (adapters/gpt/text_dataset.cpp) ----
 // ---- parameters, initialised as smp does (core/src/runtime/seeds.h) ----
@@ -127,44 +127,6 @@ struct Model {
   }
 };
 
-struct AdamW {
-  std::vector<Tensor> params, m, v;
-  double b1, b2, eps, wd;
-  int64_t t = 0;
-  AdamW(std::vector<Tensor> p, double b1_, double b2_, double eps_, double wd_)
-      : params(std::move(p)), b1(b1_), b2(b2_), eps(eps_), wd(wd_) {
-    for (auto& x : params) {
-      m.push_back(at::zeros_like(x).detach());
-      v.push_back(at::zeros_like(x).detach());
-    }
-  }
-  void step(double lr) {
-    c10::NoGradGuard ng;
-    ++t;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor& p = params[i];
-      const Tensor& g = p.grad();
-      if (!g.defined()) continue;
-      if (wd > 0 && p.dim() >= 2) p.mul_(1.0 - lr * wd);
-      m[i].mul_(b1).add_(g, 1.0 - b1);
-      v[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
-      Tensor denom = v[i].sqrt().div_(std::sqrt(bc2)).add_(eps);
-      p.addcdiv_(m[i], denom, -lr / bc1);
-    }
-  }
-};
-
-double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t total) {  // smp's LrSchedule
-  if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (total <= warmup) return lr;
-  double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
-  progress = std::min(1.0, std::max(0.0, progress));
-  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
-}
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "comm_probe.h"
 #include "jobs.h"
 #include "plain_gpt.h"
+#include "plain_ncf.h"
 
 #include <smp/config.h>
 
@@ -189,6 +190,58 @@ json start(const std::string& name, const Common& c, const bench::Shape& shape, 
   std::cout << "measured fp32 GEMM peak: " << fmt(*peak / 1e9, 1) << " GFLOP/s per core (1 thread); load "
             << fmt(bench::load_average()[0], 2) << " on " << bench::online_cores() << " cores\n";
   return result;
+}
+
+// ----------------------------------------------------------------------------- ncf
+// The NCF adapter on one rank against the plain LibTorch NeuMF loop (same model
+// sizes, the adapter's own sampler), interleaved: the median of the per-repeat
+// ratios of interactions/s.
+int cmd_ncf(const Common& c) {
+  const auto base = base_overrides(c);
+  json result;
+  result["benchmark"] = "ncf";
+  result["config_file"] = c.config;
+  result["steps"] = c.steps;
+  result["batch_size"] = c.batch;
+  result["repeat"] = c.repeat;
+  result["timing_rule"] = "step_seconds: mean step time over steps 2..N (first excluded, as summary.json)";
+  result["malloc_env"] = bench::paths().malloc_env;
+  result["machine_before"] = bench::machine_json();
+  result["machine_before"]["load_when_started"] = bench::wait_for_quiet(c.max_load, c.wait_s);
+  Job plain{"plain-libtorch", true, 1, c.config, base};
+  plain.plain_command = "plain-ncf";
+  Job one{"smp-1rank", false, 1, c.config, base};
+  one.plugin = "ncf";
+  auto measured = bench::run_repeated({plain, one}, c.repeat, c.quiet_cores, c.job_wait_s);
+  json runs = json::array();
+  for (const Measured& m : measured) {
+    json r = {{"label", m.job.label}, {"ok", m.ok}, {"step_seconds_per_repeat", m.step_seconds_all}};
+    if (m.ok) {
+      r["interactions_per_s"] = m.best.summary["interactions_per_s"];
+      r["final_loss"] = m.best.summary.contains("final_loss") ? m.best.summary["final_loss"] : m.best.summary["losses"].back();
+    } else {
+      r["error_output"] = m.best.output;
+    }
+    runs.push_back(r);
+  }
+  result["runs"] = runs;
+  std::vector<double> ratios;  // smp / plain interactions/s = plain / smp step time, per repeat
+  for (size_t k = 0; k < std::min(measured[0].step_seconds_all.size(), measured[1].step_seconds_all.size()); ++k)
+    ratios.push_back(measured[0].step_seconds_all[k] / measured[1].step_seconds_all[k]);
+  const double med = bench::median_from(ratios, 0);
+  result["smp_1rank_over_plain_paired"] = {
+      {"per_repeat", ratios}, {"median", med},
+      {"note", "interactions/s ratio smp-1rank / plain within each repeat (the two ran back to back)"}};
+  std::cout << "\nsmp-bench ncf: batch " << c.batch << ", " << c.steps << " steps (first excluded), 1 thread\n";
+  for (const Measured& m : measured)
+    std::cout << "  " << m.job.label << ": "
+              << (m.ok ? fmt(m.best.summary["interactions_per_s"].get<double>() / 1e3, 1) + "k interactions/s"
+                       : std::string("FAILED\n") + m.best.output)
+              << "\n";
+  std::cout << "smp 1 rank / plain, median of " << ratios.size() << " back-to-back pairs: " << fmt(med, 3) << "\n";
+  if (!measured[0].ok || !measured[1].ok) return 1;
+  finish(result, c);
+  return 0;
 }
 
 // ----------------------------------------------------------------------------- gpt
@@ -479,13 +532,15 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp;
+  Common gpt, pipe, tp, ncf;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
   add_common(pl, pipe, 8, 16, P.source_dir + "/bench/results/pipeline.json");
   auto* t = app.add_subcommand("tp", "tp=2 with/without sequence parallelism vs serial (issue 5)");
   add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
+  auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop (issue 13)");
+  add_common(nc, ncf, 300, 256, P.source_dir + "/bench/results/ncf.json");
 
   bench::PlainOptions po;
   std::string plain_out;
@@ -494,6 +549,10 @@ int main(int argc, char** argv) {
   pr->add_option("--set", po.overrides, "override")->take_all();
   pr->add_option("--out", plain_out, "summary JSON to write (default: print)");
   pr->add_option("--mimic", po.mimic, "ablations: norm, ce, mask (do it the way smp does)")->take_all();
+  auto* pn = app.add_subcommand("plain-ncf", "(internal) the plain LibTorch NeuMF loop in this process, 1 thread");
+  pn->add_option("--config", po.config, "job TOML")->required();
+  pn->add_option("--set", po.overrides, "override")->take_all();
+  pn->add_option("--out", plain_out, "summary JSON to write (default: print)");
 
   int64_t zb_mb = 4, zb_layers = 2;
   int zb_reps = 5;
@@ -514,9 +573,11 @@ int main(int argc, char** argv) {
   try {
     for (Common* c : {&gpt, &pipe, &tp})
       if (c->config.empty()) c->config = bench::default_config();
+    if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (*g) return cmd_gpt(gpt);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
+    if (*nc) return cmd_ncf(ncf);
     if (*ar) {
       std::cout << bench::run_allreduce_probe(ar_bytes, ar_reps).dump(2) << "\n";
       return 0;
@@ -525,8 +586,8 @@ int main(int argc, char** argv) {
       std::cout << bench::run_zb_probe(zb_mb, zb_layers, zb_reps).dump(2) << "\n";
       return 0;
     }
-    if (*pr) {
-      json j = bench::run_plain_gpt(po);
+    if (*pr || *pn) {
+      json j = *pr ? bench::run_plain_gpt(po) : bench::run_plain_ncf(po);
       if (plain_out.empty()) std::cout << j.dump(2) << "\n";
       else bench::write_json(plain_out, j);
       return 0;
