@@ -32,9 +32,10 @@ TEST(JobErrors, MissingDataFileNamesIt) {
 }
 
 TEST(JobErrors, TensorParallelDegreeThatDoesNotDivideNamesNodeAndSizes) {
-  // Neither the 256-entry vocabulary nor 4 heads split 3 ways; the first node in order is named.
+  // 4 heads do not split 3 ways (the vocabulary does: GPT pads it to 384, a
+  // multiple of 128 x 3); the first such node in order is named.
   expect_failure(run_job(3, plugin_path("gpt"), gpt_config(), {"parallel.tp=3", "train.batch_size=12"}),
-                 {"parallel.tp = 3", "node 'wte'", "256", "rule from plugin 'smp_tp'"});
+                 {"parallel.tp = 3", "node 'blocks.0'", "heads 4 not divisible by tp 3", "rule from plugin 'smp_tp'"});
 }
 
 TEST(JobErrors, MorePipelineStagesThanNodesIsAnError) {

@@ -409,6 +409,33 @@ TEST_F(NnTest, DeferredInitDescribesEveryParameterExactly) {
   EXPECT_TRUE(at::equal(filled, expected));
 }
 
+// NCF's kinds and the padded vocabulary: ranking_metrics counts a tie as ahead
+// of the held-out item; cross_entropy with real_vocab equals the loss over the
+// real classes only (the padded logits weigh nothing, even when large).
+TEST_F(NnTest, RankingMetricsMulBceAndPaddedCrossEntropy) {
+  const Tensor scores = at::tensor({5.f, 1.f, 2.f, 0.f, 3.f, 1.f, 2.f, 2.f, 1.f}).view({3, 3, 1});
+  for (int64_t k : {1, 2}) {
+    smp_nn::RankingMetrics m(Json{{"k", k}}, ctx(0, "rank"));
+    auto out = m.forward({"forward", {scores}});
+    // Ranks of the held-out item: 0, 2, 1 (the tie in row 2 counts ahead).
+    EXPECT_DOUBLE_EQ(out[0].item<double>(), k == 1 ? 1.0 : 2.0) << k;
+    EXPECT_NEAR(out[1].item<double>(), k == 1 ? 1.0 : 1.0 + 1.0 / std::log2(3.0), 1e-12) << k;
+    EXPECT_DOUBLE_EQ(out[2].item<double>(), 3.0);
+  }
+  smp_nn::Mul mul(Json::object(), ctx(0, "mul"));
+  const Tensor a = at::randn({2, 3}), b = at::randn({2, 3});
+  EXPECT_TRUE(at::equal(mul.forward({"forward", {a, b}})[0], a * b));
+  smp_nn::BceWithLogits bce(Json::object(), ctx(0, "bce"));
+  const Tensor y = at::tensor({1.f, 0.f, 0.f, 1.f, 0.f, 1.f}).view({2, 3});
+  EXPECT_TRUE(at::allclose(bce.forward({"forward", {a, y}})[0], at::binary_cross_entropy_with_logits(a, y)));
+  smp_nn::CrossEntropy padded(Json{{"vocab", 4}, {"real_vocab", 3}}, ctx(0, "loss"));
+  const Tensor logits = at::randn({2, 5, 4}), targets = at::randint(0, 3, {2, 5}, at::kLong);
+  Tensor big = logits.clone();
+  big.select(-1, 3).fill_(50.f);  // a padded class's logit, large: it must not count
+  EXPECT_TRUE(at::allclose(padded.forward({"forward", {big, targets}})[0],
+                           at::cross_entropy_loss(logits.narrow(-1, 0, 3).reshape({-1, 3}), targets.reshape({-1}))));
+}
+
 // ---- bad configs and inputs name the node and the key ----
 std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::sdk::Error>(f); }
 
@@ -487,9 +514,9 @@ TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(desc_->n_rules, 0u);
   for (const char* k : {"embedding", "position_embedding", "layer_norm", "linear", "attention", "mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
-                        "embedding_table"})
+                        "embedding_table", "mul", "bce_with_logits", "ranking_metrics"})
     EXPECT_NE(kind(k), nullptr) << k;
-  EXPECT_EQ(desc_->n_module_kinds, 15u);
+  EXPECT_EQ(desc_->n_module_kinds, 18u);
 }
 
 TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {
