@@ -156,9 +156,8 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
   int64_t n_params = 0;
   for (auto& p : params) n_params += p.numel();
 
-  nlohmann::json losses = nlohmann::json::array(), step_times = nlohmann::json::array();
-  double timed = 0, ph_fwd = 0, ph_bwd = 0, ph_clip = 0, ph_opt = 0;
-  int64_t n_timed = 0;
+  StepLog log;
+  double ph_fwd = 0, ph_bwd = 0, ph_clip = 0, ph_opt = 0;
   Tensor tokens = at::empty({B, s}, at::kLong), targets = at::empty({B, s}, at::kLong);
   for (int64_t step = 0; step < steps; ++step) {
     const auto t0 = Clock::now();
@@ -189,26 +188,22 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
     }
     const auto t3 = Clock::now();
     opt.step(lr_at(step, lr, min_lr, warmup, steps));
-    const double dt = seconds_since(t0);
-    losses.push_back(loss_v);
-    step_times.push_back(dt);
-    if (step > 0 || steps == 1) {  // the same rule as smp's run_training
-      timed += dt;
-      ++n_timed;
+    if (log.add(step, steps, seconds_since(t0), loss_v)) {
       ph_fwd += std::chrono::duration<double>(t1 - t0).count();
       ph_bwd += std::chrono::duration<double>(t2 - t1).count();
       ph_clip += std::chrono::duration<double>(t3 - t2).count();
       ph_opt += seconds_since(t3);
     }
   }
-  const double step_s = n_timed ? timed / n_timed : 0;
+  const double step_s = log.mean_step();
+  const int64_t n_timed = log.n_timed;
   const double flops = 72.0 * static_cast<double>(B * s * L) * h * h *
                        (1.0 + static_cast<double>(s) / (6.0 * h) + static_cast<double>(V) / (12.0 * L * h));
   nlohmann::json j;
-  j["losses"] = losses;
-  j["final_loss"] = losses.empty() ? 0.0 : losses.back().get<double>();
+  j["losses"] = log.losses;
+  j["final_loss"] = log.losses.empty() ? 0.0 : log.losses.back();
   j["step_seconds"] = step_s;
-  j["step_seconds_each"] = step_times;
+  j["step_seconds_each"] = log.step_seconds;
   j["tokens_per_s"] = step_s > 0 ? static_cast<double>(B * s) / step_s : 0;
   j["model_flops_per_step"] = flops;
   j["parameters"] = n_params;

@@ -53,4 +53,22 @@ inline double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int6
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The per-step record both loops keep: losses, step times, and the mean step
+// time over steps 2..N (the first excluded, the same rule as smp's run_training).
+struct StepLog {
+  std::vector<double> losses, step_seconds;
+  double timed = 0;
+  int64_t n_timed = 0;
+  // Returns whether the step counts in the mean.
+  bool add(int64_t step, int64_t steps, double seconds, double loss) {
+    losses.push_back(loss);
+    step_seconds.push_back(seconds);
+    if (step == 0 && steps != 1) return false;
+    timed += seconds;
+    ++n_timed;
+    return true;
+  }
+  double mean_step() const { return n_timed ? timed / static_cast<double>(n_timed) : 0.0; }
+};
+
 }  // namespace bench

@@ -84,9 +84,7 @@ nlohmann::json run_plain_ncf(const PlainOptions& o) {
                clip = cfg.get_double("train.grad_clip");
   const int64_t warmup = cfg.get_int("train.warmup_steps");
 
-  nlohmann::json losses = nlohmann::json::array(), step_times = nlohmann::json::array();
-  double timed = 0;
-  int64_t n_timed = 0;
+  StepLog log;
   Tensor users = at::empty({B, 1}, at::kLong), items = at::empty({B, 1}, at::kLong), labels = at::empty({B, 1, 1});
   for (int64_t step = 0; step < steps; ++step) {
     const auto t0 = Clock::now();
@@ -107,20 +105,14 @@ nlohmann::json run_plain_ncf(const PlainOptions& o) {
         for (auto& p : params) p.mutable_grad().mul_(clip / (norm + 1e-6));
     }
     opt.step(lr_at(step, lr, min_lr, warmup, steps));
-    const double dt = seconds_since(t0);
-    losses.push_back(loss_v);
-    step_times.push_back(dt);
-    if (step > 0 || steps == 1) {  // the same rule as smp's run_training
-      timed += dt;
-      ++n_timed;
-    }
+    log.add(step, steps, seconds_since(t0), loss_v);
   }
-  const double step_s = n_timed ? timed / n_timed : 0;
+  const double step_s = log.mean_step();
   nlohmann::json j;
-  j["losses"] = losses;
-  j["final_loss"] = losses.empty() ? 0.0 : losses.back().get<double>();
+  j["losses"] = log.losses;
+  j["final_loss"] = log.losses.empty() ? 0.0 : log.losses.back();
   j["step_seconds"] = step_s;
-  j["step_seconds_each"] = step_times;
+  j["step_seconds_each"] = log.step_seconds;
   j["interactions_per_s"] = step_s > 0 ? static_cast<double>(B) / step_s : 0;
   j["threads"] = at::get_num_threads();
   return j;

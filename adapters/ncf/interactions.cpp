@@ -1,6 +1,7 @@
 #include "interactions.h"
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/init.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +14,8 @@ namespace ncf {
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// The SDK's counter-based bits (the parameter initialiser's), for every draw here.
+uint64_t mix(uint64_t x) { return smp::sdk::detail::splitmix64(x); }
 uint64_t key(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) { return mix(mix(mix(mix(a) ^ b) ^ c) ^ d); }
 double uniform(uint64_t k) { return (static_cast<double>(k >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
 double normal(uint64_t k) {
