@@ -38,6 +38,18 @@ TEST(StagePlan, ValuesTravelThroughEveryStageInBetween) {
   EXPECT_TRUE(p.inputs_of_stage[1].empty());
 }
 
+// A loss count computed before the last stage travels there like any value.
+TEST(StagePlan, CarriesTheLossCountToTheLastStage) {
+  smp::ModelGraph g = chain();
+  g.loss_reduction = smp::ModelGraph::LossReduction::Sum;
+  g.loss_count = "va";  // produced on stage 0, read by nothing but the loss
+  g.nodes[3].inputs = {"vc", "y"};
+  smp::StagePlan p = smp::StagePlan::build(g, {0, 1, 1, 2}, 3, 1);
+  EXPECT_EQ(p.sent_after[0], (std::vector<std::string>{"va"}));
+  EXPECT_EQ(p.sent_after[1], (std::vector<std::string>{"va", "vc"}));
+  EXPECT_TRUE(p.sent_after[2].empty());
+}
+
 TEST(StagePlan, RefusesBackwardEdgesEmptyStagesAndALossNotLast) {
   auto msg = [](std::vector<int> st, int pp) {
     try {

@@ -499,8 +499,9 @@ typedef struct smp_host_api {
   smp_error* (*graph_set_loss)(smp_graph_builder* b, const char* value_name);
   /* model FLOPs of one training sample (forward + backward), for MFU */
   smp_error* (*graph_set_flops_per_sample)(smp_graph_builder* b, double flops);
-  /* ...or a sum over `count_value`'s items (SMP_LOSS_SUM): both values are
-   * outputs of the same node, count_value a scalar */
+  /* ...or a sum over `count_value`'s items (SMP_LOSS_SUM): count_value a
+   * scalar output of a node (since 2.2 any node, not only the loss's: the
+   * core carries it to the last stage) */
   smp_error* (*graph_set_loss_sum)(smp_graph_builder* b, const char* sum_value, const char* count_value);
   /* what throughput is counted in ("tokens", "samples", "interactions") and
    * how many of them one sample holds; default "samples", 1 */

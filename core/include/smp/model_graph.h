@@ -30,7 +30,7 @@ struct ModelGraph {
   std::vector<GraphNode> nodes;     // in execution (topological) order
   std::string loss;                 // the scalar value backward starts from
   // How `loss` is normalised: a per-sample mean, or a sum over `loss_count`'s
-  // items (a scalar produced by the same node). The runtime turns both into
+  // items (a scalar output of any node: the stage plan carries it to the last stage). The runtime turns both into
   // one global mean over the step, in one place (train/loss_normalizer).
   enum class LossReduction { Mean, Sum };
   LossReduction loss_reduction = LossReduction::Mean;

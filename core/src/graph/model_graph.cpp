@@ -104,13 +104,14 @@ void ModelGraph::validate(const std::string& adapter) const {
   if (loss.empty()) throw Error(where + ": no loss value set (graph_set_loss)");
   if (!produced.count(loss)) throw Error(where + ": loss value '" + loss + "' is never produced");
   if (loss_reduction == LossReduction::Sum) {
-    // The count must be at hand wherever the loss is: an output of the same node.
+    // The count may come from any node (the stage plan carries it to the last
+    // stage, where the loss is): e.g. one term's count for a sum of loss terms
+    // the adapter has weighted itself. Not a graph input: a batch tensor is not a count.
     auto p = producers();
     auto c = p.find(loss_count);
     if (c == p.end()) throw Error(where + ": loss count value '" + loss_count + "' is never produced");
-    if (c->second < 0 || c->second != p.at(loss))
-      throw Error(where + ": loss count value '" + loss_count + "' must be an output of the node producing the loss '" +
-                  loss + "'");
+    if (c->second < 0)
+      throw Error(where + ": loss count value '" + loss_count + "' is a graph input; it must be a node's output");
   }
 }
 

@@ -56,6 +56,8 @@ StagePlan StagePlan::build(const ModelGraph& graph, std::vector<int> stage_of_no
   if (loss_stage != S - 1)
     throw Error("stage plan: the loss '" + graph.loss + "' is computed on stage " + std::to_string(loss_stage) +
                 ", it must be on the last stage " + std::to_string(S - 1));
+  // The loss count is read on the last stage, wherever it is computed.
+  if (!graph.loss_count.empty()) last_use[graph.loss_count] = S - 1;
   plan.sent_after.assign(S, {});
   // Deterministic order: by producing node, then output position.
   for (size_t i = 0; i < n; ++i)

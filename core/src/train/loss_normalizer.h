@@ -3,7 +3,7 @@
 //   Mean: the loss is a mean over the microbatch's samples; it weighs as many
 //         items as the microbatch has samples.
 //   Sum:  the loss is a sum over items (unmasked tokens, say) and a count value
-//         from the same node says how many.
+//         (a node's output, carried to the last stage) says how many.
 // Each microbatch's backward starts from loss x seed (Mean: its sample count;
 // Sum: 1), so .grad accumulates the gradient of the summed loss; after the
 // step's sums are reduced over the ranks, the optimizer scales the gradient

@@ -436,6 +436,23 @@ TEST_F(NnTest, RankingMetricsMulBceAndPaddedCrossEntropy) {
                            at::cross_entropy_loss(logits.narrow(-1, 0, 3).reshape({-1, 3}), targets.reshape({-1}))));
 }
 
+// norm = "post" (BERT): the layer ends in its second layer norm, so at init
+// (weight 1, bias 0) every token comes out with mean 0 and variance 1; pre-LN's does not.
+TEST_F(NnTest, PostNormLayerEndsInALayerNorm) {
+  Json c{{"hidden", 16}, {"heads", 4}, {"ffn", 32}, {"causal", false}};
+  smp_nn::TransformerLayer pre(c, ctx(60, "blk"));
+  c["norm"] = "post";
+  smp_nn::TransformerLayer post(c, ctx(60, "blk"));
+  const Tensor x = at::randn({2, 5, 16}) * 3 + 1;
+  const Tensor y = post.forward({"forward", {x}})[0], z = pre.forward({"forward", {x}})[0];
+  EXPECT_TRUE(at::allclose(y.mean(-1), at::zeros({2, 5}), 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(y.var(-1, /*unbiased=*/false), at::ones({2, 5}), 1e-3, 1e-3));
+  EXPECT_FALSE(at::allclose(z.mean(-1), at::zeros({2, 5}), 1e-3, 1e-3));
+  EXPECT_NE(error_of([] { smp_nn::TransformerLayer(Json{{"hidden", 8}, {"heads", 2}, {"norm", "mid"}}, ctx(0, "b")); })
+                .find("config key 'norm' must be \"pre\" or \"post\", got \"mid\""),
+            std::string::npos);
+}
+
 // ---- bad configs and inputs name the node and the key ----
 std::string error_of(const std::function<void()>& f) { return smp_test::error_of<smp::sdk::Error>(f); }
 

@@ -300,6 +300,14 @@ void check_blocks() {
     smp_tp::ParallelTransformerLayer d(layer_cfg(), dist_ctx("blk", 33));
     compare("parallel_transformer_layer", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
   }
+  {  // post-LN (BERT), bidirectional with padding
+    Json c = layer_cfg();
+    c["norm"] = "post";
+    c["causal"] = false;
+    smp_nn::TransformerLayer s(c, serial_ctx("blk", 36));
+    smp_tp::ParallelTransformerLayer d(c, dist_ctx("blk", 36));
+    compare("parallel_transformer_layer post-LN bidirectional", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
+  }
   {  // dropout on: masks depend on (rng_seed, full shape) only, so tp drops the same elements
     smp_nn::TransformerLayer s(layer_cfg(0.2), serial_ctx("blk", 34));
     smp_tp::ParallelTransformerLayer d(layer_cfg(0.2), dist_ctx("blk", 34));

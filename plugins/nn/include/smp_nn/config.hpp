@@ -127,18 +127,38 @@ struct MlpConfig {
 
 // transformer_layer {hidden, heads, ffn=4*hidden, causal=true, dropout=0, init_std=0.02,
 //                    out_init_std=init_std, eps=1e-5}
+// transformer_layer {attention's and mlp's keys, eps = 1e-5, norm = "pre" (GPT-2:
+//                    x + f(LN(x))) | "post" (BERT: LN(x + f(x)))}
 struct TransformerLayerConfig {
   AttentionConfig attn;
   MlpConfig mlp;
   double eps;
+  bool post_norm = false;
   static TransformerLayerConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps"}, node);
+    expect_node_keys(c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps", "norm"},
+                     node);
     TransformerLayerConfig r{AttentionConfig::parse(c, node, false), MlpConfig::parse(c, node, false),
                              config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");
+    const std::string norm = config_get<std::string>(c, "norm", node, "pre");
+    require(norm == "pre" || norm == "post", node, "config key 'norm' must be \"pre\" or \"post\", got \"" + norm + "\"");
+    r.post_norm = norm == "post";
     return r;
   }
 };
+
+// The residual structure of a transformer layer around its two sublayers, for
+// the serial and the tensor-parallel kinds alike: pre-LN x + f(LN1(x)) then
+// h + g(LN2(h)); post-LN (BERT) LN1(x + f(x)) then LN2(h + g(h)).
+template <class Attn, class Mlp, class Norm1, class Norm2>
+at::Tensor transformer_block(bool post_norm, const at::Tensor& x, Attn&& attn, Mlp&& mlp, Norm1&& ln1, Norm2&& ln2) {
+  if (post_norm) {
+    at::Tensor h = ln1(x + attn(x));
+    return ln2(h + mlp(h));
+  }
+  at::Tensor h = x + attn(ln1(x));
+  return h + mlp(ln2(h));
+}
 
 // cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility),
 //                real_vocab (optional: a padded vocabulary's real classes; the logits of

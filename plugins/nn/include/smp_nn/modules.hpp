@@ -64,8 +64,10 @@ inline Tensor mlp_forward(const MlpParams& p, const MlpConfig& c, const Tensor& 
 }
 inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const TransformerLayerConfig& c,
                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
-  Tensor h = x + attention_forward(p.attn, c.attn, layer_norm(x, p.ln1, c.eps), pad_mask, training, seed);
-  return h + mlp_forward(p.mlp, c.mlp, layer_norm(h, p.ln2, c.eps), training, seed);
+  return transformer_block(
+      c.post_norm, x, [&](const Tensor& t) { return attention_forward(p.attn, c.attn, t, pad_mask, training, seed); },
+      [&](const Tensor& t) { return mlp_forward(p.mlp, c.mlp, t, training, seed); },
+      [&](const Tensor& t) { return layer_norm(t, p.ln1, c.eps); }, [&](const Tensor& t) { return layer_norm(t, p.ln2, c.eps); });
 }
 
 class Embedding : public Module {

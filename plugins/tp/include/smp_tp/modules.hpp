@@ -203,10 +203,14 @@ class ParallelTransformerLayer : public Module {
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.attn.hidden, tp_.node, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
-    Tensor h = x + parallel_attention_forward(p_.attn, c_.attn, tp_, layer_norm(x, p_.ln1, c_.eps), mask,
-                                              call.training, call.rng_seed);
-    return {h + parallel_mlp_forward(p_.mlp, c_.mlp, tp_, layer_norm(h, p_.ln2, c_.eps), call.training,
-                                     call.rng_seed)};
+    return {smp_nn::transformer_block(
+        c_.post_norm, x,
+        [&](const Tensor& t) {
+          return parallel_attention_forward(p_.attn, c_.attn, tp_, t, mask, call.training, call.rng_seed);
+        },
+        [&](const Tensor& t) { return parallel_mlp_forward(p_.mlp, c_.mlp, tp_, t, call.training, call.rng_seed); },
+        [&](const Tensor& t) { return layer_norm(t, p_.ln1, c_.eps); },
+        [&](const Tensor& t) { return layer_norm(t, p_.ln2, c_.eps); })};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;

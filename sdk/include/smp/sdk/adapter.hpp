@@ -52,8 +52,9 @@ class GraphBuilder {
   }
   // The loss is a mean over the microbatch's samples.
   void loss(const std::string& value) { check(host().graph_set_loss(b_, value.c_str())); }
-  // The loss is a sum over `count`'s items (e.g. tokens not masked); both are
-  // outputs of one node. The core divides by the step's total count once.
+  // The loss is a sum over `count`'s items (e.g. tokens not masked), the count
+  // a scalar output of any node (ABI 2.2; carried to the last stage). The core
+  // divides by the step's total count once.
   void loss_sum(const std::string& sum, const std::string& count) {
     check(host().graph_set_loss_sum(b_, sum.c_str(), count.c_str()));
   }
