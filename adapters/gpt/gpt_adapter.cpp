@@ -57,13 +57,13 @@ class GptAdapter : public smp::sdk::Adapter {
     } else {
       s = presets().at("tiny");
     }
-    s.layers = positive(cfg, "layers", s.layers);
-    s.hidden = positive(cfg, "hidden", s.hidden);
-    s.heads = positive(cfg, "heads", s.heads);
-    s.seq_len = positive(cfg, "seq_len", s.seq_len);
-    s.vocab = positive(cfg, "vocab", s.vocab);
+    s.layers = smp::sdk::model_positive(cfg, "layers", s.layers);
+    s.hidden = smp::sdk::model_positive(cfg, "hidden", s.hidden);
+    s.heads = smp::sdk::model_positive(cfg, "heads", s.heads);
+    s.seq_len = smp::sdk::model_positive(cfg, "seq_len", s.seq_len);
+    s.vocab = smp::sdk::model_positive(cfg, "vocab", s.vocab);
     shape_ = s;
-    ffn_ = positive(cfg, "ffn", 4 * s.hidden);
+    ffn_ = smp::sdk::model_positive(cfg, "ffn", 4 * s.hidden);
     dropout_ = smp::sdk::model_get<double>(cfg, "dropout", 0.0);
     mask_fraction_ = smp::sdk::model_get<double>(cfg, "mask_fraction", 0.0);
     if (mask_fraction_ < 0 || mask_fraction_ >= 1)
@@ -74,7 +74,8 @@ class GptAdapter : public smp::sdk::Adapter {
     if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
     // The embedding and the logits are padded as Megatron does; the padded
     // classes never appear in the data and are masked out of the loss.
-    padded_vocab_ = smp::sdk::padded_vocab(s.vocab, positive(cfg, "vocab_multiple", 128), ctx.tp());
+    padded_vocab_ =
+        smp::sdk::padded_vocab(s.vocab, smp::sdk::model_positive(cfg, "vocab_multiple", 128), ctx.tp());
     if (padded_vocab_ != s.vocab)
       smp::sdk::log(SMP_LOG_INFO, "gpt",
                     "vocabulary " + std::to_string(s.vocab) + " padded to " + std::to_string(padded_vocab_) +
@@ -153,13 +154,6 @@ class GptAdapter : public smp::sdk::Adapter {
   }
 
  private:
-  static int64_t positive(const Json& cfg, const char* key, int64_t fallback) {
-    if (!cfg.contains(key)) return fallback;
-    int64_t v = smp::sdk::model_get<int64_t>(cfg, key);
-    if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
-    return v;
-  }
-
   // Padding-like masking: each target is ignored (-100) with probability
   // mask_fraction, drawn per (split, step, global sample) so every layout masks
   // the same tokens, and microbatches end up with different token counts.

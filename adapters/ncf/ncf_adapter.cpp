@@ -35,10 +35,10 @@ class NcfAdapter : public smp::sdk::Adapter {
         throw Error(std::string("model.") + k + ": only for data = \"synthetic\" (this job reads '" + data + "')");
     if (synthetic) {
       SyntheticSpec s;
-      s.users = positive(cfg, "users", s.users);
-      s.items = positive(cfg, "items", s.items);
-      s.per_user = positive(cfg, "interactions_per_user", s.per_user);
-      s.rank = positive(cfg, "planted_rank", s.rank);
+      s.users = smp::sdk::model_positive(cfg, "users", s.users);
+      s.items = smp::sdk::model_positive(cfg, "items", s.items);
+      s.per_user = smp::sdk::model_positive(cfg, "interactions_per_user", s.per_user);
+      s.rank = smp::sdk::model_positive(cfg, "planted_rank", s.rank);
       s.popularity = smp::sdk::model_get<double>(cfg, "popularity", s.popularity);
       s.seed = ctx.seed;
       if (s.per_user < 2 || s.per_user >= s.items)
@@ -48,7 +48,7 @@ class NcfAdapter : public smp::sdk::Adapter {
     } else {
       data_ = std::make_unique<Interactions>(Interactions::load(data, "model.data", ctx.seed));
     }
-    factors_ = positive(cfg, "factors", 8);
+    factors_ = smp::sdk::model_positive(cfg, "factors", 8);
     mlp_ = cfg.contains("mlp_layers") ? smp::sdk::model_get<std::vector<int64_t>>(cfg, "mlp_layers")
                                       : std::vector<int64_t>{64, 32, 16, 8};
     if (mlp_.size() < 2 || mlp_[0] % 2 != 0)
@@ -56,9 +56,9 @@ class NcfAdapter : public smp::sdk::Adapter {
                   "user and item embeddings), got " + Json(mlp_).dump());
     for (int64_t w : mlp_)
       if (w <= 0) throw Error("model.mlp_layers: sizes must be positive, got " + Json(mlp_).dump());
-    negatives_ = static_cast<int>(positive(cfg, "negatives", 4));
-    eval_candidates_ = static_cast<int>(positive(cfg, "eval_negatives", 99)) + 1;
-    top_k_ = positive(cfg, "top_k", 10);
+    negatives_ = static_cast<int>(smp::sdk::model_positive(cfg, "negatives", 4));
+    eval_candidates_ = static_cast<int>(smp::sdk::model_positive(cfg, "eval_negatives", 99)) + 1;
+    top_k_ = smp::sdk::model_positive(cfg, "top_k", 10);
     const auto [hr, ndcg] = data_->popularity_baseline(eval_candidates_, static_cast<int>(top_k_));
     smp::sdk::log(SMP_LOG_INFO, "ncf",
                   "data " + data + ": " + std::to_string(data_->users()) + " users, " +
@@ -139,13 +139,6 @@ class NcfAdapter : public smp::sdk::Adapter {
   }
 
  private:
-  static int64_t positive(const Json& cfg, const char* key, int64_t fallback) {
-    if (!cfg.contains(key)) return fallback;
-    const int64_t v = smp::sdk::model_get<int64_t>(cfg, key);
-    if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
-    return v;
-  }
-
   std::unique_ptr<Interactions> data_;
   int64_t factors_ = 8, top_k_ = 10;
   std::vector<int64_t> mlp_;

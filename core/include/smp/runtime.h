@@ -59,6 +59,13 @@ struct MemoryAccount {
   // the most bytes pipeline sends in flight held (communication buffers).
   int64_t activations = 0, largest_slot = 0, send_buffers = 0;
   int64_t total() const { return parameters + gradients + optimizer_state + step_peak; }
+  // Each category the larger of this and o (the largest over a run's steps).
+  void keep_largest(const MemoryAccount& o) {
+    for (auto field : {&MemoryAccount::parameters, &MemoryAccount::gradients, &MemoryAccount::optimizer_state,
+                       &MemoryAccount::step_peak, &MemoryAccount::offloaded, &MemoryAccount::activations,
+                       &MemoryAccount::largest_slot, &MemoryAccount::send_buffers})
+      this->*field = this->*field > o.*field ? this->*field : o.*field;
+  }
 };
 
 struct StepResult {

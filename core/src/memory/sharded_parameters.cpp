@@ -43,8 +43,6 @@ void own_storage(at::Tensor& p) {
 
 int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
-bool storageless(const at::Tensor& p) { return p.numel() > 0 && p.storage().nbytes() == 0; }
-
 }  // namespace
 
 std::vector<at::Tensor> cast_keeping_fp32(std::vector<at::Tensor>& params, at::ScalarType dtype) {
@@ -52,7 +50,7 @@ std::vector<at::Tensor> cast_keeping_fp32(std::vector<at::Tensor>& params, at::S
   std::vector<at::Tensor> fp32(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     at::Tensor& p = params[i];
-    if (storageless(p)) {
+    if (sdk::lacks_storage(p)) {
       p.set_data(sdk::detail::storageless(p.sizes(), p.options().dtype(dtype)));
       continue;
     }
@@ -87,7 +85,7 @@ at::Tensor fp32_shard(const BucketLayout& l, const std::vector<at::Tensor>& para
       dst.copy_(part);
     } else {
       const at::Tensor& src = fp32_values.empty() ? params[k] : fp32_values.at(k);
-      if (!src.defined() || storageless(src))
+      if (!src.defined() || sdk::lacks_storage(src))
         throw Error("ZeRO-3: parameter " + std::to_string(k) + " has neither values nor an initialiser");
       dst.copy_(src.detach().reshape(-1).narrow(0, a - l.offsets[j], b - a));
     }
@@ -125,7 +123,7 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
       b->local = mixed ? shard32.to(first.scalar_type()) : shard32;
       if (mixed) b->master = shard32;
       for (size_t k : l.params) {
-        if (!storageless(params_[k])) own_storage(params_[k]);
+        if (!sdk::lacks_storage(params_[k])) own_storage(params_[k]);
         empty_storage(params_[k]);
       }
       if (l.unit >= 0) buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
@@ -134,7 +132,7 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
       continue;
     }
     for (size_t k : l.params)
-      if (storageless(params_[k])) throw Error("ZeRO-" + std::to_string(stage_) + ": deferred init is for stage 3 only");
+      if (sdk::lacks_storage(params_[k])) throw Error("ZeRO-" + std::to_string(stage_) + ": deferred init is for stage 3 only");
     at::Tensor flat = at::zeros({l.padded}, first.options().requires_grad(false));
     at::Tensor flat32;
     if (!fp32_values.empty()) flat32 = at::zeros({l.padded}, flat.options().dtype(at::kFloat));

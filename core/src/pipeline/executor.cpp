@@ -285,7 +285,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
   size_t backwards_done = 0;
   // Bytes held now on this rank's device (the CPU allocator on this thread, or CUDA's).
   auto held = [&] { return setup_.device.is_cuda() ? device_allocated_bytes(setup_.device) : memory.current(); };
-  int64_t slots_live = 0, sends_live = 0;
+  int64_t slots_live = 0;
   for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
     const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
                              a.op == Op::SendGrad || a.op == Op::RecvGrad;
@@ -332,7 +332,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
       slots_live -= slot.activation_bytes;
       slots.erase(key);
     }
-    sends_live = 0;
+    int64_t sends_live = 0;
     for (const auto& s : pending_sends_) sends_live += s.second.numel() * static_cast<int64_t>(s.second.element_size());
     result.send_buffer_peak_bytes = std::max(result.send_buffer_peak_bytes, sends_live);
     // Sends that completed release their buffers now, not at the end of the step.

@@ -97,25 +97,22 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
   const c10::Device device = context.device_type == SMP_DEVICE_CUDA
                                  ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(context.device_index))
                                  : c10::Device(c10::kCPU);
+  // Refuses the module (destroyed first), naming it.
+  auto fail = [this](const std::string& message) {
+    kind_->destroy(module_);
+    module_ = nullptr;
+    params_.clear();
+    throw Error(where(key_, "create") + ": " + message);
+  };
   for (auto& p : params_)
-    if (p.tensor.device() != device) {
-      const std::string m = where(key_, "create") + ": parameter '" + p.name + "' is on " + p.tensor.device().str() +
-                            ", but the module was created for " + device.str();
-      kind_->destroy(module_);
-      module_ = nullptr;
-      params_.clear();
-      throw Error(m);
-    }
+    if (p.tensor.device() != device)
+      fail("parameter '" + p.name + "' is on " + p.tensor.device().str() + ", but the module was created for " +
+           device.str());
   for (auto& p : params_)
-    if (!p.init && p.tensor.numel() > 0 && p.tensor.storage().nbytes() == 0) {
-      const std::string m = where(key_, "create") + ": parameter '" + p.name +
-                            "' has no storage and no initialiser (smp_param_info.init): a deferred-init module "
-                            "must draw every parameter from InitStream or init_constant and keep the tensor it got";
-      kind_->destroy(module_);
-      module_ = nullptr;
-      params_.clear();
-      throw Error(m);
-    }
+    if (!p.init && sdk::lacks_storage(p.tensor))
+      fail("parameter '" + p.name +
+           "' has no storage and no initialiser (smp_param_info.init): a deferred-init module must draw every "
+           "parameter from InitStream or init_constant and keep the tensor it got");
   for (auto& p : params_)
     if (!p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
 }

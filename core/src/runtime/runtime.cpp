@@ -70,11 +70,11 @@ struct Runtime::Impl {
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<MasterWeights> masters;     // 16-bit precision: the fp32 copies the optimizer updates
   std::unique_ptr<DynamicLossScaler> scaler;  // fp16 only
-  std::unique_ptr<ShardedParameters> sharded;
+  std::unique_ptr<ShardedParameters> sharded;  // ZeRO >= 1: the parameter side of sharded data parallelism
   std::unique_ptr<ActivationOffload> offload;  // memory.offload: checkpointed inputs in host memory
   std::vector<std::pair<std::string, double>> last_metrics;  // of the last evaluate()
   int64_t created_bytes = 0;        // held by this rank's parameters as created (and cast)
-  int64_t parameter_init_peak = 0;  // see Runtime::parameter_init_peak  // ZeRO >= 1: the parameter side of sharded data parallelism
+  int64_t parameter_init_peak = 0;  // see Runtime::parameter_init_peak
   std::vector<bool> checkpoint;                // per graph node: activations recomputed in backward
   std::vector<bool> recompute_core;            // per graph node: only its attention core recomputed
   c10::Device device = c10::Device(c10::kCPU);  // this rank's (run.device)

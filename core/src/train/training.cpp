@@ -34,7 +34,6 @@ std::string metrics_text(const Runtime& rt) {
 
 }  // namespace
 
-
 int64_t peak_resident_bytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -170,14 +169,7 @@ nlohmann::json run_training(Runtime& rt) {
                    r.loss_scale);
     last_loss = r.loss;
     peak_act = std::max(peak_act, r.peak_activation_bytes);
-    peak_account.parameters = std::max(peak_account.parameters, r.memory.parameters);
-    peak_account.gradients = std::max(peak_account.gradients, r.memory.gradients);
-    peak_account.optimizer_state = std::max(peak_account.optimizer_state, r.memory.optimizer_state);
-    peak_account.step_peak = std::max(peak_account.step_peak, r.memory.step_peak);
-    peak_account.offloaded = std::max(peak_account.offloaded, r.memory.offloaded);
-    peak_account.activations = std::max(peak_account.activations, r.memory.activations);
-    peak_account.largest_slot = std::max(peak_account.largest_slot, r.memory.largest_slot);
-    peak_account.send_buffers = std::max(peak_account.send_buffers, r.memory.send_buffers);
+    peak_account.keep_largest(r.memory);
     if (r.step > 0 || steps == 1) {  // the first step pays one-time costs
       train_seconds += r.seconds;
       ++timed_steps;

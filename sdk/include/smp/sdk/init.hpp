@@ -85,6 +85,10 @@ inline at::Tensor storageless(at::IntArrayRef shape, const at::TensorOptions& op
 }
 }  // namespace detail
 
+// Whether a tensor has elements but no storage yet: a deferred-init draw not
+// filled (or a ZeRO-3 parameter between uses).
+inline bool lacks_storage(const at::Tensor& t) { return t.numel() > 0 && t.storage().nbytes() == 0; }
+
 // Elements [first, first + count) (row-major, of the tensor `spec` describes) into out (fp32).
 inline void fill_init(const InitSpec& spec, int64_t first, int64_t count, float* out) {
   if (spec.kind == SMP_PARAM_INIT_CONSTANT) {

@@ -187,6 +187,13 @@ template <class T>
 T model_get(const Json& cfg, const char* key, T fallback) {
   return cfg.contains(key) ? model_get<T>(cfg, key) : fallback;
 }
+// A positive integer key of [model] (a size, a count), or `fallback` when absent.
+inline int64_t model_positive(const Json& cfg, const char* key, int64_t fallback) {
+  if (!cfg.contains(key)) return fallback;
+  const int64_t v = model_get<int64_t>(cfg, key);
+  if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
+  return v;
+}
 
 namespace detail {
 struct ModuleBox {  // what smp_module* points to
@@ -217,11 +224,9 @@ struct ModuleKindTable {
       auto* box = new ModuleBox{nullptr};
       try {
         const ModuleContext mc = ModuleContext::from(ctx);
-        if (mc.deferred_init()) {
-          box->deferred = std::make_unique<DeferredInit>();
-          DeferredInitScope scope(box->deferred.get());
-          box->impl = new T(cfg, mc);
-        } else {
+        if (mc.deferred_init()) box->deferred = std::make_unique<DeferredInit>();
+        {
+          DeferredInitScope scope(box->deferred.get());  // null: draws are made, not recorded
           box->impl = new T(cfg, mc);
         }
         place_parameters(*box->impl, mc.device(), box->deferred.get());
