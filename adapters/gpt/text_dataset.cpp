@@ -1,13 +1,9 @@
 #include "text_dataset.h"
 
-#include <smp/sdk/host.hpp>
+#include <smp/sdk/text_files.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <dirent.h>
-#include <fstream>
-#include <iterator>
-#include <sys/stat.h>
 
 namespace gpt {
 
@@ -20,33 +16,11 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-void read_file(const std::string& path, std::vector<uint8_t>& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw smp::sdk::Error("model.data: cannot read " + path);
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed)
     : seq_len_(seq_len), seed_(seed) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) throw smp::sdk::Error("model.data: no such file or folder: " + path);
-  if (S_ISDIR(st.st_mode)) {
-    std::vector<std::string> files;
-    if (DIR* d = opendir(path.c_str())) {
-      while (dirent* e = readdir(d)) {
-        std::string f = path + "/" + e->d_name;
-        struct stat fs {};
-        if (e->d_name[0] != '.' && stat(f.c_str(), &fs) == 0 && S_ISREG(fs.st_mode)) files.push_back(f);
-      }
-      closedir(d);
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) read_file(f, bytes_);
-  } else {
-    read_file(path, bytes_);
-  }
+  for (const auto& f : smp::sdk::read_text_files(path)) bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
   if (val_fraction < 0 || val_fraction >= 1)
     throw smp::sdk::Error("model.val_fraction: expected a number in [0, 1), got " + std::to_string(val_fraction));
   split_ = static_cast<int64_t>(static_cast<double>(bytes_.size()) * (1.0 - val_fraction));

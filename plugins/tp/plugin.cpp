@@ -24,6 +24,7 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .module<DistLayerNorm>("dist_layer_norm", kDeferredInit)
                .module<DistDropout>("dist_dropout")
                .module<ShardedEmbeddingTable>("sharded_embedding_table", kDeferredInit)
+               .module<DistSelect>("dist_select")
                // The last two numbers: the fractions of parameter and activation bytes split
                // over tp, for the memory model. Megatron's layers keep the layer norms and the
                // inputs of their column-parallel GEMMs whole (without sequence parallelism):
@@ -32,11 +33,12 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                // position embeddings stay replicated.
                .tp_rule("linear", "tp_linear", &rules::linear, 1.0, 0.5)
                .tp_rule("embedding", "vocab_parallel_embedding", &rules::embedding, 1.0, 1.0)
-               .tp_rule("cross_entropy", "vocab_parallel_cross_entropy", &rules::cross_entropy, 1.0, 1.0)
+               .tp_rule("cross_entropy", "vocab_parallel_cross_entropy", nullptr, 1.0, 1.0)
                .tp_rule("attention", "parallel_attention", &rules::attention, 1.0, 0.7)
                .tp_rule("mlp", "parallel_mlp", &rules::mlp, 1.0, 0.7)
                .tp_rule("transformer_layer", "parallel_transformer_layer", &rules::transformer_layer, 1.0, 0.7)
                .tp_rule("position_embedding", "dist_position_embedding", nullptr, 0.0, 0.0)
                .tp_rule("layer_norm", "dist_layer_norm", nullptr, 0.0, 0.0)
                .tp_rule("dropout", "dist_dropout", nullptr, 0.0, 0.0)
-               .tp_rule("embedding_table", "sharded_embedding_table", &rules::embedding_table, 1.0, 1.0))
+               .tp_rule("embedding_table", "sharded_embedding_table", &rules::embedding_table, 1.0, 1.0)
+               .tp_rule("select", "dist_select", nullptr, 0.0, 0.0))

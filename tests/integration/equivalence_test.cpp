@@ -31,6 +31,8 @@ Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gp
 Model towers() { return {plugin_path("towers"), source_path("tests/integration/data/towers-equiv.toml")}; }
 Model experts() { return {plugin_path("toy_experts"), source_path("tests/integration/data/experts-equiv.toml")}; }
 Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
+Model bert() { return {plugin_path("bert"), source_path("tests/integration/data/bert-equiv.toml")}; }
+Model roberta() { return {plugin_path("roberta"), source_path("tests/integration/data/bert-equiv.toml")}; }
 
 // serial_sets: the reference run's overrides; every layout gets them too, then its own.
 void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
@@ -203,6 +205,45 @@ TEST(NcfEquivalence, TowersOnStagesShardedTablesAndDataParallel) {
                             {"tp2", 2, {"parallel.tp=2"}},
                             {"dp2", 2, {"parallel.dp=2"}},
                             {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2", "parallel.partition=manual", towers}}});
+}
+
+// BERT and RoBERTa: post-LN bidirectional layers with padding masks, the MLM
+// decoder tied to the token embedding across pipeline stages, and (BERT) the
+// MLM + NSP loss normalised over the global batch although microbatches and
+// ranks hold different numbers of masked tokens. pp and tp keep each
+// microbatch's dropout masks (drawn per node, step and microbatch), so they run
+// with dropout 0.1; dp gives a rank other microbatches, hence other masks (as in
+// Megatron), so the dp layouts compare without dropout.
+const std::string kEncoderStages =
+    R"(partition.manual={ "embed" = 0, "layers.0" = 0, "layers.1" = 0, "layers.2" = 1, "layers.3" = 1, "mlm" = 1, "nsp" = 1, "loss" = 1 })";
+
+TEST(BertEquivalence, PipelineTensorAndDataParallel) {
+  expect_equivalent(bert(), {{"pp2 1f1b", 2, {"parallel.pp=2"}},
+                             {"pp2 manual, decoder tied across stages", 2,
+                              {"parallel.pp=2", "parallel.partition=manual", kEncoderStages}},
+                             {"tp2", 2, {"parallel.tp=2"}},
+                             {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}}});
+  // "m8 (one rank)": 8 microbatches of 1 sample against the reference's 4 of 2,
+  // each with its own number of masked tokens: equal only if the MLM loss is
+  // normalised over the whole step, not per microbatch.
+  expect_equivalent(bert(), {{"m8 (one rank)", 1, {"parallel.microbatches=8"}},
+                             {"dp2", 2, {"parallel.dp=2"}},
+                             {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                             {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
+                             {"dp2 x tp2 m1", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.microbatches=1"}}},
+                    {"model.dropout=0"});
+}
+
+TEST(RobertaEquivalence, PipelineTensorAndDataParallel) {
+  const std::string stages =
+      R"(partition.manual={ "embed" = 0, "layers.0" = 0, "layers.1" = 0, "layers.2" = 1, "layers.3" = 1, "mlm" = 1 })";
+  expect_equivalent(roberta(), {{"pp2 manual", 2, {"parallel.pp=2", "parallel.partition=manual", stages}},
+                                {"tp2", 2, {"parallel.tp=2"}},
+                                {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}}});
+  expect_equivalent(roberta(), {{"dp2", 2, {"parallel.dp=2"}},
+                                {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                                {"pp2 x dp2 m1", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=1"}}},
+                    {"model.dropout=0"});
 }
 
 // Expert parallelism: experts sharded over ep, tokens moved by all-to-all on the

@@ -76,7 +76,7 @@ void check_against(Module& m, const std::vector<Tensor>& inputs, const RefFn& re
   (out * w).sum().backward();
   (rout * w).sum().backward();
   for (size_t i = 0; i < min.size(); ++i)
-    if (min[i].is_floating_point()) {
+    if (min[i].is_floating_point() && (min[i].grad().defined() || rin[i].grad().defined())) {  // data inputs have none
       EXPECT_TRUE(close(min[i].grad(), rin[i].grad())) << "grad of input " << i;
     }
   for (auto& p : params) {
@@ -252,6 +252,69 @@ TEST_F(NnTest, CrossEntropy) {
   EXPECT_EQ(none[1].item<float>(), 0.0f);
   EXPECT_NE(error_of([] { smp_nn::CrossEntropy(Json{{"reduction", "max"}}, ctx(0, "ce")); }).find("'reduction'"),
             std::string::npos);
+}
+
+// A third input weighs each token (a loss mask, as BERT's normalisation over the
+// global batch uses): mean = sum w nll / sum w over counted tokens; "sum" gives
+// both sums, the count being the weights' sum.
+TEST_F(NnTest, WeightedCrossEntropy) {
+  Tensor logits = randn({2, 5, 7}, 25).mul(2);
+  Tensor targets = randint(7, {2, 5}, 26);
+  targets[0][1] = -100, targets[1][4] = -100;
+  Tensor weights = at::rand({2, 5}, smp::sdk::init_generator(27)).add(0.25);
+  auto nll = [](const Tensor& l, const Tensor& t) {
+    return at::cross_entropy_loss(l.reshape({-1, 7}), t.reshape(-1), {}, at::Reduction::None, -100);
+  };
+  smp_nn::CrossEntropy m(Json::object(), ctx(0));
+  check_against(m, {logits, targets, weights}, [&](Params&, std::vector<Tensor>& in) {
+    Tensor w = in[2].detach().reshape(-1) * in[1].reshape(-1).ne(-100).to(at::kFloat);  // weights are data
+    return (nll(in[0], in[1]) * w).sum() / w.sum();
+  });
+  smp_nn::CrossEntropy ms(Json{{"reduction", "sum"}}, ctx(0));
+  auto out = ms.forward(Call{"forward", {logits, targets, weights}});
+  Tensor w = weights.reshape(-1) * targets.reshape(-1).ne(-100).to(at::kFloat);
+  EXPECT_NEAR(out[0].item<double>(), (nll(logits, targets) * w).sum().item<double>(), 1e-4);
+  EXPECT_NEAR(out[1].item<double>(), w.sum().item<double>(), 1e-6);
+  // Weights of one: the unweighted loss, bit for bit.
+  auto ones = ms.forward(Call{"forward", {logits, targets, at::ones({2, 5})}});
+  auto plain = ms.forward(Call{"forward", {logits, targets}});
+  EXPECT_TRUE(at::equal(ones[0], plain[0]) && at::equal(ones[1], plain[1]));
+  // Tiny weights whose sum is below 1 still normalise by that sum.
+  auto tiny = m.forward(Call{"forward", {logits, targets, weights.mul(1e-3)}});
+  EXPECT_NEAR(tiny[0].item<double>(), (nll(logits, targets) * w).sum().item<double>() / w.sum().item<double>(), 1e-4);
+  EXPECT_NE(error_of([&] { ms.forward(Call{"forward", {logits, targets, at::ones({2, 4})}}); }).find("weights must be"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ms.forward(Call{"forward", {logits, targets, targets}}); }).find("floating point"),
+            std::string::npos);
+}
+
+// BERT's pieces: the tied decoder's bias (embedding attend_bias), the pooled
+// first token (select) and the pooler's tanh.
+TEST_F(NnTest, AttendBiasSelectAndTanh) {
+  smp_nn::Embedding e(Json{{"num", 6}, {"dim", 4}, {"attend_bias", true}}, ctx(3));
+  auto params = e.parameters();
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[1].name, "attend_bias");
+  EXPECT_TRUE(at::equal(params[1].tensor, at::zeros({6})));
+  params[1].tensor.data().uniform_();
+  Tensor x = randn({2, 3, 4}, 28);
+  Tensor y = e.forward(Call{"attend", {x}})[0];
+  EXPECT_TRUE(at::allclose(y, at::linear(x, params[0].tensor, params[1].tensor)));
+  EXPECT_EQ(smp_nn::Embedding(Json{{"num", 6}, {"dim", 4}}, ctx(3)).parameters().size(), 1u);
+  EXPECT_NE(error_of([] { smp_nn::EmbeddingTable(Json{{"num", 6}, {"dim", 4}, {"attend_bias", true}}, ctx(0, "t")); })
+                .find("attend_bias"),
+            std::string::npos);
+
+  smp_nn::Select first(Json{{"dim", 1}}, ctx(0));
+  check_against(first, {x}, [](Params&, std::vector<Tensor>& in) { return in[0].select(1, 0); });
+  smp_nn::Select last(Json{{"dim", -2}, {"index", -1}}, ctx(0));
+  EXPECT_TRUE(at::equal(last.forward(Call{"forward", {x}})[0], x.select(1, 2)));
+  EXPECT_NE(error_of([&] { smp_nn::Select(Json{{"dim", 1}, {"index", 3}}, ctx(0, "sel")).forward(Call{"forward", {x}}); })
+                .find("cannot select index 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { smp_nn::Select(Json::object(), ctx(0, "sel")); }).find("'dim'"), std::string::npos);
+  smp_nn::Tanh tanh(Json::object(), ctx(0));
+  check_against(tanh, {x}, [](Params&, std::vector<Tensor>& in) { return at::tanh(in[0]); });
 }
 
 TEST_F(NnTest, Utilities) {
@@ -531,9 +594,9 @@ TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(desc_->n_rules, 0u);
   for (const char* k : {"embedding", "position_embedding", "layer_norm", "linear", "attention", "mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
-                        "embedding_table", "mul", "bce_with_logits", "ranking_metrics"})
+                        "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh"})
     EXPECT_NE(kind(k), nullptr) << k;
-  EXPECT_EQ(desc_->n_module_kinds, 18u);
+  EXPECT_EQ(desc_->n_module_kinds, 20u);
 }
 
 TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {

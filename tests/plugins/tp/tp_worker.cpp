@@ -278,6 +278,28 @@ void check_embedding_and_ce() {
     smp_tp::VocabParallelCrossEntropy d(c, dist_ctx("ce", 0));
     compare("vocab_parallel_cross_entropy full logits", s, d, {{logits, targets}, {Lay::Full, Lay::Full}}, Lay::Full);
   }
+  {  // per-token weights (BERT's loss mask), both reductions
+    Tensor w = at::rand({B, S}, smp::sdk::init_generator(7)).add(0.1);
+    for (const char* reduction : {"mean", "sum"}) {
+      Json c{{"reduction", reduction}};
+      smp_nn::CrossEntropy s(c, serial_ctx("ce", 0));
+      smp_tp::VocabParallelCrossEntropy d(c, dist_ctx("ce", 0));
+      compare(std::string("vocab_parallel_cross_entropy weighted ") + reduction, s, d,
+              {{logits, targets, w}, {Lay::Last, Lay::Full, Lay::Full}}, Lay::Full);
+    }
+  }
+  {  // the tied decoder's bias, split with the vocabulary
+    Json c{{"num", V}, {"dim", H}, {"init_std", 0.5}, {"attend_bias", true}};
+    smp_nn::Embedding s(c, serial_ctx("wte", 23));
+    smp_tp::VocabParallelEmbedding d(c, dist_ctx("wte", 23));
+    compare("vocab_parallel_embedding attend with bias", s, d, {{randn({B, S, H}, 8)}, {act()}}, Lay::Last, "attend");
+  }
+  {  // the first token, whole on every rank (under SP gathered from rank 0's slice)
+    Json c{{"dim", 1}, {"index", 0}};
+    smp_nn::Select s(c, serial_ctx("first", 0));
+    smp_tp::DistSelect d(c, dist_ctx("first", 0));
+    compare("dist_select first token", s, d, {{randn({B, S, H}, 9)}, {act()}}, Lay::Full);
+  }
 }
 
 void check_blocks() {
@@ -307,7 +329,18 @@ void check_blocks() {
     smp_nn::TransformerLayer s(c, serial_ctx("blk", 36));
     smp_tp::ParallelTransformerLayer d(c, dist_ctx("blk", 36));
     compare("parallel_transformer_layer post-LN bidirectional", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
+  }  {  // BERT's pooled first token after a post-LN layer: under SP only rank 0's slice holds it
+    Json c = layer_cfg();
+    c["norm"] = "post";
+    c["causal"] = false;
+    Json first{{"dim", 1}, {"index", 0}};
+    Chain s(std::make_unique<smp_nn::TransformerLayer>(c, serial_ctx("blk", 37)),
+            std::make_unique<smp_nn::Select>(first, serial_ctx("first", 0)));
+    Chain d(std::make_unique<smp_tp::ParallelTransformerLayer>(c, dist_ctx("blk", 37)),
+            std::make_unique<smp_tp::DistSelect>(first, dist_ctx("first", 0)));
+    compare("post-LN layer -> dist_select", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, Lay::Full);
   }
+
   {  // dropout on: masks depend on (rng_seed, full shape) only, so tp drops the same elements
     smp_nn::TransformerLayer s(layer_cfg(0.2), serial_ctx("blk", 34));
     smp_tp::ParallelTransformerLayer d(layer_cfg(0.2), dist_ctx("blk", 34));

@@ -39,14 +39,17 @@ inline double stddev(const Json& cfg, const char* key, const std::string& node, 
   return s;
 }
 
-// embedding {num, dim, init_std=0.02}; embedding_table has the same keys and
-// ids (read by its tp kind).
+// embedding {num, dim, init_std=0.02, attend_bias=false (a bias [num] added by
+// the attend method: BERT's tied MLM decoder)}; embedding_table has the same keys
+// and ids (read by its tp kind).
 struct EmbeddingConfig {
   int64_t num, dim;
   double init_std;
+  bool attend_bias = false;
   static EmbeddingConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(c, {"num", "dim", "init_std", "ids"}, node);
-    return {positive(c, "num", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.02)};
+    expect_node_keys(c, {"num", "dim", "init_std", "ids", "attend_bias"}, node);
+    return {positive(c, "num", node), positive(c, "dim", node), stddev(c, "init_std", node, 0.02),
+            config_get<bool>(c, "attend_bias", node, false)};
   }
 };
 
@@ -160,11 +163,14 @@ at::Tensor transformer_block(bool post_norm, const at::Tensor& x, Attn&& attn, M
   return h + mlp(ln2(h));
 }
 
-// cross_entropy {ignore_index=-100, vocab (optional; lets the tp rule check divisibility),
+// cross_entropy {ignore_index=-100, vocab (optional: the class count; logits with
+//                fewer columns are a vocabulary-parallel shard under tp),
 //                real_vocab (optional: a padded vocabulary's real classes; the logits of
 //                classes >= real_vocab are masked out of the loss, as Megatron pads to 128 x tp),
 //                reduction = "mean" (one output: the token mean) | "sum" (two outputs: the
 //                sum over counted tokens and their count, for graph_set_loss_sum)}
+// An optional third input, float weights shaped like the targets, weighs each
+// token's loss and count (a loss mask).
 struct CrossEntropyConfig {
   int64_t ignore_index;
   int64_t vocab;       // 0 = not given
@@ -191,11 +197,26 @@ struct CrossEntropyConfig {
     at::Tensor padded = at::arange(first_class, first_class + v, logits.options().dtype(at::kLong)).ge(real_vocab);
     return logits.masked_fill(padded, -std::numeric_limits<double>::infinity());
   }
-  // The module's outputs from the token-mean loss: the mean, or (sum, count).
-  std::vector<at::Tensor> outputs(const at::Tensor& mean, const at::Tensor& targets) const {
-    if (!sum) return {mean};
-    at::Tensor count = targets.ne(ignore_index).sum().to(mean.scalar_type());
-    return {mean * count, count};
+  // The inputs after logits: int64 targets [...] matching logits [..., V], and
+  // the optional weights shaped like the targets. Returns the weights (or undefined).
+  at::Tensor check_inputs(const std::vector<at::Tensor>& in, const std::string& node, const char* logits_shape) const {
+    const at::Tensor &logits = in[0], &targets = in[1];
+    if (targets.scalar_type() != at::kLong || logits.dim() != targets.dim() + 1 ||
+        logits.sizes().slice(0, targets.dim()) != targets.sizes())
+      throw smp::sdk::Error("node '" + node + "': expects logits " + logits_shape + " and int64 targets [...], got " +
+                            c10::str(logits.sizes()) + " and " + c10::str(targets.sizes()));
+    if (in.size() < 3) return {};
+    if (in[2].sizes() != targets.sizes() || !at::isFloatingType(in[2].scalar_type()))
+      throw smp::sdk::Error("node '" + node + "': weights must be floating point shaped like the targets " +
+                            c10::str(targets.sizes()) + ", got " + c10::str(in[2].sizes()) + " " +
+                            std::string(c10::toString(in[2].scalar_type())));
+    return in[2].detach();  // data, not a function of the parameters
+  }
+  // The module's outputs: the mean, or (sum, count).
+  template <class Sums>
+  std::vector<at::Tensor> outputs(const Sums& s) const {
+    if (!sum) return {s.mean()};
+    return {s.sum, s.count};
   }
 };
 

@@ -2,8 +2,8 @@
 // serial-equivalence checks) can instantiate them directly.
 //
 // kind                 config                                         method: inputs -> outputs
-// embedding            {num, dim, init_std=0.02}                      forward: ids [b,s] int64 -> [b,s,dim]
-//                                                                     attend: x [b,s,dim] -> x W^T [b,s,num]
+// embedding            {num, dim, init_std=0.02, attend_bias=false}   forward: ids [b,s] int64 -> [b,s,dim]
+//                                                                     attend: x [b,s,dim] -> x W^T (+ b) [b,s,num]
 // position_embedding   {max_len, dim, init_std=0.01}                  forward: x [b,s,dim] -> x + P[:s]
 // layer_norm           {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim]
 // linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
@@ -12,8 +12,8 @@
 // mlp                  {hidden, ffn=4h, dropout=0, init_std, out_init_std}  forward: x [...,h] -> [...,h]
 // transformer_layer    {hidden, heads, ffn=4h, causal=true, dropout=0,       forward: x [b,s,h] (, pad mask) -> [b,s,h]
 //                       init_std, out_init_std, eps=1e-5}
-// cross_entropy        {ignore_index=-100, vocab (optional),           forward: logits [b,s,V], targets [b,s] -> scalar mean,
-//                       reduction="mean"|"sum"}                           or (sum, count) with reduction "sum"
+// cross_entropy        {ignore_index=-100, vocab (optional),           forward: logits [b,s,V], targets [b,s] (, weights [b,s])
+//                       real_vocab (optional), reduction="mean"|"sum"}    -> scalar mean, or (sum, count) with reduction "sum"
 // add                  {}                                             forward: x1..xn -> sum
 // concat               {dim=-1}                                       forward: x1..xn -> cat along dim
 // relu                 {}                                             forward: x -> relu(x)
@@ -21,6 +21,11 @@
 // dropout              {p=0}                                          forward: x -> dropout(x) (training only)
 // mse_loss             {}                                             forward: pred, target -> scalar mean
 // embedding_table      {num, dim, init_std=0.02}                      forward: ids [n] or [b,k] int64 -> ids.shape + [dim]
+// mul                  {}                                             forward: x1..xn -> product
+// bce_with_logits      {}                                             forward: logits, labels -> scalar mean
+// ranking_metrics      {k=10}                                         forward: scores [b,n] -> (hits, ndcg sum, users)
+// select               {dim, index=0}                                 forward: x -> x.select(dim, index) (BERT's first token)
+// tanh                 {}                                             forward: x -> tanh(x)
 //
 // Dropout masks are drawn from call.rng_seed (see ops.hpp), so the same seed gives the
 // same masks, whatever the layout.
@@ -75,29 +80,35 @@ class Embedding : public Module {
   Embedding(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
     InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
+    if (c_.attend_bias) bias_ = param(smp::sdk::init_constant({c_.num}, 0.0));
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_inputs(call.inputs, 1, 1, node_, call.method);
     if (call.method == "attend") {
       expect_dim(call.inputs[0], 3, c_.dim, node_, "attend input");
-      return {at::linear(call.inputs[0], weight_)};
+      return {bias_.defined() ? at::linear(call.inputs[0], weight_, bias_) : at::linear(call.inputs[0], weight_)};
     }
     expect_method(call.method, node_);
     expect_ids(call.inputs[0], c_.num, node_);
     return {at::embedding(weight_, call.inputs[0])};
   }
-  std::vector<Param> parameters() override { return {{"weight", weight_, -1, false}}; }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out{{"weight", weight_, -1, false}};
+    if (bias_.defined()) out.push_back({"attend_bias", bias_, -1, false});
+    return out;
+  }
 
  private:
   std::string node_;
   EmbeddingConfig c_;
-  Tensor weight_;
+  Tensor weight_, bias_;
 };
 
 class EmbeddingTable : public Module {
  public:
   EmbeddingTable(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name), c_(EmbeddingConfig::parse(cfg, node_)) {
+    require(!c_.attend_bias, node_, "config key 'attend_bias' is for embedding (a table has no attend method)");
     InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std));
   }
@@ -286,16 +297,13 @@ class CrossEntropy : public Module {
       : node_(ctx.node_name), c_(CrossEntropyConfig::parse(cfg, node_)) {}
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
-    expect_inputs(call.inputs, 2, 2, node_, call.method);
+    expect_inputs(call.inputs, 2, 3, node_, call.method);
+    const Tensor weights = c_.check_inputs(call.inputs, node_, "[..., V]");
     const Tensor &logits = call.inputs[0], &targets = call.inputs[1];
-    if (targets.scalar_type() != at::kLong || logits.dim() != targets.dim() + 1 ||
-        logits.sizes().slice(0, targets.dim()) != targets.sizes())
-      throw smp::sdk::Error("node '" + node_ + "': expects logits [..., V] and int64 targets [...], got " +
-                            c10::str(logits.sizes()) + " and " + c10::str(targets.sizes()));
     if (c_.vocab && logits.size(-1) != c_.vocab)
       throw smp::sdk::Error("node '" + node_ + "': logits last dim " + std::to_string(logits.size(-1)) +
                             " != vocab " + std::to_string(c_.vocab));
-    return c_.outputs(cross_entropy(c_.mask_padding(logits), targets, c_.ignore_index), targets);
+    return c_.outputs(cross_entropy_sums(c_.mask_padding(logits), targets, c_.ignore_index, weights));
   }
 
  private:
@@ -466,6 +474,48 @@ class RankingMetrics : public Module {
  private:
   std::string node_;
   int64_t k_ = 10;
+};
+
+// x.select(dim, index): one position of a dimension, e.g. BERT's pooled first
+// token (dim 1, index 0) of [b, s, h]. A negative dim or index counts from the end.
+class Select : public Module {
+ public:
+  Select(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name),
+        dim_(config_get<int64_t>(cfg, "dim", node_)),
+        index_(config_get<int64_t>(cfg, "index", node_, 0)) {
+    expect_node_keys(cfg, {"dim", "index"}, node_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    return {select(call.inputs[0])};
+  }
+  int64_t dim() const { return dim_; }
+  Tensor select(const Tensor& x) const {
+    const int64_t d = dim_ < 0 ? dim_ + x.dim() : dim_;
+    if (d < 0 || d >= x.dim() || index_ >= x.size(d) || index_ < -x.size(d))
+      throw smp::sdk::Error("node '" + node_ + "': cannot select index " + std::to_string(index_) + " of dim " +
+                            std::to_string(dim_) + " from " + c10::str(x.sizes()));
+    return x.select(d, index_);
+  }
+
+ private:
+  std::string node_;
+  int64_t dim_, index_;
+};
+
+class Tanh : public Module {
+ public:
+  Tanh(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    return {at::tanh(call.inputs[0])};
+  }
+
+ private:
+  std::string node_;
 };
 
 }  // namespace smp_nn

@@ -101,15 +101,29 @@ inline Tensor attention_core(bool recompute, const Tensor& q, const Tensor& k, c
   return smp::sdk::checkpointed(core, {q, k, v})[0];
 }
 
-// Token-mean cross entropy over the last dim. logits [..., V], targets [...] int64;
-// targets == ignore_index don't count; no counted token gives 0 (not NaN).
-// Computed in fp32 whatever the logits' dtype (bf16/fp16 compute): the loss is fp32.
-inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+// Cross entropy over the last dim as weighted sums: (sum of w * nll, sum of w)
+// over the tokens whose target != ignore_index. logits [..., V], targets [...]
+// int64, weights undefined (w = 1: the count of tokens) or float [...] (a loss
+// mask, as Megatron's; BERT weighs its masked tokens to normalise the MLM loss
+// over the whole global batch). Computed in fp32 whatever the logits' dtype
+// (bf16/fp16 compute): the loss is fp32.
+struct LossSums {
+  Tensor sum, count;
+  // sum / count, and 0 (not NaN) when nothing counts.
+  Tensor mean() const { return sum.div(count.add(count.eq(0).to(count.scalar_type()))); }
+};
+inline LossSums cross_entropy_sums(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                   const Tensor& weights = {}) {
   Tensor lsm = at::log_softmax(logits, -1, at::kFloat);
   Tensor valid = targets.ne(ignore_index);
   Tensor idx = targets.masked_fill(valid.logical_not(), 0).unsqueeze(-1);
-  Tensor nll = lsm.gather(-1, idx).squeeze(-1).neg().mul(valid.to(at::kFloat));
-  return nll.sum().div(valid.sum().clamp_min(1).to(at::kFloat));
+  Tensor w = valid.to(at::kFloat);
+  if (weights.defined()) w = w.mul(weights.to(at::kFloat));
+  return {lsm.gather(-1, idx).squeeze(-1).neg().mul(w).sum(), w.sum()};
+}
+// Token-mean cross entropy (no counted token gives 0).
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  return cross_entropy_sums(logits, targets, ignore_index).mean();
 }
 
 // Shape / dtype checks with node names.

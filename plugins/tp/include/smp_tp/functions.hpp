@@ -25,26 +25,28 @@ inline std::vector<int64_t> to_vector(const Tensor& t) {
 }
 
 // Megatron's vocab-parallel cross entropy. logits [..., V/t] (this rank's vocab slice
-// [rank*V/t, (rank+1)*V/t)), targets [...] int64 global ids, identical on every rank.
-// Communication: one MAX all-reduce of N floats (row max) and one SUM all-reduce of
-// 2N floats (target logit, sum of exp), N = number of tokens; the logits never move.
-// Loss = mean over tokens whose target != ignore_index (0 when there are none).
-// Backward (no communication): (softmax - onehot(target)) on the local slice, / count.
+// [rank*V/t, (rank+1)*V/t)), targets [...] int64 global ids, identical on every rank;
+// w [...] float, each token's weight, 0 where the target is ignored (the caller
+// folds ignore_index in). Communication: one MAX all-reduce of N floats (row max)
+// and one SUM all-reduce of 2N floats (target logit, sum of exp), N = number of
+// tokens; the logits never move.
+// Returns the weighted sum of the tokens' losses (fp32; the caller divides).
+// Backward (no communication): (softmax - onehot(target)) * w on the local slice.
 struct VocabParallelCrossEntropyFn : torch::autograd::Function<VocabParallelCrossEntropyFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& logits, const Tensor& targets, int64_t comm_id,
-                        int64_t ignore_index) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& logits, const Tensor& targets, const Tensor& w,
+                        int64_t comm_id) {
     Comm comm = comm_from_id(comm_id);
     const int64_t vl = logits.size(-1), lo = comm.rank() * vl;
     Tensor x = logits.reshape({-1, vl}).to(at::kFloat);
     Tensor t = targets.reshape({-1});
+    Tensor wf = w.reshape({-1}).to(at::kFloat);
 
     Tensor m = std::get<0>(x.max(-1)).contiguous();
     comm.allreduce(m, SMP_REDUCE_MAX);
     Tensor shifted = x - m.unsqueeze(-1);
 
-    Tensor valid = t.ne(ignore_index);
     Tensor local = t - lo;
-    Tensor owned = valid.logical_and(local.ge(0)).logical_and(local.lt(vl));
+    Tensor owned = local.ge(0).logical_and(local.lt(vl));
     Tensor idx = local.masked_fill(owned.logical_not(), 0);
     Tensor exp = shifted.exp();
     // masked_fill, not a product with `owned`: a padded class's logit is -inf (see real_vocab), and -inf * 0 is NaN.
@@ -52,21 +54,20 @@ struct VocabParallelCrossEntropyFn : torch::autograd::Function<VocabParallelCros
         at::stack({shifted.gather(1, idx.unsqueeze(1)).squeeze(1).masked_fill(owned.logical_not(), 0.0), exp.sum(-1)});
     comm.allreduce(stats);  // [2, N]: target logit, sum of exp
     Tensor sum_exp = stats[1];
+    // An ignored token's target may be any id (e.g. -100): its weight is 0, and
+    // masked_fill keeps a non-finite term out of the sum.
+    Tensor loss = sum_exp.log().sub(stats[0]).mul(wf).masked_fill(wf.eq(0), 0.0).sum();
 
-    Tensor validf = valid.to(at::kFloat);
-    Tensor count = validf.sum().clamp_min(1);
-    Tensor loss = sum_exp.log().sub(stats[0]).mul(validf).sum().div(count);
-
-    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(-1)), idx, owned, validf, count});
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(-1)), idx, owned, wf});
     ctx->saved_data["shape"] = logits.sizes().vec();
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
-    return loss.to(logits.scalar_type());
+    return loss;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
     Tensor grad = s[0].clone();  // softmax on the local slice
     grad.scatter_add_(1, s[1].unsqueeze(1), s[2].to(at::kFloat).neg().unsqueeze(1));
-    grad.mul_(s[3].unsqueeze(1)).mul_(grads[0].to(at::kFloat) / s[4]);
+    grad.mul_(s[3].unsqueeze(1)).mul_(grads[0].to(at::kFloat));
     auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {grad.view(ctx->saved_data["shape"].toIntVector()).to(dtype), Tensor(), Tensor(), Tensor()};
   }

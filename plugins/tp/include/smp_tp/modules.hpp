@@ -29,6 +29,8 @@
 // dist_dropout                  dropout              forward: as dropout, the mask sliced like x under SP
 // sharded_embedding_table       embedding_table      forward: ids -> vectors; config adds
 //                                                      ids = "replicated" (default) | "distinct"
+// dist_select                   select               forward: as select; under SP a select along the
+//                                                      sequence all-gathers it first (output whole)
 #pragma once
 
 #include <smp_nn/modules.hpp>
@@ -345,12 +347,14 @@ class VocabParallelEmbedding : public Module {
     tp_.divisible(c_.num, "vocab (num)");
     InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.num, c_.dim}, c_.init_std, Slice::part(0, c_.num, tp_.rank, tp_.size)));
+    if (c_.attend_bias) bias_ = param(smp::sdk::init_constant({c_.num / tp_.size}, 0.0));
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
     if (call.method == "attend") {
       expect_dim(call.inputs[0], 3, c_.dim, tp_.node, "attend input");
-      return {at::linear(tp_.enter(call.inputs[0]), weight_)};
+      Tensor x = tp_.enter(call.inputs[0]);
+      return {bias_.defined() ? at::linear(x, weight_, bias_) : at::linear(x, weight_)};
     }
     expect_method(call.method, tp_.node);
     const Tensor& ids = call.inputs[0];
@@ -361,38 +365,41 @@ class VocabParallelEmbedding : public Module {
     Tensor y = at::embedding(weight_, local.masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0);
     return {tp_.exit(y)};
   }
-  std::vector<Param> parameters() override { return {{"weight", weight_, 0, false}}; }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out{{"weight", weight_, 0, false}};
+    if (bias_.defined()) out.push_back({"attend_bias", bias_, 0, false});
+    return out;
+  }
 
  private:
   Tp tp_;
   EmbeddingConfig c_;
-  Tensor weight_;
+  Tensor weight_, bias_;
 };
 
 class VocabParallelCrossEntropy : public Module {
  public:
   VocabParallelCrossEntropy(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(CrossEntropyConfig::parse(cfg, ctx.node_name)) {
-    if (c_.vocab) tp_.divisible(c_.vocab, "vocab");
-  }
+      : tp_(Tp::from(ctx)), c_(CrossEntropyConfig::parse(cfg, ctx.node_name)) {}
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
-    expect_inputs(call.inputs, 2, 2, tp_.node, call.method);
+    expect_inputs(call.inputs, 2, 3, tp_.node, call.method);
+    const Tensor weights = c_.check_inputs(call.inputs, tp_.node, "[..., V/t]");
     const Tensor &logits = call.inputs[0], &targets = call.inputs[1];
-    if (targets.scalar_type() != at::kLong || logits.dim() != targets.dim() + 1 ||
-        logits.sizes().slice(0, targets.dim()) != targets.sizes())
-      throw smp::sdk::Error("node '" + tp_.node + "': expects logits [..., V/t] and int64 targets [...], got " +
-                            c10::str(logits.sizes()) + " and " + c10::str(targets.sizes()));
     const int64_t v = logits.size(-1);
-    // Full logits (e.g. from a gathered column-parallel head) when config says so.
+    // Whole logits (a replicated head, e.g. BERT's next-sentence classifier, or
+    // a gathered column-parallel one) when the config's vocab says so.
     if (tp_.size == 1 || (c_.vocab && v == c_.vocab))
-      return c_.outputs(cross_entropy(c_.mask_padding(logits), targets, c_.ignore_index), targets);
+      return c_.outputs(cross_entropy_sums(c_.mask_padding(logits), targets, c_.ignore_index, weights));
     if (c_.vocab && v * tp_.size != c_.vocab)
       throw smp::sdk::Error("node '" + tp_.node + "': logits last dim " + std::to_string(v) +
                             " is neither vocab " + std::to_string(c_.vocab) + " nor vocab / tp");
-    return c_.outputs(VocabParallelCrossEntropyFn::apply(c_.mask_padding(logits, tp_.rank * v), targets,
-                                                         smp::sdk::comm_id(tp_.comm), c_.ignore_index),
-                      targets);
+    Tensor w = targets.ne(c_.ignore_index).to(at::kFloat);
+    if (weights.defined()) w = w.mul(weights.to(at::kFloat));
+    LossSums sums{VocabParallelCrossEntropyFn::apply(c_.mask_padding(logits, tp_.rank * v), targets, w,
+                                                     smp::sdk::comm_id(tp_.comm)),
+                  w.sum()};
+    return c_.outputs(sums);
   }
 
  private:
@@ -476,6 +483,7 @@ class ShardedEmbeddingTable : public Module {
   ShardedEmbeddingTable(const Json& cfg, const ModuleContext& ctx)
       : tp_(Tp::from(ctx)), c_(EmbeddingConfig::parse(cfg, ctx.node_name)) {
     tp_.divisible(c_.num, "num");
+    require(!c_.attend_bias, tp_.node, "config key 'attend_bias' is for embedding (a table has no attend method)");
     std::string ids = config_get<std::string>(cfg, "ids", tp_.node, "replicated");
     require(ids == "replicated" || ids == "distinct", tp_.node,
             "config key 'ids' must be \"replicated\" or \"distinct\", got \"" + ids + "\"");
@@ -497,6 +505,29 @@ class ShardedEmbeddingTable : public Module {
   EmbeddingConfig c_;
   bool distinct_ = false;
   Tensor weight_;
+};
+
+// select along the sequence under sequence parallelism: the activation is
+// [b, s/t, ...] per rank, so the sequence is all-gathered first and the output is
+// whole on every rank. What consumes it is replicated (every rank computes the
+// same gradient), so backward keeps this rank's slice rather than summing.
+class DistSelect : public Module {
+ public:
+  DistSelect(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), select_(cfg, ctx) {}
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, tp_.node);
+    expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
+    Tensor x = call.inputs[0];
+    if (tp_.sp && (select_.dim() == 1 || select_.dim() == 1 - x.dim())) {
+      tp_.check_seq(x, false);
+      x = smp::sdk::gather_from_region(x, tp_.comm, 1);
+    }
+    return {select_.select(x)};
+  }
+
+ private:
+  Tp tp_;
+  Select select_;
 };
 
 }  // namespace smp_tp

@@ -39,8 +39,8 @@ inline void transformer_layer(const Json& c, int tp) {
   divides("transformer_layer", "heads", get(c, "heads", "transformer_layer"), tp);
   divides("transformer_layer", "ffn", ffn_of(c, "transformer_layer"), tp);
 }
-inline void cross_entropy(const Json& c, int tp) {
-  if (c.contains("vocab")) divides("cross_entropy", "vocab", get(c, "vocab", "cross_entropy"), tp);
-}
+// cross_entropy has no rule check: logits split over the vocabulary come from a
+// vocabulary-parallel producer, whose rule checks the split; whole logits (vocab
+// given and matching, e.g. a replicated 2-class head) need none.
 
 }  // namespace smp_tp::rules

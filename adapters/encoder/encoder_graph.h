@@ -1,0 +1,51 @@
+// The encoder both BERT and RoBERTa describe (Devlin et al. 2019): token and
+// learned position embeddings (and, for BERT, segment embeddings), summed and
+// layer-normed; post-LN bidirectional transformer layers with a padding mask;
+// the masked-LM head (dense, GELU, layer norm, a decoder tied to the token
+// embedding with its own bias). Layers come from smp_nn / smp_tp.
+#pragma once
+
+#include <smp/sdk/adapter.hpp>
+
+#include <map>
+#include <string>
+
+namespace encoder {
+
+struct EncoderShape {
+  int64_t layers = 0, hidden = 0, heads = 0, seq_len = 0, vocab = 0;
+  int64_t ffn = 0;           // default 4 x hidden
+  int64_t padded_vocab = 0;  // vocab padded to model.vocab_multiple x tp
+  double dropout = 0.1;      // BERT's hidden and attention-probability dropout
+  double mask_prob = 0.15;   // the share of real tokens the masked LM predicts
+  int tp = 1;                // the job's tensor parallelism (tables are padded to split)
+};
+
+// Refuses a [model] key other than the shape's (below), "data", "val_fraction"
+// and the adapter's own `extra` ones, naming the key and the known ones.
+void expect_model_keys(const smp::sdk::Json& cfg, const std::vector<std::string>& extra, const std::string& adapter);
+
+// Reads the shape from [model]: preset (default "tiny"), then the single keys.
+// Errors name the key; `adapter` names the plugin in the log.
+EncoderShape parse_shape(const smp::sdk::Json& cfg, const smp::sdk::AdapterContext& ctx,
+                         const std::map<std::string, EncoderShape>& presets, const std::string& adapter);
+
+// The graph's inputs, in this order (the adapter's batch() returns them so):
+//   tokens [b, s] int64, segments [b, s] int64 (with_segments), pad_mask [b, s]
+//   int64 (1 = a real token), mlm_targets [b, s] int64 (-100 = not predicted),
+//   mlm_weights [b, s] float (weighted_mlm: each predicted token's weight).
+// Declares them, the nodes up to the MLM loss, the throughput unit (tokens) and
+// the FLOPs per sample; returns the value names.
+struct EncoderValues {
+  std::string hidden;              // the last layer's output [b, s, h]
+  std::string mlm_sum, mlm_count;  // the MLM loss's (weighted) sum and count
+};
+EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s, bool with_segments,
+                               bool weighted_mlm);
+
+// The shared presets: "tiny" and "small" for CPU runs (byte vocabulary), and the
+// published sizes with the given vocabulary (for planning and dry runs).
+std::map<std::string, EncoderShape> presets(int64_t published_vocab, const std::string& base_name,
+                                            const std::string& large_name);
+
+}  // namespace encoder

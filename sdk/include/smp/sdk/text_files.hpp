@@ -1,0 +1,51 @@
+// Text data for model adapters: a file, or every regular file of a folder in
+// name order (hidden files skipped), each kept apart so an adapter can see
+// document boundaries. Errors name the [model] key and the path.
+#pragma once
+
+#include <smp/sdk/host.hpp>
+
+#include <algorithm>
+#include <dirent.h>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace smp::sdk {
+
+struct TextFile {
+  std::string path;
+  std::string bytes;
+};
+
+// `key` is the [model] key the path came from (e.g. "data"), for messages.
+inline std::vector<TextFile> read_text_files(const std::string& path, const std::string& key = "data") {
+  auto read = [&](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error("model." + key + ": cannot read " + file);
+    return TextFile{file, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())};
+  };
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) throw Error("model." + key + ": no such file or folder: " + path);
+  if (!S_ISDIR(st.st_mode)) return {read(path)};
+  std::vector<std::string> names;
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string f = path + "/" + e->d_name;
+      struct stat fs {};
+      if (e->d_name[0] != '.' && stat(f.c_str(), &fs) == 0 && S_ISREG(fs.st_mode)) names.push_back(f);
+    }
+    closedir(d);
+  } else {
+    throw Error("model." + key + ": cannot list folder " + path);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<TextFile> out;
+  for (const auto& f : names) out.push_back(read(f));
+  if (out.empty()) throw Error("model." + key + ": folder " + path + " has no files");
+  return out;
+}
+
+}  // namespace smp::sdk
