@@ -12,6 +12,7 @@
 #include "comm_probe.h"
 #include "jobs.h"
 #include "plain_gpt.h"
+#include "plain_encoder.h"
 #include "plain_ncf.h"
 
 #include <smp/config.h>
@@ -192,15 +193,17 @@ json start(const std::string& name, const Common& c, const bench::Shape& shape, 
   return result;
 }
 
-// ----------------------------------------------------------------------------- ncf
-// The NCF adapter on one rank against the plain LibTorch NeuMF loop (same model
-// sizes, the adapter's own sampler), interleaved: the median of the per-repeat
-// ratios of interactions/s.
-int cmd_ncf(const Common& c) {
+// ----------------------------------------------------------------------------- adapters
+// A model adapter on one rank against its plain LibTorch loop (same model sizes,
+// the adapter's own data code), interleaved: the median of the per-repeat ratios
+// of throughput (`unit` per second, as both summaries report it).
+int cmd_adapter(const Common& c, const std::string& adapter, const std::string& plain_command, const std::string& unit) {
   const auto base = base_overrides(c);
+  const std::string rate = unit + "_per_s";
   json result;
-  result["benchmark"] = "ncf";
+  result["benchmark"] = adapter;
   result["config_file"] = c.config;
+  result["overrides"] = base;
   result["steps"] = c.steps;
   result["batch_size"] = c.batch;
   result["repeat"] = c.repeat;
@@ -209,15 +212,15 @@ int cmd_ncf(const Common& c) {
   result["machine_before"] = bench::machine_json();
   result["machine_before"]["load_when_started"] = bench::wait_for_quiet(c.max_load, c.wait_s);
   Job plain{"plain-libtorch", true, 1, c.config, base};
-  plain.plain_command = "plain-ncf";
+  plain.plain_command = plain_command;
   Job one{"smp-1rank", false, 1, c.config, base};
-  one.plugin = "ncf";
+  one.plugin = adapter;
   auto measured = bench::run_repeated({plain, one}, c.repeat, c.quiet_cores, c.job_wait_s);
   json runs = json::array();
   for (const Measured& m : measured) {
     json r = {{"label", m.job.label}, {"ok", m.ok}, {"step_seconds_per_repeat", m.step_seconds_all}};
     if (m.ok) {
-      r["interactions_per_s"] = m.best.summary["interactions_per_s"];
+      r[rate] = m.best.summary[rate];
       r["final_loss"] = m.best.summary.contains("final_loss") ? m.best.summary["final_loss"] : m.best.summary["losses"].back();
     } else {
       r["error_output"] = m.best.output;
@@ -225,17 +228,18 @@ int cmd_ncf(const Common& c) {
     runs.push_back(r);
   }
   result["runs"] = runs;
-  std::vector<double> ratios;  // smp / plain interactions/s = plain / smp step time, per repeat
+  std::vector<double> ratios;  // smp / plain throughput = plain / smp step time, per repeat
   for (size_t k = 0; k < std::min(measured[0].step_seconds_all.size(), measured[1].step_seconds_all.size()); ++k)
     ratios.push_back(measured[0].step_seconds_all[k] / measured[1].step_seconds_all[k]);
   const double med = bench::median_from(ratios, 0);
   result["smp_1rank_over_plain_paired"] = {
       {"per_repeat", ratios}, {"median", med},
-      {"note", "interactions/s ratio smp-1rank / plain within each repeat (the two ran back to back)"}};
-  std::cout << "\nsmp-bench ncf: batch " << c.batch << ", " << c.steps << " steps (first excluded), 1 thread\n";
+      {"note", unit + "/s ratio smp-1rank / plain within each repeat (the two ran back to back)"}};
+  std::cout << "\nsmp-bench " << adapter << ": batch " << c.batch << ", " << c.steps
+            << " steps (first excluded), 1 thread\n";
   for (const Measured& m : measured)
     std::cout << "  " << m.job.label << ": "
-              << (m.ok ? fmt(m.best.summary["interactions_per_s"].get<double>() / 1e3, 1) + "k interactions/s"
+              << (m.ok ? fmt(m.best.summary[rate].get<double>() / 1e3, 1) + "k " + unit + "/s"
                        : std::string("FAILED\n") + m.best.output)
               << "\n";
   std::cout << "smp 1 rank / plain, median of " << ratios.size() << " back-to-back pairs: " << fmt(med, 3) << "\n";
@@ -532,7 +536,7 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp, ncf;
+  Common gpt, pipe, tp, ncf, bert, roberta;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
@@ -541,6 +545,10 @@ int main(int argc, char** argv) {
   add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
   auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop (issue 13)");
   add_common(nc, ncf, 300, 256, P.source_dir + "/bench/results/ncf.json");
+  auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop (issue 13)");
+  add_common(bt, bert, 20, 16, P.source_dir + "/bench/results/bert.json");
+  auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop (issue 13)");
+  add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
   bench::PlainOptions po;
   std::string plain_out;
@@ -550,9 +558,13 @@ int main(int argc, char** argv) {
   pr->add_option("--out", plain_out, "summary JSON to write (default: print)");
   pr->add_option("--mimic", po.mimic, "ablations: norm, ce, mask (do it the way smp does)")->take_all();
   auto* pn = app.add_subcommand("plain-ncf", "(internal) the plain LibTorch NeuMF loop in this process, 1 thread");
-  pn->add_option("--config", po.config, "job TOML")->required();
-  pn->add_option("--set", po.overrides, "override")->take_all();
-  pn->add_option("--out", plain_out, "summary JSON to write (default: print)");
+  auto* pb = app.add_subcommand("plain-bert", "(internal) the plain LibTorch BERT loop in this process, 1 thread");
+  auto* prb = app.add_subcommand("plain-roberta", "(internal) the plain LibTorch RoBERTa loop in this process, 1 thread");
+  for (auto* sub : {pn, pb, prb}) {
+    sub->add_option("--config", po.config, "job TOML")->required();
+    sub->add_option("--set", po.overrides, "override")->take_all();
+    sub->add_option("--out", plain_out, "summary JSON to write (default: print)");
+  }
 
   int64_t zb_mb = 4, zb_layers = 2;
   int zb_reps = 5;
@@ -574,10 +586,14 @@ int main(int argc, char** argv) {
     for (Common* c : {&gpt, &pipe, &tp})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
+    if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
+    if (roberta.config.empty()) roberta.config = P.source_dir + "/bench/configs/encoder-bench.toml";
     if (*g) return cmd_gpt(gpt);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
-    if (*nc) return cmd_ncf(ncf);
+    if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
+    if (*bt) return cmd_adapter(bert, "bert", "plain-bert", "tokens");
+    if (*rb) return cmd_adapter(roberta, "roberta", "plain-roberta", "tokens");
     if (*ar) {
       std::cout << bench::run_allreduce_probe(ar_bytes, ar_reps).dump(2) << "\n";
       return 0;
@@ -586,8 +602,10 @@ int main(int argc, char** argv) {
       std::cout << bench::run_zb_probe(zb_mb, zb_layers, zb_reps).dump(2) << "\n";
       return 0;
     }
-    if (*pr || *pn) {
-      json j = *pr ? bench::run_plain_gpt(po) : bench::run_plain_ncf(po);
+    if (*pr || *pn || *pb || *prb) {
+      json j = *pr ? bench::run_plain_gpt(po)
+               : *pn ? bench::run_plain_ncf(po)
+                     : bench::run_plain_encoder(po, *pb ? "bert" : "roberta");
       if (plain_out.empty()) std::cout << j.dump(2) << "\n";
       else bench::write_json(plain_out, j);
       return 0;
