@@ -124,12 +124,9 @@ nlohmann::json run_plain_encoder(const PlainOptions& o, const std::string& model
   at::manual_seed(static_cast<int64_t>(seed));
   Encoder net(L, h, heads, s, V, ffn, bert);
   std::vector<Tensor> params = net.parameters();
-  AdamW opt(params, cfg.get_double("train.beta1"), cfg.get_double("train.beta2"), cfg.get_double("train.eps"),
-            cfg.get_double("train.weight_decay"));
-  const int64_t B = cfg.get_int("train.batch_size"), steps = cfg.get_int("train.steps");
-  const double lr = cfg.get_double("train.lr"), min_lr = cfg.get_double("train.min_lr"),
-               clip = cfg.get_double("train.grad_clip");
-  const int64_t warmup = cfg.get_int("train.warmup_steps");
+  AdamW opt = adamw_of(params, cfg);
+  const TrainKeys t = TrainKeys::from(cfg);
+  const int64_t B = t.batch, steps = t.steps;
 
   StepLog log;
   Tensor tokens = at::empty({B, s}, at::kLong), segments = at::zeros({B, s}, at::kLong),
@@ -159,25 +156,11 @@ nlohmann::json run_plain_encoder(const PlainOptions& o, const std::string& model
     if (bert) loss = loss + at::cross_entropy_loss(cls, labels);
     loss.backward();
     const double loss_v = loss.item<double>();
-    {
-      c10::NoGradGuard ng;
-      std::vector<Tensor> norms;
-      for (auto& p : params) norms.push_back(at::norm(p.grad()));
-      const double norm = at::stack(norms).norm().item<double>();
-      if (clip > 0 && norm > clip)
-        for (auto& p : params) p.mutable_grad().mul_(clip / (norm + 1e-6));
-    }
-    opt.step(lr_at(step, lr, min_lr, warmup, steps));
+    clip_grad_norm(params, t.clip);
+    opt.step(lr_at(step, t.lr, t.min_lr, t.warmup, steps));
     log.add(step, steps, seconds_since(t0), loss_v);
   }
-  const double step_s = log.mean_step();
-  nlohmann::json j;
-  j["losses"] = log.losses;
-  j["final_loss"] = log.losses.empty() ? 0.0 : log.losses.back();
-  j["step_seconds"] = step_s;
-  j["step_seconds_each"] = log.step_seconds;
-  j["tokens_per_s"] = step_s > 0 ? static_cast<double>(B * s) / step_s : 0;
-  j["threads"] = at::get_num_threads();
+  nlohmann::json j = log.summary("tokens_per_s", static_cast<double>(B * s));
   return j;
 }
 

@@ -195,20 +195,13 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
       ph_opt += seconds_since(t3);
     }
   }
-  const double step_s = log.mean_step();
   const int64_t n_timed = log.n_timed;
   const double flops = 72.0 * static_cast<double>(B * s * L) * h * h *
                        (1.0 + static_cast<double>(s) / (6.0 * h) + static_cast<double>(V) / (12.0 * L * h));
-  nlohmann::json j;
-  j["losses"] = log.losses;
-  j["final_loss"] = log.losses.empty() ? 0.0 : log.losses.back();
-  j["step_seconds"] = step_s;
-  j["step_seconds_each"] = log.step_seconds;
-  j["tokens_per_s"] = step_s > 0 ? static_cast<double>(B * s) / step_s : 0;
+  nlohmann::json j = log.summary("tokens_per_s", static_cast<double>(B * s));
   j["model_flops_per_step"] = flops;
   j["parameters"] = n_params;
   j["parameter_bytes"] = n_params * 4;
-  j["threads"] = at::get_num_threads();
   j["mimic"] = o.mimic;
   if (n_timed)
     j["phase_seconds"] = {{"zero_data_forward", ph_fwd / n_timed}, {"backward_and_loss_item", ph_bwd / n_timed},

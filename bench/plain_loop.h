@@ -2,12 +2,17 @@
 // and the learning-rate schedule as smp's, and a clock.
 #pragma once
 
+#include <smp/config.h>
+
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace bench {
@@ -43,6 +48,20 @@ struct AdamW {  // smp's: decay on dim >= 2 tensors only
   }
 };
 
+// The [train] keys a plain loop reads, and its optimizer, from the job's config.
+struct TrainKeys {
+  int64_t batch, steps, warmup;
+  double lr, min_lr, clip;
+  static TrainKeys from(const smp::Config& c) {
+    return {c.get_int("train.batch_size"), c.get_int("train.steps"),   c.get_int("train.warmup_steps"),
+            c.get_double("train.lr"),      c.get_double("train.min_lr"), c.get_double("train.grad_clip")};
+  }
+};
+inline AdamW adamw_of(std::vector<at::Tensor> params, const smp::Config& c) {
+  return AdamW(std::move(params), c.get_double("train.beta1"), c.get_double("train.beta2"), c.get_double("train.eps"),
+               c.get_double("train.weight_decay"));
+}
+
 inline double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t total) {  // smp's LrSchedule
   if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   if (total <= warmup) return lr;
@@ -69,6 +88,29 @@ struct StepLog {
     return true;
   }
   double mean_step() const { return n_timed ? timed / static_cast<double>(n_timed) : 0.0; }
+  // The summary shaped like smp's: losses, step times, and `rate_key` (e.g.
+  // "tokens_per_s") from `per_step` items per step.
+  nlohmann::json summary(const std::string& rate_key, double per_step) const {
+    const double step_s = mean_step();
+    nlohmann::json j;
+    j["losses"] = losses;
+    j["final_loss"] = losses.empty() ? 0.0 : losses.back();
+    j["step_seconds"] = step_s;
+    j["step_seconds_each"] = step_seconds;
+    j[rate_key] = step_s > 0 ? per_step / step_s : 0;
+    j["threads"] = at::get_num_threads();
+    return j;
+  }
 };
+
+// Global-norm gradient clipping as one writes it by hand (torch's clip_grad_norm_).
+inline void clip_grad_norm(const std::vector<at::Tensor>& params, double clip) {
+  c10::NoGradGuard ng;
+  std::vector<at::Tensor> norms;
+  for (const auto& p : params) norms.push_back(at::norm(p.grad()));
+  const double norm = at::stack(norms).norm().item<double>();
+  if (clip > 0 && norm > clip)
+    for (const auto& p : params) p.mutable_grad().mul_(clip / (norm + 1e-6));
+}
 
 }  // namespace bench

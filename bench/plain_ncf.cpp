@@ -77,12 +77,9 @@ nlohmann::json run_plain_ncf(const PlainOptions& o) {
   at::manual_seed(static_cast<int64_t>(seed));
   NeuMF model(d.users(), d.items(), model_int("factors", 8), mlp);
   std::vector<Tensor> params = model.parameters();
-  AdamW opt(params, cfg.get_double("train.beta1"), cfg.get_double("train.beta2"), cfg.get_double("train.eps"),
-            cfg.get_double("train.weight_decay"));
-  const int64_t B = cfg.get_int("train.batch_size"), steps = cfg.get_int("train.steps");
-  const double lr = cfg.get_double("train.lr"), min_lr = cfg.get_double("train.min_lr"),
-               clip = cfg.get_double("train.grad_clip");
-  const int64_t warmup = cfg.get_int("train.warmup_steps");
+  AdamW opt = adamw_of(params, cfg);
+  const TrainKeys t = TrainKeys::from(cfg);
+  const int64_t B = t.batch, steps = t.steps;
 
   StepLog log;
   Tensor users = at::empty({B, 1}, at::kLong), items = at::empty({B, 1}, at::kLong), labels = at::empty({B, 1, 1});
@@ -96,25 +93,11 @@ nlohmann::json run_plain_ncf(const PlainOptions& o) {
     Tensor loss = at::binary_cross_entropy_with_logits(model.logits(users, items), labels);
     loss.backward();
     const double loss_v = loss.item<double>();
-    {
-      c10::NoGradGuard ng;
-      std::vector<Tensor> norms;
-      for (auto& p : params) norms.push_back(at::norm(p.grad()));
-      const double norm = at::stack(norms).norm().item<double>();
-      if (clip > 0 && norm > clip)
-        for (auto& p : params) p.mutable_grad().mul_(clip / (norm + 1e-6));
-    }
-    opt.step(lr_at(step, lr, min_lr, warmup, steps));
+    clip_grad_norm(params, t.clip);
+    opt.step(lr_at(step, t.lr, t.min_lr, t.warmup, steps));
     log.add(step, steps, seconds_since(t0), loss_v);
   }
-  const double step_s = log.mean_step();
-  nlohmann::json j;
-  j["losses"] = log.losses;
-  j["final_loss"] = log.losses.empty() ? 0.0 : log.losses.back();
-  j["step_seconds"] = step_s;
-  j["step_seconds_each"] = log.step_seconds;
-  j["interactions_per_s"] = step_s > 0 ? static_cast<double>(B) / step_s : 0;
-  j["threads"] = at::get_num_threads();
+  nlohmann::json j = log.summary("interactions_per_s", static_cast<double>(B));
   return j;
 }
 
