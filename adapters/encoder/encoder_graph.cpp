@@ -101,7 +101,7 @@ EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s,
     // token embedding (and lays its output out the same way under sequence parallelism).
     const int64_t types = smp::sdk::padded_vocab(2, 1, s.tp);
     g.node({"embed.segments", "embedding", {{"num", types}, {"dim", s.hidden}, {"init_std", 0.02}}, {"segments"},
-            {"seg"}, "", "", 0.0, 8.0 * h, emb});
+            {"seg"}, "", "", 0.0, 4.0 * static_cast<double>(types) * h, emb});
     g.node({"embed.sum", "add", Json::object(), {"tok", "seg"}, {"tok_seg"}, "", "", sl * h, 0.0, emb});
     x = "tok_seg";
   }

@@ -22,15 +22,17 @@ double unigram_entropy(const std::string& output) {
   return std::stod(m[1].str());
 }
 
-// The preset's model and data, trained shorter than the preset (a CI budget):
-// the validation MLM loss must end below 0.8 x the unigram entropy and fall
-// over the run. The full presets' runs are in the README.
+// The preset's data and recipe on a smaller encoder (2 layers, hidden 64,
+// sequence 32, learning rate 2e-3; a CI budget, ~1 min on one thread): after
+// 2500 steps the validation MLM loss must be below 0.8 x the unigram entropy
+// and have fallen over the run (measured here: BERT 1.94, RoBERTa 2.02 with
+// seed 1234 and 7, against 3.15). The presets' own runs are in the README.
 void expect_learns(const std::string& adapter) {
   JobResult r = run_job(1, plugin_path(adapter), source_path("configs/" + adapter + ".toml"),
-                        {"run.log_to_file=false", "model.dropout=0", "model.seq_len=64", "model.layers=2",
-                         "train.steps=1500", "train.lr=2e-3", "train.warmup_steps=30", "train.val_every=500",
-                         "train.val_batches=2", "train.log_every=500"},
-                        {"--threads-per-rank", "2"});
+                        {"run.log_to_file=false", "model.layers=2", "model.hidden=64", "model.seq_len=32",
+                         "train.steps=2500", "train.lr=2e-3", "train.warmup_steps=30", "train.val_every=500",
+                         "train.val_batches=4", "train.log_every=500"},
+                        {"--threads-per-rank", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double unigram = unigram_entropy(r.output);
   ASSERT_GT(unigram, 1.0) << r.output;
