@@ -230,7 +230,8 @@ TEST(BertEquivalence, PipelineTensorAndDataParallel) {
                              {"dp2", 2, {"parallel.dp=2"}},
                              {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
                              {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
-                             {"dp2 x tp2 m1", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.microbatches=1"}}},
+                             {"dp2 x tp2 m1", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.microbatches=1"}},
+                             {"zero3 pp2 x dp2", 4, {"parallel.zero=3", "parallel.pp=2", "parallel.dp=2"}}},
                     {"model.dropout=0"});
 }
 
