@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -566,6 +567,19 @@ int main(int argc, char** argv) {
     sub->add_option("--out", plain_out, "summary JSON to write (default: print)");
   }
 
+  std::string st_schedule = "1f1b", st_out;
+  int st_pp = 2, st_m = 4, st_v = 1;
+  double st_f = 1.0, st_b = 2.0;
+  auto* stc = app.add_subcommand("schedule-trace",
+                                 "the schedule simulator's timeline as a Chrome trace / Perfetto JSON (run.trace's format)");
+  stc->add_option("--schedule", st_schedule)->capture_default_str();
+  stc->add_option("--pp", st_pp)->capture_default_str();
+  stc->add_option("--microbatches", st_m)->capture_default_str();
+  stc->add_option("--virtual-stages", st_v)->capture_default_str();
+  stc->add_option("--forward-ms", st_f, "cost of a forward")->capture_default_str();
+  stc->add_option("--backward-ms", st_b, "cost of a backward (zero-bubble: half input, half weight)")->capture_default_str();
+  stc->add_option("--out", st_out, "file to write (default: print)");
+
   int64_t zb_mb = 4, zb_layers = 2;
   int zb_reps = 5;
   auto* zb = app.add_subcommand("zb-probe", "(diagnostic) cost of the executor's BI + BW split vs one backward");
@@ -594,6 +608,19 @@ int main(int argc, char** argv) {
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
     if (*bt) return cmd_adapter(bert, "bert", "plain-bert", "tokens");
     if (*rb) return cmd_adapter(roberta, "roberta", "plain-roberta", "tokens");
+    if (*stc) {
+      const smp::Schedule sched = smp::make_schedule(st_schedule, st_pp, st_m, st_v);
+      smp::SimCosts costs;
+      costs.forward = st_f, costs.backward = st_b, costs.backward_input = st_b / 2, costs.backward_weight = st_b / 2;
+      const smp::SimResult sim = smp::simulate(sched, costs);
+      if (!sim.ok) throw std::runtime_error("schedule-trace: " + sim.error);
+      const std::string text = smp::chrome_trace(sched, sim, 1000.0);
+      if (st_out.empty()) std::cout << text << "\n";
+      else std::ofstream(st_out) << text;
+      std::cerr << "simulated " << st_schedule << " pp " << st_pp << " m " << st_m << ": makespan " << sim.makespan
+                << " ms, bubble fraction " << sim.bubble_fraction << "\n";
+      return 0;
+    }
     if (*ar) {
       std::cout << bench::run_allreduce_probe(ar_bytes, ar_reps).dump(2) << "\n";
       return 0;

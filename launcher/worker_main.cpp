@@ -106,7 +106,11 @@ int main(int argc, char** argv) {
                "does not fit --device-memory)");
   app.add_option("--world-size", world_size, "with --estimate-memory: ranks in the job (default pp * tp * dp)");
   app.add_option("--device-memory", device_memory, "with --estimate-memory: memory per device, e.g. 80GB");
+  bool trace = false;
+  app.add_flag("--trace", trace,
+               "write a timeline trace of run.trace_steps per rank to <run.dir>/trace/ (the same as --set run.trace=true)");
   CLI11_PARSE(app, argc, argv);
+  if (trace) overrides.insert(overrides.begin(), "run.trace=true");  // a later --set still decides
   if (estimate_only) {
     try {
       return estimate(config_path, overrides, plugins, world_size, device_memory);

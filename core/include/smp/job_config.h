@@ -64,6 +64,9 @@ struct RunConfig {
   DeviceKind device = DeviceKind::Cpu;  // run.device, "auto" resolved
   std::vector<int> devices;             // run.devices: CUDA index per local rank (empty = LOCAL_RANK)
   bool dump_parameters = false;
+  bool trace = false;                          // run.trace
+  int64_t trace_first = 1, trace_last = 3;     // run.trace_steps, 1-based, inclusive
+  bool trace_merge = false;                    // run.trace_merge
 };
 
 struct JobConfig {

@@ -33,6 +33,7 @@
 #include "comm/c10d_compat.h"
 #include "comm/comm_handle.h"
 #include "comm/shm_collectives.h"
+#include "runtime/trace.h"
 
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
@@ -44,6 +45,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace smp {
 
@@ -104,16 +106,38 @@ struct Context {
   }
 };
 
+// What a trace shows of an operation: its kind ("allreduce"), axis and bytes,
+// and when it was issued (-1: not traced).
+struct TraceTag {
+  std::string kind;
+  int64_t bytes = 0;
+  int64_t issued_us = -1;
+};
+
 class CommWork final : public Work {
  public:
   CommWork(std::shared_ptr<const Context> ctx, std::string op, std::shared_ptr<c10d_compat::PendingWork> inner,
-           std::function<void()> finish)
-      : ctx_(std::move(ctx)), op_(std::move(op)), inner_(std::move(inner)), finish_(std::move(finish)) {}
+           std::function<void()> finish, TraceTag tag = {})
+      : ctx_(std::move(ctx)), op_(std::move(op)), inner_(std::move(inner)), finish_(std::move(finish)),
+        tag_(std::move(tag)) {}
 
   void wait() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!done_) {
       done_ = true;
+      const int64_t wait_start = tag_.issued_us >= 0 ? trace::now_us() : -1;
+      struct Traced {  // records the wait and the operation's life once it completed
+        const TraceTag& tag;
+        const std::string& axis;
+        int64_t wait_start;
+        ~Traced() {
+          if (wait_start < 0) return;
+          const int64_t end = trace::now_us();
+          const trace::Args args{{"axis", axis}, {"bytes", static_cast<double>(tag.bytes)}};
+          trace::async_slice("comm", tag.kind + " " + axis, tag.issued_us, end, args);
+          if (end - wait_start >= 1) trace::complete("wait", "wait " + tag.kind + " " + axis, wait_start, end, args);
+        }
+      } traced{tag_, ctx_->axis, wait_start};
       try {
         if (inner_) inner_->wait();
         if (finish_) finish_();
@@ -147,6 +171,7 @@ class CommWork final : public Work {
   std::string op_;
   std::shared_ptr<c10d_compat::PendingWork> inner_;
   std::function<void()> finish_;
+  TraceTag tag_;
   std::mutex mu_;
   bool done_ = false;
   std::exception_ptr error_;
@@ -422,9 +447,12 @@ class C10dCommunicator final : public Communicator {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes[op] += bytes;
     stats_.calls[op] += 1;
+    // The next submitted operation is this one (ops are issued one at a time).
+    next_tag_ = trace::active() ? TraceTag{op, bytes, trace::now_us()} : TraceTag{};
   }
 
   std::shared_ptr<Work> done(const std::string& op) {
+    next_tag_ = {};  // nothing to trace: a group of one, or an empty tensor
     return std::make_shared<CommWork>(ctx_, op, nullptr, nullptr);
   }
 
@@ -436,7 +464,7 @@ class C10dCommunicator final : public Communicator {
     } catch (const c10d_compat::Failure& f) {
       throw ctx_->failure(op, f);
     }
-    return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish));
+    return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish), std::exchange(next_tag_, {}));
   }
 
   // The one rule for all-reduce, all-gather and reduce-scatter (and for transport()).
@@ -466,6 +494,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::shared_ptr<const Context> ctx_;
+  TraceTag next_tag_;  // set by count(), taken by submit()
   std::unique_ptr<c10d_compat::Backend> backend_;  // Gloo; null for groups of one
   std::unique_ptr<c10d_compat::Backend> nccl_;     // NCCL for CUDA tensors; null: through host memory
   std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host

@@ -9,6 +9,7 @@
 #include "memory/sharded_parameters.h"
 #include "runtime/device.h"
 #include "runtime/seeds.h"
+#include "runtime/trace.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -55,7 +56,10 @@ const std::vector<at::Tensor>& Executor::microbatch_inputs(int64_t step, int mb,
   auto it = batch_cache_.find(mb);
   if (it == batch_cache_.end()) {
     // The adapter's tensors (CPU) go to this rank's device; floating ones in the compute dtype.
-    std::vector<at::Tensor> inputs = setup_.batch(step, mb, training);
+    std::vector<at::Tensor> inputs = [&] {
+      trace::Scope data("data", "batch");
+      return setup_.batch(step, mb, training);
+    }();
     for (auto& t : inputs)
       if (t.defined())
         t = t.to(setup_.device, t.is_floating_point() ? setup_.compute_dtype : t.scalar_type());
@@ -293,6 +297,8 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
     const std::pair<int, int> key{a.microbatch, a.chunk};
     Slot& slot = slots[key];
     const int stage = stage_of(a.chunk);
+    trace::Scope traced(is_compute(a.op) ? "compute" : "p2p", to_string(a),
+                        {{"microbatch", static_cast<double>(a.microbatch)}, {"chunk", static_cast<double>(a.chunk)}});
     switch (a.op) {
       case Op::RecvActivation: recv_activations(slot, a.microbatch, a.chunk, a.peer, training); break;
       case Op::Forward: {

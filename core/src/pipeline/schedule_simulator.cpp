@@ -1,6 +1,8 @@
 // Event simulation of pipeline schedules. See schedule_simulator.h.
 #include "pipeline/schedule_simulator.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -24,6 +26,7 @@ struct RankState {
   size_t pc = 0;
   double time = 0;
   double busy = 0;
+  std::vector<SimSlice> timeline;
   int in_flight = 0;
   int peak = 0;
   // per (microbatch, chunk)
@@ -119,6 +122,7 @@ class Simulator {
           fail(where(r, st.pc) + ": forward on virtual stage " + std::to_string(vs) +
                " before its activation was received from virtual stage " + std::to_string(vs - 1));
         st.forwarded[m][c] = true;
+        st.timeline.push_back({a, st.time, st.time + c_.forward});
         st.time += c_.forward;
         st.busy += c_.forward;
         st.peak = std::max(st.peak, ++st.in_flight);
@@ -134,6 +138,7 @@ class Simulator {
         const bool full = a.op == Op::Backward;
         st.bwd[m][c] = full ? BwdState::Full : BwdState::Input;
         const double cost = full ? c_.backward : c_.backward_input;
+        st.timeline.push_back({a, st.time, st.time + cost});
         st.time += cost;
         st.busy += cost;
         --st.in_flight;
@@ -145,6 +150,7 @@ class Simulator {
           fail(where(r, st.pc) + ": weight backward after a full backward of the same microbatch/chunk");
         if (st.bwd[m][c] == BwdState::InputWeight) fail(where(r, st.pc) + ": weight backward done twice");
         st.bwd[m][c] = BwdState::InputWeight;
+        st.timeline.push_back({a, st.time, st.time + c_.backward_weight});
         st.time += c_.backward_weight;
         st.busy += c_.backward_weight;
         return true;
@@ -155,6 +161,7 @@ class Simulator {
           fail(where(r, st.pc) + ": virtual stage " + std::to_string(vs + 1) + " is on rank " +
                std::to_string(s_.rank_of(vs + 1)) + ", not " + std::to_string(a.peer));
         if (!st.forwarded[m][c]) fail(where(r, st.pc) + ": activation sent before the forward computed it");
+        st.time += c_.send;
         channels_[{r, a.peer, kAct}].push_back(Message{m, vs, st.time + c_.comm});
         return true;
       }
@@ -165,6 +172,7 @@ class Simulator {
                std::to_string(s_.rank_of(vs - 1)) + ", not " + std::to_string(a.peer));
         if (st.bwd[m][c] == BwdState::None)
           fail(where(r, st.pc) + ": gradient sent before the backward computed it");
+        st.time += c_.send;
         channels_[{r, a.peer, kGrad}].push_back(Message{m, vs, st.time + c_.comm});
         return true;
       }
@@ -190,7 +198,7 @@ class Simulator {
           fail(os.str());
         }
         q.pop_front();
-        st.time = std::max(st.time, msg.available);
+        st.time = std::max(st.time, msg.available) + c_.recv;
         (act ? st.act_received : st.grad_received)[m][c] = true;
         return true;
       }
@@ -252,6 +260,7 @@ class Simulator {
       makespan = std::max(makespan, st.time);
       ideal = std::max(ideal, st.busy);
       res.busy.push_back(st.busy);
+      res.timeline.push_back(st.timeline);
       res.finish.push_back(st.time);
       res.peak_in_flight.push_back(st.peak);
     }
@@ -274,5 +283,20 @@ class Simulator {
 }  // namespace
 
 SimResult simulate(const Schedule& schedule, const SimCosts& costs) { return Simulator(schedule, costs).run(); }
+
+std::string chrome_trace(const Schedule& schedule, const SimResult& result, double us_per_unit) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < result.timeline.size(); ++r) {
+    const int pid = static_cast<int>(r);
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
+                      {"args", {{"name", "rank " + std::to_string(r) + " (simulated " + schedule.name + ")"}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    for (const SimSlice& slice : result.timeline[r])
+      events.push_back({{"ph", "X"}, {"cat", "compute"}, {"name", to_string(slice.action)}, {"pid", pid}, {"tid", 0},
+                        {"ts", slice.start * us_per_unit}, {"dur", (slice.end - slice.start) * us_per_unit},
+                        {"args", {{"microbatch", slice.action.microbatch}, {"chunk", slice.action.chunk}}}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
 
 }  // namespace smp

@@ -18,6 +18,15 @@ struct SimCosts {
   double backward_input = 1;
   double backward_weight = 1;
   double comm = 0;      // latency from a send to the earliest matching receive
+  // Time a send occupies its rank, and a receive whose message is already
+  // there (both count as idle, not busy: measured traces show them).
+  double send = 0, recv = 0;
+};
+
+// One compute action as the simulator ran it.
+struct SimSlice {
+  Action action;
+  double start = 0, end = 0;
 };
 
 struct SimResult {
@@ -30,12 +39,13 @@ struct SimResult {
                                     // backward (input part) is not done yet
   std::vector<double> busy;         // per rank: total compute time
   std::vector<double> finish;       // per rank: time its last action completed
+  std::vector<std::vector<SimSlice>> timeline;  // per rank: its compute actions in order, timed
 };
 
 // Each rank executes its actions in order. A compute action takes its cost; a send
-// completes at once and its message is available `comm` later; a receive waits for
+// takes `send` and its message is available `comm` after it; a receive waits for
 // the oldest message on its (src rank, dst rank, kind) channel, which must be the
-// one it expects (FIFO), and completes when that message is available.
+// one it expects (FIFO), and completes `recv` after that message is available.
 // Reported as errors (ok = false): deadlock (every unfinished rank blocked on a
 // receive; the message lists what each waits for), a receive that gets another
 // microbatch/chunk than it names, a send/receive with the wrong peer, a message
@@ -45,5 +55,11 @@ struct SimResult {
 // chunk) not forwarded / backwarded exactly once on its rank. Also checks shape:
 // one action list per stage, microbatch and chunk indices in range.
 SimResult simulate(const Schedule& schedule, const SimCosts& costs = {});
+
+// The simulated timeline in the format run.trace writes (Chrome trace /
+// Perfetto JSON: a process per rank, the compute actions as slices named as
+// to_string(Action) names them), one cost unit = us_per_unit microseconds, so
+// a predicted and a measured timeline open side by side.
+std::string chrome_trace(const Schedule& schedule, const SimResult& result, double us_per_unit);
 
 }  // namespace smp

@@ -100,6 +100,12 @@ const std::vector<KeySpec>& schema() {
       // Each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end
       // (small models only: for equivalence tests and debugging).
       {"run.dump_parameters", Type::Bool, false, Rule::None},
+      // Timeline traces: each rank writes <run.dir>/trace/rank-<r>.json (Chrome trace / Perfetto)
+      // for training steps [from, to] (1-based, inclusive); trace_merge: rank 0 also writes
+      // <run.dir>/trace.json with a track per rank.
+      {"run.trace", Type::Bool, false, Rule::None},
+      {"run.trace_steps", Type::IntArray, json::array({1, 3}), Rule::None},
+      {"run.trace_merge", Type::Bool, false, Rule::None},
 
       // All-reduce, all-gather and reduce-scatter CPU tensors through shared memory in groups whose
       // ranks share a host, with per-rank slots of up to this many MiB (larger tensors go in

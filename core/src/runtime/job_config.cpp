@@ -4,6 +4,8 @@
 #include <ATen/Context.h>
 #include <torch/version.h>
 
+#include <nlohmann/json.hpp>
+
 namespace smp {
 
 namespace {
@@ -128,6 +130,15 @@ JobConfig JobConfig::from(const Config& c) {
                 TORCH_VERSION + ", without fp16 matrix multiplies on the CPU): use \"bf16\", or a CUDA device");
 #endif
   r.dump_parameters = c.get_bool("run.dump_parameters");
+  r.trace = c.get_bool("run.trace");
+  r.trace_merge = c.get_bool("run.trace_merge");
+  const std::vector<int64_t> window = c.get_int_array("run.trace_steps");
+  if (window.size() != 2 || window[0] < 1 || window[1] < window[0])
+    throw Error(c.origin() + ": run.trace_steps: expected [from, to] with 1 <= from <= to (training steps, "
+                "1-based), got " + nlohmann::json(window).dump());
+  r.trace_first = window[0], r.trace_last = window[1];
+  for (const char* key : {"run.trace_steps", "run.trace_merge"})
+    if (c.has(key) && !r.trace) throw Error(c.origin() + ": " + key + " is set but run.trace is not true");
   if (m.offload) {
     if (r.device != DeviceKind::Cuda)
       throw Error(c.origin() + ": memory.offload = true moves CUDA activations to host memory, but this job runs "

@@ -18,6 +18,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "plugin/host_api.h"
+#include "runtime/trace.h"
 #include "plugin/module_instance.h"
 #include "runtime/device.h"
 #include "runtime/seeds.h"
@@ -577,13 +578,22 @@ StepResult Runtime::train_step() {
   out.loss_scale = s.scaler ? s.scaler->scale() : 1.0;
   s.loss->set_loss_scale(out.loss_scale);
   const int64_t held_before = reset_device_peak(s.device);  // CUDA: the step's peak is counted above it
+  trace::set_step(s.steps);
+  trace::Scope step_scope("step", "step " + std::to_string(s.steps + 1));
   s.sync->begin_step();
-  ExecutorResult r = s.executor->run(s.schedule, s.steps, true);
+  ExecutorResult r = [&] {
+    trace::Scope phase("phase", "pipeline");
+    return s.executor->run(s.schedule, s.steps, true);
+  }();
   out.phases.compute = since(t0);
   auto t1 = clock::now();
-  s.sync->finish_step();
+  {
+    trace::Scope phase("phase", "grad_sync");
+    s.sync->finish_step();
+  }
   out.phases.grad_sync = since(t1);
   t1 = clock::now();
+  const int64_t clip_start = trace::now_us();
 
   // Global gradient norm over distinct values, then clipping.
   // Under ZeRO the gradients are this rank's shard segments, which the optimizer's parameters match.
@@ -617,14 +627,18 @@ StepResult Runtime::train_step() {
   if (clip > 0 && norm > clip) grad_scale *= clip / (norm + 1e-6);
   const double lr = s.lr.at(s.steps);
   out.phases.clip = since(t1);
+  trace::complete("phase", "clip", clip_start, trace::now_us());
   t1 = clock::now();
-  out.skipped = s.scaler && !s.scaler->update(std::isfinite(norm_sq[0]));
-  if (!out.skipped) {
-    s.optimizer->step(lr, grad_scale, grads);
-    if (s.masters) s.masters->copy_to_params();
+  {
+    trace::Scope phase("phase", "optimizer");
+    out.skipped = s.scaler && !s.scaler->update(std::isfinite(norm_sq[0]));
+    if (!out.skipped) {
+      s.optimizer->step(lr, grad_scale, grads);
+      if (s.masters) s.masters->copy_to_params();
+    }
+    if (s.sharded) s.sharded->after_step();
+    synchronize(s.device);
   }
-  if (s.sharded) s.sharded->after_step();
-  synchronize(s.device);
   out.phases.optimizer = since(t1);
 
   out.step = s.steps++;

@@ -4,6 +4,8 @@
 #include <smp/mesh.h>
 #include <smp/runtime.h>
 
+#include "runtime/trace.h"
+
 #include <ATen/ATen.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -142,6 +144,11 @@ nlohmann::json run_training(Runtime& rt) {
   const bool rank0 = rt.mesh().rank() == 0;
   const int world = rt.mesh().world_size();
 
+  const DeviceMesh& mesh = rt.mesh();
+  trace::configure(job.run.trace, mesh.rank(),
+                   fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
+                               mesh.coord(Axis::TP)),
+                   job.run.trace_first - 1, job.run.trace_last - 1);
   const double peak_per_rank = rt.measure_peak_flops();
   const double peak = peak_per_rank * world;
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
@@ -257,6 +264,15 @@ nlohmann::json run_training(Runtime& rt) {
   summary["comm_bytes_rank0"] = rt.comm_bytes();
   summary["stages"] = rt.plan().to_json(rt.graph());
   if (job.run.dump_parameters) dump_parameters(rt);
+  if (job.run.trace) {
+    const std::string path = trace::write_rank_file(job.run.dir);
+    rt.gather_world(0.0);  // every rank's file is written
+    if (rank0) {
+      spdlog::info("trace of steps {}-{}: {}/trace/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+                   job.run.dir);
+      if (job.run.trace_merge) spdlog::info("merged trace: {}", trace::merge_rank_files(job.run.dir, world));
+    }
+  }
   if (rank0) {
     write_summary(job.run.dir, summary);
     spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(items_per_s),
