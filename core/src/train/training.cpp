@@ -5,6 +5,7 @@
 #include <smp/runtime.h>
 
 #include "runtime/trace.h"
+#include "train/run_report.h"
 
 #include <ATen/ATen.h>
 #include <spdlog/fmt/fmt.h>
@@ -162,6 +163,7 @@ nlohmann::json run_training(Runtime& rt) {
   int64_t skipped = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   int64_t timed_steps = 0, peak_act = 0;
+  std::vector<double> step_seconds_each;  // rank 0's, for the report
   MemoryAccount peak_account;  // per category, the largest over the steps
   StepPhases phase_sum;
   rt.reset_comm_stats();
@@ -170,6 +172,7 @@ nlohmann::json run_training(Runtime& rt) {
     StepResult r = rt.train_step();
     losses.push_back(r.loss);
     loss_scales.push_back(r.loss_scale);
+    step_seconds_each.push_back(r.seconds);
     skipped += r.skipped ? 1 : 0;
     if (r.skipped && rank0)
       spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
@@ -237,6 +240,8 @@ nlohmann::json run_training(Runtime& rt) {
     for (const auto& [name, value] : rt.validation_metrics()) val_metrics[name] = value;
   summary["val_metrics"] = val_metrics;
   summary["step_seconds"] = step_s;
+  summary["step_seconds_each"] = step_seconds_each;
+  summary["items_per_step"] = rt.items_per_step();
   // Throughput in the adapter's unit: "tokens_per_s" for a language model.
   summary["throughput_unit"] = rt.throughput_unit();
   summary[rt.throughput_unit() + "_per_s"] = items_per_s;
@@ -275,6 +280,7 @@ nlohmann::json run_training(Runtime& rt) {
   }
   if (rank0) {
     write_summary(job.run.dir, summary);
+    in_run_dir(job.run.dir, "write report.html", [&] { write_report(job.run.dir, summary); });
     spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(items_per_s),
                  rt.throughput_unit(), 100 * summary["mfu"].get<double>(), job.run.dir);
   }

@@ -1,0 +1,222 @@
+#include "train/run_report.h"
+
+#include <smp/error.h>
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace smp {
+
+namespace {
+
+using nlohmann::json;
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string human(double v) {
+  const char* units[] = {"", "k", "M", "G", "T"};
+  int u = 0;
+  while (std::abs(v) >= 1000 && u < 4) v /= 1000, ++u;
+  return fmt::format("{:.3g}{}", v, units[u]);
+}
+
+constexpr int kW = 560, kH = 220, kLeft = 60, kRight = 16, kTop = 28, kBottom = 34;
+const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (x, y)
+  bool dots = false;                              // markers only (validation)
+};
+
+// A line chart with axes, ticks at the ends and a legend.
+std::string line_chart(const std::string& title, const std::string& x_label, const std::vector<Series>& series) {
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series)
+    for (const auto& [x, y] : s.points)
+      if (std::isfinite(y)) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH << "\" viewBox=\"0 0 " << kW
+    << " " << kH << "\">";
+  o << "<text x=\"" << kLeft << "\" y=\"16\" font-size=\"13\" font-weight=\"bold\">" << escape(title) << "</text>";
+  if (x0 > x1) return o.str() + "<text x=\"60\" y=\"100\" font-size=\"12\">no data</text></svg>";
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1, y0 -= 1;
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
+  o << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"#999\"/>";
+  o << "<text x=\"" << kLeft - 4 << "\" y=\"" << kTop + 10 << "\" font-size=\"10\" text-anchor=\"end\">" << human(y1)
+    << "</text><text x=\"" << kLeft - 4 << "\" y=\"" << kTop + ph << "\" font-size=\"10\" text-anchor=\"end\">"
+    << human(y0) << "</text>";
+  o << "<text x=\"" << kLeft << "\" y=\"" << kH - 18 << "\" font-size=\"10\">" << human(x0) << "</text><text x=\""
+    << kLeft + pw << "\" y=\"" << kH - 18 << "\" font-size=\"10\" text-anchor=\"end\">" << human(x1) << "</text>";
+  o << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kH - 6 << "\" font-size=\"10\" text-anchor=\"middle\">"
+    << escape(x_label) << "</text>";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const auto& s = series[i];
+    const char* color = kColors[i % 8];
+    if (s.dots) {
+      for (const auto& [x, y] : s.points)
+        if (std::isfinite(y))
+          o << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"3\" fill=\"" << color << "\"/>";
+    } else {
+      o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
+      for (const auto& [x, y] : s.points)
+        if (std::isfinite(y)) o << px(x) << "," << py(y) << " ";
+      o << "\"/>";
+    }
+    o << "<text x=\"" << kLeft + pw - 4 << "\" y=\"" << kTop + 14 + 13 * i << "\" font-size=\"11\" fill=\"" << color
+      << "\" text-anchor=\"end\">" << escape(s.name) << "</text>";
+  }
+  return o.str() + "</svg>";
+}
+
+// Stacked bars: one bar per group (rank, axis), one segment per category.
+std::string bar_chart(const std::string& title, const std::vector<std::string>& groups,
+                      const std::vector<std::pair<std::string, std::vector<double>>>& categories,
+                      const std::string& unit) {
+  std::vector<double> totals(groups.size(), 0);
+  for (const auto& [_, values] : categories)
+    for (size_t g = 0; g < groups.size() && g < values.size(); ++g) totals[g] += std::max(0.0, values[g]);
+  const double top = std::max(1e-300, *std::max_element(totals.begin(), totals.end())) * 1.12;  // room for labels
+  const int h = kH + 13 * static_cast<int>(categories.size() / 3);
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << h << "\" viewBox=\"0 0 " << kW
+    << " " << h << "\">";
+  o << "<text x=\"" << kLeft << "\" y=\"16\" font-size=\"13\" font-weight=\"bold\">" << escape(title) << "</text>";
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  const double slot = groups.empty() ? pw : pw / static_cast<double>(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    double y = kTop + ph;
+    const double x = kLeft + slot * static_cast<double>(g) + slot * 0.15;
+    for (size_t c = 0; c < categories.size(); ++c) {
+      const double v = g < categories[c].second.size() ? std::max(0.0, categories[c].second[g]) : 0;
+      const double bh = v / top * ph;
+      y -= bh;
+      o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << slot * 0.7 << "\" height=\"" << bh << "\" fill=\""
+        << kColors[c % 8] << "\"><title>" << escape(groups[g] + " " + categories[c].first + ": " + human(v) + unit)
+        << "</title></rect>";
+    }
+    o << "<text x=\"" << x + slot * 0.35 << "\" y=\"" << kTop + ph + 12 << "\" font-size=\"10\" text-anchor=\"middle\">"
+      << escape(groups[g]) << "</text>";
+    o << "<text x=\"" << x + slot * 0.35 << "\" y=\"" << y - 3 << "\" font-size=\"10\" text-anchor=\"middle\">"
+      << human(totals[g]) << escape(unit) << "</text>";
+  }
+  for (size_t c = 0; c < categories.size(); ++c)
+    o << "<text x=\"" << kLeft + 150 * static_cast<double>(c % 3) << "\" y=\"" << kTop + ph + 26 + 13 * (c / 3)
+      << "\" font-size=\"11\" fill=\"" << kColors[c % 8] << "\">" << escape(categories[c].first) << "</text>";
+  return o.str() + "</svg>";
+}
+
+std::vector<double> numbers(const json& j) {
+  std::vector<double> out;
+  if (j.is_array())
+    for (const auto& v : j) out.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+  return out;
+}
+
+}  // namespace
+
+std::string render_report(const json& s) {
+  const std::vector<double> losses = numbers(s.value("losses", json::array()));
+  const std::vector<double> seconds = numbers(s.value("step_seconds_each", json::array()));
+  const std::string unit = s.value("throughput_unit", "items");
+  const double per_step = s.value("items_per_step", 0.0), flops_per_step = s.value("model_flops_per_step", 0.0);
+  const json layout = s.value("layout", json::object());
+  const int world = layout.value("world", 1);
+  const double peak = s.value("peak_flops_per_rank", 0.0) * world;
+
+  std::ostringstream body;
+  Series train{"train loss", {}, false}, val{"validation loss", {}, true};
+  for (size_t i = 0; i < losses.size(); ++i) train.points.emplace_back(static_cast<double>(i + 1), losses[i]);
+  for (const auto& v : s.value("val_losses", json::array()))
+    val.points.emplace_back(v.value("step", 0.0), v.value("loss", std::nan("")));
+  body << line_chart("Loss per step", "step", {train, val});
+  Series rate{unit + "/s", {}, false}, mfu{"MFU %", {}, false};
+  for (size_t i = 0; i < seconds.size(); ++i)
+    if (seconds[i] > 0) {
+      rate.points.emplace_back(static_cast<double>(i + 1), per_step / seconds[i]);
+      if (peak > 0) mfu.points.emplace_back(static_cast<double>(i + 1), 100 * flops_per_step / seconds[i] / peak);
+    }
+  body << line_chart("Throughput per step (" + unit + "/s)", "step", {rate});
+  body << line_chart("MFU per step (%)", "step", {mfu});
+
+  std::vector<std::string> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back("rank " + std::to_string(r));
+  const json mem = s.value("memory_bytes", json::object());
+  std::vector<std::pair<std::string, std::vector<double>>> mem_cats;
+  for (const char* k : {"parameters", "gradients", "optimizer_state", "step_peak"})
+    if (mem.contains(k)) mem_cats.emplace_back(k, numbers(mem[k]));
+  body << bar_chart("Memory per rank", ranks, mem_cats, "B");
+  const json phases = s.value("phase_seconds", json::object());
+  std::vector<std::pair<std::string, std::vector<double>>> phase_cats;
+  for (const char* k : {"compute", "grad_sync", "clip", "optimizer"})
+    if (phases.contains(k)) {
+      std::vector<double> ms = numbers(phases[k]);
+      for (double& v : ms) v *= 1000;
+      phase_cats.emplace_back(k, ms);
+    }
+  body << bar_chart("Time per phase per rank (ms per step)", ranks, phase_cats, "ms");
+  std::vector<std::string> axes;
+  std::vector<std::pair<std::string, std::vector<double>>> op_cats;
+  const json comm = s.value("comm_bytes_rank0", json::object());
+  std::vector<std::string> ops;
+  for (const auto& [axis, by_op] : comm.items()) {
+    axes.push_back(axis);
+    for (const auto& [op, _] : by_op.items())
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  }
+  for (const auto& op : ops) {
+    std::vector<double> v;
+    for (const auto& [axis, by_op] : comm.items()) v.push_back(by_op.value(op, 0.0));
+    op_cats.emplace_back(op, v);
+  }
+  body << bar_chart("Bytes per communicator group (rank 0, whole run)", axes, op_cats, "B");
+
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>smp run report</title>"
+    << "<style>body{font-family:sans-serif;margin:24px;max-width:1180px}svg{margin:8px;border:1px solid #eee}"
+    << "td,th{padding:2px 10px;text-align:left}</style></head><body>\n<h1>smp run report</h1>\n<table>";
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << "<tr><th>" << escape(k) << "</th><td>" << escape(v) << "</td></tr>";
+  };
+  row("layout", fmt::format("pp {} x dp {} x tp {} (world {})", layout.value("pp", 1), layout.value("dp", 1),
+                            layout.value("tp", 1), world));
+  row("device, precision", s.value("device", "?") + ", " + s.value("precision", "?"));
+  row("steps", std::to_string(losses.size()));
+  row("final loss, validation loss",
+      fmt::format("{:.4f}, {:.4f}", s.value("final_loss", std::nan("")),
+                  s["val_loss"].is_number() ? s["val_loss"].get<double>() : std::nan("")));
+  row(unit + "/s, MFU", fmt::format("{}, {:.1f}%", human(s.value(unit + "_per_s", 0.0)), 100 * s.value("mfu", 0.0)));
+  o << "</table>\n" << body.str() << "\n</body></html>\n";
+  return o.str();
+}
+
+std::string write_report(const std::string& run_dir, const json& summary) {
+  const std::string path = run_dir + "/report.html";
+  std::ofstream out(path);
+  out << render_report(summary);
+  if (!out) throw Error("run report: writing " + path + " failed");
+  return path;
+}
+
+}  // namespace smp

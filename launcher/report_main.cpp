@@ -1,0 +1,30 @@
+// smp-report <run.dir>: (re)draws <run.dir>/report.html from <run.dir>/summary.json
+// (self-contained HTML with inline SVG charts; see core/src/train/run_report.h).
+// Plain C++ over nlohmann::json: no LibTorch, starts at once.
+#include "train/run_report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  if (argc != 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    std::cerr << "usage: smp-report <run.dir>   writes <run.dir>/report.html from <run.dir>/summary.json\n";
+    return argc == 2 ? 0 : 2;
+  }
+  const std::string dir = argv[1], path = dir + "/summary.json";
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "smp-report: cannot read " << path << " (is " << dir << " a run.dir of a finished run?)\n";
+    return 1;
+  }
+  try {
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    std::cout << smp::write_report(dir, summary) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "smp-report: " << path << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
