@@ -83,7 +83,10 @@ JobResult run_job(const Job& job) {
   if (!paths().malloc_env.empty()) cmd = paths().malloc_env + " ";
   if (job.plain) {
     fs::create_directories(run_dir);
-    cmd += "OMP_NUM_THREADS=1 " + quote(paths().self) + " " + job.plain_command + " --config " + quote(job.config);
+    cmd += "OMP_NUM_THREADS=1 " +
+           (job.python_script.empty() ? quote(paths().self) + " " + job.plain_command
+                                      : std::string("/usr/bin/python3 ") + quote(job.python_script)) +
+           " --config " + quote(job.config);
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
     cmd += " --out " + quote(run_dir + "/summary.json");
   } else {

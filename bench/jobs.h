@@ -35,6 +35,9 @@ struct Job {
   std::vector<std::string> overrides;
   std::string plugin = "gpt";               // the smp job's adapter plugin
   std::string plain_command = "plain-run";  // the plain loop's subcommand (plain-ncf for NCF)
+  // With plain: a Python script run by /usr/bin/python3 instead (the PyTorch-eager
+  // peer, bench/eager_gpt.py, same arguments and summary).
+  std::string python_script;
 };
 
 struct JobResult {

@@ -249,6 +249,67 @@ int cmd_adapter(const Common& c, const std::string& adapter, const std::string& 
   return 0;
 }
 
+// ----------------------------------------------------------------------------- eager
+// smp on one rank, the plain LibTorch loop and a PyTorch-eager loop in Python
+// (bench/eager_gpt.py under Debian's python3-torch: the same LibTorch version),
+// interleaved, on the bench config and on a small shape where per-op overhead
+// dominates (hidden 64, sequence 64): medians of the per-repeat ratios to eager.
+int cmd_eager(const Common& c) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
+    throw std::runtime_error("smp-bench eager: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+  const auto base = base_overrides(c);
+  json result;
+  result["benchmark"] = "eager";
+  result["config_file"] = c.config;
+  result["steps"] = c.steps;
+  result["batch_size"] = c.batch;
+  result["repeat"] = c.repeat;
+  result["timing_rule"] = "step_seconds: mean step time over steps 2..N (first excluded, as summary.json)";
+  result["malloc_env"] = bench::paths().malloc_env;
+  result["machine_before"] = bench::machine_json();
+  result["machine_before"]["load_when_started"] = bench::wait_for_quiet(c.max_load, c.wait_s);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
+      {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
+  json per_shape = json::array();
+  std::cout << "\nsmp-bench eager: batch " << c.batch << ", " << c.steps << " steps (first excluded), 1 thread\n";
+  for (const auto& [shape, extra] : shapes) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    Job eager{"pytorch-eager", true, 1, c.config, o};
+    eager.python_script = bench::paths().source_dir + "/bench/eager_gpt.py";
+    Job plain{"plain-libtorch", true, 1, c.config, o};
+    Job one{"smp-1rank", false, 1, c.config, o};
+    auto measured = bench::run_repeated({eager, plain, one}, c.repeat, c.quiet_cores, c.job_wait_s);
+    json runs = json::array();
+    for (const Measured& m : measured) {
+      json r = {{"label", m.job.label}, {"ok", m.ok}, {"step_seconds_per_repeat", m.step_seconds_all}};
+      if (m.ok) r["tokens_per_s"] = m.best.summary["tokens_per_s"], r["final_loss"] = m.best.summary["losses"].back();
+      else r["error_output"] = m.best.output;
+      runs.push_back(r);
+    }
+    json entry = {{"shape", shape}, {"overrides", o}, {"runs", runs}};
+    std::cout << "  " << shape << ":\n";
+    for (size_t j = 1; j < measured.size(); ++j) {
+      std::vector<double> ratios;  // throughput ratio to eager = eager step time / this step time
+      for (size_t k = 0; k < std::min(measured[0].step_seconds_all.size(), measured[j].step_seconds_all.size()); ++k)
+        ratios.push_back(measured[0].step_seconds_all[k] / measured[j].step_seconds_all[k]);
+      const double med = bench::median_from(ratios, 0);
+      entry[measured[j].job.label + "_over_eager_paired"] = {{"per_repeat", ratios}, {"median", med}};
+      std::cout << "    " << measured[j].job.label << " / pytorch-eager tokens/s, median of " << ratios.size()
+                << " back-to-back repeats: " << fmt(med, 3) << "\n";
+    }
+    for (const Measured& m : measured)
+      if (!m.ok) {
+        std::cout << m.job.label << " FAILED\n" << m.best.output << "\n";
+        return 1;
+      }
+    per_shape.push_back(entry);
+  }
+  result["shapes"] = per_shape;
+  finish(result, c);
+  return 0;
+}
+
 // ----------------------------------------------------------------------------- gpt
 int cmd_gpt(const Common& c) {
   const auto base = base_overrides(c);
@@ -537,7 +598,7 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp, ncf, bert, roberta;
+  Common gpt, pipe, tp, ncf, bert, roberta, eager;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
@@ -546,6 +607,8 @@ int main(int argc, char** argv) {
   add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
   auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop (issue 13)");
   add_common(nc, ncf, 300, 256, P.source_dir + "/bench/results/ncf.json");
+  auto* eg = app.add_subcommand("eager", "smp 1 rank and plain LibTorch vs a PyTorch-eager loop (python3-torch), two shapes (issue 14)");
+  add_common(eg, eager, 12, 8, P.source_dir + "/bench/results/eager.json");
   auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop (issue 13)");
   add_common(bt, bert, 20, 16, P.source_dir + "/bench/results/bert.json");
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop (issue 13)");
@@ -597,7 +660,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp})
+    for (Common* c : {&gpt, &pipe, &tp, &eager})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
@@ -606,6 +669,7 @@ int main(int argc, char** argv) {
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
+    if (*eg) return cmd_eager(eager);
     if (*bt) return cmd_adapter(bert, "bert", "plain-bert", "tokens");
     if (*rb) return cmd_adapter(roberta, "roberta", "plain-roberta", "tokens");
     if (*stc) {

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The PyTorch-eager peer for `smp-bench eager`: the benchmark GPT written as one
+writes it in PyTorch (pre-LN blocks with separate q/k/v projections, causal
+softmax attention, GELU(tanh) MLP, final LN, LM head tied to the token
+embedding, token-mean cross entropy; torch.optim.AdamW with decay on dim >= 2
+tensors, clip_grad_norm_, linear warm-up + cosine), fed the gpt adapter's
+samples (the same splitmix64 offsets into the same bytes). One thread. Run with
+Debian's python3-torch (LibTorch 1.13, the version smp builds against):
+
+  /usr/bin/python3 bench/eager_gpt.py --config bench/configs/gpt-bench.toml \
+      --set train.steps=12 --out summary.json
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+
+import torch
+import torch.nn.functional as F
+
+M64 = (1 << 64) - 1
+
+
+def splitmix(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def load_config(path, sets):
+    with open(path, "rb") as f:
+        cfg = tomllib.load(f)
+    for s in sets:
+        key, value = s.split("=", 1)
+        *tables, last = key.split(".")
+        node = cfg
+        for t in tables:
+            node = node.setdefault(t, {})
+        node[last] = tomllib.loads("v = " + value)["v"]
+    return cfg
+
+
+def read_bytes(path):
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if not n.startswith(".") and os.path.isfile(os.path.join(path, n)))
+        return b"".join(open(os.path.join(path, n), "rb").read() for n in names)
+    return open(path, "rb").read()
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, L, h, heads, s, V, ffn):
+        super().__init__()
+        self.h, self.heads = h, heads
+        self.wte = torch.nn.Embedding(V, h)
+        self.wpe = torch.nn.Embedding(s, h)
+        torch.nn.init.normal_(self.wte.weight, std=0.02)
+        torch.nn.init.normal_(self.wpe.weight, std=0.01)
+        out_std = 0.02 / math.sqrt(2 * L)
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(L):
+            b = torch.nn.Module()
+            b.ln1, b.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+            b.q, b.k, b.v, b.o = (torch.nn.Linear(h, h) for _ in range(4))
+            b.fc, b.proj = torch.nn.Linear(h, ffn), torch.nn.Linear(ffn, h)
+            for lin, std in ((b.q, 0.02), (b.k, 0.02), (b.v, 0.02), (b.o, out_std), (b.fc, 0.02), (b.proj, out_std)):
+                torch.nn.init.normal_(lin.weight, std=std)
+                torch.nn.init.zeros_(lin.bias)
+            self.blocks.append(b)
+        self.ln_f = torch.nn.LayerNorm(h)
+        self.register_buffer("causal", torch.ones(s, s, dtype=torch.bool).triu(1), persistent=False)
+
+    def attention(self, b, x):
+        B, S, _ = x.shape
+        hd = self.h // self.heads
+        split = lambda t: t.view(B, S, self.heads, hd).transpose(1, 2)
+        q, k, v = split(b.q(x)), split(b.k(x)), split(b.v(x))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        probs = torch.softmax(scores.masked_fill(self.causal[:S, :S], -1e9), -1)
+        return b.o((probs @ v).transpose(1, 2).reshape(B, S, self.h))
+
+    def forward(self, tokens, targets):
+        x = self.wte(tokens) + self.wpe.weight[: tokens.shape[1]]
+        for b in self.blocks:
+            x = x + self.attention(b, b.ln1(x))
+            x = x + b.proj(F.gelu(b.fc(b.ln2(x)), approximate="tanh"))
+        logits = F.linear(self.ln_f(x), self.wte.weight)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    cfg = load_config(a.config, a.set)
+    m, t = cfg["model"], cfg["train"]
+    if m.get("dropout", 0.0) > 0:
+        sys.exit("eager_gpt.py: model.dropout must be 0 (no dropout in the peer)")
+    torch.set_num_threads(1)
+    L, h, heads, s, V = m["layers"], m["hidden"], m["heads"], m["seq_len"], m["vocab"]
+    ffn = m.get("ffn", 4 * h)
+    B, steps, seed = t["batch_size"], t["steps"], t.get("seed", 1234)
+    lr, min_lr, warmup = t.get("lr", 1e-3), t.get("min_lr", 1e-4), t.get("warmup_steps", 0)
+    clip = t.get("grad_clip", 1.0)
+    data = read_bytes(m.get("data", "/usr/share/common-licenses"))
+    split = int(len(data) * (1.0 - m.get("val_fraction", 0.1)))
+    span = split - s - 1
+    torch.manual_seed(seed)
+    model = Gpt(L, h, heads, s, V, ffn)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.1)},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
+
+    def lr_at(step):
+        if warmup > 0 and step < warmup:
+            return lr * (step + 1) / warmup
+        if steps <= warmup:
+            return lr
+        p = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
+        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
+
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    losses, seconds = [], []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        offs = [splitmix(seed ^ splitmix(splitmix(step * 1000003 + i))) % (span + 1) for i in range(B)]
+        rows = torch.stack([buf[o: o + s + 1] for o in offs]).long()
+        loss = model(rows[:, :-1], rows[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.step()
+        losses.append(loss.item())
+        seconds.append(time.perf_counter() - t0)
+    timed = seconds[1:] if steps > 1 else seconds
+    step_s = sum(timed) / len(timed)
+    out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,
+           "tokens_per_s": B * s / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    text = json.dumps(out)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
