@@ -194,17 +194,13 @@ json start(const std::string& name, const Common& c, const bench::Shape& shape, 
   return result;
 }
 
-// ----------------------------------------------------------------------------- adapters
-// A model adapter on one rank against its plain LibTorch loop (same model sizes,
-// the adapter's own data code), interleaved: the median of the per-repeat ratios
-// of throughput (`unit` per second, as both summaries report it).
-int cmd_adapter(const Common& c, const std::string& adapter, const std::string& plain_command, const std::string& unit) {
-  const auto base = base_overrides(c);
-  const std::string rate = unit + "_per_s";
+// The JSON head of an interleaved comparison: what ran, how it is timed, and
+// the machine (after waiting for it to be quiet).
+json interleaved_header(const std::string& name, const Common& c, const std::vector<std::string>& overrides) {
   json result;
-  result["benchmark"] = adapter;
+  result["benchmark"] = name;
   result["config_file"] = c.config;
-  result["overrides"] = base;
+  result["overrides"] = overrides;
   result["steps"] = c.steps;
   result["batch_size"] = c.batch;
   result["repeat"] = c.repeat;
@@ -212,6 +208,17 @@ int cmd_adapter(const Common& c, const std::string& adapter, const std::string& 
   result["malloc_env"] = bench::paths().malloc_env;
   result["machine_before"] = bench::machine_json();
   result["machine_before"]["load_when_started"] = bench::wait_for_quiet(c.max_load, c.wait_s);
+  return result;
+}
+
+// ----------------------------------------------------------------------------- adapters
+// A model adapter on one rank against its plain LibTorch loop (same model sizes,
+// the adapter's own data code), interleaved: the median of the per-repeat ratios
+// of throughput (`unit` per second, as both summaries report it).
+int cmd_adapter(const Common& c, const std::string& adapter, const std::string& plain_command, const std::string& unit) {
+  const auto base = base_overrides(c);
+  const std::string rate = unit + "_per_s";
+  json result = interleaved_header(adapter, c, base);
   Job plain{"plain-libtorch", true, 1, c.config, base};
   plain.plain_command = plain_command;
   Job one{"smp-1rank", false, 1, c.config, base};
@@ -258,16 +265,7 @@ int cmd_eager(const Common& c) {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
     throw std::runtime_error("smp-bench eager: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
   const auto base = base_overrides(c);
-  json result;
-  result["benchmark"] = "eager";
-  result["config_file"] = c.config;
-  result["steps"] = c.steps;
-  result["batch_size"] = c.batch;
-  result["repeat"] = c.repeat;
-  result["timing_rule"] = "step_seconds: mean step time over steps 2..N (first excluded, as summary.json)";
-  result["malloc_env"] = bench::paths().malloc_env;
-  result["machine_before"] = bench::machine_json();
-  result["machine_before"]["load_when_started"] = bench::wait_for_quiet(c.max_load, c.wait_s);
+  json result = interleaved_header("eager", c, base);
   const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
       {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
   json per_shape = json::array();

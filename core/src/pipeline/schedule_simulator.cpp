@@ -122,9 +122,10 @@ class Simulator {
           fail(where(r, st.pc) + ": forward on virtual stage " + std::to_string(vs) +
                " before its activation was received from virtual stage " + std::to_string(vs - 1));
         st.forwarded[m][c] = true;
-        st.timeline.push_back({a, st.time, st.time + c_.forward});
-        st.time += c_.forward;
-        st.busy += c_.forward;
+        const double cost = c_.forward_by_rank.empty() ? c_.forward : c_.forward_by_rank.at(r);
+        st.timeline.push_back({a, st.time, st.time + cost});
+        st.time += cost;
+        st.busy += cost;
         st.peak = std::max(st.peak, ++st.in_flight);
         return true;
       }
@@ -137,7 +138,8 @@ class Simulator {
                " before its gradient was received from virtual stage " + std::to_string(vs + 1));
         const bool full = a.op == Op::Backward;
         st.bwd[m][c] = full ? BwdState::Full : BwdState::Input;
-        const double cost = full ? c_.backward : c_.backward_input;
+        const double cost = full ? (c_.backward_by_rank.empty() ? c_.backward : c_.backward_by_rank.at(r))
+                                 : c_.backward_input;
         st.timeline.push_back({a, st.time, st.time + cost});
         st.time += cost;
         st.busy += cost;

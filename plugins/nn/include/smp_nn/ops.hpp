@@ -8,9 +8,6 @@
 #include <torch/version.h>
 
 #include <cmath>
-#include <map>
-#include <string>
-#include <utility>
 #include <vector>
 
 namespace smp_nn {
@@ -47,15 +44,6 @@ inline Tensor layer_norm(const Tensor& x, const LayerNormParams& p, double eps) 
 }
 inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
 
-// The causal mask [s, s] (true above the diagonal) on a device, built once per
-// thread and length: every attention call of a step wants the same one.
-inline const Tensor& causal_mask(int64_t s, const c10::Device& device) {
-  thread_local std::map<std::pair<int64_t, std::string>, Tensor> cache;
-  Tensor& m = cache[{s, device.str()}];
-  if (!m.defined()) m = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);
-  return m;
-}
-
 // Scaled dot-product attention over `heads_local` heads.
 //   q, k, v: [b, s, heads_local * head_dim] (heads contiguous along the last dim)
 //   pad_mask: undefined or [b, s], nonzero = keep; combined with the causal mask.
@@ -77,12 +65,11 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
 #endif
   // Scores, mask and softmax in fp32 whatever the compute dtype (Megatron's
   // attention_softmax_in_fp32): the mask's -1e9 does not fit in fp16, and 16-bit
-  // sums over long rows lose the small terms. The 1/sqrt(d) scale goes on q
-  // ([b, n, s, d], smaller than the [b, n, s, s] scores when s > d).
-  Tensor scores = at::matmul(split(q).mul(1.0 / std::sqrt(double(head_dim))), split(k).transpose(-2, -1));
-  if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+  // sums over long rows lose the small terms.
+  Tensor scores =
+      at::matmul(split(q), split(k).transpose(-2, -1)).to(at::kFloat).mul(1.0 / std::sqrt(double(head_dim)));
   Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
-  if (causal) masked = causal_mask(s, q.device());
+  if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
   if (pad_mask.defined()) {
     if (pad_mask.dim() != 2 || pad_mask.size(0) != b || pad_mask.size(1) != s)
       throw smp::sdk::Error("attention: padding mask must be [b, s] = [" + std::to_string(b) + ", " +
@@ -91,10 +78,8 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
     masked = masked.defined() ? at::logical_or(masked, pad) : pad;
   }
   // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
-  // In place: the scores are this call's own tensor, and nothing needs them unmasked.
-  if (masked.defined()) scores.masked_fill_(masked, -1e9);
-  Tensor probs = at::softmax(scores, -1);
-  if (probs.scalar_type() != q.scalar_type()) probs = probs.to(q.scalar_type());
+  if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
+  Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
   return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
 }
