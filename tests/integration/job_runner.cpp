@@ -55,17 +55,25 @@ JobResult run_job(int nproc, const std::string& plugin, const std::string& confi
     r.run_dir = (fs::temp_directory_path() / fs::unique_path("smp-job-%%%%-%%%%-%%%%")).string();
     overrides.push_back("run.dir=" + r.run_dir);
   }
-  std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
-                    " --master-port " + std::to_string(find_free_port());
-  for (const auto& a : launcher_args) cmd += " " + quote(a);
-  cmd += " --plugin " + quote(plugin) + " --config " + quote(config);
-  for (const auto& o : overrides) cmd += " --set " + quote(o);
-  cmd += " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  int status = pipe ? pclose(pipe) : -1;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::string cmd;
+  // The port is free when chosen, but a job of another test running at the same
+  // time can take it before rank 0 binds it: then the rendezvous fails with
+  // EADDRINUSE before anything ran, and the job is started again on a new port.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
+          " --master-port " + std::to_string(find_free_port());
+    for (const auto& a : launcher_args) cmd += " " + quote(a);
+    cmd += " --plugin " + quote(plugin) + " --config " + quote(config);
+    for (const auto& o : overrides) cmd += " --set " + quote(o);
+    cmd += " 2>&1";
+    r.output.clear();
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf{};
+    while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+    int status = pipe ? pclose(pipe) : -1;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r.exit_code == 0 || r.output.find("EADDRINUSE") == std::string::npos) break;
+  }
   std::ifstream in(r.run_dir + "/summary.json");
   if (in) r.summary = nlohmann::json::parse(in);
   r.output = "$ " + cmd + "\n" + r.output;
