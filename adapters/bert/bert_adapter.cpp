@@ -27,7 +27,7 @@ using smp::sdk::Json;
 class BertAdapter : public smp::sdk::Adapter {
  public:
   BertAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
-    encoder::expect_model_keys(cfg, {}, "bert");
+    encoder::expect_model_keys(cfg, "bert");
     shape_ = encoder::parse_shape(cfg, ctx, encoder::presets(30522, "bert-base", "bert-large"), "bert");
     const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
     corpus_ = std::make_unique<encoder::SentenceCorpus>(data, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1));
@@ -63,8 +63,7 @@ class BertAdapter : public smp::sdk::Adapter {
     const bool val = r.split == SMP_SPLIT_VALIDATION;
     const int64_t n = r.num_samples, s = shape_.seq_len;
     at::Tensor tokens = at::empty({n, s}, at::kLong), segments = at::empty({n, s}, at::kLong),
-               pad = at::empty({n, s}, at::kLong), targets = at::empty({n, s}, at::kLong),
-               weights = at::zeros({n, s}, at::kFloat), labels = at::empty({n}, at::kLong);
+               targets = at::empty({n, s}, at::kLong), labels = at::empty({n}, at::kLong);
     // B / M for the whole global batch (each rank computes it: the masks are keyed).
     const float w = static_cast<float>(static_cast<double>(r.global_batch) /
                                        static_cast<double>(std::max<int64_t>(1, data_->masked_in_step(val, r.step, r.global_batch))));
@@ -73,11 +72,11 @@ class BertAdapter : public smp::sdk::Adapter {
       std::copy(in.tokens.begin(), in.tokens.end(), tokens[i].data_ptr<int64_t>());
       std::copy(in.segments.begin(), in.segments.end(), segments[i].data_ptr<int64_t>());
       std::copy(in.targets.begin(), in.targets.end(), targets[i].data_ptr<int64_t>());
-      pad[i].narrow(0, 0, in.real).fill_(1);
-      pad[i].narrow(0, in.real, s - in.real).fill_(0);
-      weights[i].masked_fill_(targets[i].ne(-100), w);
       labels[i] = in.random_next;
     }
+    // Corruption never produces [PAD] (random bytes are < 256), so padding is where [PAD] is.
+    at::Tensor pad = tokens.ne(encoder::kPad).to(at::kLong);
+    at::Tensor weights = at::zeros({n, s}, at::kFloat).masked_fill_(targets.ne(-100), w);
     return {tokens, segments, pad, targets, weights, labels};
   }
 

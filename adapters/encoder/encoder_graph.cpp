@@ -2,22 +2,15 @@
 
 #include "corpus.h"
 
-#include <algorithm>
-
 namespace encoder {
 
 using smp::sdk::Error;
 using smp::sdk::Json;
 
-void expect_model_keys(const Json& cfg, const std::vector<std::string>& extra, const std::string& adapter) {
-  std::vector<std::string> known{"preset", "layers", "hidden",  "heads",     "seq_len", "vocab",
-                                 "vocab_multiple", "ffn", "dropout", "mask_prob", "data",    "val_fraction"};
-  known.insert(known.end(), extra.begin(), extra.end());
-  std::string names;
-  for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
-  for (auto it = cfg.begin(); cfg.is_object() && it != cfg.end(); ++it)
-    if (std::find(known.begin(), known.end(), it.key()) == known.end())
-      throw Error("model." + it.key() + ": unknown key for the " + adapter + " adapter (known: " + names + ")");
+void expect_model_keys(const Json& cfg, const std::string& adapter) {
+  smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "vocab_multiple", "ffn",
+                                    "dropout", "mask_prob", "data", "val_fraction"},
+                              adapter);
 }
 
 std::map<std::string, EncoderShape> presets(int64_t published_vocab, const std::string& base_name,

@@ -21,9 +21,9 @@ struct EncoderShape {
   int tp = 1;                // the job's tensor parallelism (tables are padded to split)
 };
 
-// Refuses a [model] key other than the shape's (below), "data", "val_fraction"
-// and the adapter's own `extra` ones, naming the key and the known ones.
-void expect_model_keys(const smp::sdk::Json& cfg, const std::vector<std::string>& extra, const std::string& adapter);
+// Refuses a [model] key other than the shape's (below), "data" and
+// "val_fraction", naming the key and the known ones (the SDK's check).
+void expect_model_keys(const smp::sdk::Json& cfg, const std::string& adapter);
 
 // Reads the shape from [model]: preset (default "tiny"), then the single keys.
 // Errors name the key; `adapter` names the plugin in the log.

@@ -21,7 +21,7 @@ using smp::sdk::Json;
 class RobertaAdapter : public smp::sdk::Adapter {
  public:
   RobertaAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
-    encoder::expect_model_keys(cfg, {}, "roberta");
+    encoder::expect_model_keys(cfg, "roberta");
     shape_ = encoder::parse_shape(cfg, ctx, encoder::presets(50265, "roberta-base", "roberta-large"), "roberta");
     const std::string path = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
     encoder::SentenceCorpus corpus(path, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1));
@@ -42,16 +42,14 @@ class RobertaAdapter : public smp::sdk::Adapter {
   std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
     const bool val = r.split == SMP_SPLIT_VALIDATION;
     const int64_t n = r.num_samples, s = shape_.seq_len;
-    at::Tensor tokens = at::empty({n, s}, at::kLong), pad = at::empty({n, s}, at::kLong),
-               targets = at::empty({n, s}, at::kLong);
+    at::Tensor tokens = at::empty({n, s}, at::kLong), targets = at::empty({n, s}, at::kLong);
     std::vector<int64_t> tok, tgt;
     for (int64_t i = 0; i < n; ++i) {
       data_->sample(val, r.step * r.global_batch + r.first_sample + i, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens[i].data_ptr<int64_t>());
       std::copy(tgt.begin(), tgt.end(), targets[i].data_ptr<int64_t>());
     }
-    pad.copy_(tokens.ne(encoder::kPad));
-    return {tokens, pad, targets};
+    return {tokens, tokens.ne(encoder::kPad).to(at::kLong), targets};
   }
 
  private:
