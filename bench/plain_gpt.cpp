@@ -9,6 +9,8 @@
 // and the data sampler reproduces the gpt adapter's, so the losses can be compared
 // step by step with an smp job (a check that both run the same computation).
 #include "plain_gpt.h"
+
+#include "pipeline/backward_split.h"
 #include "plain_loop.h"
 
 #include "runtime/seeds.h"
@@ -225,7 +227,7 @@ nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int re
     for (const auto& b : model.blocks) y = model.block(b, y);
     return y;
   };
-  double t_f = 1e9, t_b = 1e9, t_bi = 1e9, t_bw = 1e9, t_ideal_bi = 1e9;
+  double t_f = 1e9, t_b = 1e9, t_bi = 1e9, t_bw = 1e9, t_ideal_bi = 1e9, t_sbi = 1e9, t_sbw = 1e9;
   for (int r = 0; r < reps; ++r) {
     Tensor leaf;
     auto t0 = Clock::now();
@@ -241,6 +243,19 @@ nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int re
     t0 = Clock::now();  // Op::BackwardWeight: backward again from the root, inputs = parameters
     torch::autograd::backward({y}, {gy}, false, false, params);
     t_bw = std::min(t_bw, seconds_since(t0));
+    // The executor's split since issue 14 (core/src/pipeline/backward_split.cpp):
+    // the weight pass starts where the input pass left the weight sides.
+    for (auto& p : params) p.mutable_grad() = Tensor();
+    y = forward(leaf);
+    {
+      smp::BackwardSplit split;
+      t0 = Clock::now();
+      split.input_pass({y}, {gy}, {leaf});
+      t_sbi = std::min(t_sbi, seconds_since(t0));
+      t0 = Clock::now();
+      split.weight_pass();
+      t_sbw = std::min(t_sbw, seconds_since(t0));
+    }
     // The input-gradient chain alone (parameters frozen): what BI needs to cost.
     for (auto& p : params) p.requires_grad_(false);
     y = forward(leaf);
@@ -253,7 +268,9 @@ nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int re
           {"forward_s", t_f},                  {"backward_full_s", t_b},
           {"backward_input_s", t_bi},          {"backward_weight_s", t_bw},
           {"input_grad_chain_only_s", t_ideal_bi},
-          {"bi_plus_bw_over_b", (t_bi + t_bw) / t_b}, {"b_over_f", t_b / t_f}};
+          {"bi_plus_bw_over_b", (t_bi + t_bw) / t_b}, {"b_over_f", t_b / t_f},
+          {"split_backward_input_s", t_sbi},  {"split_backward_weight_s", t_sbw},
+          {"split_bi_plus_bw_over_b", (t_sbi + t_sbw) / t_b}};
 }
 
 }  // namespace bench

@@ -115,6 +115,10 @@ TEST(GptEquivalence, TensorAndDataParallel) {
                                {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
                                {"tp4", 4, {"parallel.tp=4"}},
                                {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}},
+                               // The weight pass must not run the input pass's tp collectives again.
+                               {"pp2 x tp2 zb-h1 sequence-parallel", 4,
+                                {"parallel.pp=2", "parallel.tp=2", "parallel.schedule=zb-h1",
+                                 "parallel.sequence_parallel=true"}},
                                {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
                                {"dp2 x tp2", 4, {"parallel.dp=2", "parallel.tp=2"}},
                                {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
@@ -143,8 +147,10 @@ TEST(GptEquivalence, ShardedDataParallel) {
   layouts.push_back({"zero3 pp2 x dp2 interleaved v2", 4,
                      {"memory.shard=parameters", "parallel.pp=2", "parallel.dp=2",
                       "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2"}});
-  layouts.push_back({"zero2 pp2 x dp2 zb-h1", 4,
-                     {"parallel.zero=2", "parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h1"}});
+  for (int z : {2, 3})
+    layouts.push_back({"zero" + std::to_string(z) + " pp2 x dp2 zb-h1", 4,
+                       {"parallel.zero=" + std::to_string(z), "parallel.pp=2", "parallel.dp=2",
+                        "parallel.schedule=zb-h1"}});
   layouts.push_back({"zero3 dp2 checkpoint blocks", 2,
                      {"parallel.zero=3", "parallel.dp=2", "memory.checkpoint=[\"transformer_layer\"]"}});
   layouts.push_back({"zero1 dp2 no overlap", 2, {"parallel.zero=1", "parallel.dp=2", "train.bucket_mb=0"}});

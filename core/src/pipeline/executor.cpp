@@ -7,6 +7,7 @@
 #include "memory/activation_offload.h"
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
+#include "pipeline/backward_split.h"
 #include "runtime/device.h"
 #include "runtime/seeds.h"
 #include "runtime/trace.h"
@@ -40,6 +41,7 @@ struct Executor::Slot {
   std::map<std::string, at::Tensor> grads_out;  // grads of received values, for the previous stage
   at::Tensor loss;
   at::Tensor loss_count;  // LossReduction::Sum only
+  std::unique_ptr<BackwardSplit> split;  // between BackwardInput and BackwardWeight
   bool weight_done = false;
   bool grads_sent = false;
   int64_t activation_bytes = 0;  // what this slot's forward kept
@@ -213,8 +215,22 @@ void Executor::recv_grads(Slot& slot, int mb, int chunk, int peer) {
   }
 }
 
-void Executor::backward(Slot& slot, int chunk, bool input_part, bool weight_part) {
-  const int stage = stage_of(chunk);
+void Executor::backward(Slot& slot, bool input_part, bool weight_part) {
+  if (!input_part) {  // BackwardWeight: what BackwardInput left (nothing when no root needed a gradient)
+    if (slot.split && setup_.gather) {
+      // ZeRO-3: a unit freed since BackwardInput is gathered again before its weights' kernels run.
+      slot.split->weight_pass([this](const std::vector<at::Tensor>& params) {
+        for (const auto& p : params) {
+          auto unit = unit_of_parameter().find(p.unsafeGetTensorImpl());
+          if (unit != unit_of_parameter().end()) setup_.gather->acquire(unit->second);
+        }
+      });
+    } else if (slot.split) {
+      slot.split->weight_pass();
+    }
+    slot.split.reset();
+    return;
+  }
   std::vector<at::Tensor> roots, grads;
   std::map<std::string, at::Tensor> passthrough;  // received values sent on unchanged
   if (slot.loss.defined()) {
@@ -239,37 +255,32 @@ void Executor::backward(Slot& slot, int chunk, bool input_part, bool weight_part
   }
   auto finish_inputs = [&](const std::vector<at::Tensor>& leaf_grads) {
     for (size_t i = 0; i < leaf_names.size(); ++i) {
-      at::Tensor g = leaf_grads[i].defined() ? leaf_grads[i] : at::zeros_like(leaves[i]).detach();
+      at::Tensor g = i < leaf_grads.size() && leaf_grads[i].defined() ? leaf_grads[i] : at::zeros_like(leaves[i]).detach();
       auto p = passthrough.find(leaf_names[i]);
       if (p != passthrough.end()) g = g + p->second;
       slot.grads_out[leaf_names[i]] = g.detach();
     }
   };
   if (roots.empty()) {  // nothing computed here needs a gradient: pass through
-    if (input_part) finish_inputs(std::vector<at::Tensor>(leaves.size()));
+    finish_inputs({});
     return;
   }
-  if (input_part && weight_part) {
+  if (weight_part) {
     torch::autograd::backward(roots, grads, /*retain_graph=*/false);
     std::vector<at::Tensor> lg;
     for (auto& l : leaves) lg.push_back(l.grad());
     finish_inputs(lg);
-  } else if (input_part) {
-    std::vector<at::Tensor> lg;
-    if (!leaves.empty())
-      lg = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/true, /*create_graph=*/false,
-                                 /*allow_unused=*/true);
-    finish_inputs(lg);
-  } else {
-    // Weight part: gradients of this stage's parameters only.
-    std::vector<at::Tensor> params;
-    for (int idx : setup_.plan->nodes_of_stage[stage]) {
-      const auto& m = setup_.modules->at(setup_.graph->nodes[idx].module_key());
-      for (const auto& p : m->parameters())
-        if (p.tensor.requires_grad()) params.push_back(p.tensor);
-    }
-    if (!params.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/false, false, params);
+  } else {  // BackwardInput: the input gradients now, the weights' later (zero-bubble split)
+    slot.split = std::make_unique<BackwardSplit>();
+    finish_inputs(slot.split->input_pass(roots, grads, leaves));
   }
+}
+
+const std::unordered_map<const void*, std::string>& Executor::unit_of_parameter() {
+  if (unit_of_parameter_.empty())
+    for (const auto& [key, module] : *setup_.modules)
+      for (const auto& p : module->parameters()) unit_of_parameter_[p.tensor.unsafeGetTensorImpl()] = key;
+  return unit_of_parameter_;
 }
 
 ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool training) {
@@ -321,11 +332,11 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
           for (size_t b = backwards_done; b < std::min(backward_order.size(), backwards_done + 1 + setup_.offload->horizon()); ++b)
             setup_.offload->prefetch(backward_order[b].first, backward_order[b].second);
         ++backwards_done;
-        backward(slot, a.chunk, true, true);
+        backward(slot, true, true);
         slot.weight_done = true;
         break;
-      case Op::BackwardInput: backward(slot, a.chunk, true, false); break;
-      case Op::BackwardWeight: backward(slot, a.chunk, false, true); slot.weight_done = true; break;
+      case Op::BackwardInput: backward(slot, true, false); break;
+      case Op::BackwardWeight: backward(slot, false, true); slot.weight_done = true; break;
       case Op::SendGrad:
         send_grads(slot, a.microbatch, a.chunk, a.peer);
         slot.grads_sent = true;

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace smp {
@@ -75,16 +76,19 @@ class Executor {
  private:
   struct Slot;  // one (microbatch, chunk) in flight
   void forward(Slot& slot, int64_t step, int mb, int chunk, bool training);
-  void backward(Slot& slot, int chunk, bool input_part, bool weight_part);
+  void backward(Slot& slot, bool input_part, bool weight_part);
   void send_activations(Slot& slot, int mb, int chunk, int peer);
   void recv_activations(Slot& slot, int mb, int chunk, int peer, bool training);
   void send_grads(Slot& slot, int mb, int chunk, int peer);
   void recv_grads(Slot& slot, int mb, int chunk, int peer);
   const std::vector<at::Tensor>& microbatch_inputs(int64_t step, int mb, bool training);
+  // ZeRO-3: the module key (unit) of each parameter, by TensorImpl.
+  const std::unordered_map<const void*, std::string>& unit_of_parameter();
   int stage_of(int chunk) const { return chunk * setup_.plan->pp + setup_.pp_rank; }
 
   ExecutorSetup setup_;
   std::map<int, std::vector<at::Tensor>> batch_cache_;
+  std::unordered_map<const void*, std::string> unit_of_parameter_;
   std::vector<std::pair<double, double>> metrics_;  // this run's metric sums (see ExecutorResult)
   // Sends in flight, with the buffers they read from (they must outlive the send).
   std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
