@@ -116,6 +116,11 @@ JobResult run_job(const Job& job) {
       r.output += std::string("\nsmp-bench: cannot parse summary.json: ") + e.what();
     }
   }
+  for (int rank = 0; rank < job.nproc; ++rank) {
+    std::ifstream t(run_dir + "/trace/rank-" + std::to_string(rank) + ".json");
+    if (!t) break;
+    r.traces.push_back(json::parse(t));
+  }
   if (job.plain && r.summary.contains("step_seconds_each")) {
     r.step_seconds_each = r.summary["step_seconds_each"].get<std::vector<double>>();
   } else {

@@ -50,6 +50,9 @@ struct JobResult {
   double competing_cores = 0;
   std::vector<double> step_seconds_each;  // every step, from the rank-0 log (ms resolution) or the plain summary
   double job_cpu_cores = 0;  // the job's own CPU time / wall time
+  // run.trace = true: the ranks' traces (<run.dir>/trace/rank-<r>.json), read
+  // before the run folder goes; empty otherwise.
+  std::vector<json> traces;
 };
 
 // smp: smp-launch --nproc-per-node N --threads-per-rank 1 --master-port <free> --plugin gpt

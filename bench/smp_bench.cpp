@@ -19,6 +19,7 @@
 
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_simulator.h"
+#include "pipeline/traced_pipeline.h"
 
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -523,6 +524,108 @@ int cmd_pipeline(const Common& c) {
 }
 
 // ------------------------------------------------------------------------------ tp
+// ------------------------------------------------------------------ pipeline-sim
+// pp = 2 at m microbatches, every job traced over steps 3..N (run.trace): the
+// measured step against the simulator's, fed the costs the same run measured
+// (per rank the mean F, B, BI, BW; the mean message delivery) plus the step's
+// measured time outside the pipeline phase (gradient sync, clip, optimizer).
+// The schedules run interleaved, `repeat` times; ZB-H1 against 1F1B is the
+// median of the per-repeat ratios of their summary step times.
+int cmd_pipeline_sim(const Common& c, int m) {
+  const auto base = base_overrides(c);
+  json result = interleaved_header("pipeline-sim", c, base);
+  result["microbatches"] = m;
+  result["method"] =
+      "predicted_step = simulate(schedule, per-rank mean F/B/BI/BW and mean delivery measured in the same run's "
+      "trace).makespan + (traced step - traced pipeline phase); measured_step = mean over the traced steps of the "
+      "slower rank's step; both over steps 3..N";
+  const std::vector<std::string> scheds{"gpipe", "1f1b", "zb-h1"};
+  std::map<std::string, json> rows;
+  std::map<std::string, std::vector<double>> step_s;  // summary step_seconds per repeat
+  for (const auto& s : scheds) rows[s] = json::array();
+  for (int rep = 0; rep < c.repeat; ++rep)
+    for (const auto& s : scheds) {
+      auto o = base;
+      for (const std::string& x : std::vector<std::string>{"parallel.pp=2", "parallel.microbatches=" + std::to_string(m),
+                                   "parallel.schedule=" + s, std::string("run.trace=true"),
+                                   "run.trace_steps=[3, " + std::to_string(c.steps) + "]"})
+        o.push_back(x);
+      if (c.quiet_cores > 0) bench::wait_for_quiet(1.0 + c.quiet_cores, c.job_wait_s);
+      const bench::JobResult r = bench::run_job({"pp2-" + s + "-m" + std::to_string(m), false, 2, c.config, o});
+      json row = {{"repeat", rep}, {"ok", false}};
+      if (r.exit_code != 0 || r.summary.is_null() || r.traces.size() != 2) {
+        row["error_output"] = r.output;
+        rows[s].push_back(row);
+        std::cout << s << " repeat " << rep << ": FAILED\n" << r.output << "\n";
+        continue;
+      }
+      const smp::TracedPipeline t = smp::read_traced_pipeline(r.traces);
+      const smp::SimResult sim = smp::simulate(smp::make_schedule(s, 2, m), t.costs);
+      if (!sim.ok) throw std::runtime_error("pipeline-sim: " + sim.error);
+      const double outside = t.step_us - t.pipeline_us, predicted = sim.makespan + outside;
+      std::vector<double> sim_idle;
+      for (int k = 0; k < 2; ++k) sim_idle.push_back((sim.makespan - sim.busy[k]) / sim.makespan);
+      row = {{"repeat", rep},
+             {"ok", true},
+             {"summary_step_seconds", r.summary["step_seconds"]},
+             {"measured_step_seconds", t.step_us / 1e6},
+             {"predicted_step_seconds", predicted / 1e6},
+             {"measured_over_predicted", t.step_us / predicted},
+             {"measured_pipeline_seconds", t.pipeline_us / 1e6},
+             {"simulated_pipeline_seconds", sim.makespan / 1e6},
+             {"outside_pipeline_seconds", outside / 1e6},
+             {"idle_fraction_measured", t.idle_fraction},
+             {"idle_fraction_simulated", sim_idle},
+             {"forward_ms_by_rank", t.costs.forward_by_rank},
+             {"backward_ms_by_rank", t.costs.backward_by_rank},
+             {"backward_input_ms_by_rank", t.costs.backward_input_by_rank},
+             {"backward_weight_ms_by_rank", t.costs.backward_weight_by_rank},
+             {"delivery_ms", t.costs.comm},
+             {"deliveries", t.deliveries},
+             {"competing_cores", r.competing_cores}};
+      for (const char* k : {"forward_ms_by_rank", "backward_ms_by_rank", "backward_input_ms_by_rank",
+                            "backward_weight_ms_by_rank"})
+        for (auto& v : row[k]) v = v.get<double>() / 1e3;
+      row["delivery_ms"] = t.costs.comm / 1e3;
+      step_s[s].push_back(r.summary["step_seconds"].get<double>());
+      std::cout << s << " repeat " << rep << ": step " << fmt(t.step_us / 1e3, 1) << " ms, predicted "
+                << fmt(predicted / 1e3, 1) << " ms (" << fmt(t.step_us / predicted, 3) << ")\n";
+      rows[s].push_back(row);
+    }
+  json summary = json::object();
+  std::vector<std::vector<std::string>> table;
+  bool within = true;
+  for (const auto& s : scheds) {
+    std::vector<double> ratio, meas, pred;
+    for (const auto& r : rows[s])
+      if (r["ok"].get<bool>()) {
+        ratio.push_back(r["measured_over_predicted"].get<double>());
+        meas.push_back(r["measured_step_seconds"].get<double>());
+        pred.push_back(r["predicted_step_seconds"].get<double>());
+      }
+    const double med = bench::median_from(ratio, 0);
+    summary[s] = {{"median_measured_over_predicted", med}, {"median_measured_step_seconds", bench::median_from(meas, 0)},
+                  {"median_predicted_step_seconds", bench::median_from(pred, 0)}, {"per_repeat", ratio}};
+    if (s != "gpipe") within = within && std::abs(med - 1) <= 0.10;
+    table.push_back({s, fmt(1000 * bench::median_from(meas, 0), 1), fmt(1000 * bench::median_from(pred, 0), 1),
+                     fmt(med, 3)});
+  }
+  result["runs"] = rows;
+  result["summary"] = summary;
+  std::vector<double> zb_over;
+  for (size_t k = 0; k < std::min(step_s["zb-h1"].size(), step_s["1f1b"].size()); ++k)
+    zb_over.push_back(step_s["zb-h1"][k] / step_s["1f1b"][k]);
+  const double zb_med = bench::median_from(zb_over, 0);
+  result["zb_h1_over_1f1b_step_paired"] = {{"per_repeat", zb_over}, {"median", zb_med}};
+  result["targets"] = {{"1f1b_and_zb_h1_within_10pct_of_simulated", within}, {"zb_h1_faster_than_1f1b", zb_med < 1}};
+  std::cout << "\nsmp-bench pipeline-sim: pp 2, m " << m << ", batch " << c.batch << ", traced steps 3.." << c.steps
+            << ", medians of " << c.repeat << " interleaved repeats\n";
+  bench::print_table({"schedule", "measured ms", "simulated ms", "measured/simulated"}, table);
+  std::cout << "ZB-H1 / 1F1B step time, median of pairs: " << fmt(zb_med, 3) << "\n";
+  finish(result, c);
+  return 0;
+}
+
 int cmd_tp(const Common& c) {
   const auto base = base_overrides(c);
   const bench::Shape shape = shape_of(c.config, base);
@@ -596,11 +699,15 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp, ncf, bert, roberta, eager;
+  Common gpt, pipe, tp, ncf, bert, roberta, eager, psim;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
   add_common(pl, pipe, 8, 16, P.source_dir + "/bench/results/pipeline.json");
+  auto* ps = app.add_subcommand("pipeline-sim", "pp=2 gpipe/1f1b/zb-h1, traced: measured step vs the simulator's for the measured costs (issue 14)");
+  add_common(ps, psim, 10, 16, P.source_dir + "/bench/results/pipeline-sim.json");
+  int psim_m = 4;
+  ps->add_option("--microbatches", psim_m)->capture_default_str();
   auto* t = app.add_subcommand("tp", "tp=2 with/without sequence parallelism vs serial (issue 5)");
   add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
   auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop (issue 13)");
@@ -658,7 +765,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp, &eager})
+    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
@@ -666,6 +773,7 @@ int main(int argc, char** argv) {
     if (*g) return cmd_gpt(gpt);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
+    if (*ps) return cmd_pipeline_sim(psim, psim_m);
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
     if (*eg) return cmd_eager(eager);
     if (*bt) return cmd_adapter(bert, "bert", "plain-bert", "tokens");

@@ -7,6 +7,7 @@
 
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_simulator.h"
+#include "pipeline/traced_pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -46,10 +47,7 @@ TEST(Trace, PipelineActionsInScheduleOrderAndIdleAsSimulated) {
   for (const auto& e : merged["traceEvents"]) pids.insert(e["pid"].get<int>());
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
 
-  std::vector<double> measured_idle(2);
-  std::vector<std::vector<double>> forward(2), backward(2);  // per rank
-  // acts[rank][k]: the k-th traced step's pipeline actions on that rank, in time order.
-  std::vector<std::vector<std::vector<json>>> acts(2);
+  std::vector<json> traces;
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const json trace = read_json(r.run_dir + "/trace/rank-" + std::to_string(rank) + ".json");
@@ -66,78 +64,33 @@ TEST(Trace, PipelineActionsInScheduleOrderAndIdleAsSimulated) {
     for (const auto& e : events_named(trace, "comm"))
       if (e["ph"] == "b" && e["name"] == "allreduce world") world_allreduce = e["args"]["bytes"].get<double>() > 0;
     EXPECT_TRUE(world_allreduce);
-
-    // Within each pipeline phase: the schedule's actions, in its order.
+    traces.push_back(trace);
+  }
+  const TracedPipeline traced = read_traced_pipeline(traces);
+  // Within each pipeline phase: the schedule's actions, in its order.
+  for (int rank = 0; rank < 2; ++rank) {
     std::vector<std::string> want;
     for (const Action& a : schedule.actions[rank]) want.push_back(to_string(a));
-    for (const auto& phase : events_named(trace, "phase")) {
-      if (phase["name"] != "pipeline") continue;
-      const double begin = phase["ts"].get<double>(), end = begin + phase["dur"].get<double>();
-      std::vector<json> step_acts;
-      for (const auto& e : trace["traceEvents"]) {
-        const std::string cat = e.value("cat", "");
-        if ((cat == "compute" || cat == "p2p") && e["ts"].get<double>() >= begin && e["ts"].get<double>() <= end)
-          step_acts.push_back(e);
-      }
-      std::stable_sort(step_acts.begin(), step_acts.end(), [](const json& a, const json& b) { return a["ts"] < b["ts"]; });
-      std::vector<std::string> got;
-      double busy = 0;
-      for (const auto& e : step_acts) {
-        got.push_back(e["name"]);
-        if (e["cat"] != "compute") continue;
-        busy += e["dur"].get<double>();
-        (e["name"].get<std::string>()[0] == 'F' ? forward : backward)[rank].push_back(e["dur"].get<double>());
-      }
-      EXPECT_EQ(got, want);
-      measured_idle[rank] += (end - begin - busy) / (end - begin) / 2.0;  // mean over the two steps
-      acts[rank].push_back(step_acts);
-    }
+    ASSERT_EQ(traced.actions[rank].size(), 2u);
+    for (const auto& got : traced.actions[rank]) EXPECT_EQ(got, want) << "rank " << rank;
   }
-  ASSERT_EQ(acts[0].size(), 2u);
-  ASSERT_EQ(acts[1].size(), 2u);
-  // A message's delivery time, as the trace shows it: from the start of its
-  // send to the end of its receive when the receiver was waiting for it (one
-  // steady clock for the processes of a host). Sends are asynchronous, so what
-  // a rank waits for is the transfer, not the send call.
-  auto end_of = [](const json& e) { return e["ts"].get<double>() + e["dur"].get<double>(); };
-  std::vector<double> delivery;
-  for (size_t k = 0; k < 2; ++k)
-    for (int src = 0; src < 2; ++src)
-      for (const auto& send : acts[src][k]) {
-        const std::string name = send["name"];
-        if (name.rfind("send_", 0) != 0) continue;
-        // send_act3>1 on rank 0 is received as recv_act3<0 on rank 1.
-        const std::string kind = name.substr(5, name.find('>') - 5);
-        const std::string recv_name = "recv_" + kind + "<" + std::to_string(src);
-        for (const auto& recv : acts[1 - src][k])
-          if (recv["name"] == recv_name && recv["ts"].get<double>() <= send["ts"].get<double>())
-            delivery.push_back(end_of(recv) - send["ts"].get<double>());
-      }
-  // Means, not medians: idle time is a sum, and a few slow transfers are part of it.
-  auto mean = [](const std::vector<double>& v) {
-    double t = 0;
-    for (double x : v) t += x;
-    return v.empty() ? 0.0 : t / static_cast<double>(v.size());
-  };
   // The simulator's bubble for the measured costs: each rank's mean F and B
   // (the stages differ: the first has the embeddings, the last the LM head and
-  // the loss) and the mean delivery time, over the two steps.
-  SimCosts costs;
-  for (int rank = 0; rank < 2; ++rank)
-    costs.forward_by_rank.push_back(mean(forward[rank])), costs.backward_by_rank.push_back(mean(backward[rank]));
-  costs.comm = mean(delivery);
+  // the loss) and the mean delivery time, over the two steps. Means, not
+  // medians: idle time is a sum, and a few slow transfers are part of it.
+  const SimCosts& costs = traced.costs;
   const SimResult sim = simulate(schedule, costs);
   ASSERT_TRUE(sim.ok) << sim.error;
   for (int rank = 0; rank < 2; ++rank) {
     const double predicted = (sim.makespan - sim.busy[rank]) / sim.makespan;
     std::printf("[ trace ] rank %d: idle %.1f%% of the pipeline phase, simulated %.1f%% (F %.2f ms, B %.2f ms, "
-                "delivery %.2f ms, mean of %zu messages)\n",
-                rank, 100 * measured_idle[rank], 100 * predicted, costs.forward_by_rank[rank] / 1e3,
-                costs.backward_by_rank[rank] / 1e3, costs.comm / 1e3, delivery.size());
+                "delivery %.2f ms, mean of %d messages)\n",
+                rank, 100 * traced.idle_fraction[rank], 100 * predicted, costs.forward_by_rank[rank] / 1e3,
+                costs.backward_by_rank[rank] / 1e3, costs.comm / 1e3, traced.deliveries);
     // Stated tolerance: 15 points. The ranks enter a step a little apart (the
     // previous step's optimizer differs per stage) and a shared 2-core machine
     // adds scheduling noise; neither is in the simulation.
-    EXPECT_NEAR(measured_idle[rank], predicted, 0.15) << "rank " << rank;
+    EXPECT_NEAR(traced.idle_fraction[rank], predicted, 0.15) << "rank " << rank;
   }
 }
 

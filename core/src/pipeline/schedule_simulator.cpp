@@ -139,7 +139,7 @@ class Simulator {
         const bool full = a.op == Op::Backward;
         st.bwd[m][c] = full ? BwdState::Full : BwdState::Input;
         const double cost = full ? (c_.backward_by_rank.empty() ? c_.backward : c_.backward_by_rank.at(r))
-                                 : c_.backward_input;
+                                 : (c_.backward_input_by_rank.empty() ? c_.backward_input : c_.backward_input_by_rank.at(r));
         st.timeline.push_back({a, st.time, st.time + cost});
         st.time += cost;
         st.busy += cost;
@@ -152,9 +152,10 @@ class Simulator {
           fail(where(r, st.pc) + ": weight backward after a full backward of the same microbatch/chunk");
         if (st.bwd[m][c] == BwdState::InputWeight) fail(where(r, st.pc) + ": weight backward done twice");
         st.bwd[m][c] = BwdState::InputWeight;
-        st.timeline.push_back({a, st.time, st.time + c_.backward_weight});
-        st.time += c_.backward_weight;
-        st.busy += c_.backward_weight;
+        const double cost = c_.backward_weight_by_rank.empty() ? c_.backward_weight : c_.backward_weight_by_rank.at(r);
+        st.timeline.push_back({a, st.time, st.time + cost});
+        st.time += cost;
+        st.busy += cost;
         return true;
       }
       case Op::SendActivation: {

@@ -21,9 +21,10 @@ struct SimCosts {
   // Time a send occupies its rank, and a receive whose message is already
   // there (both count as idle, not busy: measured traces show them).
   double send = 0, recv = 0;
-  // Per pp rank, when the stages differ (e.g. measured): replace forward and
-  // backward on that rank (empty = the uniform costs above).
-  std::vector<double> forward_by_rank, backward_by_rank;
+  // Per pp rank, when the stages differ (e.g. measured): replace forward,
+  // backward, backward_input and backward_weight on that rank (empty = the
+  // uniform costs above).
+  std::vector<double> forward_by_rank, backward_by_rank, backward_input_by_rank, backward_weight_by_rank;
 };
 
 // One compute action as the simulator ran it.
