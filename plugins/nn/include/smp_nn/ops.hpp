@@ -56,10 +56,13 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
   const int64_t b = q.size(0), s = q.size(1);
   auto split = [&](const Tensor& t) { return t.reshape({b, s, heads_local, head_dim}).transpose(1, 2); };
 #if TORCH_VERSION_MAJOR >= 2
-  // On a GPU without dropout or padding: the fused kernel (FlashAttention), which
-  // never materialises the [b, n, s, s] scores. Same math as below up to rounding.
-  if (q.is_cuda() && causal && !pad_mask.defined() && (!training || p <= 0.0))
-    return at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, /*is_causal=*/true)
+  // LibTorch 2 without dropout or padding: the fused kernel (FlashAttention on a
+  // GPU, its CPU port on the CPU), which never materialises the [b, n, s, s]
+  // scores and keeps its softmax statistics in fp32. Same math as below up to
+  // rounding. (Dropout stays below: its mask must be smp's keyed one, so that
+  // every layout drops the same elements.)
+  if (!pad_mask.defined() && (!training || p <= 0.0))
+    return at::scaled_dot_product_attention(split(q), split(k), split(v), {}, 0.0, causal)
         .transpose(1, 2)
         .reshape({b, s, heads_local * head_dim});
 #endif
