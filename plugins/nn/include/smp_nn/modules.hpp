@@ -59,9 +59,9 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 // ---- serial math on full parameters (reused by tests) ----
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed) {
-  Tensor ctx = attention_core(c.recompute_core, linear(x, p.q), linear(x, p.k), linear(x, p.v), c.heads,
-                              c.head_dim(), c.causal, pad_mask, c.dropout, training, mix_seed(seed, kAttnProbs),
-                              c.heads, 0);
+  const std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
+  Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
+                              c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
   return dropout(linear(ctx, p.out), c.dropout, training, mix_seed(seed, kAttnOut));
 }
 inline Tensor mlp_forward(const MlpParams& p, const MlpConfig& c, const Tensor& x, bool training, uint64_t seed) {

@@ -39,6 +39,18 @@ inline Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, a
 inline Tensor linear(const Tensor& x, const LinearParams& p) {
   return p.bias.defined() ? at::linear(x, p.weight, p.bias) : at::linear(x, p.weight);
 }
+// q, k and v from one GEMM over the concatenated weights (the parameters stay
+// three): one kernel with three times the columns instead of three, and in
+// backward one input-gradient GEMM instead of three and the two sums of their
+// results. Returns views into the one output.
+inline std::vector<Tensor> qkv_projection(const Tensor& x, const LinearParams& q, const LinearParams& k,
+                                          const LinearParams& v) {
+  const int biases = q.bias.defined() + k.bias.defined() + v.bias.defined();
+  if (biases != 0 && biases != 3) return {linear(x, q), linear(x, k), linear(x, v)};
+  const Tensor w = at::cat({q.weight, k.weight, v.weight}, 0);
+  const Tensor y = biases ? at::linear(x, w, at::cat({q.bias, k.bias, v.bias}, 0)) : at::linear(x, w);
+  return y.split_with_sizes({q.weight.size(0), k.weight.size(0), v.weight.size(0)}, -1);
+}
 inline Tensor layer_norm(const Tensor& x, const LayerNormParams& p, double eps) {
   return at::layer_norm(x, {p.weight.size(0)}, p.weight, p.bias, eps);
 }
@@ -66,25 +78,41 @@ inline Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, 
         .transpose(1, 2)
         .reshape({b, s, heads_local * head_dim});
 #endif
-  // Scores, mask and softmax in fp32 whatever the compute dtype (Megatron's
-  // attention_softmax_in_fp32): the mask's -1e9 does not fit in fp16, and 16-bit
-  // sums over long rows lose the small terms.
-  Tensor scores =
-      at::matmul(split(q), split(k).transpose(-2, -1)).to(at::kFloat).mul(1.0 / std::sqrt(double(head_dim)));
-  Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
-  if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
-  if (pad_mask.defined()) {
-    if (pad_mask.dim() != 2 || pad_mask.size(0) != b || pad_mask.size(1) != s)
-      throw smp::sdk::Error("attention: padding mask must be [b, s] = [" + std::to_string(b) + ", " +
-                            std::to_string(s) + "], got " + c10::str(pad_mask.sizes()));
-    Tensor pad = pad_mask.eq(0).reshape({b, 1, 1, s});
-    masked = masked.defined() ? at::logical_or(masked, pad) : pad;
+  // The math path as batched GEMMs over [b * heads, s, head_dim]. Softmax in
+  // fp32 whatever the compute dtype (Megatron's attention_softmax_in_fp32):
+  // 16-bit sums over long rows lose the small terms.
+  const int64_t bn = b * heads_local;
+  auto batched = [&](const Tensor& t) { return split(t).reshape({bn, s, head_dim}); };
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  const Tensor q3 = batched(q), kt3 = batched(k).transpose(1, 2);
+  Tensor scores;
+  if (causal && !pad_mask.defined() && q.scalar_type() != at::kHalf) {
+    // One kernel for scale * q k^T + mask: the causal mask as an additive bias
+    // (0 / -1e9, which fp16 cannot hold: fp16 takes the path below) in the
+    // GEMM's accumulator, instead of a matmul, a scaling pass and a masked fill
+    // over the [b, n, s, s] scores.
+    const Tensor bias = at::full({s, s}, -1e9, q.options().requires_grad(false)).triu_(1);
+    scores = at::baddbmm(bias, q3, kt3, /*beta=*/1.0, /*alpha=*/scale).to(at::kFloat);
+  } else {
+    scores = at::bmm(q3, kt3).to(at::kFloat).mul(scale).view({b, heads_local, s, s});
+    Tensor masked;  // true = may not attend, broadcastable to [b, n, s, s]
+    if (causal) masked = at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
+    if (pad_mask.defined()) {
+      if (pad_mask.dim() != 2 || pad_mask.size(0) != b || pad_mask.size(1) != s)
+        throw smp::sdk::Error("attention: padding mask must be [b, s] = [" + std::to_string(b) + ", " +
+                              std::to_string(s) + "], got " + c10::str(pad_mask.sizes()));
+      Tensor pad = pad_mask.eq(0).reshape({b, 1, 1, s});
+      masked = masked.defined() ? at::logical_or(masked, pad) : pad;
+    }
+    // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
+    if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
   }
-  // A large finite negative (not -inf): a fully masked row gives a uniform row, not NaN.
-  if (masked.defined()) scores = scores.masked_fill(masked, -1e9);
-  Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  Tensor probs = at::softmax(scores, -1).to(q.scalar_type()).view({b, heads_local, s, s});
   probs = dropout(probs, p, training, seed, {b, heads_total, s, s}, 1, head_offset);
-  return at::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
+  return at::bmm(probs.reshape({bn, s, s}), batched(v))
+      .view({b, heads_local, s, head_dim})
+      .transpose(1, 2)
+      .reshape({b, s, heads_local * head_dim});
 }
 
 // attention_core, or (recompute: selective activation checkpointing, Korthikanti
