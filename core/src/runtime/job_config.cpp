@@ -70,9 +70,6 @@ JobConfig JobConfig::from(const Config& c) {
   m.checkpoint_every = static_cast<int>(c.get_int("memory.checkpoint_every"));
   if (c.has("memory.checkpoint_every") && m.checkpoint.empty())
     throw Error(c.origin() + ": memory.checkpoint_every is set but memory.checkpoint lists no nodes");
-  if (!m.checkpoint.empty() && p.schedule == "zb-h1")
-    throw Error(c.origin() + ": memory.checkpoint cannot be combined with parallel.schedule = \"zb-h1\": its "
-                "separate weight pass would run the recomputation's backward a second time");
   m.checkpoint_attention_core = c.get_string_array("memory.checkpoint_attention_core");
   m.offload = c.get_bool("memory.offload");
   m.offload_horizon = static_cast<int>(c.get_int("memory.offload_horizon"));
