@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out")
+    ap.add_argument("--profile-ops", metavar="FILE",
+                    help="profile steps 3..N op by op (torch.autograd.profiler) and write them as smp's "
+                         "run.profile_ops does: {steps, ops: [{name, calls, self_us, total_us} per step]}")
     a = ap.parse_args()
     cfg = load_config(a.config, a.set)
     m, t = cfg["model"], cfg["train"]
@@ -128,7 +131,11 @@ def main():
 
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     losses, seconds = [], []
+    prof = None
     for step in range(steps):
+        if a.profile_ops and step == 2:
+            prof = torch.autograd.profiler.profile(use_kineto=False)
+            prof.__enter__()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
         offs = [splitmix(seed ^ splitmix(splitmix(step * 1000003 + i))) % (span + 1) for i in range(B)]
@@ -141,6 +148,14 @@ def main():
         opt.step()
         losses.append(loss.item())
         seconds.append(time.perf_counter() - t0)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        n = steps - 2
+        ops = [{"name": e.key, "calls": e.count / n, "self_us": e.self_cpu_time_total / n,
+                "total_us": e.cpu_time_total / n} for e in prof.key_averages()]
+        ops.sort(key=lambda o: -o["self_us"])
+        with open(a.profile_ops, "w") as f:
+            json.dump({"steps": n, "per": "step", "ops": ops}, f, indent=1)
     timed = seconds[1:] if steps > 1 else seconds
     step_s = sum(timed) / len(timed)
     out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,

@@ -89,12 +89,17 @@ JobResult run_job(const Job& job) {
            " --config " + quote(job.config);
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
     cmd += " --out " + quote(run_dir + "/summary.json");
+    if (job.profile_ops) {
+      fs::create_directories(run_dir + "/ops");
+      cmd += " --profile-ops " + quote(run_dir + "/ops/rank-0.json");
+    }
   } else {
     cmd += quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
           " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) +
           " --plugin " + job.plugin + " --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
           " --set run.threads=1";
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
+    if (job.profile_ops) cmd += " --set run.profile_ops=true --set " + quote("run.trace_steps=[3, 1000000]");
   }
   cmd += " 2>&1";
   const double busy0 = machine_busy_seconds(), kids0 = children_cpu_seconds();
@@ -120,6 +125,10 @@ JobResult run_job(const Job& job) {
     std::ifstream t(run_dir + "/trace/rank-" + std::to_string(rank) + ".json");
     if (!t) break;
     r.traces.push_back(json::parse(t));
+  }
+  if (job.profile_ops) {
+    std::ifstream ops(run_dir + "/ops/rank-0.json");
+    if (ops) r.op_profile = json::parse(ops);
   }
   if (job.plain && r.summary.contains("step_seconds_each")) {
     r.step_seconds_each = r.summary["step_seconds_each"].get<std::vector<double>>();

@@ -38,6 +38,9 @@ struct Job {
   // With plain: a Python script run by /usr/bin/python3 instead (the PyTorch-eager
   // peer, bench/eager_gpt.py, same arguments and summary).
   std::string python_script;
+  // Profile steps 3..N op by op (smp: run.profile_ops; the eager script:
+  // --profile-ops); the result lands in JobResult::op_profile.
+  bool profile_ops = false;
 };
 
 struct JobResult {
@@ -53,6 +56,7 @@ struct JobResult {
   // run.trace = true: the ranks' traces (<run.dir>/trace/rank-<r>.json), read
   // before the run folder goes; empty otherwise.
   std::vector<json> traces;
+  json op_profile;  // profile_ops: rank 0's <run.dir>/ops/rank-0.json, null otherwise
 };
 
 // smp: smp-launch --nproc-per-node N --threads-per-rank 1 --master-port <free> --plugin gpt

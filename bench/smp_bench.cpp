@@ -309,6 +309,72 @@ int cmd_eager(const Common& c) {
   return 0;
 }
 
+// ------------------------------------------------------------------ op-profile
+// One smp rank (run.profile_ops) and the PyTorch-eager step (eager_gpt.py
+// --profile-ops) of the same GPT, op by op over steps 3..N, at the bench shape
+// and at hidden 64 / sequence 64: per op name the calls and self CPU time per
+// step on each side. The two sides' profilers differ (smp: a RecordFunction
+// observer; eager: torch.autograd.profiler), so calls compare exactly and
+// times only roughly (each profiler adds its own cost per op).
+int cmd_op_profile(const Common& c) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
+    throw std::runtime_error("smp-bench op-profile: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+  const auto base = base_overrides(c);
+  json result = interleaved_header("op-profile", c, base);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
+      {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
+  json per_shape = json::array();
+  for (const auto& [shape, extra] : shapes) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    Job eager{"pytorch-eager", true, 1, c.config, o};
+    eager.python_script = bench::paths().source_dir + "/bench/eager_gpt.py";
+    eager.profile_ops = true;
+    Job one{"smp-1rank", false, 1, c.config, o};
+    one.profile_ops = true;
+    const bench::JobResult e = bench::run_job(eager), s = bench::run_job(one);
+    if (e.op_profile.is_null() || s.op_profile.is_null())
+      throw std::runtime_error("op-profile: a profile is missing\n" + e.output + "\n" + s.output);
+    std::map<std::string, std::pair<json, json>> by_name;  // name -> (smp, eager)
+    for (const auto& op : s.op_profile["ops"]) by_name[op["name"]].first = op;
+    for (const auto& op : e.op_profile["ops"]) by_name[op["name"]].second = op;
+    auto num = [](const json& op, const char* k) { return op.is_null() ? 0.0 : op[k].get<double>(); };
+    std::vector<std::pair<double, std::string>> order;
+    double smp_calls = 0, eager_calls = 0, smp_self = 0, eager_self = 0;
+    for (const auto& [name, both] : by_name) {
+      order.push_back({std::max(num(both.first, "self_us"), num(both.second, "self_us")), name});
+      smp_calls += num(both.first, "calls"), eager_calls += num(both.second, "calls");
+      smp_self += num(both.first, "self_us"), eager_self += num(both.second, "self_us");
+    }
+    std::sort(order.rbegin(), order.rend());
+    json ops = json::array();
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [_, name] : order) {
+      const auto& [sm, eg] = by_name[name];
+      ops.push_back({{"name", name}, {"smp_calls", num(sm, "calls")}, {"eager_calls", num(eg, "calls")},
+                     {"smp_self_us", num(sm, "self_us")}, {"eager_self_us", num(eg, "self_us")}});
+      if (rows.size() < 30)
+        rows.push_back({name.substr(0, 60), fmt(num(sm, "calls"), 0), fmt(num(eg, "calls"), 0),
+                        fmt(num(sm, "self_us") / 1e3, 2), fmt(num(eg, "self_us") / 1e3, 2)});
+    }
+    per_shape.push_back({{"shape", shape},
+                         {"overrides", o},
+                         {"ops_calls_per_step", {{"smp", smp_calls}, {"eager", eager_calls}}},
+                         {"self_ms_per_step", {{"smp", smp_self / 1e3}, {"eager", eager_self / 1e3}}},
+                         {"step_seconds_profiled", {{"smp", s.summary["step_seconds"]}, {"eager", e.summary["step_seconds"]}}},
+                         {"ops", ops}});
+    std::cout << "\n" << shape << ": op calls per step smp " << fmt(smp_calls, 0) << ", eager " << fmt(eager_calls, 0)
+              << "; profiled self time per step smp " << fmt(smp_self / 1e3, 1) << " ms, eager "
+              << fmt(eager_self / 1e3, 1) << " ms\n";
+    bench::print_table({"op", "smp calls", "eager calls", "smp ms", "eager ms"}, rows);
+  }
+  result["shapes"] = per_shape;
+  result["note"] = "per step, steps 3..N; smp: RecordFunction observer on the training thread (run.profile_ops); "
+                   "eager: torch.autograd.profiler (legacy) over the same steps; times include each profiler's cost";
+  finish(result, c);
+  return 0;
+}
+
 // ----------------------------------------------------------------------------- gpt
 int cmd_gpt(const Common& c) {
   const auto base = base_overrides(c);
@@ -720,7 +786,7 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp, ncf, bert, roberta, eager, psim;
+  Common gpt, pipe, tp, ncf, bert, roberta, eager, psim, oprof;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
@@ -735,6 +801,8 @@ int main(int argc, char** argv) {
   add_common(nc, ncf, 300, 256, P.source_dir + "/bench/results/ncf.json");
   auto* eg = app.add_subcommand("eager", "smp 1 rank and plain LibTorch vs a PyTorch-eager loop (python3-torch), two shapes (issue 14)");
   add_common(eg, eager, 12, 8, P.source_dir + "/bench/results/eager.json");
+  auto* op = app.add_subcommand("op-profile", "smp 1 rank vs PyTorch eager op by op (calls, self time), two shapes (issue 14)");
+  add_common(op, oprof, 8, 8, P.source_dir + "/bench/results/op-profile.json");
   auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop (issue 13)");
   add_common(bt, bert, 20, 16, P.source_dir + "/bench/results/bert.json");
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop (issue 13)");
@@ -786,7 +854,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim})
+    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
@@ -797,6 +865,7 @@ int main(int argc, char** argv) {
     if (*ps) return cmd_pipeline_sim(psim, psim_m);
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
     if (*eg) return cmd_eager(eager);
+    if (*op) return cmd_op_profile(oprof);
     if (*bt) return cmd_adapter(bert, "bert", "plain-bert", "tokens");
     if (*rb) return cmd_adapter(roberta, "roberta", "plain-roberta", "tokens");
     if (*stc) {

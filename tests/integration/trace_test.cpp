@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 
 namespace smp::testing {
@@ -97,12 +98,37 @@ TEST(Trace, PipelineActionsInScheduleOrderAndIdleAsSimulated) {
 TEST(Trace, BadTraceKeysAreNamed) {
   for (const auto& [sets, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"run.trace=true", "run.trace_steps=[3, 2]"}, "run.trace_steps: expected [from, to] with 1 <= from <= to"},
-           {{"run.trace_steps=[1, 2]"}, "run.trace_steps is set but run.trace is not true"},
+           {{"run.trace_steps=[1, 2]"}, "run.trace_steps is set but neither run.trace nor run.profile_ops is true"},
            {{"run.trace_merge=true"}, "run.trace_merge is set but run.trace is not true"}}) {
     JobResult r = run_job(1, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
                           with(sets, {"train.steps=1"}));
     EXPECT_NE(r.exit_code, 0) << message;
     EXPECT_NE(r.output.find(message), std::string::npos) << "expected: " << message << "\n" << r.output;
+  }
+}
+
+// run.profile_ops: every ATen op and autograd node of the traced steps by
+// name, per step. A GPT step runs, per layer, the fused q/k/v and
+// the output projection, and the MLP's two: 4 addmm per layer forward.
+TEST(OpProfile, StepsOpByOp) {
+  JobResult r = run_job(1, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
+                        {"train.steps=4", "parallel.microbatches=1", "run.profile_ops=true", "run.trace_steps=[2, 3]",
+                         "run.dump_parameters=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json ops = read_json(r.run_dir + "/ops/rank-0.json");
+  EXPECT_EQ(ops["steps"], 2);
+  std::map<std::string, json> by_name;
+  for (const auto& op : ops["ops"]) by_name[op["name"]] = op;
+  const int layers = 4;  // tests/integration/data/gpt-equiv.toml
+  ASSERT_TRUE(by_name.count("aten::addmm")) << ops.dump();
+  EXPECT_EQ(by_name["aten::addmm"]["calls"].get<double>(), 4.0 * layers) << "per step";
+  ASSERT_TRUE(by_name.count("aten::layer_norm"));
+  double previous = 1e300;
+  for (const auto& op : ops["ops"]) {  // the largest self time first; self within total
+    EXPECT_LE(op["self_us"].get<double>(), previous);
+    previous = op["self_us"].get<double>();
+    EXPECT_LE(op["self_us"].get<double>(), op["total_us"].get<double>() + 1e-6) << op.dump();
+    EXPECT_GT(op["calls"].get<double>(), 0);
   }
 }
 

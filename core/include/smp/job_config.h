@@ -67,6 +67,7 @@ struct RunConfig {
   bool trace = false;                          // run.trace
   int64_t trace_first = 1, trace_last = 3;     // run.trace_steps, 1-based, inclusive
   bool trace_merge = false;                    // run.trace_merge
+  bool profile_ops = false;                    // run.profile_ops (over run.trace_steps)
 };
 
 struct JobConfig {

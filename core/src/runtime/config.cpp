@@ -106,6 +106,9 @@ const std::vector<KeySpec>& schema() {
       {"run.trace", Type::Bool, false, Rule::None},
       {"run.trace_steps", Type::IntArray, json::array({1, 3}), Rule::None},
       {"run.trace_merge", Type::Bool, false, Rule::None},
+      // Op-level profile of the same steps: <run.dir>/ops/rank-<r>.json, every ATen op and
+      // autograd node by name with calls and self / total CPU time per step (LibTorch's profiler).
+      {"run.profile_ops", Type::Bool, false, Rule::None},
 
       // All-reduce, all-gather and reduce-scatter CPU tensors through shared memory in groups whose
       // ranks share a host, with per-rank slots of up to this many MiB (larger tensors go in

@@ -134,8 +134,11 @@ JobConfig JobConfig::from(const Config& c) {
     throw Error(c.origin() + ": run.trace_steps: expected [from, to] with 1 <= from <= to (training steps, "
                 "1-based), got " + nlohmann::json(window).dump());
   r.trace_first = window[0], r.trace_last = window[1];
-  for (const char* key : {"run.trace_steps", "run.trace_merge"})
-    if (c.has(key) && !r.trace) throw Error(c.origin() + ": " + key + " is set but run.trace is not true");
+  r.profile_ops = c.get_bool("run.profile_ops");
+  if (c.has("run.trace_steps") && !r.trace && !r.profile_ops)
+    throw Error(c.origin() + ": run.trace_steps is set but neither run.trace nor run.profile_ops is true");
+  if (c.has("run.trace_merge") && !r.trace)
+    throw Error(c.origin() + ": run.trace_merge is set but run.trace is not true");
   if (m.offload) {
     if (r.device != DeviceKind::Cuda)
       throw Error(c.origin() + ": memory.offload = true moves CUDA activations to host memory, but this job runs "

@@ -18,6 +18,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "plugin/host_api.h"
+#include "runtime/op_profile.h"
 #include "runtime/trace.h"
 #include "plugin/module_instance.h"
 #include "runtime/device.h"
@@ -580,6 +581,7 @@ StepResult Runtime::train_step() {
   const int64_t held_before = reset_device_peak(s.device);  // CUDA: the step's peak is counted above it
   trace::set_step(s.steps);
   trace::Scope step_scope("step", "step " + std::to_string(s.steps + 1));
+  op_profile::StepScope ops(s.steps);
   s.sync->begin_step();
   ExecutorResult r = [&] {
     trace::Scope phase("phase", "pipeline");

@@ -4,6 +4,7 @@
 #include <smp/mesh.h>
 #include <smp/runtime.h>
 
+#include "runtime/op_profile.h"
 #include "runtime/trace.h"
 #include "train/run_report.h"
 
@@ -150,6 +151,7 @@ nlohmann::json run_training(Runtime& rt) {
                    fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
                                mesh.coord(Axis::TP)),
                    job.run.trace_first - 1, job.run.trace_last - 1);
+  op_profile::configure(job.run.profile_ops, job.run.trace_first - 1, job.run.trace_last - 1);
   const double peak_per_rank = rt.measure_peak_flops();
   const double peak = peak_per_rank * world;
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
@@ -277,6 +279,12 @@ nlohmann::json run_training(Runtime& rt) {
                    job.run.dir);
       if (job.run.trace_merge) spdlog::info("merged trace: {}", trace::merge_rank_files(job.run.dir, world));
     }
+  }
+  if (job.run.profile_ops) {
+    in_run_dir(job.run.dir, "write the op profile", [&] { op_profile::write_rank_file(job.run.dir, mesh.rank()); });
+    if (rank0)
+      spdlog::info("op profile of steps {}-{}: {}/ops/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+                   job.run.dir);
   }
   if (rank0) {
     write_summary(job.run.dir, summary);
