@@ -20,6 +20,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <smp/sdk/init.hpp>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -36,9 +37,11 @@ namespace {
 using at::Tensor;
 
 // ---- data: the gpt adapter's own reader (adapters/gpt/text_dataset.cpp) ----
-// ---- parameters, initialised as smp does (core/src/runtime/seeds.h) ----
-Tensor normal(at::Generator& g, at::IntArrayRef shape, double std) {
-  return at::empty(shape, at::kFloat).normal_(0.0, std, g).requires_grad_(true);
+// ---- parameters, initialised as smp does: per module a counter-based
+// smp::sdk::InitStream seeded with derive_seed(train.seed, module key)
+// (core/src/runtime/seeds.h), the draws in smp_nn's order (smp_nn/init.hpp) ----
+Tensor normal(smp::sdk::InitStream& g, at::IntArrayRef shape, double std) {
+  return g.normal(shape, std).requires_grad_(true);
 }
 Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat).requires_grad_(true); }
 Tensor ones(int64_t n) { return at::ones({n}, at::kFloat).requires_grad_(true); }
@@ -55,7 +58,7 @@ struct Model {
 
   Model(int64_t L_, int64_t h_, int64_t heads_, int64_t s_, int64_t V_, int64_t ffn_, uint64_t seed)
       : L(L_), h(h_), heads(heads_), s(s_), V(V_), ffn(ffn_) {
-    auto gen = [&](const std::string& key) { return at::detail::createCPUGenerator(smp::derive_seed(seed, key)); };
+    auto gen = [&](const std::string& key) { return smp::sdk::InitStream(smp::derive_seed(seed, key)); };
     {
       auto g = gen("wte");
       wte = normal(g, {V, h}, 0.02);

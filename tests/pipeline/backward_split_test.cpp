@@ -159,9 +159,10 @@ TEST(BackwardSplit, WeightPassRunsNothingOfTheInputPassAgain) {
   EXPECT_EQ(scale_backward_calls, 2);
 }
 
-// A first stage: no received input, so the input pass has nothing to do and
-// the weight pass is the whole backward.
-TEST(BackwardSplit, WithoutInputsTheWeightPassIsTheWholeBackward) {
+// A first stage: no received input, so there is no input gradient to hurry:
+// the input pass runs the whole backward and the weight pass has nothing left
+// (deferring everything to W would put the stage's whole backward in the tail).
+TEST(BackwardSplit, WithoutInputsTheInputPassIsTheWholeBackward) {
   auto no_input = [](bool split) {
     Params p = make_params();
     at::Tensor x = at::randn({4, 8});  // data, not a received activation
@@ -170,8 +171,12 @@ TEST(BackwardSplit, WithoutInputsTheWeightPassIsTheWholeBackward) {
     if (split) {
       BackwardSplit s;
       EXPECT_TRUE(s.input_pass({y}, {g}, {}).empty());
-      for (const auto& t : p.all) EXPECT_FALSE(t.grad().defined());
+      EXPECT_TRUE(s.stats().whole_in_input_pass);
+      for (const auto& t : p.all) EXPECT_TRUE(t.grad().defined());
+      std::vector<at::Tensor> before;
+      for (const auto& t : p.all) before.push_back(t.grad().clone());
       s.weight_pass();
+      for (size_t i = 0; i < p.all.size(); ++i) EXPECT_TRUE(at::equal(before[i], p.all[i].grad()));
     } else {
       torch::autograd::backward({y}, {g});
     }
