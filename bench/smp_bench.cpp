@@ -258,17 +258,28 @@ int cmd_adapter(const Common& c, const std::string& adapter, const std::string& 
 }
 
 // ----------------------------------------------------------------------------- eager
+// The PyTorch-eager peer: Debian's python3-torch must be importable, and it
+// runs at the bench shape and at a small one where per-op overhead dominates.
+void require_python_torch(const std::string& command) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
+    throw std::runtime_error("smp-bench " + command +
+                             ": /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+}
+const std::vector<std::pair<std::string, std::vector<std::string>>>& eager_shapes() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
+      {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
+  return shapes;
+}
+
 // smp on one rank, the plain LibTorch loop and a PyTorch-eager loop in Python
 // (bench/eager_gpt.py under Debian's python3-torch: the same LibTorch version),
 // interleaved, on the bench config and on a small shape where per-op overhead
 // dominates (hidden 64, sequence 64): medians of the per-repeat ratios to eager.
 int cmd_eager(const Common& c) {
-  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
-    throw std::runtime_error("smp-bench eager: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+  require_python_torch("eager");
   const auto base = base_overrides(c);
   json result = interleaved_header("eager", c, base);
-  const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
-      {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
+  const auto& shapes = eager_shapes();
   json per_shape = json::array();
   std::cout << "\nsmp-bench eager: batch " << c.batch << ", " << c.steps << " steps (first excluded), 1 thread\n";
   for (const auto& [shape, extra] : shapes) {
@@ -317,12 +328,10 @@ int cmd_eager(const Common& c) {
 // observer; eager: torch.autograd.profiler), so calls compare exactly and
 // times only roughly (each profiler adds its own cost per op).
 int cmd_op_profile(const Common& c) {
-  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
-    throw std::runtime_error("smp-bench op-profile: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+  require_python_torch("op-profile");
   const auto base = base_overrides(c);
   json result = interleaved_header("op-profile", c, base);
-  const std::vector<std::pair<std::string, std::vector<std::string>>> shapes = {
-      {"bench (hidden 256, seq 128)", {}}, {"small (hidden 64, seq 64)", {"model.hidden=64", "model.seq_len=64"}}};
+  const auto& shapes = eager_shapes();
   json per_shape = json::array();
   for (const auto& [shape, extra] : shapes) {
     auto o = base;
