@@ -638,6 +638,10 @@ int cmd_pipeline_sim(const Common& c, int m) {
   const std::vector<std::string> scheds{"gpipe", "1f1b", "zb-h1"};
   std::map<std::string, json> rows;
   std::map<std::string, std::vector<double>> step_s;  // summary step_seconds per repeat
+  auto ms = [](std::vector<double> us) {  // the trace's microseconds as milliseconds
+    for (double& x : us) x /= 1e3;
+    return us;
+  };
   for (const auto& s : scheds) rows[s] = json::array();
   for (int rep = 0; rep < c.repeat; ++rep)
     for (const auto& s : scheds) {
@@ -672,17 +676,13 @@ int cmd_pipeline_sim(const Common& c, int m) {
              {"outside_pipeline_seconds", outside / 1e6},
              {"idle_fraction_measured", t.idle_fraction},
              {"idle_fraction_simulated", sim_idle},
-             {"forward_ms_by_rank", t.costs.forward_by_rank},
-             {"backward_ms_by_rank", t.costs.backward_by_rank},
-             {"backward_input_ms_by_rank", t.costs.backward_input_by_rank},
-             {"backward_weight_ms_by_rank", t.costs.backward_weight_by_rank},
-             {"delivery_ms", t.costs.comm},
+             {"forward_ms_by_rank", ms(t.costs.forward_by_rank)},
+             {"backward_ms_by_rank", ms(t.costs.backward_by_rank)},
+             {"backward_input_ms_by_rank", ms(t.costs.backward_input_by_rank)},
+             {"backward_weight_ms_by_rank", ms(t.costs.backward_weight_by_rank)},
+             {"delivery_ms", t.costs.comm / 1e3},
              {"deliveries", t.deliveries},
              {"competing_cores", r.competing_cores}};
-      for (const char* k : {"forward_ms_by_rank", "backward_ms_by_rank", "backward_input_ms_by_rank",
-                            "backward_weight_ms_by_rank"})
-        for (auto& v : row[k]) v = v.get<double>() / 1e3;
-      row["delivery_ms"] = t.costs.comm / 1e3;
       step_s[s].push_back(r.summary["step_seconds"].get<double>());
       std::cout << s << " repeat " << rep << ": step " << fmt(t.step_us / 1e3, 1) << " ms, predicted "
                 << fmt(predicted / 1e3, 1) << " ms (" << fmt(t.step_us / predicted, 3) << ")\n";

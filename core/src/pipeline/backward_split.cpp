@@ -143,6 +143,17 @@ std::vector<at::Tensor> BackwardSplit::input_pass(const std::vector<at::Tensor>&
   for (const auto& x : inputs)
     if (x.requires_grad()) input_accumulators.insert(torch::autograd::impl::gradient_edge(x).function.get());
   const GraphScan g = scan(root_edges, input_accumulators);
+  bool any_input_reached = false;
+  for (const Edge& e : root_edges) any_input_reached = any_input_reached || (g.of(e.function.get()) & kReachesInput);
+  if (!any_input_reached) {
+    // Nothing here leads to a received activation (a first stage): there is
+    // no input gradient to hurry, so the whole backward runs now and W has
+    // nothing left. Deferring it all to W would put the stage's entire
+    // backward into the pipeline's tail, where ZB-H1 places the late Ws.
+    torch::autograd::backward(roots, grads, /*retain_graph=*/false);
+    stats_.whole_in_input_pass = true;
+    return std::vector<at::Tensor>(inputs.size());
+  }
 
   std::unordered_set<const Node*> frontier;
   for (const auto& node : g.post_order) {
@@ -169,23 +180,6 @@ std::vector<at::Tensor> BackwardSplit::input_pass(const std::vector<at::Tensor>&
     }
 
   std::vector<at::Tensor> input_grads(inputs.size());
-  bool any_input_reached = false;
-  for (const Edge& e : root_edges) any_input_reached = any_input_reached || (g.of(e.function.get()) & kReachesInput);
-  if (!any_input_reached) {
-    // Nothing here leads to a received activation (a first stage): there is
-    // no input gradient to hurry, so the whole backward runs now and W has
-    // nothing left. Deferring it all to W would put the stage's entire
-    // backward into the pipeline's tail, where ZB-H1 places the late Ws.
-    s.captures->armed = false;
-    s.parameter_roots.clear();
-    s.parameter_root_grads.clear();
-    s.accumulators.clear();
-    for (size_t i = 0; i < s.frontier.size(); ++i) s.captures->grads[i].clear();
-    s.frontier.clear();
-    torch::autograd::backward(roots, grads, /*retain_graph=*/false);
-    stats_.whole_in_input_pass = true;
-    return input_grads;
-  }
   {
     // Only the X nodes run, each computing its outputs toward X; the graph
     // stays for W.

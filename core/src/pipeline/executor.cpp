@@ -217,17 +217,16 @@ void Executor::recv_grads(Slot& slot, int mb, int chunk, int peer) {
 
 void Executor::backward(Slot& slot, bool input_part, bool weight_part) {
   if (!input_part) {  // BackwardWeight: what BackwardInput left (nothing when no root needed a gradient)
-    if (slot.split && setup_.gather) {
-      // ZeRO-3: a unit freed since BackwardInput is gathered again before its weights' kernels run.
-      slot.split->weight_pass([this](const std::vector<at::Tensor>& params) {
-        for (const auto& p : params) {
-          auto unit = unit_of_parameter().find(p.unsafeGetTensorImpl());
-          if (unit != unit_of_parameter().end()) setup_.gather->acquire(unit->second);
-        }
-      });
-    } else if (slot.split) {
-      slot.split->weight_pass();
-    }
+    if (!slot.split) return;
+    // ZeRO-3: a unit freed since BackwardInput is gathered again before its weights' kernels run.
+    auto gather_units = [this](const std::vector<at::Tensor>& params) {
+      for (const auto& p : params) {
+        auto unit = unit_of_parameter().find(p.unsafeGetTensorImpl());
+        if (unit != unit_of_parameter().end()) setup_.gather->acquire(unit->second);
+      }
+    };
+    slot.split->weight_pass(setup_.gather ? std::function<void(const std::vector<at::Tensor>&)>(gather_units)
+                                          : nullptr);
     slot.split.reset();
     return;
   }

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 
 namespace smp {
 
@@ -31,21 +30,6 @@ std::vector<json> slices(const json& trace, const std::string& category, const s
 }
 
 }  // namespace
-
-std::vector<json> read_rank_traces(const std::string& run_dir, int pp) {
-  std::vector<json> out;
-  for (int r = 0; r < pp; ++r) {
-    const std::string path = run_dir + "/trace/rank-" + std::to_string(r) + ".json";
-    std::ifstream in(path);
-    if (!in) throw Error(path + ": cannot open (was the run traced? run.trace = true)");
-    try {
-      out.push_back(json::parse(in));
-    } catch (const std::exception& e) {
-      throw Error(path + ": not a trace: " + e.what());
-    }
-  }
-  return out;
-}
 
 TracedPipeline read_traced_pipeline(const std::vector<json>& rank_traces) {
   const int pp = static_cast<int>(rank_traces.size());

@@ -35,8 +35,4 @@ struct TracedPipeline {
 // different numbers of steps.
 TracedPipeline read_traced_pipeline(const std::vector<nlohmann::json>& rank_traces);
 
-// Reads <run_dir>/trace/rank-<r>.json for r < pp; a missing or unparsable file
-// is an error naming it.
-std::vector<nlohmann::json> read_rank_traces(const std::string& run_dir, int pp);
-
 }  // namespace smp
