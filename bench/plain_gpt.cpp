@@ -18,9 +18,9 @@
 
 #include <smp/config.h>
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <smp/sdk/init.hpp>
+
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
