@@ -8,6 +8,8 @@
 
 #include <fstream>
 
+#include <unistd.h>
+
 namespace smp::testing {
 namespace {
 
@@ -84,6 +86,25 @@ TEST(JobErrors, FailedRunKeepsPreviousSummary) {
   std::ifstream after(ok.run_dir + "/summary.json");
   std::string content_after((std::istreambuf_iterator<char>(after)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, content_after);
+}
+
+// A rank killed between creating its shared-memory segment and unlinking it
+// leaves /dev/shm/smp-<pid>-<n> behind; a later rank that gets the same pid
+// must take another name, not fail with EEXIST. Leftovers for the next 300
+// pids stand in for those of killed runs (the job's ranks start right after).
+TEST(JobErrors, LeftoverSharedMemoryNamesOfAKilledRunAreSkipped) {
+  std::vector<std::string> stale;
+  for (pid_t p = getpid(); p < getpid() + 300; ++p)
+    for (int n = 0; n < 3; ++n) {
+      const std::string path = "/dev/shm/smp-" + std::to_string(p) + "-" + std::to_string(n);
+      if (!boost::filesystem::exists(path)) {
+        std::ofstream(path).flush();
+        stale.push_back(path);
+      }
+    }
+  const JobResult r = run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.dp=2", "train.steps=2"});
+  for (const auto& path : stale) boost::filesystem::remove(path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

@@ -423,9 +423,16 @@ struct ShmCollectives::Impl {
     std::string name;
     int fd = -1;
     if (rank == 0) {
-      name = "/smp-" + std::to_string(getpid()) + "-" + std::to_string(g_segment_counter++);
+      // The name only has to be new: the others learn it from the store. A
+      // process killed between creating and unlinking its segment leaves the
+      // name behind, and a later process can get the same pid: then take the
+      // next counter value (a stale segment is never opened, only skipped).
+      for (int attempt = 0; attempt < 64; ++attempt) {
+        name = "/smp-" + std::to_string(getpid()) + "-" + std::to_string(g_segment_counter++);
+        fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 || errno != EEXIST) break;
+      }
       std::string error;
-      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0) {
         error = std::string("shm_open(") + name + "): " + std::strerror(errno);
       } else if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
