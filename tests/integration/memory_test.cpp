@@ -35,7 +35,8 @@ double max_param_diff(const JobResult& a, const JobResult& b) {
 // losses and parameters are bitwise those of the run without it: on one rank
 // (every transformer layer) and on a 2-stage pipeline (every 2nd layer, 1F1B
 // and ZB-H1: a checkpointed layer's whole backward, its weights' gradients
-// too, runs in the input pass, where its recomputation is).
+// too, runs in the input pass, where its recomputation is; on the first stage,
+// whose backward is all weight pass, in the weight pass).
 TEST(ActivationCheckpointing, IdenticalLossesAndParameters) {
   const std::vector<std::string> base = {"model.dropout=0.1", "train.steps=3"};
   for (const auto& [nproc, layout] : std::vector<std::pair<int, std::vector<std::string>>>{

@@ -18,6 +18,9 @@
 //     backward chains plus stage 0's last BW give makespan >= 2p - 1 + 2m, so with
 //     unit costs makespan = 3m + (p-1) + (p-m) and the ratio is (2p-1-m)/(3m); our
 //     ZB-H1 attains that bound (checked below).
+//     Costs are simulated as the executor runs them (executor_costs below): the
+//     first stage has no input gradient, so its BI costs 0 and its BW is its whole
+//     backward, BI + BW.
 #include <smp/error.h>
 
 #include "pipeline/schedule.h"
@@ -55,6 +58,44 @@ std::vector<Config> grid() {
           if (valid) out.push_back({name, p, m, v});
         }
   return out;
+}
+
+// Costs of a zero-bubble schedule as the executor runs it: F, BI, BW on every
+// stage but the first, whose BI has nothing to compute and whose BW is its
+// whole backward (core/src/pipeline/backward_split.h). B (for 1F1B) = BI + BW.
+SimCosts executor_costs(int p, double f, double bi, double bw) {
+  SimCosts c;
+  c.forward = f;
+  c.backward = bi + bw;
+  c.backward_input_by_rank.assign(p, bi);
+  c.backward_weight_by_rank.assign(p, bw);
+  c.backward_input_by_rank[0] = 0;
+  c.backward_weight_by_rank[0] = bi + bw;
+  return c;
+}
+
+ZbPlanCosts plan_costs(int p, double f, double bi, double bw, bool first_stage_unsplit) {
+  ZbPlanCosts c;
+  c.forward.assign(p, f);
+  c.backward_input.assign(p, bi);
+  c.backward_weight.assign(p, bw);
+  if (first_stage_unsplit) {
+    c.backward_input[0] = 0;
+    c.backward_weight[0] = bi + bw;
+  }
+  return c;
+}
+
+// Most microbatches forwarded and not yet weight-backwarded on a rank: what a
+// stage whose whole backward is its BW (the first) keeps alive.
+int peak_forwarded_not_weighted(const Schedule& s, int rank) {
+  int f = 0, w = 0, peak = 0;
+  for (const Action& a : s.actions[rank]) {
+    f += a.op == Op::Forward;
+    w += a.op == Op::BackwardWeight;
+    peak = std::max(peak, f - w);
+  }
+  return peak;
 }
 
 SimCosts unit_costs() {
@@ -161,7 +202,7 @@ TEST(Schedule, BubbleFormulas) {
     const double p = c.p, m = c.m, v = c.v;
     Schedule s = make_schedule(c.name, c.p, c.m, c.v);
     if (c.name == "zb-h1") {
-      SimResult r = simulate(s, unit_costs());  // F = BI = BW = 1
+      SimResult r = simulate(s, executor_costs(c.p, 1, 1, 1));  // F = BI = BW = 1
       ASSERT_TRUE(r.ok) << r.error;
       const double expected = c.m >= c.p ? (p - 1) / (3 * m) : (2 * p - 1 - m) / (3 * m);
       EXPECT_NEAR(r.bubble_ratio, expected, 1e-12);
@@ -184,33 +225,60 @@ TEST(Schedule, BubbleFormulas) {
 }
 
 // The paper's ZB-H1 expression for non-unit costs with W <= min(F, B), and ZB-H1
-// never slower than 1F1B (same costs, 1F1B's B = BI + BW) on a wider grid.
+// never slower than 1F1B (same costs, 1F1B's B = BI + BW) on a wider grid; the
+// default plan and one planned for the simulated costs. Memory: 1F1B's in-flight
+// bound on every rank but the first, and on every rank at most p (1F1B's peak,
+// the first stage's) microbatches forwarded and not weight-backwarded.
 TEST(Schedule, ZeroBubbleH1AgainstOneFOneB) {
   const double costs[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 1.5, 0.5}, {1, 0.5, 1.5}, {1, 2, 2}};
   for (const auto& fbw : costs) {
-    SimCosts c;
-    c.forward = fbw[0];
-    c.backward_input = fbw[1];
-    c.backward_weight = fbw[2];
-    c.backward = fbw[1] + fbw[2];
+    const double F = fbw[0], B = fbw[1], W = fbw[2];
     for (int p : {1, 2, 3, 4, 5, 6, 8}) {
       for (int m : {1, 2, 3, 4, 6, 8, 12, 16}) {
-        SCOPED_TRACE("F=" + std::to_string(fbw[0]) + " BI=" + std::to_string(fbw[1]) +
-                     " BW=" + std::to_string(fbw[2]) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
-        SimResult zb = simulate(make_schedule("zb-h1", p, m), c);
-        SimResult ob = simulate(make_schedule("1f1b", p, m), c);
-        ASSERT_TRUE(zb.ok) << zb.error;
+        const SimCosts c = executor_costs(p, F, B, W);
+        const SimResult ob = simulate(make_schedule("1f1b", p, m), c);
         ASSERT_TRUE(ob.ok) << ob.error;
-        EXPECT_LE(zb.bubble_ratio, ob.bubble_ratio + 1e-12);
-        if (m >= p && fbw[2] <= std::min(fbw[0], fbw[1])) {
-          const double F = fbw[0], B = fbw[1], W = fbw[2];
-          EXPECT_NEAR(zb.bubble_ratio, (p - 1) * (F + B - W) / (m * (F + B + W)), 1e-12);
+        for (bool planned : {false, true}) {
+          SCOPED_TRACE("F=" + std::to_string(F) + " BI=" + std::to_string(B) + " BW=" + std::to_string(W) +
+                       " p=" + std::to_string(p) + " m=" + std::to_string(m) + (planned ? " planned" : " default"));
+          const Schedule s =
+              planned ? make_zb_h1_schedule(p, m, plan_costs(p, F, B, W, true)) : make_schedule("zb-h1", p, m);
+          const SimResult zb = simulate(s, c);
+          ASSERT_TRUE(zb.ok) << zb.error;
+          EXPECT_LE(zb.makespan, ob.makespan + 1e-12);
+          if (m >= p && W <= std::min(F, B))
+            EXPECT_NEAR(zb.makespan, m * (F + B + W) + (p - 1) * (F + B - W), 1e-12);
+          for (int r = 1; r < p; ++r) EXPECT_LE(zb.peak_in_flight[r], ob.peak_in_flight[r]) << "rank " << r;
+          for (int r = 0; r < p; ++r) EXPECT_LE(peak_forwarded_not_weighted(s, r), std::min(p, m)) << "rank " << r;
         }
-        // ZB-H1 keeps 1F1B's in-flight bound on every rank.
-        for (int r = 0; r < p; ++r) EXPECT_LE(zb.peak_in_flight[r], ob.peak_in_flight[r]) << "rank " << r;
       }
     }
   }
+}
+
+// The planner is not tied to the first stage's costs: planned for stages that
+// all split their backward (and simulated so), ZB-H1 reaches the same bubble.
+TEST(Schedule, ZeroBubbleH1PlannedForEveryStageSplitting) {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {4, 8, 16}) {
+      if (m < p) continue;
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      SimResult r = simulate(make_zb_h1_schedule(p, m, plan_costs(p, 1, 1, 1, false)), unit_costs());
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_NEAR(r.makespan, 3 * m + (p - 1), 1e-12);
+    }
+}
+
+// F and BI keep 1F1B's order. Preferring a ready BI over a ready F (as this
+// generator once did) put BI2 before F3 here and made the step 15 units, not
+// the 14 of (p-1)(F+B-W) + m(F+B+W) at unit costs.
+TEST(Schedule, ZeroBubbleH1KeepsOneFOneBOrder) {
+  const Schedule s = make_schedule("zb-h1", 3, 4);
+  std::vector<std::string> rank1;
+  for (const Action& a : s.actions[1])
+    if (a.op == Op::Forward || a.op == Op::BackwardInput) rank1.push_back(to_string(a));
+  EXPECT_EQ(rank1, (std::vector<std::string>{"F0", "F1", "BI0", "F2", "BI1", "F3", "BI2", "BI3"}));
+  EXPECT_NEAR(simulate(s, executor_costs(3, 1, 1, 1)).makespan, 14, 1e-12);
 }
 
 TEST(Schedule, PeakInFlight) {
@@ -322,6 +390,16 @@ TEST(Schedule, BadArgumentsNameTheProblem) {
   EXPECT_NE(message([] { make_schedule("1f1b", 4, 8, 2); }).find("chunks > 1"), std::string::npos);
   EXPECT_NE(message([] { make_schedule("gpipe", 2, 4, 2); }).find("chunks > 1"), std::string::npos);
   EXPECT_NE(message([] { make_schedule("zb-h1", 2, 4, 2); }).find("chunks > 1"), std::string::npos);
+  EXPECT_NE(message([] { make_zb_h1_schedule(2, 4, plan_costs(3, 1, 1, 1, true)); }).find("one forward"),
+            std::string::npos);
+  ZbPlanCosts zero_forward = plan_costs(2, 1, 1, 1, true);
+  zero_forward.forward[1] = 0;
+  EXPECT_NE(message([&] { make_zb_h1_schedule(2, 4, zero_forward); }).find("stage 1"), std::string::npos);
+  ZbPlanCosts negative_comm = plan_costs(2, 1, 1, 1, true);
+  negative_comm.comm = -1;
+  EXPECT_NE(message([&] { make_zb_h1_schedule(2, 4, negative_comm); }).find("comm"), std::string::npos);
+  EXPECT_NE(message([] { make_zb_h1_schedule(2, 0, plan_costs(2, 1, 1, 1, true)); }).find("microbatches"),
+            std::string::npos);
   EXPECT_NE(message([] { make_schedule("interleaved-1f1b", 1, 4, 2); }).find("stages >= 2"), std::string::npos);
   EXPECT_NE(message([] { make_schedule("1f1b", 0, 4); }).find("stages must be >= 1"), std::string::npos);
   EXPECT_NE(message([] { make_schedule("1f1b", 2, 0); }).find("microbatches must be >= 1"), std::string::npos);

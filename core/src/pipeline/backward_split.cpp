@@ -145,15 +145,11 @@ std::vector<at::Tensor> BackwardSplit::input_pass(const std::vector<at::Tensor>&
   const GraphScan g = scan(root_edges, input_accumulators);
   bool any_input_reached = false;
   for (const Edge& e : root_edges) any_input_reached = any_input_reached || (g.of(e.function.get()) & kReachesInput);
-  if (!any_input_reached) {
-    // Nothing here leads to a received activation (a first stage): there is
-    // no input gradient to hurry, so the whole backward runs now and W has
-    // nothing left. Deferring it all to W would put the stage's entire
-    // backward into the pipeline's tail, where ZB-H1 places the late Ws.
-    torch::autograd::backward(roots, grads, /*retain_graph=*/false);
-    stats_.whole_in_input_pass = true;
-    return std::vector<at::Tensor>(inputs.size());
-  }
+  // Nothing here leads to a received activation (a first stage): there is no
+  // input gradient to compute, B does nothing and W runs the whole backward
+  // (every root is then a weight root). The ZB-H1 plan counts such a stage's
+  // microbatches as holding their activations until W (schedule.h).
+  stats_.whole_in_weight_pass = !any_input_reached;
 
   std::unordered_set<const Node*> frontier;
   for (const auto& node : g.post_order) {
@@ -180,7 +176,7 @@ std::vector<at::Tensor> BackwardSplit::input_pass(const std::vector<at::Tensor>&
     }
 
   std::vector<at::Tensor> input_grads(inputs.size());
-  {
+  if (any_input_reached) {
     // Only the X nodes run, each computing its outputs toward X; the graph
     // stays for W.
     std::vector<at::Tensor> reached_roots, reached_grads;

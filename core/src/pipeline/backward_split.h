@@ -16,7 +16,8 @@
 //     frontier nodes with their captured gradients (plus any root that reaches
 //     no stage input, with its own gradient) and runs only the weight sides.
 //   * A stage whose roots reach no received activation (the first) has no
-//     input gradient to compute: B runs its whole backward, W nothing.
+//     input gradient to compute: B does nothing, W runs its whole backward
+//     (the ZB-H1 plan knows, see schedule.h: zb_default_costs).
 // The work done is one ordinary backward's, split in two; what stays alive
 // between them is what the weight gradients read (their saved inputs).
 #pragma once
@@ -53,7 +54,7 @@ class BackwardSplit {
   // nodes, X nodes whose saved tensors were freed, roots W starts from.
   struct Stats {
     int frontier_nodes = 0, released_nodes = 0, weight_roots = 0;
-    bool whole_in_input_pass = false;  // no root reached an input: B was the whole backward
+    bool whole_in_weight_pass = false;  // no root reached an input: W is the whole backward
   };
   const Stats& stats() const { return stats_; }
 

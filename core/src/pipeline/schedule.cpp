@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <sstream>
 
 namespace smp {
@@ -101,69 +102,75 @@ Order interleaved_order(int p, int M, int v) {
 //
 // The backward is split into BI (input gradient, on the critical path: BI(m) on
 // stage r only needs BI(m) of stage r+1) and BW (weight gradient, no dependants).
-// H1 keeps 1F1B's memory bound -- at most p - r microbatches forwarded but not yet
-// input-backwarded on rank r -- and uses the freedom of BW to fill what would be
-// idle time in 1F1B. The order is derived by list-scheduling the pipeline with unit
-// costs F = BI = BW = 1 (the paper's handcrafted setting): whenever a rank is free
-// it runs, in priority order, the next BI if its gradient has arrived, else the
-// next F if its activation has arrived and the in-flight bound allows, else the
-// oldest deferred BW. With those costs this reproduces the paper's Figure 3 (top):
-// 1F1B's warm-up, then F/BI alternating with BWs slotted into the gaps, and the
-// last stages keeping BWs back to fill the tail that 1F1B leaves idle; the bubble
-// becomes (p-1)(F+B-W) instead of 1F1B's (p-1)(F+B+W) once M >= p (verified by
-// the simulator in tests/pipeline/schedule_test.cpp).
-Order zb_h1_order(int p, int M) {
-  const long kNever = -1;
-  // finish times (integer unit steps) of F and BI per (rank, microbatch); -1 = not done
-  std::vector<std::vector<long>> f_done(p, std::vector<long>(M, kNever));
-  std::vector<std::vector<long>> bi_done(p, std::vector<long>(M, kNever));
-  std::vector<int> next_f(p, 0), next_bi(p, 0);
-  std::vector<std::deque<int>> pending_w(p);
-  std::vector<long> busy_until(p, 0);
-  std::vector<int> remaining(p, 3 * M);
+// H1 runs F and BI in 1F1B's order and puts the BWs into the time a rank would
+// otherwise wait. The order comes from list-scheduling the pipeline in simulated
+// time with the plan's costs: whenever a rank is free it runs its next F/BI if
+// that is ready, else its oldest deferred BW, else it waits for the F/BI.
+//
+// Memory stays within 1F1B's peak, p microbatches' activations (the paper's
+// p M_B: 1F1B's first stage). 1F1B's order keeps at most p - r microbatches
+// forwarded but not input-backwarded on rank r; a deferred BW keeps less, only
+// what the weight sides read (BI frees the input side). A forward also waits
+// while p microbatches are forwarded and not weight-backwarded, so even counting
+// pending BWs whole no rank holds more than p. On a rank whose BI costs nothing
+// (the first stage: no input gradient, so its whole backward is its BW)
+// activations live until BW, and there the bound is 1F1B's own, p - r.
+//
+// With the default plan (F = BI = BW = 1, the first stage's BI = 0 and BW = 2,
+// as the executor runs it) the bubble is (p-1)(F+B-W) instead of 1F1B's
+// (p-1)(F+B+W) once m >= p: the paper's (p-1)/(3m). The grid in
+// tests/pipeline/schedule_test.cpp checks that and other costs. (Preferring a
+// ready BI over a ready F instead of keeping 1F1B's order loses a unit at odd
+// p, e.g. p = 3, m = 4: 15 against 14.)
+Order zb_h1_order(int p, int M, const ZbPlanCosts& costs) {
+  const double kNever = std::numeric_limits<double>::infinity();
+  // F and BI in 1F1B's order; BWs go into the gaps.
+  Order sequence = one_f_one_b_order(p, M);
+  for (auto& rank : sequence)
+    for (Action& a : rank)
+      if (a.op == Op::Backward) a.op = Op::BackwardInput;
+  std::vector<std::vector<double>> f_done(p, std::vector<double>(M, kNever));
+  std::vector<std::vector<double>> bi_done(p, std::vector<double>(M, kNever));
+  std::vector<size_t> next(p, 0);
+  std::vector<int> next_f(p, 0), next_bi(p, 0), next_w(p, 0);
+  std::vector<double> free_at(p, 0);
   Order order(p);
-  auto ready = [](long done, long t) { return done != kNever && done <= t; };
-  int left = p * 3 * M;
-  for (long t = 0; left > 0; ++t) {
-    // Decisions at time t only look at work finished by t; every op takes one step,
-    // so what a rank starts at t finishes at t + 1 and can't influence another
-    // rank's decision at t.
-    std::vector<Action> started(p, compute(Op::Forward, -1, 0));
+  for (int left = 3 * p * M; left > 0; --left) {
+    // The rank that can start something soonest goes next (ties: the lower
+    // rank), so every decision sees all work finished by its start time.
+    int rank = -1;
+    double start = kNever;
+    Action chosen = compute(Op::Forward, -1, 0);
     for (int r = 0; r < p; ++r) {
-      if (busy_until[r] > t || remaining[r] == 0) continue;
-      const int in_flight = next_f[r] - next_bi[r];
-      const int b = next_bi[r], f = next_f[r];
-      const bool bi_ok = b < f && (r == p - 1 || ready(bi_done[r + 1][b], t));
-      const bool f_ok = f < M && in_flight < p - r && (r == 0 || ready(f_done[r - 1][f], t));
-      if (bi_ok) {
-        started[r] = compute(Op::BackwardInput, b, 0);
-      } else if (f_ok) {
-        started[r] = compute(Op::Forward, f, 0);
-      } else if (!pending_w[r].empty()) {
-        started[r] = compute(Op::BackwardWeight, pending_w[r].front(), 0);
-      } else {
-        continue;  // idle this step
+      const double t0 = free_at[r];
+      double ready = kNever;
+      Action a = compute(Op::Forward, -1, 0);
+      if (next[r] < sequence[r].size()) {
+        a = sequence[r][next[r]];
+        const int m = a.microbatch;
+        if (a.op == Op::BackwardInput) {
+          ready = r == p - 1 ? f_done[r][m] : bi_done[r + 1][m] + costs.comm;
+        } else if (next_f[r] - next_w[r] < (costs.backward_input[r] > 0 ? p : p - r)) {
+          ready = r == 0 ? 0.0 : f_done[r - 1][m] + costs.comm;
+        }
       }
+      double t = std::max(t0, ready);
+      if (ready > t0 && next_w[r] < next_bi[r]) t = t0, a = compute(Op::BackwardWeight, next_w[r], 0);
+      if (a.microbatch >= 0 && t < start) rank = r, start = t, chosen = a;
     }
-    for (int r = 0; r < p; ++r) {
-      const Action& a = started[r];
-      if (a.microbatch < 0) continue;
-      order[r].push_back(a);
-      busy_until[r] = t + 1;
-      --remaining[r];
-      --left;
-      if (a.op == Op::Forward) {
-        f_done[r][a.microbatch] = t + 1;
-        ++next_f[r];
-      } else if (a.op == Op::BackwardInput) {
-        bi_done[r][a.microbatch] = t + 1;
-        ++next_bi[r];
-        pending_w[r].push_back(a.microbatch);
-      } else {
-        pending_w[r].pop_front();
-      }
+    if (rank < 0) throw Error("zb-h1: schedule construction stalled (internal error)");
+    order[rank].push_back(chosen);
+    const int m = chosen.microbatch;
+    if (chosen.op == Op::Forward) {
+      free_at[rank] = f_done[rank][m] = start + costs.forward[rank];
+      ++next_f[rank], ++next[rank];
+    } else if (chosen.op == Op::BackwardInput) {
+      free_at[rank] = bi_done[rank][m] = start + costs.backward_input[rank];
+      ++next_bi[rank], ++next[rank];
+    } else {
+      free_at[rank] = start + costs.backward_weight[rank];
+      ++next_w[rank];
     }
-    if (t > 64L * p * (M + p)) throw Error("zb-h1: schedule construction did not converge (internal error)");
   }
   return order;
 }
@@ -218,7 +225,7 @@ Schedule make_schedule(const std::string& name, int stages, int microbatches, in
     if (chunks != 1) throw bad("chunks > 1 is only supported by 'interleaved-1f1b'");
     if (name == "gpipe") return insert_comm(name, stages, microbatches, 1, gpipe_order(stages, microbatches));
     if (name == "1f1b") return insert_comm(name, stages, microbatches, 1, one_f_one_b_order(stages, microbatches));
-    return insert_comm(name, stages, microbatches, 1, zb_h1_order(stages, microbatches));
+    return insert_comm(name, stages, microbatches, 1, zb_h1_order(stages, microbatches, zb_default_costs(stages)));
   }
   if (name == "interleaved-1f1b") {
     if (chunks == 1) return insert_comm(name, stages, microbatches, 1, one_f_one_b_order(stages, microbatches));
@@ -252,6 +259,35 @@ std::string to_string(const Schedule& s) {
     os << '\n';
   }
   return os.str();
+}
+
+ZbPlanCosts zb_default_costs(int stages) {
+  ZbPlanCosts c;
+  c.forward.assign(std::max(stages, 0), 1.0);
+  c.backward_input.assign(std::max(stages, 0), 1.0);
+  c.backward_weight.assign(std::max(stages, 0), 1.0);
+  if (stages >= 1) {
+    c.backward_input[0] = 0;
+    c.backward_weight[0] = 2;
+  }
+  return c;
+}
+
+Schedule make_zb_h1_schedule(int stages, int microbatches, const ZbPlanCosts& costs) {
+  auto bad = [&](const std::string& why) {
+    return Error("pipeline schedule 'zb-h1' (stages=" + std::to_string(stages) +
+                 ", microbatches=" + std::to_string(microbatches) + "): " + why);
+  };
+  if (stages < 1) throw bad("stages must be >= 1");
+  if (microbatches < 1) throw bad("microbatches must be >= 1");
+  const size_t p = static_cast<size_t>(stages);
+  if (costs.forward.size() != p || costs.backward_input.size() != p || costs.backward_weight.size() != p)
+    throw bad("plan costs need one forward, backward_input and backward_weight per stage");
+  for (size_t r = 0; r < p; ++r)
+    if (!(costs.forward[r] > 0) || !(costs.backward_input[r] >= 0) || !(costs.backward_weight[r] >= 0))
+      throw bad("plan costs of stage " + std::to_string(r) + " must be forward > 0, backward_input >= 0, backward_weight >= 0");
+  if (!(costs.comm >= 0)) throw bad("plan cost comm must be >= 0");
+  return insert_comm("zb-h1", stages, microbatches, 1, zb_h1_order(stages, microbatches, costs));
 }
 
 }  // namespace smp

@@ -86,11 +86,31 @@ std::vector<std::string> schedule_names();
 //                     forwards (capped at M*chunks), then 1F1B, then cool-down.
 //   zb-h1:            Zero Bubble H1 (Qi et al. 2023): backward split into
 //                     BackwardInput / BackwardWeight; forwards and input-backwards in
-//                     1F1B's order with 1F1B's in-flight bound (stages - r microbatches
-//                     on rank r), weight-backwards deferred to fill what would
-//                     otherwise be idle time (derived by list-scheduling with unit
-//                     costs F = BI = BW; see schedule.cpp).
+//                     1F1B's order with 1F1B's memory bound (stages - r microbatches
+//                     with live activations on rank r), weight-backwards deferred to
+//                     fill what would otherwise be idle time. make_zb_h1_schedule
+//                     with zb_default_costs(stages) (see schedule.cpp).
 Schedule make_schedule(const std::string& name, int stages, int microbatches, int chunks = 1);
+
+// The per-stage costs the ZB-H1 order is planned for (any one unit). The first
+// stage receives no activation that needs a gradient, so its BackwardInput has
+// nothing to compute and its BackwardWeight is its whole backward (what the
+// executor does, core/src/pipeline/backward_split.h); a plan says so with
+// backward_input = 0 there, which also makes its memory bound count microbatches
+// until their BackwardWeight.
+struct ZbPlanCosts {
+  std::vector<double> forward, backward_input, backward_weight;  // one per stage
+  double comm = 0;  // latency of a send
+};
+
+// F = BI = BW = 1 per stage, the first stage BI = 0 and BW = 2 (the paper's
+// unit costs, with the first stage as the executor runs it).
+ZbPlanCosts zb_default_costs(int stages);
+
+// ZB-H1 planned for `costs` (measured ones, say). Throws smp::Error for
+// stages/microbatches < 1, a cost vector not one per stage, forward <= 0, or a
+// negative backward or comm cost.
+Schedule make_zb_h1_schedule(int stages, int microbatches, const ZbPlanCosts& costs);
 
 // Readable per-rank listing, e.g.
 //   rank 0: F0 send_act0>1 F1 send_act1>1 recv_grad0<1 B0 ...
