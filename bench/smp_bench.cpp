@@ -571,7 +571,7 @@ int cmd_pipeline(const Common& c) {
       if (mm.ok && mm.best.summary.contains("stages")) r["stages"] = mm.best.summary["stages"];
       r["virtual_stages"] = vv;
       const double bubble = formula_bubble(s, p, m, vv);
-      smp::SimResult sim = smp::simulate(smp::make_schedule(s, p, m, vv));
+      smp::SimResult sim = smp::simulate(smp::make_schedule(s, p, m, vv), smp::zero_bubble_costs(p, 1, 1, 1));
       r["bubble_formula"] = bubble;
       r["bubble_simulated_F1_B2"] = sim.bubble_ratio;
       if (!mm.ok) {
@@ -843,7 +843,7 @@ int main(int argc, char** argv) {
   stc->add_option("--microbatches", st_m)->capture_default_str();
   stc->add_option("--virtual-stages", st_v)->capture_default_str();
   stc->add_option("--forward-ms", st_f, "cost of a forward")->capture_default_str();
-  stc->add_option("--backward-ms", st_b, "cost of a backward (zero-bubble: half input, half weight)")->capture_default_str();
+  stc->add_option("--backward-ms", st_b, "cost of a backward (zero-bubble: half input, half weight; the first stage's is all weight)")->capture_default_str();
   stc->add_option("--out", st_out, "file to write (default: print)");
 
   int64_t zb_mb = 4, zb_layers = 2;
@@ -879,8 +879,7 @@ int main(int argc, char** argv) {
     if (*rb) return cmd_adapter(roberta, "roberta", "plain-roberta", "tokens");
     if (*stc) {
       const smp::Schedule sched = smp::make_schedule(st_schedule, st_pp, st_m, st_v);
-      smp::SimCosts costs;
-      costs.forward = st_f, costs.backward = st_b, costs.backward_input = st_b / 2, costs.backward_weight = st_b / 2;
+      smp::SimCosts costs = smp::zero_bubble_costs(st_pp, st_f, st_b / 2, st_b / 2);  // the split as the executor runs it
       const smp::SimResult sim = smp::simulate(sched, costs);
       if (!sim.ok) throw std::runtime_error("schedule-trace: " + sim.error);
       const std::string text = smp::chrome_trace(sched, sim, 1000.0);

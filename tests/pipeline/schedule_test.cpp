@@ -18,9 +18,9 @@
 //     backward chains plus stage 0's last BW give makespan >= 2p - 1 + 2m, so with
 //     unit costs makespan = 3m + (p-1) + (p-m) and the ratio is (2p-1-m)/(3m); our
 //     ZB-H1 attains that bound (checked below).
-//     Costs are simulated as the executor runs them (executor_costs below): the
-//     first stage has no input gradient, so its BI costs 0 and its BW is its whole
-//     backward, BI + BW.
+//     Costs are simulated as the executor runs them (zero_bubble_costs in
+//     schedule_simulator.h): the first stage has no input gradient, so its BI
+//     costs 0 and its BW is its whole backward, BI + BW.
 #include <smp/error.h>
 
 #include "pipeline/schedule.h"
@@ -58,20 +58,6 @@ std::vector<Config> grid() {
           if (valid) out.push_back({name, p, m, v});
         }
   return out;
-}
-
-// Costs of a zero-bubble schedule as the executor runs it: F, BI, BW on every
-// stage but the first, whose BI has nothing to compute and whose BW is its
-// whole backward (core/src/pipeline/backward_split.h). B (for 1F1B) = BI + BW.
-SimCosts executor_costs(int p, double f, double bi, double bw) {
-  SimCosts c;
-  c.forward = f;
-  c.backward = bi + bw;
-  c.backward_input_by_rank.assign(p, bi);
-  c.backward_weight_by_rank.assign(p, bw);
-  c.backward_input_by_rank[0] = 0;
-  c.backward_weight_by_rank[0] = bi + bw;
-  return c;
 }
 
 ZbPlanCosts plan_costs(int p, double f, double bi, double bw, bool first_stage_unsplit) {
@@ -202,7 +188,7 @@ TEST(Schedule, BubbleFormulas) {
     const double p = c.p, m = c.m, v = c.v;
     Schedule s = make_schedule(c.name, c.p, c.m, c.v);
     if (c.name == "zb-h1") {
-      SimResult r = simulate(s, executor_costs(c.p, 1, 1, 1));  // F = BI = BW = 1
+      SimResult r = simulate(s, zero_bubble_costs(c.p, 1, 1, 1));  // F = BI = BW = 1
       ASSERT_TRUE(r.ok) << r.error;
       const double expected = c.m >= c.p ? (p - 1) / (3 * m) : (2 * p - 1 - m) / (3 * m);
       EXPECT_NEAR(r.bubble_ratio, expected, 1e-12);
@@ -235,7 +221,7 @@ TEST(Schedule, ZeroBubbleH1AgainstOneFOneB) {
     const double F = fbw[0], B = fbw[1], W = fbw[2];
     for (int p : {1, 2, 3, 4, 5, 6, 8}) {
       for (int m : {1, 2, 3, 4, 6, 8, 12, 16}) {
-        const SimCosts c = executor_costs(p, F, B, W);
+        const SimCosts c = zero_bubble_costs(p, F, B, W);
         const SimResult ob = simulate(make_schedule("1f1b", p, m), c);
         ASSERT_TRUE(ob.ok) << ob.error;
         for (bool planned : {false, true}) {
@@ -278,7 +264,7 @@ TEST(Schedule, ZeroBubbleH1KeepsOneFOneBOrder) {
   for (const Action& a : s.actions[1])
     if (a.op == Op::Forward || a.op == Op::BackwardInput) rank1.push_back(to_string(a));
   EXPECT_EQ(rank1, (std::vector<std::string>{"F0", "F1", "BI0", "F2", "BI1", "F3", "BI2", "BI3"}));
-  EXPECT_NEAR(simulate(s, executor_costs(3, 1, 1, 1)).makespan, 14, 1e-12);
+  EXPECT_NEAR(simulate(s, zero_bubble_costs(3, 1, 1, 1)).makespan, 14, 1e-12);
 }
 
 TEST(Schedule, PeakInFlight) {

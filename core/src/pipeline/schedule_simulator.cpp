@@ -302,4 +302,15 @@ std::string chrome_trace(const Schedule& schedule, const SimResult& result, doub
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
+SimCosts zero_bubble_costs(int stages, double forward, double backward_input, double backward_weight) {
+  SimCosts c;
+  c.forward = forward;
+  c.backward = backward_input + backward_weight;
+  c.backward_input_by_rank.assign(std::max(stages, 1), backward_input);
+  c.backward_weight_by_rank.assign(std::max(stages, 1), backward_weight);
+  c.backward_input_by_rank[0] = 0;
+  c.backward_weight_by_rank[0] = backward_input + backward_weight;
+  return c;
+}
+
 }  // namespace smp

@@ -27,6 +27,12 @@ struct SimCosts {
   std::vector<double> forward_by_rank, backward_by_rank, backward_input_by_rank, backward_weight_by_rank;
 };
 
+// Costs of a zero-bubble schedule as the executor runs it: forward, BI and BW
+// on every stage but the first, which has no input gradient to compute: its BI
+// costs 0 and its BW is its whole backward (backward_split.h). `backward`
+// (for the schedules without a split) is BI + BW.
+SimCosts zero_bubble_costs(int stages, double forward, double backward_input, double backward_weight);
+
 // One compute action as the simulator ran it.
 struct SimSlice {
   Action action;
