@@ -131,7 +131,7 @@ class GptAdapter : public smp::sdk::Adapter {
     }
     g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
     g.node({"lm_head", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
-            "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * V});
+            "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * h});  // keeps its input; the loss keeps the logits' log-softmax
     // The loss is a sum over the tokens that count (masked targets do not) with
     // their count: the core divides by the step's tokens once, so masked batches
     // weigh every token the same whatever the microbatching.

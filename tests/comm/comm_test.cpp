@@ -87,6 +87,42 @@ TEST(ShmAllreduceTest, APeerThatExitsIsReportedWithinSeconds) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// Pipeline-style sends and receives through shared memory (ShmMailbox): the
+// checks are in comm_worker.cpp (run_p2p). Ranks 2 and 3 only take part in
+// the communicators.
+smp_test::Result launch_p2p(int world, const std::string& mode) {
+  return smp_test::run(smp_test::launch_comm_worker(world, smp_test::free_port(), {"--mode", mode, "--timeout-ms", "60000"},
+                                                    {"--kill-timeout", "5", "--tee"}),  // rank 1 receives: its output too
+                       /*timeout_s=*/100);
+}
+
+TEST(ShmP2pTest, MatchesGlooOutOfOrderAndBeyondTheArena) {
+  for (int world : {2, 4}) {
+    auto r = launch_p2p(world, "p2p");
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << "world " << world << ":\n" << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, "rank 0: 1 p2p checks passed")) << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, "rank 1: 15 p2p checks passed")) << r.output;
+  }
+}
+
+TEST(ShmP2pTest, ASizeMismatchNamesTheTagAndBothSizes) {
+  auto r = launch_p2p(2, "p2p-mismatch");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "message tag 2 from group rank 0 has 64 bytes, this receive expects 68"))
+      << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+// The receiver learns of the sender's exit from the pid check, not from the 60 s timeout.
+TEST(ShmP2pTest, ASenderThatExitsIsReportedWithinSeconds) {
+  auto r = launch_p2p(2, "p2p-peer-exit");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "group rank 0 (pid ")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "exited while this rank waited for its message (tag 2)")) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CommTest,
     ::testing::Values(Shape{1, 1, 1, 1, "pp,dp,tp", "w1"}, Shape{2, 1, 2, 1, "pp,dp,tp", "w2_dp2"},

@@ -476,6 +476,88 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
   return 0;
 }
 
+// Point-to-point through shared memory (ShmMailbox) between world ranks 0 and
+// 1, against the same messages over Gloo: dtypes, sizes from 0 elements to one
+// larger than the outbox arena (which goes through Gloo, announced), a
+// transposed view, tags received in reverse order, and more bytes in flight
+// than the arena holds (the rest overflows to Gloo) received last-first.
+int run_p2p(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, smp::CommOptions opts) {
+  const auto& ranks = mesh.group(smp::Axis::World);
+  opts.shm_slot_bytes = int64_t{1} << 20;  // 1 MiB arenas
+  auto shm = rdv.new_communicator("world", "world.p2p-shm", ranks, opts);
+  opts.shm_slot_bytes = 0;
+  auto gloo = rdv.new_communicator("world", "world.p2p-gloo", ranks, opts);
+  const int me = shm->rank();
+  expect(shm->transport("send", at::kCPU) == "shm", "send transport is " + shm->transport("send", at::kCPU));
+  expect(gloo->transport("send", at::kCPU) == "gloo", "shm_slot_bytes = 0 must mean gloo for send");
+  int checks = 0;
+  struct Msg {
+    int64_t numel;
+    at::ScalarType dtype;
+  };
+  // 0 elements, small, 400 KB, 2 MB (> the 1 MiB arena: through Gloo).
+  const std::vector<Msg> msgs = {{0, at::kFloat}, {5, at::kLong},    {17, at::kBFloat16},
+                                 {100000, at::kFloat}, {3, at::kDouble}, {500000, at::kFloat}};
+  for (auto* comm : {shm.get(), gloo.get()}) {
+    if (me == 0) {
+      std::vector<std::shared_ptr<smp::Work>> works;
+      for (size_t k = 0; k < msgs.size(); ++k)
+        works.push_back(comm->send(sample(msgs[k].numel, msgs[k].dtype, 0, static_cast<int>(k)), 1, 100 + static_cast<int>(k)));
+      for (auto& w : works) w->wait();
+    } else if (me == 1) {
+      for (size_t k = msgs.size(); k-- > 0;) {  // newest tag first
+        at::Tensor t = at::empty({msgs[k].numel}, at::TensorOptions().dtype(msgs[k].dtype));
+        comm->recv(t, 0, 100 + static_cast<int>(k))->wait();
+        expect_eq(t, sample(msgs[k].numel, msgs[k].dtype, 0, static_cast<int>(k)),
+                  comm->transport("send", at::kCPU) + " p2p message " + std::to_string(k));
+        ++checks;
+      }
+    }
+  }
+  // A transposed view on both ends (staged through contiguous copies).
+  if (me == 0) {
+    shm->send(sample(60, at::kFloat, 0, 7).view({6, 10}).t(), 1, 200)->wait();
+  } else if (me == 1) {
+    at::Tensor base = at::zeros({6, 10}), t = base.t();
+    shm->recv(t, 0, 200)->wait();
+    expect_eq(base, sample(60, at::kFloat, 0, 7).view({6, 10}), "p2p into a transposed view");
+    ++checks;
+  }
+  // 12 x 256 KB in flight (3 MB > the 1 MiB arena), received last-first, twice
+  // (the arena's space comes back and wraps); and the reverse direction.
+  for (int round = 0; round < 2; ++round) {
+    const int from = round == 0 ? 0 : 1, to = 1 - from;
+    if (me == from) {
+      std::vector<std::shared_ptr<smp::Work>> works;
+      for (int k = 0; k < 12; ++k) works.push_back(shm->send(sample(65536, at::kFloat, from, k), to, 300 + k));
+      for (auto& w : works) w->wait();
+    } else if (me == to) {
+      for (int k = 11; k >= 0; --k) {
+        at::Tensor t = at::empty({65536});
+        shm->recv(t, from, 300 + k)->wait();
+        expect_eq(t, sample(65536, at::kFloat, from, k), "p2p in flight " + std::to_string(k));
+      }
+      ++checks;
+    }
+    shm->barrier();
+  }
+  // The same tag twice: received in the order sent.
+  if (me == 0) {
+    shm->send(at::full({4}, 1.0), 1, 400)->wait();
+    shm->send(at::full({4}, 2.0), 1, 400)->wait();
+  } else if (me == 1) {
+    at::Tensor x = at::empty({4}), y = at::empty({4});
+    shm->recv(x, 0, 400)->wait();
+    shm->recv(y, 0, 400)->wait();
+    expect_eq(x, at::full({4}, 1.0), "first of a repeated tag");
+    expect_eq(y, at::full({4}, 2.0), "second of a repeated tag");
+    ++checks;
+  }
+  rdv.shutdown(std::chrono::milliseconds(a.timeout_ms));
+  if (me <= 1) std::cout << "rank " << mesh.rank() << ": " << checks << " p2p checks passed" << std::endl;
+  return 0;
+}
+
 std::unique_ptr<smp::DeviceMesh> make_mesh(const Args& a, const smp::ProcessEnv& env) {
   int dp = a.dp > 0 ? a.dp : env.world_size / (a.pp * a.tp);
   return std::make_unique<smp::DeviceMesh>(env.world_size, env.rank, a.pp, dp, a.tp, a.order);
@@ -506,6 +588,33 @@ int run(const Args& a) {
   if (a.shm_mb >= 0) opts.shm_slot_bytes = static_cast<int64_t>(a.shm_mb * (1 << 20));
   auto mesh = make_mesh(a, env);
   if (a.mode == "shm") return run_shm(a, *rdv, *mesh, opts);
+  if (a.mode == "p2p") return run_p2p(a, *rdv, *mesh, opts);
+  if (a.mode == "p2p-mismatch" || a.mode == "p2p-peer-exit") {
+    auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
+    expect(world->transport("send", at::kCPU) == "shm", "expected the shm transport for send");
+    // Rank 0 hosts the store: it stays until rank 1 has its outbox mapped
+    // (first message and barrier) and, unless it is the one to exit, until
+    // rank 1 is done (shutdown).
+    if (env.rank == 0) {
+      world->send(at::ones({16}), 1, 1)->wait();
+      world->barrier();
+      if (a.mode == "p2p-peer-exit") {
+        std::cout << "rank 0: exiting without the second message" << std::endl;
+        std::_Exit(0);
+      }
+      world->send(at::ones({16}), 1, 2)->wait();
+      rdv->shutdown(std::chrono::milliseconds(a.timeout_ms));
+      return 0;
+    }
+    at::Tensor first = at::empty({16});
+    world->recv(first, 0, 1)->wait();
+    world->barrier();
+    at::Tensor second = at::empty({a.mode == "p2p-mismatch" ? 17 : 16});
+    const int rc = expect_error("rank " + std::to_string(env.rank), [&] { world->recv(second, 0, 2)->wait(); },
+                                "the receive completed");
+    if (a.mode == "p2p-mismatch") rdv->shutdown(std::chrono::milliseconds(a.timeout_ms));
+    return rc;
+  }
   if (a.mode == "shm-mismatch" || a.mode == "shm-peer-exit") {
     auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
     expect(world->transport("allreduce", at::kCPU) == "shm", "expected the shm transport");

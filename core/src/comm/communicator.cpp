@@ -33,6 +33,7 @@
 #include "comm/c10d_compat.h"
 #include "comm/comm_handle.h"
 #include "comm/shm_collectives.h"
+#include "comm/shm_mailbox.h"
 #include "runtime/trace.h"
 
 #include <ATen/ATen.h>
@@ -221,9 +222,10 @@ std::function<void()> write_back(at::Tensor target, const Staged& result, at::Te
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::shared_ptr<const Context> ctx, std::unique_ptr<c10d_compat::Backend> backend,
-                   std::unique_ptr<c10d_compat::Backend> nccl, std::unique_ptr<ShmCollectives> shm)
+                   std::unique_ptr<c10d_compat::Backend> nccl, std::unique_ptr<ShmCollectives> shm,
+                   std::unique_ptr<ShmMailbox> mailbox)
       : ctx_(std::move(ctx)), backend_(std::move(backend)), nccl_(std::move(nccl)), shm_(std::move(shm)),
-        handle_{this} {}
+        mailbox_(std::move(mailbox)), handle_{this} {}
 
   const std::string& axis() const override { return ctx_->axis; }
   int rank() const override { return ctx_->rank; }
@@ -243,6 +245,7 @@ class C10dCommunicator final : public Communicator {
       return transport(op, c10::Device(c10::kCPU)) + " (through host memory)";
     }
     if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && via_shm(device)) return "shm";
+    if ((op == "send" || op == "recv") && mailbox_ && device.is_cpu()) return "shm";
     return backend_->name();
   }
 
@@ -420,6 +423,8 @@ class C10dCommunicator final : public Communicator {
     if (via_host(t)) return send(t.cpu(), peer, tag);
     count("send", nbytes(t));
     Staged s = stage(t);
+    if (mailbox_ && t.is_cpu())
+      return submit(name, [&] { return mailbox_->send(s.t, peer, tag, *backend_); }, [keep = s.t] {});
     return submit(name, [&] { return backend_for(t).send(s.t, peer, tag); }, [keep = s.t] {});
   }
 
@@ -433,6 +438,8 @@ class C10dCommunicator final : public Communicator {
     }
     count("recv", 0);
     Staged s = stage(t);
+    if (mailbox_ && t.is_cpu())
+      return submit(name, [&] { return mailbox_->recv(s.t, peer, tag, *backend_); }, write_back(t, s));
     return submit(name, [&] { return backend_for(t).recv(s.t, peer, tag); }, write_back(t, s));
   }
 
@@ -498,6 +505,7 @@ class C10dCommunicator final : public Communicator {
   std::unique_ptr<c10d_compat::Backend> backend_;  // Gloo; null for groups of one
   std::unique_ptr<c10d_compat::Backend> nccl_;     // NCCL for CUDA tensors; null: through host memory
   std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host
+  std::unique_ptr<ShmMailbox> mailbox_;              // CPU send/recv; null with shm_
   smp_comm handle_;
   std::mutex stats_mu_;
   CommStats stats_;
@@ -543,6 +551,7 @@ class C10dRendezvous final : public Rendezvous {
     ctx->rank = me;
     std::unique_ptr<c10d_compat::Backend> backend, nccl;
     std::unique_ptr<ShmCollectives> shm;
+    std::unique_ptr<ShmMailbox> mailbox;
     const int n = static_cast<int>(global_ranks.size());
     if (n > 1) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -569,16 +578,24 @@ class C10dRendezvous final : public Rendezvous {
         if (options.shm_slot_bytes > 0)
           shm = ShmCollectives::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
                                      options.timeout);
+        // Every member on this host (what ShmCollectives::create found): sends
+        // and receives of CPU tensors through shared memory too. Outboxes are
+        // made on first use, so groups that never send cost nothing.
+        if (shm)
+          mailbox = ShmMailbox::create(store_, "smp/comm/" + name + "/p2p/", me, n, options.shm_slot_bytes,
+                                       options.timeout);
       } catch (const c10d_compat::Failure& f) {
         throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
                     (f.timed_out() ? " (timed out: did every member create it?)" : "") + ": " + f.what());
       }
       spdlog::debug("communicator {} ({}{}{}, {} ranks {}) ready in {} ms", name, backend->name(),
                     nccl ? ", NCCL for CUDA tensors" : (options.cuda ? ", CUDA tensors through host memory" : ""),
-                    shm ? ", CPU all-reduce/all-gather/reduce-scatter through shared memory" : "", n, join(global_ranks),
+                    shm ? ", CPU all-reduce/all-gather/reduce-scatter/send/recv through shared memory" : "", n,
+                    join(global_ranks),
                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     }
-    return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(nccl), std::move(shm));
+    return std::make_unique<C10dCommunicator>(ctx, std::move(backend), std::move(nccl), std::move(shm),
+                                              std::move(mailbox));
   }
 
   // NCCL refuses two ranks of a communicator on one GPU; every member publishes

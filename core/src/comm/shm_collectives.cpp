@@ -1,5 +1,7 @@
 #include "comm/shm_collectives.h"
 
+#include "comm/shm_util.h"
+
 #include <ATen/Functions.h>
 
 #include <fcntl.h>
@@ -31,27 +33,14 @@ namespace {
 using c10d_compat::Failure;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kLine = 64;
-constexpr int64_t kPage = 4096;
+using shm::cpu_relax;
+using shm::futex_wait;
+using shm::futex_wake_all;
+using shm::kLine;
+using shm::kPage;
+using shm::round_up;
+
 constexpr int64_t kMinSlot = 64 * 1024;
-// Polling before sleeping on the futex (~10-100 us) pays off only when every
-// rank on the host has a core of its own; with more ranks than cores a
-// spinning rank takes the core from the rank it waits for.
-constexpr int kSpins = 4000;
-
-int spins_for_this_host(int group_size) {
-  int ranks_here = group_size;
-  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) ranks_here = std::max(ranks_here, std::atoi(v));
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  return ranks_here <= cores ? kSpins : 0;
-}
-
-int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
-
-// Shared between processes: only lock-free atomics (address-free) and plain data.
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
 
 struct Header {  // the segment's first cache line
   std::atomic<uint32_t> futex;    // bumped by every publish; sleepers wait on it
@@ -67,32 +56,6 @@ struct RankControl {  // one cache line per rank
   int32_t pid;
 };
 static_assert(sizeof(Header) <= kLine && sizeof(RankControl) <= kLine);
-
-// Same boot, same pid namespace, same /dev/shm: segment names and pids mean
-// the same thing to every member. Empty when unknown (then no sharing).
-std::string host_identity() {
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat ns {}, dev {};
-  if (boot.empty() || stat("/proc/self/ns/pid", &ns) != 0 || stat("/dev/shm", &dev) != 0) return "";
-  return boot + "/" + std::to_string(ns.st_ino) + "/" + std::to_string(dev.st_dev);
-}
-
-void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds) {
-  timespec ts{0, nanoseconds};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // out = a (op) b, elementwise; out may be a or b.
 void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceOp op) {
@@ -508,7 +471,7 @@ ShmCollectives::~ShmCollectives() = default;
 std::unique_ptr<ShmCollectives> ShmCollectives::create(std::shared_ptr<c10d_compat::Store> store,
                                                    const std::string& key_prefix, int rank, int size,
                                                    int64_t max_slot_bytes, std::chrono::milliseconds timeout) {
-  const std::string mine = host_identity();
+  const std::string mine = shm::host_identity();
   store->set(key_prefix + "host/" + std::to_string(rank), mine);
   bool same = !mine.empty();
   for (int j = 0; j < size; ++j)
@@ -521,7 +484,7 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(std::shared_ptr<c10d_comp
   impl->n = size;
   impl->max_slot = round_up(std::max<int64_t>(max_slot_bytes, kPage), kPage);
   impl->timeout = timeout;
-  impl->spins = spins_for_this_host(size);
+  impl->spins = shm::spins_for_this_host(size);
   return std::unique_ptr<ShmCollectives>(new ShmCollectives(std::move(impl)));
 }
 

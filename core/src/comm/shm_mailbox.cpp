@@ -1,0 +1,397 @@
+#include "comm/shm_mailbox.h"
+
+#include "comm/shm_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace smp {
+namespace {
+
+using c10d_compat::Failure;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDescriptors = 256;  // messages in flight per (sender, receiver) before a send waits
+
+enum : uint32_t { kFree = 0, kPosted = 1, kClaimed = 2, kTaken = 3 };
+
+struct Descriptor {  // one cache line
+  std::atomic<uint32_t> state;
+  int32_t tag;
+  int64_t bytes;
+  int64_t offset;  // into the arena; -1: the data goes through the c10d backend
+  uint64_t seq;    // posting order: equal tags are taken oldest first
+};
+
+struct OutboxHeader {  // the segment's first cache line
+  std::atomic<uint32_t> futex;     // bumped by every post; a waiting receiver sleeps on it
+  std::atomic<uint32_t> sleepers;  // receivers inside futex_wait (a post skips the wake syscall when 0)
+  int32_t pid;                     // the sender
+};
+static_assert(sizeof(Descriptor) <= shm::kLine && sizeof(OutboxHeader) <= shm::kLine);
+
+int64_t arena_offset() { return shm::round_up(shm::kLine * (1 + kDescriptors), shm::kPage); }
+
+// One mapping of an outbox (sender -> receiver).
+struct Mapping {
+  char* base = nullptr;
+  size_t bytes = 0;
+  std::string name;
+
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (base) munmap(base, bytes);
+  }
+  OutboxHeader* header() const { return reinterpret_cast<OutboxHeader*>(base); }
+  Descriptor* descriptor(int i) const { return reinterpret_cast<Descriptor*>(base + shm::kLine * (1 + i)); }
+  char* arena() const { return base + arena_offset(); }
+  int64_t arena_bytes() const { return static_cast<int64_t>(bytes) - arena_offset(); }
+};
+
+// The sender's side of one outbox: which descriptors and which arena bytes
+// are in use. The arena is a ring: blocks are handed out at `head` and come
+// back in allocation order from `tail` once the receiver took them.
+struct Outbox {
+  Mapping map;
+  uint64_t next_seq = 0;
+  struct Block {
+    int descriptor;
+    int64_t offset, bytes;
+    bool taken = false;
+  };
+  std::deque<Block> blocks;
+  int64_t head = 0, tail = 0;
+
+  void reclaim() {
+    for (Block& b : blocks)
+      if (!b.taken && map.descriptor(b.descriptor)->state.load(std::memory_order_acquire) == kTaken) {
+        b.taken = true;
+        map.descriptor(b.descriptor)->state.store(kFree, std::memory_order_relaxed);
+      }
+    while (!blocks.empty() && blocks.front().taken) blocks.pop_front();
+    if (blocks.empty())
+      head = tail = 0;
+    else
+      tail = blocks.front().offset;
+  }
+
+  // Offset of `need` free bytes, or -1.
+  int64_t allocate(int64_t need) {
+    const int64_t size = map.arena_bytes();
+    if (need > size) return -1;
+    if (blocks.empty() || head >= tail) {  // live bytes are [tail, head)
+      if (size - head >= need) return std::exchange(head, head + need);
+      if (need < tail) {  // wrap to the start (strictly below tail: head == tail would read as empty)
+        head = need;
+        return 0;
+      }
+      return -1;
+    }
+    if (tail - head > need) return std::exchange(head, head + need);  // wrapped: live [tail, end) + [0, head)
+    return -1;
+  }
+
+  int free_descriptor() const {
+    for (int i = 0; i < kDescriptors; ++i)
+      if (map.descriptor(i)->state.load(std::memory_order_relaxed) == kFree) return i;
+    return -1;
+  }
+};
+
+std::atomic<uint64_t> g_outbox_counter{0};
+
+class DoneWork final : public c10d_compat::PendingWork {
+ public:
+  void wait() override {}
+  bool ready() override { return true; }
+};
+
+}  // namespace
+
+struct ShmMailbox::Impl {
+  std::shared_ptr<c10d_compat::Store> store;
+  std::string prefix;
+  int rank = 0, n = 0;
+  int64_t arena_bytes = 0;
+  std::chrono::milliseconds timeout{0};
+  int spins = 0;
+
+  std::mutex mu;
+  std::map<int, Outbox> outboxes;                   // by receiver
+  std::map<int, std::unique_ptr<Mapping>> inboxes;  // by sender
+  int64_t overflow = 0;
+
+  ~Impl() {
+    for (auto& [peer, o] : outboxes)
+      if (!o.map.name.empty()) shm_unlink(o.map.name.c_str());  // the receiver may not have mapped it
+  }
+
+  std::string key(int sender, int receiver) const {
+    return prefix + "outbox/" + std::to_string(sender) + ">" + std::to_string(receiver);
+  }
+
+  Outbox& outbox(int peer) {
+    auto it = outboxes.find(peer);
+    if (it != outboxes.end()) return it->second;
+    Outbox& o = outboxes[peer];
+    const size_t total = static_cast<size_t>(arena_offset() + arena_bytes);
+    int fd = -1;
+    std::string name;
+    for (int attempt = 0; attempt < 64; ++attempt) {  // skip names a killed process left behind
+      name = "/smp-" + std::to_string(getpid()) + "-p2p-" + std::to_string(g_outbox_counter++);
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0 || errno != EEXIST) break;
+    }
+    std::string error;
+    if (fd < 0) {
+      error = "shm_open(" + name + "): " + std::strerror(errno);
+    } else if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+      error = std::string("ftruncate: ") + std::strerror(errno);
+    } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+      error = "could not reserve " + std::to_string(total >> 20) + " MiB in /dev/shm for the messages to group rank " +
+              std::to_string(peer) + " (" + std::strerror(rc) +
+              "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to use Gloo";
+    }
+    void* base = MAP_FAILED;
+    if (error.empty()) {
+      base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) error = "mmap of " + name + ": " + std::strerror(errno);
+    }
+    if (fd >= 0) close(fd);
+    if (!error.empty()) {
+      if (fd >= 0) shm_unlink(name.c_str());
+      outboxes.erase(peer);
+      store->set(key(rank, peer), "!" + error);
+      throw Failure(error, false);
+    }
+    o.map.base = static_cast<char*>(base);
+    o.map.bytes = total;
+    o.map.name = name;
+    o.map.header()->pid = getpid();
+    store->set(key(rank, peer), name);
+    return o;
+  }
+
+  // The outbox `peer` fills for this rank, mapped on first use. Waits (on the
+  // store) for the sender's first send, without holding `mu`.
+  const Mapping& inbox(int peer) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = inboxes.find(peer);
+      if (it != inboxes.end()) return *it->second;
+    }
+    const std::string name = store->get(key(peer, rank));
+    if (!name.empty() && name[0] == '!')
+      throw Failure("group rank " + std::to_string(peer) + " could not create its shared-memory outbox: " +
+                        name.substr(1),
+                    false);
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0)
+      throw Failure("shm_open(" + name + ") made by group rank " + std::to_string(peer) + ": " + std::strerror(errno),
+                    false);
+    struct stat st {};
+    const int stat_rc = fstat(fd, &st);
+    void* base = stat_rc == 0 ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                              : MAP_FAILED;
+    const int map_errno = errno;
+    close(fd);
+    shm_unlink(name.c_str());  // mapped by both ends now: it lives as long as the mappings
+    if (base == MAP_FAILED) throw Failure("mapping " + name + ": " + std::strerror(map_errno), false);
+    auto m = std::make_unique<Mapping>();
+    m->base = static_cast<char*>(base);
+    m->bytes = static_cast<size_t>(st.st_size);
+    m->name = name;
+    std::lock_guard<std::mutex> lock(mu);
+    return *inboxes.emplace(peer, std::move(m)).first->second;
+  }
+};
+
+ShmMailbox::ShmMailbox(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShmMailbox::~ShmMailbox() = default;
+
+std::unique_ptr<ShmMailbox> ShmMailbox::create(std::shared_ptr<c10d_compat::Store> store,
+                                               const std::string& key_prefix, int rank, int size, int64_t arena_bytes,
+                                               std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->store = std::move(store);
+  impl->prefix = key_prefix;
+  impl->rank = rank;
+  impl->n = size;
+  impl->arena_bytes = shm::round_up(std::max<int64_t>(arena_bytes, shm::kPage), shm::kPage);
+  impl->timeout = timeout;
+  impl->spins = shm::spins_for_this_host(size);
+  return std::unique_ptr<ShmMailbox>(new ShmMailbox(std::move(impl)));
+}
+
+int64_t ShmMailbox::overflow_messages() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->overflow;
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, int peer, int tag,
+                                                          c10d_compat::Backend& backend) {
+  Impl& s = *impl_;
+  const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+  bool through_backend = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    Outbox& o = s.outbox(peer);
+    o.reclaim();
+    int d = o.free_descriptor();
+    const auto start = Clock::now();
+    while (d < 0) {  // kDescriptors messages to this peer not taken yet
+      if (Clock::now() - start >= s.timeout)
+        throw Failure("shared-memory send to group rank " + std::to_string(peer) + " timed out after " +
+                          std::to_string(s.timeout.count()) + " ms: " + std::to_string(kDescriptors) +
+                          " earlier messages were never received",
+                      true);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      o.reclaim();
+      d = o.free_descriptor();
+    }
+    Descriptor* desc = o.map.descriptor(d);
+    const int64_t offset = o.allocate(shm::round_up(bytes, shm::kLine));
+    desc->tag = tag;
+    desc->bytes = bytes;
+    desc->seq = o.next_seq++;
+    desc->offset = offset;
+    if (offset >= 0) {
+      if (bytes > 0) std::memcpy(o.map.arena() + offset, t.data_ptr(), static_cast<size_t>(bytes));
+      o.blocks.push_back({d, offset, shm::round_up(bytes, shm::kLine)});
+    } else {
+      through_backend = true;
+      ++s.overflow;
+      o.blocks.push_back({d, o.head, 0});  // holds no arena bytes; frees its descriptor when taken
+    }
+    desc->state.store(kPosted, std::memory_order_release);
+    OutboxHeader* h = o.map.header();
+    h->futex.fetch_add(1);
+    if (h->sleepers.load() > 0) shm::futex_wake_all(&h->futex);
+  }
+  if (through_backend) {
+    at::Tensor keep = t;
+    return backend.send(keep, peer, tag);
+  }
+  return std::make_shared<DoneWork>();
+}
+
+namespace {
+
+// Takes the message on wait(), in the waiting thread.
+class RecvWork final : public c10d_compat::PendingWork {
+ public:
+  RecvWork(std::shared_ptr<ShmMailbox::Impl> mailbox, at::Tensor t, int peer, int tag, c10d_compat::Backend& backend)
+      : s_(std::move(mailbox)), t_(std::move(t)), peer_(peer), tag_(tag), backend_(backend) {}
+
+  bool ready() override {
+    if (done_) return true;
+    std::lock_guard<std::mutex> lock(s_->mu);
+    auto it = s_->inboxes.find(peer_);
+    return it != s_->inboxes.end() && find(*it->second) >= 0;
+  }
+
+  void wait() override {
+    if (done_) return;
+    const Mapping& m = s_->inbox(peer_);
+    // A short poll (a find() reads every descriptor) before sleeping, only
+    // where the ranks have cores of their own.
+    for (int spin = 0; spin < std::min(s_->spins, 64); ++spin) {
+      const int d = find(m);
+      if (d >= 0 && take(m, d)) return;
+      shm::cpu_relax();
+    }
+    OutboxHeader* h = m.header();
+    const auto start = Clock::now();
+    auto next_liveness_check = start + std::chrono::milliseconds(100);
+    for (;;) {
+      h->sleepers.fetch_add(1);
+      struct Leave {
+        std::atomic<uint32_t>& sleepers;
+        ~Leave() { sleepers.fetch_sub(1); }
+      } leave{h->sleepers};
+      const uint32_t seen = h->futex.load();
+      const int d = find(m);
+      if (d >= 0 && take(m, d)) return;
+      if (d < 0) shm::futex_wait(&h->futex, seen, 5'000'000);
+      const auto now = Clock::now();
+      if (now >= next_liveness_check) {
+        next_liveness_check = now + std::chrono::milliseconds(100);
+        if (kill(h->pid, 0) != 0 && errno == ESRCH && find(m) < 0)
+          throw Failure("group rank " + std::to_string(peer_) + " (pid " + std::to_string(h->pid) +
+                            ") exited while this rank waited for its message (tag " + std::to_string(tag_) + ")",
+                        false);
+      }
+      if (now - start >= s_->timeout)
+        throw Failure("shared-memory receive from group rank " + std::to_string(peer_) + " (tag " +
+                          std::to_string(tag_) + ") timed out after " + std::to_string(s_->timeout.count()) + " ms",
+                      true);
+    }
+  }
+
+ private:
+  // The oldest posted descriptor with my tag, or -1.
+  int find(const Mapping& m) const {
+    int best = -1;
+    uint64_t best_seq = 0;
+    for (int i = 0; i < kDescriptors; ++i) {
+      const Descriptor* d = m.descriptor(i);
+      if (d->state.load(std::memory_order_acquire) == kPosted && d->tag == tag_ && (best < 0 || d->seq < best_seq))
+        best = i, best_seq = d->seq;
+    }
+    return best;
+  }
+
+  // Claims descriptor i and copies its message into t_; false if another
+  // thread claimed it first.
+  bool take(const Mapping& m, int i) {
+    Descriptor* d = m.descriptor(i);
+    uint32_t expected = kPosted;
+    if (!d->state.compare_exchange_strong(expected, kClaimed, std::memory_order_acq_rel)) return false;
+    if (d->tag != tag_) {  // reused for another message between find() and the claim
+      d->state.store(kPosted, std::memory_order_release);
+      return false;
+    }
+    const int64_t want = t_.numel() * static_cast<int64_t>(t_.element_size());
+    const int64_t bytes = d->bytes, offset = d->offset;
+    if (bytes != want) {
+      d->state.store(kTaken, std::memory_order_release);
+      throw Failure("message tag " + std::to_string(tag_) + " from group rank " + std::to_string(peer_) + " has " +
+                        std::to_string(bytes) + " bytes, this receive expects " + std::to_string(want),
+                    false);
+    }
+    if (offset >= 0 && bytes > 0) std::memcpy(t_.data_ptr(), m.arena() + offset, static_cast<size_t>(bytes));
+    d->state.store(kTaken, std::memory_order_release);
+    if (offset < 0) backend_.recv(t_, peer_, tag_)->wait();  // announced: it went through the backend
+    done_ = true;
+    return true;
+  }
+
+  std::shared_ptr<ShmMailbox::Impl> s_;
+  at::Tensor t_;
+  int peer_, tag_;
+  c10d_compat::Backend& backend_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::recv(const at::Tensor& t, int peer, int tag,
+                                                          c10d_compat::Backend& backend) {
+  return std::make_shared<RecvWork>(impl_, t, peer, tag, backend);
+}
+
+}  // namespace smp

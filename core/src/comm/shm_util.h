@@ -1,0 +1,42 @@
+// What the shared-memory transports (shm_collectives, shm_mailbox) share:
+// whether two processes can share memory, and how a waiter polls and sleeps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace smp::shm {
+
+constexpr int64_t kLine = 64;
+constexpr int64_t kPage = 4096;
+
+inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Same boot, same pid namespace, same /dev/shm: segment names and pids mean
+// the same thing to every process that reports the same string. Empty when
+// unknown (then nothing is shared).
+std::string host_identity();
+
+// How often to poll before sleeping on a futex (~10-100 us of polling): only
+// when every rank of the host (group_size, or LOCAL_WORLD_SIZE if larger) has
+// a core of its own; with more ranks than cores a spinning rank takes the core
+// from the rank it waits for. 0 = sleep at once.
+int spins_for_this_host(int group_size);
+
+// FUTEX_WAIT on a word in shared memory, for at most `nanoseconds` (< 1 s).
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds);
+void futex_wake_all(std::atomic<uint32_t>* word);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Shared between processes: only lock-free (address-free) atomics and plain data.
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
+
+}  // namespace smp::shm
