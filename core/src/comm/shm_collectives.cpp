@@ -124,8 +124,6 @@ const char* kind_name(int kind) {
   return "?";
 }
 
-std::atomic<uint64_t> g_segment_counter{0};
-
 }  // namespace
 
 struct ShmCollectives::Task {
@@ -386,30 +384,14 @@ struct ShmCollectives::Impl {
     std::string name;
     int fd = -1;
     if (rank == 0) {
-      // The name only has to be new: the others learn it from the store. A
-      // process killed between creating and unlinking its segment leaves the
-      // name behind, and a later process can get the same pid: then take the
-      // next counter value (a stale segment is never opened, only skipped).
-      for (int attempt = 0; attempt < 64; ++attempt) {
-        name = "/smp-" + std::to_string(getpid()) + "-" + std::to_string(g_segment_counter++);
-        fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd >= 0 || errno != EEXIST) break;
+      // The name only has to be new: the others learn it from the store.
+      shm::NewSegment made = shm::create_segment("", total);
+      if (made.fd < 0) {
+        store->set(key, "!" + made.error);
+        throw Failure(made.error, false);
       }
-      std::string error;
-      if (fd < 0) {
-        error = std::string("shm_open(") + name + "): " + std::strerror(errno);
-      } else if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
-        error = std::string("ftruncate: ") + std::strerror(errno);
-      } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
-        error = "could not reserve " + std::to_string(total >> 20) + " MiB in /dev/shm (" + std::strerror(rc) +
-                "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to "
-                "use Gloo";
-      }
-      if (!error.empty()) {
-        if (fd >= 0) close(fd), shm_unlink(name.c_str());
-        store->set(key, "!" + error);
-        throw Failure(error, false);
-      }
+      fd = made.fd;
+      name = made.name;
       store->set(key, name);
     } else {
       name = store->get(key);

@@ -112,8 +112,6 @@ struct Outbox {
   }
 };
 
-std::atomic<uint64_t> g_outbox_counter{0};
-
 class DoneWork final : public c10d_compat::PendingWork {
  public:
   void wait() override {}
@@ -125,7 +123,7 @@ class DoneWork final : public c10d_compat::PendingWork {
 struct ShmMailbox::Impl {
   std::shared_ptr<c10d_compat::Store> store;
   std::string prefix;
-  int rank = 0, n = 0;
+  int rank = 0;
   int64_t arena_bytes = 0;
   std::chrono::milliseconds timeout{0};
   int spins = 0;
@@ -133,7 +131,6 @@ struct ShmMailbox::Impl {
   std::mutex mu;
   std::map<int, Outbox> outboxes;                   // by receiver
   std::map<int, std::unique_ptr<Mapping>> inboxes;  // by sender
-  int64_t overflow = 0;
 
   ~Impl() {
     for (auto& [peer, o] : outboxes)
@@ -149,23 +146,10 @@ struct ShmMailbox::Impl {
     if (it != outboxes.end()) return it->second;
     Outbox& o = outboxes[peer];
     const size_t total = static_cast<size_t>(arena_offset() + arena_bytes);
-    int fd = -1;
-    std::string name;
-    for (int attempt = 0; attempt < 64; ++attempt) {  // skip names a killed process left behind
-      name = "/smp-" + std::to_string(getpid()) + "-p2p-" + std::to_string(g_outbox_counter++);
-      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd >= 0 || errno != EEXIST) break;
-    }
-    std::string error;
-    if (fd < 0) {
-      error = "shm_open(" + name + "): " + std::strerror(errno);
-    } else if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
-      error = std::string("ftruncate: ") + std::strerror(errno);
-    } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
-      error = "could not reserve " + std::to_string(total >> 20) + " MiB in /dev/shm for the messages to group rank " +
-              std::to_string(peer) + " (" + std::strerror(rc) +
-              "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to use Gloo";
-    }
+    shm::NewSegment made = shm::create_segment("p2p-", total, " for the messages to group rank " + std::to_string(peer));
+    const int fd = made.fd;
+    const std::string name = made.name;
+    std::string error = made.error;
     void* base = MAP_FAILED;
     if (error.empty()) {
       base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -230,16 +214,10 @@ std::unique_ptr<ShmMailbox> ShmMailbox::create(std::shared_ptr<c10d_compat::Stor
   impl->store = std::move(store);
   impl->prefix = key_prefix;
   impl->rank = rank;
-  impl->n = size;
   impl->arena_bytes = shm::round_up(std::max<int64_t>(arena_bytes, shm::kPage), shm::kPage);
   impl->timeout = timeout;
   impl->spins = shm::spins_for_this_host(size);
   return std::unique_ptr<ShmMailbox>(new ShmMailbox(std::move(impl)));
-}
-
-int64_t ShmMailbox::overflow_messages() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->overflow;
 }
 
 std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, int peer, int tag,
@@ -274,7 +252,6 @@ std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, 
       o.blocks.push_back({d, offset, shm::round_up(bytes, shm::kLine)});
     } else {
       through_backend = true;
-      ++s.overflow;
       o.blocks.push_back({d, o.head, 0});  // holds no arena bytes; frees its descriptor when taken
     }
     desc->state.store(kPosted, std::memory_order_release);

@@ -50,9 +50,6 @@ class ShmMailbox {
   std::shared_ptr<c10d_compat::PendingWork> send(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend);
   std::shared_ptr<c10d_compat::PendingWork> recv(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend);
 
-  // Messages that went through the backend because the arena was full (tests).
-  int64_t overflow_messages() const;
-
   struct Impl;
 
  private:

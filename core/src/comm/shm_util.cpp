@@ -1,13 +1,17 @@
 #include "comm/shm_util.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
+#include <sys/mman.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -30,6 +34,33 @@ int spins_for_this_host(int group_size) {
   CPU_ZERO(&set);
   const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   return ranks_here <= cores ? kSpins : 0;
+}
+
+NewSegment create_segment(const std::string& stem, size_t bytes, const std::string& what_for) {
+  static std::atomic<uint64_t> counter{0};
+  NewSegment s;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    s.name = "/smp-" + std::to_string(getpid()) + "-" + stem + std::to_string(counter++);
+    s.fd = shm_open(s.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (s.fd >= 0 || errno != EEXIST) break;
+  }
+  if (s.fd < 0) {
+    s.error = "shm_open(" + s.name + "): " + std::strerror(errno);
+    return s;
+  }
+  if (ftruncate(s.fd, static_cast<off_t>(bytes)) != 0) {
+    s.error = std::string("ftruncate: ") + std::strerror(errno);
+  } else if (int rc = posix_fallocate(s.fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    s.error = "could not reserve " + std::to_string(bytes >> 20) + " MiB in /dev/shm" + what_for + " (" +
+              std::strerror(rc) +
+              "); give /dev/shm more room (docker: --shm-size), lower comm.shm_mb, or set comm.shm_mb = 0 to use Gloo";
+  }
+  if (!s.error.empty()) {
+    close(s.fd);
+    shm_unlink(s.name.c_str());
+    s.fd = -1;
+  }
+  return s;
 }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,18 @@ std::string host_identity();
 // a core of its own; with more ranks than cores a spinning rank takes the core
 // from the rank it waits for. 0 = sleep at once.
 int spins_for_this_host(int group_size);
+
+// A new, empty /dev/shm segment of `bytes`, space reserved (posix_fallocate,
+// so a full /dev/shm is an error here, not a SIGBUS later), named
+// /smp-<pid>-<stem><n> with n from a process-wide counter. A name a killed
+// process left behind (its pid come round again) is skipped, not an error.
+// On failure fd < 0, nothing is left behind, and `error` says why and what to
+// do (`what_for` names the use, e.g. " for the messages to group rank 1").
+struct NewSegment {
+  int fd = -1;
+  std::string name, error;
+};
+NewSegment create_segment(const std::string& stem, size_t bytes, const std::string& what_for = "");
 
 // FUTEX_WAIT on a word in shared memory, for at most `nanoseconds` (< 1 s).
 void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds);
