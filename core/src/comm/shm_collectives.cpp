@@ -41,6 +41,9 @@ using shm::kPage;
 using shm::round_up;
 
 constexpr int64_t kMinSlot = 64 * 1024;
+// All-reduce reduces my part in blocks this size, so that copying each block's
+// result from my slot back to my tensor reads it from L2, not memory.
+constexpr int64_t kReduceBlockBytes = 128 * 1024;
 
 struct Header {  // the segment's first cache line
   std::atomic<uint32_t> futex;    // bumped by every publish; sleepers wait on it
@@ -314,30 +317,34 @@ struct ShmCollectives::Impl {
     for (int j = 2; j < n; ++j) combine(out, out, part(j), op);
   }
 
+  // My part of the chunk is read in place from my tensor and reduced into my
+  // slot block by block, each block copied back to my tensor while it is still
+  // in cache; only the other ranks' parts pass through my slot on the way in
+  // and out. For n = 2 that is 52 MB of memory traffic per rank for 13 MB of
+  // gradients instead of 71.5 (whole chunk in, whole chunk out): the probe's
+  // all-reduce went from 3.7 to 2.9 ms (README, "dp = 2 against the bound").
   void allreduce_chunk(char* data, int64_t len, const Task& task) {
     const int64_t esize = task.in.element_size();
     const uint64_t base = begin_chunk();
-    std::memcpy(seg->slot(rank), data, len * esize);
-    enter(base, task);
     auto lo = [&](int i) { return i * (len / n) + std::min<int64_t>(i, len % n); };
-    const int64_t begin = lo(rank), count = lo(rank + 1) - begin;
-    if (count > 0) {
-      const auto options = at::TensorOptions().dtype(task.in.scalar_type());
-      auto part = [&](int j) { return at::from_blob(seg->slot(j) + begin * esize, {count}, options); };
-      at::Tensor out = part(rank);
-      if (rank <= 1) {
-        reduce_in_rank_order(out, part, n, task.op);  // out is one of the first two inputs: in place
-      } else {
-        at::Tensor acc = at::empty({count}, options);
-        reduce_in_rank_order(acc, part, n, task.op);
-        out.copy_(acc);
-      }
+    const int64_t begin = lo(rank), end = lo(rank + 1);
+    std::memcpy(seg->slot(rank), data, begin * esize);
+    std::memcpy(seg->slot(rank) + end * esize, data + end * esize, (len - end) * esize);
+    enter(base, task);
+    const auto options = at::TensorOptions().dtype(task.in.scalar_type());
+    const int64_t block = std::max<int64_t>(1, kReduceBlockBytes / esize);
+    for (int64_t b = begin; b < end; b += block) {
+      const int64_t count = std::min(block, end - b);
+      auto part = [&](int j) { return at::from_blob((j == rank ? data : seg->slot(j)) + b * esize, {count}, options); };
+      at::Tensor out = at::from_blob(seg->slot(rank) + b * esize, {count}, options);  // not an input
+      reduce_in_rank_order(out, part, n, task.op);
+      std::memcpy(data + b * esize, seg->slot(rank) + b * esize, count * esize);
     }
     publish(base + 2);
     wait_all(base + 2);
     for (int j = 0; j < n; ++j) {
       const int64_t b = lo(j), c = lo(j + 1) - b;
-      if (c > 0) std::memcpy(data + b * esize, seg->slot(j) + b * esize, c * esize);
+      if (j != rank && c > 0) std::memcpy(data + b * esize, seg->slot(j) + b * esize, c * esize);
     }
     publish(base + 3);
   }
@@ -355,21 +362,31 @@ struct ShmCollectives::Impl {
 
   // Rank j's slice is in[start_j, start_j + counts[j]); this chunk covers
   // elements [offset, offset + per_chunk) of every slice.
+  // My own slice is read in place (not staged through my slot) where that is
+  // safe: ranks 0 and 1 read it before or as they write out, which may be that
+  // very slice (ZeRO-2/3 reduce into the bucket's own shard).
   void reduce_scatter_chunk(int64_t offset, int64_t per_chunk, const Task& task) {
     const int64_t esize = task.in.element_size();
     const uint64_t base = begin_chunk();
     const char* in = static_cast<const char*>(task.in.data_ptr());
-    int64_t start = 0;
+    const bool mine_in_place = rank <= 1;
+    int64_t start = 0, my_start = 0;
     for (int j = 0; j < n; ++j) {
       const int64_t len = std::max<int64_t>(0, std::min(per_chunk, task.counts[j] - offset));
-      if (len > 0) std::memcpy(seg->slot(rank) + j * per_chunk * esize, in + (start + offset) * esize, len * esize);
+      if (j == rank) my_start = start;
+      if (len > 0 && !(j == rank && mine_in_place))
+        std::memcpy(seg->slot(rank) + j * per_chunk * esize, in + (start + offset) * esize, len * esize);
       start += task.counts[j];
     }
     enter(base, task);
     const int64_t len = std::max<int64_t>(0, std::min(per_chunk, task.counts[rank] - offset));
     if (len > 0) {
       const auto options = at::TensorOptions().dtype(task.in.scalar_type());
-      auto part = [&](int j) { return at::from_blob(seg->slot(j) + rank * per_chunk * esize, {len}, options); };
+      auto part = [&](int j) {
+        return at::from_blob(j == rank && mine_in_place ? const_cast<char*>(in) + (my_start + offset) * esize
+                                                        : seg->slot(j) + rank * per_chunk * esize,
+                             {len}, options);
+      };
       at::Tensor out = task.out.view({-1}).narrow(0, offset, len);
       reduce_in_rank_order(out, part, n, task.op);
     }

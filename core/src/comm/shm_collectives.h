@@ -10,13 +10,16 @@
 // through ShmMailbox (shm_mailbox.h) in the same groups.
 //
 // Each rank owns a slot. Per chunk of at most one slot:
-//   all-reduce      copy my chunk into my slot (READY); reduce my 1/n part (split
-//                   like tensor_split) over every slot into mine (REDUCED); copy
-//                   every rank's reduced part out (RELEASED)
+//   all-reduce      copy my chunk, less my own 1/n part (split like
+//                   tensor_split), into my slot (READY); reduce my part, mine
+//                   read in place and the others' from their slots, into my
+//                   slot and back into my tensor (REDUCED); copy the other
+//                   ranks' reduced parts out of their slots (RELEASED)
 //   all-gather      copy my chunk into my slot (READY); copy every slot out (RELEASED)
 //   reduce-scatter  copy the chunk of every destination's slice into n
-//                   sub-blocks of my slot (READY); reduce my sub-block over every
-//                   slot into my output (RELEASED)
+//                   sub-blocks of my slot (ranks 0 and 1: all but my own, read
+//                   in place) (READY); reduce my sub-block over every slot into
+//                   my output (RELEASED)
 // A rank writes its slot for the next chunk only after all ranks RELEASED the
 // previous one. Reductions run in rank order, so every rank's result is the
 // same bits. Waiting spins briefly (only when every rank has a core), then
