@@ -76,9 +76,26 @@ double competing_cores_now(double seconds) {
   return (machine_busy_seconds() - b0) / wall;
 }
 
+namespace {
+
+// The shell command for one smp job writing into run_dir.
+std::string smp_command(const Job& job, const std::string& run_dir) {
+  std::string cmd = quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
+                    " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) + " --plugin " +
+                    job.plugin + " --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
+                    " --set run.threads=1";
+  for (const auto& o : job.overrides) cmd += " --set " + quote(o);
+  if (job.profile_ops) cmd += " --set run.profile_ops=true --set " + quote("run.trace_steps=[3, 1000000]");
+  return cmd;
+}
+
+}  // namespace
+
 JobResult run_job(const Job& job) {
   JobResult r;
   const std::string run_dir = fresh_dir(job.label);
+  if (job.copies > 1 && (job.plain || job.profile_ops))
+    throw std::invalid_argument("bench job '" + job.label + "': copies > 1 is for plain smp jobs only");
   std::string cmd;
   if (!paths().malloc_env.empty()) cmd = paths().malloc_env + " ";
   if (job.plain) {
@@ -93,13 +110,16 @@ JobResult run_job(const Job& job) {
       fs::create_directories(run_dir + "/ops");
       cmd += " --profile-ops " + quote(run_dir + "/ops/rank-0.json");
     }
+  } else if (job.copies > 1) {
+    // Started together, waited for together; the exit status is the first failing copy's.
+    std::string env = cmd;
+    cmd = "status=0; pids=; ";
+    for (int k = 0; k < job.copies; ++k)
+      cmd += env + smp_command(job, run_dir + "/copy-" + std::to_string(k)) + " 2>&1 & pids=\"$pids $!\"; ";
+    cmd += "for p in $pids; do wait $p || { [ $status = 0 ] && status=$?; }; done; exit $status";
+    cmd = "sh -c " + quote(cmd);
   } else {
-    cmd += quote(paths().bin_dir + "/smp-launch") + " --nproc-per-node " + std::to_string(job.nproc) +
-          " --threads-per-rank 1 --master-port " + std::to_string(smp::find_free_port()) +
-          " --plugin " + job.plugin + " --config " + quote(job.config) + " --set " + quote("run.dir=" + run_dir) +
-          " --set run.threads=1";
-    for (const auto& o : job.overrides) cmd += " --set " + quote(o);
-    if (job.profile_ops) cmd += " --set run.profile_ops=true --set " + quote("run.trace_steps=[3, 1000000]");
+    cmd += smp_command(job, run_dir);
   }
   cmd += " 2>&1";
   const double busy0 = machine_busy_seconds(), kids0 = children_cpu_seconds();
@@ -113,13 +133,33 @@ JobResult run_job(const Job& job) {
   r.job_cpu_cores = kids / r.wall_s;
   r.competing_cores = std::max(0.0, (machine_busy_seconds() - busy0 - kids) / r.wall_s);
   r.exit_code = status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(run_dir + "/summary.json");
-  if (in) {
+  auto read_summary = [&](const std::string& dir) {
+    json j;
+    std::ifstream in(dir + "/summary.json");
+    if (!in) return j;
     try {
-      r.summary = json::parse(in);
+      j = json::parse(in);
     } catch (const std::exception& e) {
-      r.output += std::string("\nsmp-bench: cannot parse summary.json: ") + e.what();
+      r.output += "\nsmp-bench: cannot parse " + dir + "/summary.json: " + e.what();
     }
+    return j;
+  };
+  if (job.copies > 1) {
+    // The slowest copy stands for the job: a step of k copies is done when the last is.
+    json steps = json::array();
+    for (int k = 0; k < job.copies; ++k) {
+      json s = read_summary(run_dir + "/copy-" + std::to_string(k));
+      if (!s.is_object() || !s.contains("step_seconds")) {
+        r.summary = nullptr;
+        break;
+      }
+      steps.push_back(s["step_seconds"]);
+      if (r.summary.is_null() || s["step_seconds"].get<double>() > r.summary["step_seconds"].get<double>())
+        r.summary = s;
+    }
+    if (!r.summary.is_null()) r.summary["copies_step_seconds"] = steps;
+  } else {
+    r.summary = read_summary(run_dir);
   }
   for (int rank = 0; rank < job.nproc; ++rank) {
     std::ifstream t(run_dir + "/trace/rank-" + std::to_string(rank) + ".json");
@@ -132,7 +172,7 @@ JobResult run_job(const Job& job) {
   }
   if (job.plain && r.summary.contains("step_seconds_each")) {
     r.step_seconds_each = r.summary["step_seconds_each"].get<std::vector<double>>();
-  } else {
+  } else if (job.copies == 1) {  // (the copies' log lines interleave: no per-step times)
     // rank 0's progress lines: "step 3/12 | loss ... | 297 ms | eta ..."
     static const std::regex line(R"(step (\d+)/(\d+) \|[^\n]*?\| (\d+) ms \|)");
     for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it)

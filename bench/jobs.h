@@ -41,6 +41,11 @@ struct Job {
   // Profile steps 3..N op by op (smp: run.profile_ops; the eager script:
   // --profile-ops); the result lands in JobResult::op_profile.
   bool profile_ops = false;
+  // smp only: start this many independent copies of the job at once (each its own
+  // smp-launch, run folder and port; they share nothing). The result's summary is
+  // the slowest copy's, with every copy's step_seconds in "copies_step_seconds".
+  // Two one-rank copies are the no-communication bound of dp = 2 weak scaling.
+  int copies = 1;
 };
 
 struct JobResult {

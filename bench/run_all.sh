@@ -28,6 +28,8 @@ echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 "$BENCH" gpt      --repeat "$GPT_REPEAT"  "${wait_args[@]}" --out "$OUT/gpt.json"
 "$BENCH" pipeline --repeat "$PIPE_REPEAT" "${wait_args[@]}" --out "$OUT/pipeline.json"
 "$BENCH" tp       --repeat "$TP_REPEAT"   "${wait_args[@]}" --out "$OUT/tp.json"
+# dp = 2 weak scaling against two independent one-rank jobs at once (the machine's bound).
+"$BENCH" dp-scaling --repeat "${DP_REPEAT:-15}" "${wait_args[@]}" --out "$OUT/dp-scaling.json"
 # The same gpt comparison with glibc's default heap settings (see README "Allocator").
 "$BENCH" --default-malloc gpt --repeat 3 "${wait_args[@]}" --out "$OUT/gpt-default-malloc.json"
 # Diagnostics used in the README's findings.

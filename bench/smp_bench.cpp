@@ -515,6 +515,79 @@ int cmd_gpt(const Common& c) {
   return 0;
 }
 
+// ------------------------------------------------------------------------ dp-scaling
+// dp = 2 weak scaling against the machine's own bound. On a host whose cores share
+// caches, memory bandwidth and (on VMs) differ in speed, two ranks cannot reach 2x one
+// rank even with free communication. The bound is measured, not assumed: two
+// independent one-rank jobs started together (no communication at all) process 2B
+// samples in the slower one's step time. Per repeat, back to back:
+//   bound   = 2 t(1 rank) / t(slower of two concurrent 1-rank jobs)
+//   dp2     = 2 t(1 rank) / t(dp = 2, B per rank)
+//   dp2 / bound = t(two concurrent) / t(dp = 2): what data parallelism itself costs.
+int cmd_dp_scaling(const Common& c) {
+  const auto base = base_overrides(c);
+  const bench::Shape shape = shape_of(c.config, base);
+  double peak = 0;
+  json result = start("dp-scaling", c, shape, &peak);
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
+  Job two{"two-1rank-jobs-at-once", false, 1, c.config, with({})};
+  two.copies = 2;
+  const std::vector<Job> jobs{
+      {"smp-1rank", false, 1, c.config, with({})},
+      two,
+      {"smp-dp2-weak", false, 2, c.config, with({"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
+  };
+  auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
+  for (const Measured& m : measured)
+    if (!m.ok) {
+      std::cerr << "smp-bench dp-scaling: " << m.job.label << " failed\n" << m.best.output << "\n";
+      return 1;
+    }
+  const auto& one = measured[0].step_seconds_all;
+  const auto& pair = measured[1].step_seconds_all;
+  const auto& dp = measured[2].step_seconds_all;
+  std::vector<double> bound, weak, over_bound;
+  for (size_t k = 0; k < std::min({one.size(), pair.size(), dp.size()}); ++k) {
+    bound.push_back(2 * one[k] / pair[k]);
+    weak.push_back(2 * one[k] / dp[k]);
+    over_bound.push_back(pair[k] / dp[k]);
+  }
+  json runs = json::array();
+  for (const Measured& m : measured)
+    runs.push_back({{"label", m.job.label},
+                    {"ranks_or_copies", m.job.copies > 1 ? m.job.copies : m.job.nproc},
+                    {"step_seconds_per_repeat", m.step_seconds_all},
+                    {"competing_cores_per_repeat", m.competing_cores_all},
+                    {"best_step_seconds", m.best.summary["step_seconds"]}});
+  // Each copy's step time in the fastest pair: how far apart the two cores are.
+  runs[1]["copies_step_seconds_best_repeat"] = measured[1].best.summary["copies_step_seconds"];
+  result["runs"] = runs;
+  const double bound_med = bench::median_from(bound, 0), weak_med = bench::median_from(weak, 0),
+               over_med = bench::median_from(over_bound, 0);
+  result["paired"] = {
+      {"bound_over_1rank", {{"per_repeat", bound}, {"median", bound_med}}},
+      {"dp2_weak_over_1rank", {{"per_repeat", weak}, {"median", weak_med}}},
+      {"dp2_weak_over_bound", {{"per_repeat", over_bound}, {"median", over_med}}},
+      {"note", "throughput ratios within each repeat (the three jobs ran back to back); bound = two independent "
+               "one-rank jobs at once, the slower one's step time"}};
+  result["targets"] = {{"dp2_weak_over_smp_1rank",
+                        {{"target", 1.9}, {"measured_paired_median", weak_med}, {"met", weak_med >= 1.9},
+                         {"machine_bound_paired_median", bound_med},
+                         {"bound_allows_target", bound_med >= 1.9}}}};
+  std::cout << "\nsmp-bench dp-scaling: batch " << c.batch << " per rank, " << c.steps << " steps, " << c.repeat
+            << " interleaved repeats, medians of per-repeat ratios\n"
+            << "  two 1-rank jobs at once / 1 rank (the bound): " << fmt(bound_med, 3) << "\n"
+            << "  dp = 2 weak / 1 rank:                         " << fmt(weak_med, 3) << " (goal >= 1.9: "
+            << (weak_med >= 1.9 ? "met" : "NOT met") << ")\n"
+            << "  dp = 2 weak / bound:                          " << fmt(over_med, 3) << "\n";
+  finish(result, c);
+  return 0;
+}
+
 // ------------------------------------------------------------------------ pipeline
 double formula_bubble(const std::string& sched, int p, int m, int v) {
   if (sched == "interleaved-1f1b") return double(p - 1) / (v * m);
@@ -795,9 +868,11 @@ int main(int argc, char** argv) {
   app.add_flag("--default-malloc", default_malloc,
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
-  Common gpt, pipe, tp, ncf, bert, roberta, eager, psim, oprof;
+  Common gpt, pipe, tp, ncf, bert, roberta, eager, psim, oprof, dps;
   auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
+  auto* dpsc = app.add_subcommand("dp-scaling", "dp=2 weak scaling vs one rank and vs two independent one-rank jobs at once (the machine's bound, issue 14)");
+  add_common(dpsc, dps, 12, 8, P.source_dir + "/bench/results/dp-scaling.json");
   auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
   add_common(pl, pipe, 8, 16, P.source_dir + "/bench/results/pipeline.json");
   auto* ps = app.add_subcommand("pipeline-sim", "pp=2 gpipe/1f1b/zb-h1, traced: measured step vs the simulator's for the measured costs (issue 14)");
@@ -863,12 +938,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof})
+    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof, &dps})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
     if (roberta.config.empty()) roberta.config = P.source_dir + "/bench/configs/encoder-bench.toml";
     if (*g) return cmd_gpt(gpt);
+    if (*dpsc) return cmd_dp_scaling(dps);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
     if (*ps) return cmd_pipeline_sim(psim, psim_m);
