@@ -470,6 +470,41 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
       expect_eq(t, w, "growing shm allreduce numel " + std::to_string(numel));
       ++checks;
     }
+    // Shared buffers (data parallelism's gradient buckets): all-reduced in
+    // place, three times over (the claim and done counters carry on), with the
+    // last rank arriving 300 ms late once (the others reduce its share), a sum
+    // over 9 claim blocks with a ragged tail and a max of 7 doubles. A view of
+    // a shared buffer is not the buffer: it takes the staged path.
+    at::Tensor grads = big->shared_buffer(600007, at::kFloat), small = big->shared_buffer(7, at::kDouble);
+    expect(grads.defined() && small.defined(), "shared_buffer is undefined on a shared-memory group");
+    expect(grads.numel() == 600007 && grads.scalar_type() == at::kFloat && small.scalar_type() == at::kDouble,
+           "shared_buffer's size or dtype");
+    expect(at::equal(grads, at::zeros_like(grads)) && at::equal(small, at::zeros_like(small)), "a new shared buffer is not zero");
+    for (int gen = 0; gen < 3; ++gen) {
+      grads.copy_(sample(600007, at::kFloat, me, 40 + gen));
+      small.copy_(sample(7, at::kDouble, me, 50 + gen));
+      at::Tensor want = sample(600007, at::kFloat, 0, 40 + gen), want_max = sample(7, at::kDouble, 0, 50 + gen);
+      for (int r = 1; r < n; ++r) {
+        want = want + sample(600007, at::kFloat, r, 40 + gen);
+        want_max = at::maximum(want_max, sample(7, at::kDouble, r, 50 + gen));
+      }
+      if (gen == 1 && me == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      auto w1 = big->allreduce(grads), w2 = big->allreduce(small, ReduceOp::Max);
+      w2->wait();
+      w1->wait();
+      expect_eq(grads, want, "shared-buffer allreduce, round " + std::to_string(gen));
+      expect_eq(small, want_max, "shared-buffer allreduce max, round " + std::to_string(gen));
+      ++checks;
+    }
+    at::Tensor part = grads.narrow(0, 0, 1000);
+    part.copy_(sample(1000, at::kFloat, me, 60));
+    at::Tensor want = sample(1000, at::kFloat, 0, 60);
+    for (int r = 1; r < n; ++r) want = want + sample(1000, at::kFloat, r, 60);
+    big->allreduce(part)->wait();
+    expect_eq(part, want, "allreduce of a view of a shared buffer");
+    ++checks;
+    opts.shm_slot_bytes = 0;
+    expect(!gloo->shared_buffer(10, at::kFloat).defined(), "a group without shared memory gave a shared buffer");
   }
   rdv.shutdown(std::chrono::milliseconds(a.timeout_ms));
   std::cout << "rank " << mesh.rank() << ": " << checks << " shm checks passed" << std::endl;

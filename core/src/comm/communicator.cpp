@@ -259,10 +259,23 @@ class C10dCommunicator final : public Communicator {
     const int n = size();
     count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
     if (n == 1 || t.numel() == 0) return done(name);
+    if (shm_ && t.device().is_cpu()) {
+      const int index = shm_->shared_buffer_index(t);
+      if (index >= 0) return submit(name, [&] { return shm_->allreduce_shared(index, op); }, [] {});
+    }
     Staged s = stage(t);
     const bool shm = via_shm(t.device());
     return submit(name, [&] { return shm ? shm_->allreduce(s.t, op) : backend_for(t).allreduce(s.t, op); },
                   write_back(t, s));
+  }
+
+  at::Tensor shared_buffer(int64_t numel, at::ScalarType dtype) override {
+    if (!shm_ || size() == 1) return {};
+    try {
+      return shm_->shared_buffer(numel, dtype);
+    } catch (const c10d_compat::Failure& f) {
+      throw ctx_->failure("shared_buffer", f);
+    }
   }
 
   std::shared_ptr<Work> allgather(const at::Tensor& in, at::Tensor& out) override {

@@ -60,6 +60,14 @@ class Communicator {
   virtual std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
+  // A CPU tensor of `numel` zeros in memory every member of the group maps
+  // (shared memory, when all members are on this host and comm.shm_mb > 0),
+  // for a tensor all-reduced again and again: allreduce() of exactly that
+  // tensor stages nothing, and members that arrive first do the reduction for
+  // those still computing. Every member calls it in the same order with the
+  // same arguments; it returns once all have. Undefined where there is no such path.
+  virtual at::Tensor shared_buffer(int64_t numel, at::ScalarType dtype) { return {}; }
+
   // What carries an op for tensors on `device`: "shm" (shared memory, all
   // members on this host), "gloo", "nccl", or "local" (a group of one).
   virtual std::string transport(const std::string& op, const c10::Device& device) const = 0;

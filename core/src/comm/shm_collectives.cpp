@@ -44,6 +44,8 @@ constexpr int64_t kMinSlot = 64 * 1024;
 // All-reduce reduces my part in blocks this size, so that copying each block's
 // result from my slot back to my tensor reads it from L2, not memory.
 constexpr int64_t kReduceBlockBytes = 128 * 1024;
+// A shared-buffer all-reduce hands out work in blocks this size.
+constexpr int64_t kClaimBlockBytes = 256 * 1024;
 
 struct Header {  // the segment's first cache line
   std::atomic<uint32_t> futex;    // bumped by every publish; sleepers wait on it
@@ -118,19 +120,50 @@ class ShmWork final : public c10d_compat::PendingWork {
   std::shared_ptr<State> s_;
 };
 
+constexpr int kAllreduceShared = 3;  // a Task kind beside ShmCollectives::Kind
+
+// One mapping of a shared buffer's segment (a control page, then the data).
+struct Mapping {
+  char* base = nullptr;
+  size_t bytes = 0;
+  Mapping(char* b, size_t n) : base(b), bytes(n) {}
+  ~Mapping() { munmap(base, bytes); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+};
+
 const char* kind_name(int kind) {
   switch (kind) {
     case ShmCollectives::kAllreduce: return "all-reduce";
     case ShmCollectives::kAllgather: return "all-gather";
     case ShmCollectives::kReduceScatter: return "reduce-scatter";
+    case kAllreduceShared: return "all-reduce of a shared buffer";
   }
   return "?";
 }
 
 }  // namespace
 
+// Rank r's segment: line 0 of its control page holds the generation r last
+// marked ready; rank 0's also holds the group's claim and done counters (blocks
+// handed out / finished over all generations so far). Data from kPage on.
+struct ShmCollectives::SharedBuffer {
+  int64_t numel = 0;
+  at::ScalarType dtype = at::kFloat;
+  size_t segment_bytes = 0;
+  std::string key;   // store keys: <key>/name/<r>, <key>/mapped/<r>
+  std::vector<std::shared_ptr<Mapping>> maps;  // by group rank
+  uint64_t generation = 0;  // all-reduces begun (worker only)
+
+  char* data(int r) const { return maps[r]->base + kPage; }
+  std::atomic<uint64_t>* ready(int r) const { return reinterpret_cast<std::atomic<uint64_t>*>(maps[r]->base); }
+  std::atomic<uint64_t>* claimed() const { return reinterpret_cast<std::atomic<uint64_t>*>(maps[0]->base + kLine); }
+  std::atomic<uint64_t>* done() const { return reinterpret_cast<std::atomic<uint64_t>*>(maps[0]->base + 2 * kLine); }
+};
+
 struct ShmCollectives::Task {
   int kind = kAllreduce;
+  SharedBuffer* shared = nullptr;  // allreduce_shared
   at::Tensor in, out;  // all-reduce: in is also the result
   ReduceOp op = ReduceOp::Sum;
   std::vector<int64_t> counts;  // reduce-scatter: elements of each rank's slice
@@ -146,6 +179,9 @@ struct ShmCollectives::Impl {
   int spins = 0;
 
   std::unique_ptr<Segment> seg;  // touched only by the worker, or by the submitter while the worker is idle
+  // Shared buffers: appended by the submitting thread (deque: stable addresses
+  // for the worker's tasks), looked up under mu.
+  std::deque<SharedBuffer> shared;
   int generation = 0;
   uint64_t chunks_done = 0;      // in the current segment
 
@@ -224,8 +260,16 @@ struct ShmCollectives::Impl {
   }
 
   void wait_all(uint64_t target) {
+    wait_for([&] { return all_reached(target); },
+             [&](int j) { return seg->control(j)->progress.load() < target; });
+  }
+
+  // Waits until reached(); late(j) says whether group rank j may be what it
+  // waits for (checked for being alive, named on a timeout).
+  template <class Reached, class Late>
+  void wait_for(Reached reached, Late late) {
     for (int i = 0; i < spins; ++i) {
-      if (all_reached(target)) return;
+      if (reached()) return;
       cpu_relax();
     }
     const auto start = Clock::now();
@@ -234,28 +278,28 @@ struct ShmCollectives::Impl {
     for (;;) {
       h->sleepers.fetch_add(1);
       const uint32_t seen = h->futex.load();
-      const bool ok = all_reached(target);
+      const bool ok = reached();
       if (!ok) futex_wait(&h->futex, seen, 5'000'000);
       h->sleepers.fetch_sub(1);
-      if (ok || all_reached(target)) return;
+      if (ok || reached()) return;
       if (stop) throw Failure("the communicator was destroyed while a collective was in flight", false);
       const auto now = Clock::now();
       if (now >= next_liveness_check) {
         next_liveness_check = now + std::chrono::milliseconds(100);
         for (int j = 0; j < n; ++j) {
           const pid_t pid = seg->control(j)->pid;
-          if (j != rank && pid > 0 && seg->control(j)->progress.load() < target && kill(pid, 0) != 0 && errno == ESRCH)
+          if (j != rank && pid > 0 && late(j) && kill(pid, 0) != 0 && errno == ESRCH)
             throw Failure("group rank " + std::to_string(j) + " (pid " + std::to_string(pid) +
                               ") exited while this rank waited for it in a shared-memory collective",
                           false);
         }
       }
       if (now - start >= timeout) {
-        std::string late;
+        std::string who;
         for (int j = 0; j < n; ++j)
-          if (seg->control(j)->progress.load() < target) late += (late.empty() ? "" : ", ") + std::to_string(j);
+          if (j != rank && late(j)) who += (who.empty() ? "" : ", ") + std::to_string(j);
         throw Failure("shared-memory collective timed out after " + std::to_string(timeout.count()) +
-                          " ms waiting for group rank(s) " + late,
+                          " ms waiting for group rank(s) " + who,
                       true);
       }
     }
@@ -264,7 +308,9 @@ struct ShmCollectives::Impl {
   void run(const Task& task) {
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
     char* in = static_cast<char*>(task.in.data_ptr());
-    if (task.kind == kAllreduce) {
+    if (task.kind == kAllreduceShared) {
+      allreduce_shared(task);
+    } else if (task.kind == kAllreduce) {
       const int64_t per_chunk = seg->slot_bytes() / esize;
       for (int64_t offset = 0; offset < numel; offset += per_chunk)
         allreduce_chunk(in + offset * esize, std::min(per_chunk, numel - offset), task);
@@ -349,6 +395,46 @@ struct ShmCollectives::Impl {
     publish(base + 3);
   }
 
+  void bump_futex() {
+    seg->header()->futex.fetch_add(1);
+    if (seg->header()->sleepers.load() > 0) futex_wake_all(&seg->header()->futex);
+  }
+
+  void allreduce_shared(const Task& task) {
+    SharedBuffer& b = *task.shared;
+    const uint64_t g = ++b.generation;
+    const int64_t esize = static_cast<int64_t>(c10::elementSize(b.dtype));
+    const int64_t block = std::max<int64_t>(1, kClaimBlockBytes / esize);
+    const uint64_t blocks = static_cast<uint64_t>((b.numel + block - 1) / block);
+    const uint64_t first = (g - 1) * blocks, last = g * blocks;
+    b.ready(rank)->store(g, std::memory_order_release);
+    bump_futex();
+    auto all_ready = [&] {
+      for (int j = 0; j < n; ++j)
+        if (b.ready(j)->load(std::memory_order_acquire) < g) return false;
+      return true;
+    };
+    const auto options = at::TensorOptions().dtype(b.dtype);
+    at::Tensor acc;
+    for (;;) {
+      uint64_t c = b.claimed()->load();
+      while (c < last && !b.claimed()->compare_exchange_weak(c, c + 1)) {
+      }
+      if (c >= last) break;
+      wait_for(all_ready, [&](int j) { return b.ready(j)->load() < g; });
+      const int64_t offset = static_cast<int64_t>(c - first) * block, count = std::min(block, b.numel - offset);
+      if (!acc.defined()) acc = at::empty({block}, options);
+      at::Tensor out = acc.narrow(0, 0, count);
+      reduce_in_rank_order(out, [&](int j) { return at::from_blob(b.data(j) + offset * esize, {count}, options); }, n,
+                           task.op);
+      for (int j = 0; j < n; ++j) std::memcpy(b.data(j) + offset * esize, out.data_ptr(), count * esize);
+      b.done()->fetch_add(1, std::memory_order_release);
+      bump_futex();
+    }
+    // A claimer that dies leaves its block undone: every other rank may be it.
+    wait_for([&] { return b.done()->load(std::memory_order_acquire) >= last; }, [&](int j) { return j != rank; });
+  }
+
   // out holds every rank's input, rank after rank.
   void allgather_chunk(int64_t offset, int64_t len, const Task& task) {
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
@@ -391,6 +477,36 @@ struct ShmCollectives::Impl {
       reduce_in_rank_order(out, part, n, task.op);
     }
     publish(base + 3);
+  }
+
+  // Maps every other rank's segment of a shared buffer, then unlinks this
+  // rank's own once every other rank has mapped it (as map_segment does): from
+  // then on nothing is left in /dev/shm whatever happens to the processes.
+  void map_peers(SharedBuffer& b) {
+    for (int j = 0; j < n; ++j) {
+      if (j == rank) continue;
+      const std::string name = store->get(b.key + "/name/" + std::to_string(j));
+      if (!name.empty() && name[0] == '!')
+        throw Failure("group rank " + std::to_string(j) + " could not create its shared buffer: " + name.substr(1), false);
+      const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+      if (fd < 0)
+        throw Failure("shm_open(" + name + ") made by group rank " + std::to_string(j) + ": " + std::strerror(errno), false);
+      void* base = mmap(nullptr, b.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      const int mmap_errno = errno;
+      close(fd);
+      if (base == MAP_FAILED)
+        throw Failure("mmap of " + name + " (group rank " + std::to_string(j) + "'s shared buffer): " +
+                          std::strerror(mmap_errno),
+                      false);
+      b.maps[j] = std::make_shared<Mapping>(static_cast<char*>(base), b.segment_bytes);
+      store->add(b.key + "/mapped/" + std::to_string(j), 1);
+    }
+    const auto deadline = Clock::now() + timeout;
+    while (store->add(b.key + "/mapped/" + std::to_string(rank), 0) < n - 1) {
+      if (Clock::now() >= deadline)
+        throw Failure("timed out waiting for every group rank to map this rank's shared buffer", true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // ---- segment (re)creation (submitting thread, worker idle, all ranks at the same call) ----
@@ -506,6 +622,70 @@ std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allreduce(const at::Te
   task.in = t;
   task.op = op;
   return submit(std::move(task), t.numel() * static_cast<int64_t>(t.element_size()));
+}
+
+at::Tensor ShmCollectives::shared_buffer(int64_t numel, at::ScalarType dtype) {
+  Impl& s = *impl_;
+  SharedBuffer* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.shared.emplace_back();
+    b = &s.shared.back();
+    b->key = s.prefix + "shared/" + std::to_string(s.shared.size() - 1);
+  }
+  b->numel = numel;
+  b->dtype = dtype;
+  b->segment_bytes = static_cast<size_t>(kPage + round_up(std::max<int64_t>(1, numel * static_cast<int64_t>(c10::elementSize(dtype))), kPage));
+  const std::string name_key = b->key + "/name/" + std::to_string(s.rank);
+  shm::NewSegment made = shm::create_segment("buf", b->segment_bytes, " for a shared gradient buffer");
+  if (made.fd < 0) {
+    s.store->set(name_key, "!" + made.error);  // the others fail too, not wait
+    throw Failure(made.error, false);
+  }
+  void* base = mmap(nullptr, b->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.fd, 0);
+  const int mmap_errno = errno;
+  close(made.fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(made.name.c_str());
+    const std::string error = "mmap of " + made.name + ": " + std::strerror(mmap_errno);
+    s.store->set(name_key, "!" + error);
+    throw Failure(error, false);
+  }
+  b->maps.resize(s.n);
+  b->maps[s.rank] = std::make_shared<Mapping>(static_cast<char*>(base), b->segment_bytes);
+  s.store->set(name_key, made.name);
+  try {
+    s.map_peers(*b);
+  } catch (...) {
+    shm_unlink(made.name.c_str());
+    throw;
+  }
+  shm_unlink(made.name.c_str());
+  std::shared_ptr<Mapping> keep = b->maps[s.rank];
+  return at::from_blob(b->data(s.rank), {numel}, [keep](void*) {}, at::TensorOptions().dtype(dtype));
+}
+
+int ShmCollectives::shared_buffer_index(const at::Tensor& t) const {
+  Impl& s = *impl_;
+  if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous()) return -1;
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (size_t i = 0; i < s.shared.size(); ++i) {
+    const SharedBuffer& b = s.shared[i];
+    if (t.data_ptr() == b.data(s.rank) && t.numel() == b.numel && t.scalar_type() == b.dtype) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allreduce_shared(int index, ReduceOp op) {
+  Task task;
+  task.kind = kAllreduceShared;
+  task.op = op;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    task.shared = &impl_->shared.at(static_cast<size_t>(index));
+    task.in = at::empty({0}, at::TensorOptions().dtype(task.shared->dtype));
+  }
+  return submit(std::move(task), kMinSlot);  // (the segment's header carries the wake-ups)
 }
 
 std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allgather(const at::Tensor& in, const at::Tensor& out) {

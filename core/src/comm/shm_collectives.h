@@ -20,6 +20,10 @@
 //                   sub-blocks of my slot (ranks 0 and 1: all but my own, read
 //                   in place) (READY); reduce my sub-block over every slot into
 //                   my output (RELEASED)
+//   shared buffer   (allreduce_shared) every rank marks its buffer ready; the
+//                   ranks in the call claim blocks from a counter, and a claimer
+//                   reduces its block over every rank's buffer and writes the
+//                   result into all of them; done when every block is.
 // A rank writes its slot for the next chunk only after all ranks RELEASED the
 // previous one. Reductions run in rank order, so every rank's result is the
 // same bits. Waiting spins briefly (only when every rank has a core), then
@@ -72,8 +76,27 @@ class ShmCollectives {
   std::shared_ptr<c10d_compat::PendingWork> reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                                            std::vector<int64_t> counts, ReduceOp op);
 
+  // A buffer of `numel` elements in shared memory that every member maps, for
+  // a tensor all-reduced again and again in place (data parallelism's gradient
+  // buckets). Every member calls it in the same order with the same numel and
+  // dtype (the k-th call's buffers belong together); it returns once every
+  // member has mapped every other's (the names are then unlinked). The tensor
+  // keeps its mapping alive. Throws c10d_compat::Failure when /dev/shm has no
+  // room (on every member) or a member does not come.
+  at::Tensor shared_buffer(int64_t numel, at::ScalarType dtype);
+  // The index of the shared buffer that is exactly t (same memory, numel and
+  // dtype), or -1.
+  int shared_buffer_index(const at::Tensor& t) const;
+  // All-reduce of shared buffer `index`, in place in every member's buffer.
+  // Nothing is staged, and the work is shared out in blocks to whichever
+  // members are in the call: a member still computing when the others arrive
+  // leaves its share to them (with one core per rank and one rank slower, the
+  // faster one reduces almost everything while it would otherwise wait).
+  std::shared_ptr<c10d_compat::PendingWork> allreduce_shared(int index, ReduceOp op);
+
   struct Impl;
   struct Task;
+  struct SharedBuffer;
 
  private:
   explicit ShmCollectives(std::unique_ptr<Impl> impl);

@@ -116,7 +116,14 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOpti
     l.rank = b->comm ? b->comm->rank() : 0;
     const SyncedParameter& first = params_[b->params.front()];
     l.unit = zero_ == 3 ? first.unit : -1;
-    b->flat = at::zeros({l.padded}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
+    // Without ZeRO, a CPU bucket lives in memory its whole group maps where
+    // the group has one (shared memory on one host): its all-reduce then
+    // stages nothing, and a rank that finishes backward first reduces for one
+    // still in it (Communicator::shared_buffer).
+    if (zero_ == 0 && b->comm && first.tensor.device().is_cpu())
+      b->flat = b->comm->shared_buffer(l.padded, first.grad_dtype);
+    if (!b->flat.defined())
+      b->flat = at::zeros({l.padded}, first.tensor.options().dtype(first.grad_dtype).requires_grad(false));
     // The reduced shard lives in the bucket's own slice, so ZeRO-2/3 hold no
     // second gradient buffer (the reduce-scatter's output must not alias its
     // input: it lands in a transient buffer first).
