@@ -157,7 +157,27 @@ JobResult run_job(const Job& job) {
       if (r.summary.is_null() || s["step_seconds"].get<double>() > r.summary["step_seconds"].get<double>())
         r.summary = s;
     }
-    if (!r.summary.is_null()) r.summary["copies_step_seconds"] = steps;
+    if (!r.summary.is_null()) {
+      r.summary["copies_step_seconds"] = steps;
+      // Had the copies run in lockstep (as the ranks of a synchronous job do),
+      // each step would have lasted as long as the slowest copy's: the mean over
+      // steps 2..N of the per-step maximum (steps k of the copies, started
+      // together and of about equal length, overlap in time).
+      std::vector<std::vector<double>> each;
+      for (int k = 0; k < job.copies; ++k)
+        each.push_back(read_summary(run_dir + "/copy-" + std::to_string(k)).value("step_seconds_each", std::vector<double>{}));
+      size_t n = each[0].size();
+      for (const auto& e : each) n = std::min(n, e.size());
+      if (n > 1) {
+        double sum = 0;
+        for (size_t i = 1; i < n; ++i) {
+          double worst = 0;
+          for (const auto& e : each) worst = std::max(worst, e[i]);
+          sum += worst;
+        }
+        r.summary["lockstep_step_seconds"] = sum / static_cast<double>(n - 1);
+      }
+    }
   } else {
     r.summary = read_summary(run_dir);
   }
@@ -272,6 +292,7 @@ std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, dou
       }
       out[i].step_seconds_all.push_back(s);
       out[i].median_step_all.push_back(median_from(res.step_seconds_each, 1));
+      out[i].summary_all.push_back(res.summary);
       if (!out[i].ok || s < out[i].best.summary["step_seconds"].get<double>()) out[i].best = res;
       out[i].ok = true;
     }

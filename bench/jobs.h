@@ -94,6 +94,7 @@ struct Measured {
   std::vector<double> step_seconds_all;
   std::vector<double> competing_cores_all;  // per attempt
   std::vector<double> median_step_all;      // per successful attempt: median step time over steps 2..N
+  std::vector<json> summary_all;            // per successful attempt: its summary
   bool ok = false;
 };
 // Before each job: sample other processes' CPU use for 1 s and wait (up to job_wait_s)
