@@ -352,6 +352,7 @@ struct Runtime::Impl {
     std::vector<at::Tensor> all;
     std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
     std::vector<SyncedParameter> synced;
+    std::map<int, std::vector<int64_t>> norm_load;  // per data axis: elements counted on each of its ranks
     for (size_t unit = 0; unit < module_order.size(); ++unit) {
       const std::string& key = module_order[unit];
       auto tied_it = tied.find(key);
@@ -366,10 +367,18 @@ struct Runtime::Impl {
         s.unit = zero == 3 ? static_cast<int>(unit) : -1;
         synced.push_back(s);
         // Count each distinct value once in the global norm: shards everywhere
-        // (ZeRO's dp shards too), replicas at coordinate 0 of their axes, tied
-        // replicas on their first pp rank.
+        // (ZeRO's dp shards too), replicas at coordinate 0 of their axes but
+        // the data axis, tied replicas on their first pp rank. A parameter
+        // replicated over data parallelism is counted on the data rank with
+        // the fewest elements so far: every data rank computes its share of
+        // the norm at the same time, instead of the others waiting on rank 0.
         const Placements placed = zero > 0 ? p.placements.sharded_over_data() : p.placements;
-        norm_counted.push_back(placed.counted_on(*mesh) && first_rank[key] == pp_rank);
+        const Axis data = placed.data_parallel_axis();
+        std::vector<int64_t>& load = norm_load[static_cast<int>(data)];
+        load.resize(static_cast<size_t>(mesh->size(data)), 0);
+        const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+        if (!placed.sharded(data)) load[static_cast<size_t>(owner)] += p.tensor.numel();
+        norm_counted.push_back(placed.counted_on(*mesh, owner) && first_rank[key] == pp_rank);
       }
     }
     // Mixed precision: the parameters become 16-bit in place (their fp32 masters

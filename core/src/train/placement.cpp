@@ -60,11 +60,11 @@ Placements Placements::sharded_over_data() const {
   return out;
 }
 
-bool Placements::counted_on(const DeviceMesh& mesh) const {
+bool Placements::counted_on(const DeviceMesh& mesh, int data_coord) const {
   if (!sharded(Axis::TP) && mesh.coord(Axis::TP) != 0) return false;
   // The data axis: experts differ across ep, and are the same across edp.
   const Axis data = data_parallel_axis();
-  return sharded(data) || mesh.coord(data) == 0;
+  return sharded(data) || mesh.coord(data) == data_coord;
 }
 
 }  // namespace smp

@@ -44,8 +44,10 @@ class Placements {
 
   // Whether this rank holds a distinct value of the parameter that no other
   // rank counts: on every axis where it is not sharded, only coordinate 0
-  // counts. Used so a sum over the world counts each value once.
-  bool counted_on(const DeviceMesh& mesh) const;
+  // counts, but on the data-parallel axis coordinate `data_coord` (so that
+  // the replicas' share of a sum over the world can be spread over the data
+  // ranks). Used so a sum over the world counts each value once.
+  bool counted_on(const DeviceMesh& mesh, int data_coord = 0) const;
 
  private:
   std::vector<Placement> list_;
