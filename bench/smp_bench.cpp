@@ -73,6 +73,12 @@ void add_common(CLI::App* sub, Common& c, int default_steps, int64_t default_bat
   sub->add_option("--job-wait", c.job_wait_s, "seconds to wait at most for that, per job")->capture_default_str();
 }
 
+// The overrides `base` followed by `extra` (a job's own settings after every job's).
+std::vector<std::string> with_extra(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
 std::vector<std::string> base_overrides(const Common& c) {
   std::vector<std::string> o{"train.steps=" + std::to_string(c.steps), "train.batch_size=" + std::to_string(c.batch),
                              "train.val_batches=0", "train.val_every=0", "train.log_every=1"};
@@ -391,23 +397,18 @@ int cmd_gpt(const Common& c) {
   double peak = 0;
   json result = start("gpt", c, shape, &peak);
 
-  auto with = [&](std::vector<std::string> extra) {
-    auto o = base;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
   std::vector<Job> jobs{
       {"plain-libtorch", true, 1, c.config, base},
-      {"smp-1rank", false, 1, c.config, with({})},
-      {"smp-dp2", false, 2, c.config, with({"parallel.dp=2"})},
+      {"smp-1rank", false, 1, c.config, base},
+      {"smp-dp2", false, 2, c.config, with_extra(base, {"parallel.dp=2"})},
       {"smp-pp2-1f1b-m4", false, 2, c.config,
-       with({"parallel.pp=2", "parallel.microbatches=4", "parallel.schedule=1f1b"})},
-      {"smp-tp2", false, 2, c.config, with({"parallel.tp=2"})},
+       with_extra(base, {"parallel.pp=2", "parallel.microbatches=4", "parallel.schedule=1f1b"})},
+      {"smp-tp2", false, 2, c.config, with_extra(base, {"parallel.tp=2"})},
       // dp = 2 with the all-reduce through Gloo over loopback instead of shared memory.
-      {"smp-dp2-gloo", false, 2, c.config, with({"parallel.dp=2", "comm.shm_mb=0"})},
+      {"smp-dp2-gloo", false, 2, c.config, with_extra(base, {"parallel.dp=2", "comm.shm_mb=0"})},
       // Weak scaling (issue 14's goal, as Megatron and DeepSpeed report data
       // parallelism): each rank keeps the one-rank batch, the global batch doubles.
-      {"smp-dp2-weak", false, 2, c.config, with({"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
+      {"smp-dp2-weak", false, 2, c.config, with_extra(base, {"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
   };
   auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
 
@@ -529,17 +530,12 @@ int cmd_dp_scaling(const Common& c) {
   const bench::Shape shape = shape_of(c.config, base);
   double peak = 0;
   json result = start("dp-scaling", c, shape, &peak);
-  auto with = [&](std::vector<std::string> extra) {
-    auto o = base;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
-  Job two{"two-1rank-jobs-at-once", false, 1, c.config, with({})};
+  Job two{"two-1rank-jobs-at-once", false, 1, c.config, base};
   two.copies = 2;
   const std::vector<Job> jobs{
-      {"smp-1rank", false, 1, c.config, with({})},
+      {"smp-1rank", false, 1, c.config, base},
       two,
-      {"smp-dp2-weak", false, 2, c.config, with({"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
+      {"smp-dp2-weak", false, 2, c.config, with_extra(base, {"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
   };
   auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
   for (const Measured& m : measured)
@@ -613,17 +609,12 @@ int cmd_pipeline(const Common& c) {
   const int p = 2, v = 2;
 
   std::vector<Job> jobs;
-  auto with = [&](std::vector<std::string> extra) {
-    auto o = base;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
-  jobs.push_back({"serial-m1", false, 1, c.config, with({})});
+  jobs.push_back({"serial-m1", false, 1, c.config, base});
   for (int m : ms) jobs.push_back({"serial-m" + std::to_string(m), false, 1, c.config,
-                                   with({"parallel.microbatches=" + std::to_string(m)})});
+                                   with_extra(base, {"parallel.microbatches=" + std::to_string(m)})});
   for (const auto& s : scheds)
     for (int m : ms) {
-      auto o = with({"parallel.pp=2", "parallel.microbatches=" + std::to_string(m), "parallel.schedule=" + s});
+      auto o = with_extra(base, {"parallel.pp=2", "parallel.microbatches=" + std::to_string(m), "parallel.schedule=" + s});
       if (s == "interleaved-1f1b") o.push_back("parallel.virtual_stages=" + std::to_string(v));
       jobs.push_back({"pp2-" + s + "-m" + std::to_string(m), false, 2, c.config, o});
     }
@@ -808,14 +799,9 @@ int cmd_tp(const Common& c) {
   const bench::Shape shape = shape_of(c.config, base);
   double peak = 0;
   json result = start("tp", c, shape, &peak);
-  auto with = [&](std::vector<std::string> extra) {
-    auto o = base;
-    o.insert(o.end(), extra.begin(), extra.end());
-    return o;
-  };
-  std::vector<Job> jobs{{"serial", false, 1, c.config, with({})},
-                        {"tp2", false, 2, c.config, with({"parallel.tp=2"})},
-                        {"tp2-sp", false, 2, c.config, with({"parallel.tp=2", "parallel.sequence_parallel=true"})}};
+  std::vector<Job> jobs{{"serial", false, 1, c.config, base},
+                        {"tp2", false, 2, c.config, with_extra(base, {"parallel.tp=2"})},
+                        {"tp2-sp", false, 2, c.config, with_extra(base, {"parallel.tp=2", "parallel.sequence_parallel=true"})}};
   auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
   const double ser = measured[0].ok ? measured[0].best.summary["step_seconds"].get<double>() : NAN;
   json runs = json::array();

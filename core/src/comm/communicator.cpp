@@ -259,7 +259,7 @@ class C10dCommunicator final : public Communicator {
     const int n = size();
     count("allreduce", ring_allreduce_bytes(t.numel(), t.element_size(), n, rank()));
     if (n == 1 || t.numel() == 0) return done(name);
-    if (shm_ && t.device().is_cpu()) {
+    if (via_shm(t.device())) {
       const int index = shm_->shared_buffer_index(t);
       if (index >= 0) return submit(name, [&] { return shm_->allreduce_shared(index, op); }, [] {});
     }

@@ -306,11 +306,10 @@ struct ShmCollectives::Impl {
   }
 
   void run(const Task& task) {
+    if (task.kind == kAllreduceShared) return allreduce_shared(task);  // (no task.in: the buffer is the data)
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
     char* in = static_cast<char*>(task.in.data_ptr());
-    if (task.kind == kAllreduceShared) {
-      allreduce_shared(task);
-    } else if (task.kind == kAllreduce) {
+    if (task.kind == kAllreduce) {
       const int64_t per_chunk = seg->slot_bytes() / esize;
       for (int64_t offset = 0; offset < numel; offset += per_chunk)
         allreduce_chunk(in + offset * esize, std::min(per_chunk, numel - offset), task);
@@ -485,26 +484,21 @@ struct ShmCollectives::Impl {
   void map_peers(SharedBuffer& b) {
     for (int j = 0; j < n; ++j) {
       if (j == rank) continue;
-      const std::string name = store->get(b.key + "/name/" + std::to_string(j));
-      if (!name.empty() && name[0] == '!')
-        throw Failure("group rank " + std::to_string(j) + " could not create its shared buffer: " + name.substr(1), false);
-      const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-      if (fd < 0)
-        throw Failure("shm_open(" + name + ") made by group rank " + std::to_string(j) + ": " + std::strerror(errno), false);
-      void* base = mmap(nullptr, b.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      const int mmap_errno = errno;
-      close(fd);
-      if (base == MAP_FAILED)
-        throw Failure("mmap of " + name + " (group rank " + std::to_string(j) + "'s shared buffer): " +
-                          std::strerror(mmap_errno),
-                      false);
-      b.maps[j] = std::make_shared<Mapping>(static_cast<char*>(base), b.segment_bytes);
+      shm::Mapped m = shm::open_published(store->get(b.key + "/name/" + std::to_string(j)), b.segment_bytes, j,
+                                          "its shared buffer");
+      if (!m.base) throw Failure(m.error, false);
+      b.maps[j] = std::make_shared<Mapping>(m.base, m.bytes);
       store->add(b.key + "/mapped/" + std::to_string(j), 1);
     }
+    await_count(b.key + "/mapped/" + std::to_string(rank), n - 1, "this rank's shared buffer");
+  }
+
+  // Waits until the store counter `key` reaches `want` (every rank that maps a
+  // segment adds 1 to its counter); `what` names the segment on a timeout.
+  void await_count(const std::string& key, int64_t want, const std::string& what) {
     const auto deadline = Clock::now() + timeout;
-    while (store->add(b.key + "/mapped/" + std::to_string(rank), 0) < n - 1) {
-      if (Clock::now() >= deadline)
-        throw Failure("timed out waiting for every group rank to map this rank's shared buffer", true);
+    while (store->add(key, 0) < want) {
+      if (Clock::now() >= deadline) throw Failure("timed out waiting for every group rank to map " + what, true);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -515,44 +509,34 @@ struct ShmCollectives::Impl {
     const std::string key = prefix + "segment/" + std::to_string(++generation);
     const size_t total = static_cast<size_t>(Segment::total_bytes(n, slot));
     std::string name;
-    int fd = -1;
+    shm::Mapped m;
     if (rank == 0) {
       // The name only has to be new: the others learn it from the store.
       shm::NewSegment made = shm::create_segment("", total);
-      if (made.fd < 0) {
-        store->set(key, "!" + made.error);
-        throw Failure(made.error, false);
+      if (made.fd >= 0) m = shm::map_and_close(made.fd, total, made.name);
+      const std::string error = made.fd < 0 ? made.error : m.error;
+      if (!error.empty()) {
+        if (made.fd >= 0) shm_unlink(made.name.c_str());
+        store->set(key, "!" + error);
+        throw Failure(error, false);
       }
-      fd = made.fd;
       name = made.name;
       store->set(key, name);
     } else {
-      name = store->get(key);
-      if (!name.empty() && name[0] == '!')
-        throw Failure("group rank 0 could not create the shared-memory segment: " + name.substr(1), false);
-      fd = shm_open(name.c_str(), O_RDWR, 0600);
-      if (fd < 0) throw Failure("shm_open(" + name + ") made by group rank 0: " + std::strerror(errno), false);
+      m = shm::open_published(store->get(key), total, 0, "the shared-memory segment");
+      if (!m.base) throw Failure(m.error, false);
     }
-    void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int mmap_errno = errno;
-    close(fd);
-    if (base == MAP_FAILED) {
-      if (rank == 0) shm_unlink(name.c_str());
-      throw Failure("mmap of " + std::to_string(total) + " bytes of " + name + ": " + std::strerror(mmap_errno), false);
-    }
-    seg = std::make_unique<Segment>(base, total, n, slot);
+    seg = std::make_unique<Segment>(m.base, total, n, slot);
     chunks_done = 0;
     seg->control(rank)->pid = getpid();
     store->add(key + "/mapped", 1);
     if (rank == 0) {
       // Unlink once everyone has it mapped: the memory then lives exactly as long as the mappings.
-      const auto deadline = Clock::now() + timeout;
-      while (store->add(key + "/mapped", 0) < n) {
-        if (Clock::now() >= deadline) {
-          shm_unlink(name.c_str());
-          throw Failure("timed out waiting for every group rank to map the shared-memory segment", true);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      try {
+        await_count(key + "/mapped", n, "the shared-memory segment");
+      } catch (...) {
+        shm_unlink(name.c_str());
+        throw;
       }
       shm_unlink(name.c_str());
     }
@@ -638,21 +622,16 @@ at::Tensor ShmCollectives::shared_buffer(int64_t numel, at::ScalarType dtype) {
   b->segment_bytes = static_cast<size_t>(kPage + round_up(std::max<int64_t>(1, numel * static_cast<int64_t>(c10::elementSize(dtype))), kPage));
   const std::string name_key = b->key + "/name/" + std::to_string(s.rank);
   shm::NewSegment made = shm::create_segment("buf", b->segment_bytes, " for a shared gradient buffer");
-  if (made.fd < 0) {
-    s.store->set(name_key, "!" + made.error);  // the others fail too, not wait
-    throw Failure(made.error, false);
-  }
-  void* base = mmap(nullptr, b->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.fd, 0);
-  const int mmap_errno = errno;
-  close(made.fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(made.name.c_str());
-    const std::string error = "mmap of " + made.name + ": " + std::strerror(mmap_errno);
-    s.store->set(name_key, "!" + error);
+  shm::Mapped m;
+  if (made.fd >= 0) m = shm::map_and_close(made.fd, b->segment_bytes, made.name);
+  const std::string error = made.fd < 0 ? made.error : m.error;
+  if (!error.empty()) {
+    if (made.fd >= 0) shm_unlink(made.name.c_str());
+    s.store->set(name_key, "!" + error);  // the others fail too, not wait
     throw Failure(error, false);
   }
   b->maps.resize(s.n);
-  b->maps[s.rank] = std::make_shared<Mapping>(static_cast<char*>(base), b->segment_bytes);
+  b->maps[s.rank] = std::make_shared<Mapping>(m.base, m.bytes);
   s.store->set(name_key, made.name);
   try {
     s.map_peers(*b);
@@ -683,7 +662,6 @@ std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allreduce_shared(int i
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     task.shared = &impl_->shared.at(static_cast<size_t>(index));
-    task.in = at::empty({0}, at::TensorOptions().dtype(task.shared->dtype));
   }
   return submit(std::move(task), kMinSlot);  // (the segment's header carries the wake-ups)
 }

@@ -147,26 +147,20 @@ struct ShmMailbox::Impl {
     Outbox& o = outboxes[peer];
     const size_t total = static_cast<size_t>(arena_offset() + arena_bytes);
     shm::NewSegment made = shm::create_segment("p2p-", total, " for the messages to group rank " + std::to_string(peer));
-    const int fd = made.fd;
-    const std::string name = made.name;
-    std::string error = made.error;
-    void* base = MAP_FAILED;
-    if (error.empty()) {
-      base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) error = "mmap of " + name + ": " + std::strerror(errno);
-    }
-    if (fd >= 0) close(fd);
+    shm::Mapped m;
+    if (made.fd >= 0) m = shm::map_and_close(made.fd, total, made.name);
+    const std::string error = made.fd < 0 ? made.error : m.error;
     if (!error.empty()) {
-      if (fd >= 0) shm_unlink(name.c_str());
+      if (made.fd >= 0) shm_unlink(made.name.c_str());
       outboxes.erase(peer);
       store->set(key(rank, peer), "!" + error);
       throw Failure(error, false);
     }
-    o.map.base = static_cast<char*>(base);
-    o.map.bytes = total;
-    o.map.name = name;
+    o.map.base = m.base;
+    o.map.bytes = m.bytes;
+    o.map.name = made.name;
     o.map.header()->pid = getpid();
-    store->set(key(rank, peer), name);
+    store->set(key(rank, peer), made.name);
     return o;
   }
 
@@ -179,25 +173,13 @@ struct ShmMailbox::Impl {
       if (it != inboxes.end()) return *it->second;
     }
     const std::string name = store->get(key(peer, rank));
-    if (!name.empty() && name[0] == '!')
-      throw Failure("group rank " + std::to_string(peer) + " could not create its shared-memory outbox: " +
-                        name.substr(1),
-                    false);
-    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0)
-      throw Failure("shm_open(" + name + ") made by group rank " + std::to_string(peer) + ": " + std::strerror(errno),
-                    false);
-    struct stat st {};
-    const int stat_rc = fstat(fd, &st);
-    void* base = stat_rc == 0 ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                              : MAP_FAILED;
-    const int map_errno = errno;
-    close(fd);
-    shm_unlink(name.c_str());  // mapped by both ends now: it lives as long as the mappings
-    if (base == MAP_FAILED) throw Failure("mapping " + name + ": " + std::strerror(map_errno), false);
+    // Its whole size (0): the sender's comm.shm_mb sized it.
+    shm::Mapped mapped = shm::open_published(name, 0, peer, "its shared-memory outbox");
+    if (name.empty() || name[0] != '!') shm_unlink(name.c_str());  // mapped by both ends now (or never will be)
+    if (!mapped.base) throw Failure(mapped.error, false);
     auto m = std::make_unique<Mapping>();
-    m->base = static_cast<char*>(base);
-    m->bytes = static_cast<size_t>(st.st_size);
+    m->base = mapped.base;
+    m->bytes = mapped.bytes;
     m->name = name;
     std::lock_guard<std::mutex> lock(mu);
     return *inboxes.emplace(peer, std::move(m)).first->second;

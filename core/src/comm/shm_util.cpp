@@ -63,6 +63,35 @@ NewSegment create_segment(const std::string& stem, size_t bytes, const std::stri
   return s;
 }
 
+Mapped map_and_close(int fd, size_t bytes, const std::string& name) {
+  Mapped m;
+  struct stat st {};
+  if (bytes == 0 && fstat(fd, &st) != 0) {
+    m.error = "fstat of " + name + ": " + std::strerror(errno);
+    close(fd);
+    return m;
+  }
+  m.bytes = bytes > 0 ? bytes : static_cast<size_t>(st.st_size);
+  void* base = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int mmap_errno = errno;
+  close(fd);
+  if (base == MAP_FAILED)
+    m.error = "mmap of " + std::to_string(m.bytes) + " bytes of " + name + ": " + std::strerror(mmap_errno);
+  else
+    m.base = static_cast<char*>(base);
+  return m;
+}
+
+Mapped open_published(const std::string& published, size_t bytes, int creator, const std::string& what) {
+  const std::string who = "group rank " + std::to_string(creator);
+  if (!published.empty() && published[0] == '!') return {nullptr, 0, who + " could not create " + what + ": " + published.substr(1)};
+  const int fd = shm_open(published.c_str(), O_RDWR, 0600);
+  if (fd < 0) return {nullptr, 0, "shm_open(" + published + ") made by " + who + ": " + std::strerror(errno)};
+  Mapped m = map_and_close(fd, bytes, published);
+  if (!m.base) m.error += " (" + what + ", made by " + who + ")";
+  return m;
+}
+
 void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds) {
   timespec ts{0, nanoseconds};
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);

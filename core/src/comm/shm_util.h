@@ -37,6 +37,20 @@ struct NewSegment {
 };
 NewSegment create_segment(const std::string& stem, size_t bytes, const std::string& what_for = "");
 
+// A read-write shared mapping of a segment, or base null and `error` saying why.
+struct Mapped {
+  char* base = nullptr;
+  size_t bytes = 0;
+  std::string error;
+};
+// Maps `bytes` of the open segment `fd` (0: its whole size) and closes fd
+// either way; `name` is for the error.
+Mapped map_and_close(int fd, size_t bytes, const std::string& name);
+// Opens and maps the segment group rank `creator` published (through the
+// store) as `published`: its name, or "!" and why it could not make it.
+// `what` names the segment in errors ("its shared buffer").
+Mapped open_published(const std::string& published, size_t bytes, int creator, const std::string& what);
+
 // FUTEX_WAIT on a word in shared memory, for at most `nanoseconds` (< 1 s).
 void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds);
 void futex_wake_all(std::atomic<uint32_t>* word);
