@@ -13,7 +13,7 @@
 #include "pipeline/backward_split.h"
 #include "plain_loop.h"
 
-#include "runtime/seeds.h"
+#include "base/seeds.h"
 #include "text_dataset.h"
 
 #include <smp/config.h>
@@ -39,7 +39,7 @@ using at::Tensor;
 // ---- data: the gpt adapter's own reader (adapters/gpt/text_dataset.cpp) ----
 // ---- parameters, initialised as smp does: per module a counter-based
 // smp::sdk::InitStream seeded with derive_seed(train.seed, module key)
-// (core/src/runtime/seeds.h), the draws in smp_nn's order (smp_nn/init.hpp) ----
+// (core/src/base/seeds.h), the draws in smp_nn's order (smp_nn/init.hpp) ----
 Tensor normal(smp::sdk::InitStream& g, at::IntArrayRef shape, double std) {
   return g.normal(shape, std).requires_grad_(true);
 }

@@ -17,9 +17,9 @@
 
 #include <smp/config.h>
 
-#include "pipeline/schedule.h"
-#include "pipeline/schedule_simulator.h"
-#include "pipeline/traced_pipeline.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
+#include "schedule/traced_pipeline.h"
 
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>

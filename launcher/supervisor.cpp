@@ -559,7 +559,7 @@ std::string external_launcher() {
 
 int exec_under_external(const LaunchOptions& o, const std::string& which) {
   // Command-line master address/port win over the environment; the rest is
-  // the worker's own reading of Slurm / Open MPI (core/src/runtime/process_env.cpp).
+  // the worker's own reading of Slurm / Open MPI (core/src/base/process_env.cpp).
   if (o.master_addr_given) ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
   if (o.master_port_given && o.master_port > 0) ::setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
   smp::ProcessEnv e;

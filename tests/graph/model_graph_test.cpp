@@ -5,7 +5,7 @@
 
 #include "plugin/host_api.h"
 
-#include "graph/graph_builder.h"
+#include "plugin/graph_builder.h"
 
 #include <gtest/gtest.h>
 

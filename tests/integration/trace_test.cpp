@@ -5,9 +5,9 @@
 // bubble for the measured action costs, within a stated tolerance.
 #include "job_runner.h"
 
-#include "pipeline/schedule.h"
-#include "pipeline/schedule_simulator.h"
-#include "pipeline/traced_pipeline.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
+#include "schedule/traced_pipeline.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 
 #include "graph_node.h"
 #include "pipeline/executor.h"
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "plugin/module_instance.h"
 
 #include <ATen/ATen.h>

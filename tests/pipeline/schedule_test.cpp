@@ -1,5 +1,5 @@
-// Pipeline schedules as data (core/src/pipeline/schedule.cpp) and their simulator
-// (core/src/pipeline/schedule_simulator.cpp).
+// Pipeline schedules as data (core/src/schedule/schedule.cpp) and their simulator
+// (core/src/schedule/schedule_simulator.cpp).
 //
 // Unit-cost conventions behind the bubble formulas checked here
 // (bubble_ratio = (makespan - ideal) / ideal, ideal = per-rank compute time):
@@ -23,8 +23,8 @@
 //     costs 0 and its BW is its whole backward, BI + BW.
 #include <smp/error.h>
 
-#include "pipeline/schedule.h"
-#include "pipeline/schedule_simulator.h"
+#include "schedule/schedule.h"
+#include "schedule/schedule_simulator.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 // known: the groups come from the placements alone.
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
-#include "train/gradient_sync.h"
-#include "train/placement.h"
+#include "memory/gradient_sync.h"
+#include "mesh/placement.h"
 
 #include <smp/mesh.h>
 #include <smp/process_env.h>

@@ -1,6 +1,6 @@
 // LossNormalizer: one mean over the step from per-sample means or from sums
 // with counts, whatever the microbatching.
-#include "train/loss_normalizer.h"
+#include "graph/loss_normalizer.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // the minimum, grow after a window of good steps, a bad step restarts the window) and
 // the fp32 master weights (the parameter becomes the compute dtype in place, the master
 // keeps fp32, copy_to_params rounds the master into the parameter).
-#include "train/mixed_precision.h"
+#include "optim/mixed_precision.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

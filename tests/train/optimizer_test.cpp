@@ -1,7 +1,7 @@
 // AdamW: the fused fp32 loop against the textbook update written in ATen ops,
 // with the gradient scale applied on the fly and decay on matrices only; the
 // learning-rate schedule's warm-up and cosine decay.
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

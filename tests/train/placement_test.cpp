@@ -1,6 +1,6 @@
 // Placements from the ABI: what is accepted, what is refused (by name), which
 // data-parallel group a gradient is averaged over, and who counts a value once.
-#include "train/placement.h"
+#include "mesh/placement.h"
 
 #include <smp/error.h>
 

@@ -1,5 +1,5 @@
 // The job configuration: a TOML file plus `--set a.b=c` overrides, checked
-// against a schema (core/src/runtime/config.cpp). Every error names the file (or the
+// against a schema (core/src/base/config.cpp). Every error names the file (or the
 // --set argument), the dotted key and what was expected.
 #pragma once
 

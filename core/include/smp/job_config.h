@@ -46,7 +46,7 @@ struct TrainConfig {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   int64_t val_every = 0, val_batches = 2, log_every = 1;
   int64_t bucket_bytes = 4 << 20;
-  // Mixed precision (train.precision, train.grad_reduce_dtype; see core/src/train/mixed_precision.h).
+  // Mixed precision (train.precision, train.grad_reduce_dtype; see core/src/optim/mixed_precision.h).
   Precision precision = Precision::Fp32;
   Precision grad_reduce = Precision::Fp32;
   double initial_loss_scale = 65536.0;  // fp16 only

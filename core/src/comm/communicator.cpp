@@ -34,7 +34,7 @@
 #include "comm/comm_handle.h"
 #include "comm/shm_collectives.h"
 #include "comm/shm_mailbox.h"
-#include "runtime/trace.h"
+#include "base/trace.h"
 
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>

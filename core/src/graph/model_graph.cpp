@@ -2,7 +2,7 @@
 
 #include <smp/error.h>
 
-#include "graph/graph_builder.h"
+#include "plugin/graph_builder.h"
 
 #include <set>
 

@@ -1,6 +1,6 @@
 #include "memory/memory_model.h"
 
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 #include <algorithm>
 #include <map>

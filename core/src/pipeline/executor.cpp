@@ -8,9 +8,9 @@
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
 #include "pipeline/backward_split.h"
-#include "runtime/device.h"
-#include "runtime/seeds.h"
-#include "runtime/trace.h"
+#include "base/device.h"
+#include "base/seeds.h"
+#include "base/trace.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

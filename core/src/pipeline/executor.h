@@ -5,9 +5,9 @@
 #include <smp/model_graph.h>
 #include <smp/stage_plan.h>
 
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "plugin/module_instance.h"
-#include "train/loss_normalizer.h"
+#include "graph/loss_normalizer.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -31,7 +31,7 @@ struct ExecutorSetup {
   const StagePlan* plan = nullptr;
   int pp_rank = 0;
   Communicator* pp_comm = nullptr;  // null when pp == 1
-  std::map<std::string, std::shared_ptr<ModuleInstance>>* modules = nullptr;  // by module key
+  const std::map<std::string, std::shared_ptr<ModuleInstance>>* modules = nullptr;  // by module key
   // The graph inputs of one microbatch (graph.inputs order) for a step.
   std::function<std::vector<at::Tensor>(int64_t step, int microbatch, bool training)> batch;
   uint64_t seed = 0;

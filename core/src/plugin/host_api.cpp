@@ -10,7 +10,7 @@
 #include "comm/comm_handle.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
-#include "graph/graph_builder.h"
+#include "plugin/graph_builder.h"
 
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>

@@ -3,7 +3,7 @@
 
 #include <smp/abi.h>
 
-#include "train/placement.h"
+#include "mesh/placement.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>

@@ -4,8 +4,8 @@
 #include <smp/mesh.h>
 #include <smp/runtime.h>
 
-#include "runtime/op_profile.h"
-#include "runtime/trace.h"
+#include "base/op_profile.h"
+#include "base/trace.h"
 #include "train/run_report.h"
 
 #include <ATen/ATen.h>

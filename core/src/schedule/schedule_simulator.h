@@ -4,7 +4,7 @@
 // Pure C++ (no LibTorch).
 #pragma once
 
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "train/placement.h"
+#include "mesh/placement.h"
 
 #include <smp/error.h>
 

@@ -1,4 +1,4 @@
-#include "train/mixed_precision.h"
+#include "optim/mixed_precision.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

@@ -1,4 +1,4 @@
-#include "runtime/device.h"
+#include "base/device.h"
 
 #include <smp/error.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/traced_pipeline.h"
+#include "schedule/traced_pipeline.h"
 
 #include <smp/error.h>
 

@@ -1,4 +1,4 @@
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros_like.h>

@@ -1,4 +1,4 @@
-#include "train/loss_normalizer.h"
+#include "graph/loss_normalizer.h"
 
 #include <ATen/ATen.h>
 

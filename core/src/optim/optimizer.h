@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
 #include <vector>
 
 namespace smp {
@@ -30,6 +31,15 @@ class AdamW {
   // undefined = skip it); the gradients are not changed.
   void step(double lr, double grad_scale, const std::vector<at::Tensor>& grads);
   int64_t state_bytes() const;
+
+  // What it keeps between steps, for the train state: per updated tensor its
+  // named state tensors (each the shape of the tensor), and the steps taken
+  // (bias correction).
+  std::vector<std::pair<const char*, const std::vector<at::Tensor>*>> per_tensor_state() const {
+    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  }
+  int64_t steps() const { return t_; }
+  void set_steps(int64_t steps) { t_ = steps; }
 
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;

@@ -46,6 +46,13 @@ class DynamicLossScaler {
   // scale backs off (not below min), and a warning says when it reached min.
   bool update(bool finite);
   int64_t skipped() const { return skipped_; }
+  // Its state between steps: the scale, good steps in a row, steps skipped.
+  int64_t good_steps() const { return good_; }
+  void restore(double scale, int64_t good_steps, int64_t skipped) {
+    scale_ = scale;
+    good_ = good_steps;
+    skipped_ = skipped;
+  }
 
  private:
   LossScaleOptions o_;

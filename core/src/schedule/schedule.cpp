@@ -6,7 +6,7 @@
 // consumes it, each send right after the compute that produces it. Because sends
 // are buffered, that placement cannot deadlock as long as the compute orders are
 // consistent, which the simulator verifies for every schedule in the tests.
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 #include <smp/error.h>
 

@@ -5,7 +5,7 @@
 // simulation (schedule_simulator.h) can then be compared action by action.
 #pragma once
 
-#include "pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 
 #include <nlohmann/json_fwd.hpp>
 

@@ -1,5 +1,5 @@
 // Event simulation of pipeline schedules. See schedule_simulator.h.
-#include "pipeline/schedule_simulator.h"
+#include "schedule/schedule_simulator.h"
 
 #include <nlohmann/json.hpp>
 

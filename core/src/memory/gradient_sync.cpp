@@ -1,8 +1,8 @@
-#include "train/gradient_sync.h"
+#include "memory/gradient_sync.h"
 
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
-#include "train/placement.h"
+#include "mesh/placement.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>

@@ -1,4 +1,4 @@
-#include "runtime/op_profile.h"
+#include "base/op_profile.h"
 
 #include <smp/error.h>
 
