@@ -5,6 +5,7 @@
 #include <smp/plugin_registry.h>
 
 #include "plugin/host_api.h"
+#include "plugin/module_instance.h"
 
 #include <gtest/gtest.h>
 #include <torch/version.h>
@@ -328,6 +329,41 @@ TEST(PluginRegistry, APluginNeedingAMissingHostExtensionIsRefusedNamingIt) {
   EXPECT_EQ(std::string(d->name), "needs_extension");
   ASSERT_EQ(enter("needs_extension", smp::host_api(), &error), nullptr);
   EXPECT_NE(error.find("test.needed"), std::string::npos) << error;
+}
+
+// A partial gradient over a data axis would be summed by the data-parallel
+// reduction and again as a partial (the gradient dp times too large): the
+// module is refused when made, naming the plugin, parameter and axis.
+TEST(PluginRegistry, APartialGradientOverDpIsRefusedNamingParameterAxisAndPlugin) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("partial_on_dp"));
+  const smp_module_kind* kind = reg.module_kind("partial_on_dp_kind");
+  ASSERT_NE(kind, nullptr);
+  const std::string key = "blocks.0.scale";
+  try {
+    smp::ModuleInstance m(kind, reg.provider("partial_on_dp_kind"), key, "{}",
+                          smp::module_context(key, 1, nullptr, "{}"));
+    FAIL() << "a partial gradient over dp was accepted";
+  } catch (const smp::Error& e) {
+    const std::string msg = e.what();
+    for (const std::string part : {"plugin 'partial_on_dp'", "parameter 'blocks.0.scale.weight'",
+                                   "partial gradient on axis \"dp\" is refused"})
+      EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
+  }
+}
+
+// The standard plugins yield to a loaded plugin that provides a capability of
+// theirs, decided on what is registered (not on an error's text).
+TEST(PluginRegistry, LoadUnlessProvidedSkipsAPluginWhoseCapabilityIsTaken) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("dup_kind_a"));
+  const Snapshot before(reg);
+  EXPECT_EQ(reg.load_unless_provided(plugin("dup_kind_b")), nullptr);
+  EXPECT_TRUE(Snapshot(reg) == before);
+  const smp::PluginInfo* good = reg.load_unless_provided(plugin("good_c_plugin"));
+  ASSERT_NE(good, nullptr);
+  EXPECT_EQ(good->name, "good_c_plugin");
+  EXPECT_THROW(reg.load(plugin("dup_kind_b")), smp::Error);  // load() still refuses it
 }
 
 }  // namespace

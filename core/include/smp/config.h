@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 class Config {
@@ -55,3 +57,4 @@ class Config {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

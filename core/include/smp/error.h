@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 class Error : public std::runtime_error {
@@ -12,3 +14,4 @@ class Error : public std::runtime_error {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

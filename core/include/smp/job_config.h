@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 struct ParallelConfig {
@@ -91,3 +93,4 @@ struct JobConfig {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

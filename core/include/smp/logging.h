@@ -3,6 +3,8 @@
 
 #include <string>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp::logging {
 
 // Replaces spdlog's default logger with one whose lines read
@@ -19,3 +21,4 @@ void init(int rank, int world, const std::string& run_dir, bool log_to_file, boo
 std::string log_file_path(const std::string& run_dir, int rank);
 
 }  // namespace smp::logging
+#pragma GCC visibility pop

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 enum class Axis { PP, DP, TP, EP, EDP, MP, World };
@@ -64,3 +66,4 @@ class DeviceMesh {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

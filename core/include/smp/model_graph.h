@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 struct GraphNode {
@@ -59,3 +61,4 @@ struct ModelGraph {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 struct PluginInfo {
@@ -34,6 +36,10 @@ class PluginRegistry {
   // Loading the same file twice is a no-op. Refusals throw smp::Error naming the
   // file and the versions involved; the registry is left unchanged.
   const PluginInfo& load(const std::string& path_or_name);
+  // The same, but a plugin providing a capability that a loaded plugin already
+  // provides is not loaded: returns nullptr (the standard plugins yield so to a
+  // user's replacement). Every other refusal throws as load() does.
+  const PluginInfo* load_unless_provided(const std::string& path_or_name);
 
   // Where a name is looked for, in order.
   static std::vector<std::string> search_path();
@@ -58,6 +64,9 @@ class PluginRegistry {
 
  private:
   struct Library;
+  const PluginInfo* load(const std::string& path_or_name, bool unless_provided);
+  void check_capabilities(const smp_plugin_descriptor* d, PluginInfo& info, const std::string& who) const;
+  void register_capabilities(const smp_plugin_descriptor* d, const PluginInfo& info);
   std::vector<std::unique_ptr<Library>> libraries_;
   std::deque<PluginInfo> infos_;
   std::map<std::string, const smp_module_kind*> kinds_;
@@ -68,3 +77,4 @@ class PluginRegistry {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

@@ -3,6 +3,8 @@
 
 #include <string>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 struct ProcessEnv {
@@ -36,3 +38,4 @@ int find_free_port(const std::string& addr = "127.0.0.1");
 int threads_per_rank(int configured);
 
 }  // namespace smp
+#pragma GCC visibility pop

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 class DeviceMesh;
@@ -43,6 +45,30 @@ struct ParameterView {
 // + the loss/norm all-reduce; optimizer = the parameter update.
 struct StepPhases {
   double compute = 0, grad_sync = 0, clip = 0, optimizer = 0;
+};
+
+// One slice of what a rank holds between steps (Runtime::state_entries): a
+// tensor of the train state as this rank holds it, and where it sits in the
+// global tensor that all ranks' slices make up. The block of this rank starts
+// at `offsets` of the global tensor and has block_shape (tp/ep shards: the
+// global tensor is the shards put together along their shard dimension, in
+// rank order). Under ZeRO a rank holds a flat range of its block instead:
+// elements [flat_begin, flat_begin + local.numel()) of the block in row-major
+// order; flat_begin = -1 means the whole block. Counters (steps, the loss
+// scale) are 0-d entries with empty shapes.
+//
+// Names: "model/<parameter>", "optim/master/<parameter>" (16-bit compute),
+// "optim/<state>/<parameter>" (the optimizer's, e.g. "exp_avg"),
+// "optim/step", "train/step", "loss_scaler/{scale,good_steps,skipped}" (fp16).
+// The learning rate, the data position (adapters are asked for a batch by
+// step) and the random streams (counter-based, from train.seed and the step)
+// follow from train/step and the config.
+struct StateEntry {
+  std::string name;
+  std::vector<int64_t> global_shape, offsets, block_shape;
+  int64_t flat_begin = -1;
+  at::Tensor local;    // the live tensor (a view, not a copy); counters: a 0-d copy
+  bool owner = false;  // exactly one of the ranks holding these values owns them (writes them once)
 };
 
 // This rank's memory by category (bytes), as the memory manager accounts it:
@@ -141,8 +167,20 @@ class Runtime {
   nlohmann::json comm_bytes() const;
   void reset_comm_stats();
   // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's
-  // tp/ep shards (whole over dp: under ZeRO-3 this gathers every module).
+  // tp/ep shards, as held now: under ZeRO-3 a parameter has no storage between
+  // steps unless gather_parameters() gathered it first.
   std::vector<ParameterView> parameters() const;
+  // ZeRO-3: gathers every module's parameters (whole over dp) until the next
+  // step releases them, then returns parameters(). Collective over dp.
+  std::vector<ParameterView> gather_parameters();
+
+  // Everything this rank holds between steps, as slices of global tensors
+  // (see StateEntry), in a fixed order; tensors are views of the live state.
+  std::vector<StateEntry> state_entries() const;
+  // Copies entries taken from a runtime of the same job and layout (this
+  // rank's, cloned) into this one: the next step is the one that runtime
+  // would have taken. Throws naming the first entry missing, extra or unlike.
+  void load_state(const std::vector<StateEntry>& entries);
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);
 
@@ -153,3 +191,4 @@ class Runtime {
 };
 
 }  // namespace smp
+#pragma GCC visibility pop

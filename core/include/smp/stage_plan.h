@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 class PluginRegistry;
@@ -51,3 +53,4 @@ std::vector<int> run_partitioner(const PluginRegistry& registry, const std::stri
                                  const nlohmann::json& options, bool tie_across_stages);
 
 }  // namespace smp
+#pragma GCC visibility pop

@@ -3,13 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+// Exported from libsmp_core (built with hidden visibility): the public API.
+#pragma GCC visibility push(default)
 namespace smp {
 
 class Runtime;
-
-// Per-rank peak of a timed fp32 GEMM (FLOP/s) with the current thread count:
-// the denominator of MFU, measured rather than assumed.
-double measure_peak_flops();
 
 // Runs the remaining train.steps steps, validation every train.val_every steps
 // (and at the end), prints a progress line per train.log_every steps on rank 0,
@@ -21,3 +19,4 @@ nlohmann::json run_training(Runtime& runtime);
 int64_t peak_resident_bytes();
 
 }  // namespace smp
+#pragma GCC visibility pop

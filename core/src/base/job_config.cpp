@@ -39,10 +39,10 @@ const char* to_string(Precision p) {
   return "?";
 }
 
-JobConfig JobConfig::from(const Config& c) {
-  JobConfig j;
-  j.origin = c.origin();
-  ParallelConfig& p = j.parallel;
+namespace {
+
+ParallelConfig parallel_of(const Config& c) {
+  ParallelConfig p;
   p.pp = static_cast<int>(c.get_int("parallel.pp"));
   p.dp = static_cast<int>(c.get_int("parallel.dp"));
   p.tp = static_cast<int>(c.get_int("parallel.tp"));
@@ -55,8 +55,11 @@ JobConfig JobConfig::from(const Config& c) {
   p.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   p.tie_across_stages = c.get_bool("parallel.tie_across_stages");
   p.tp_replicate_indivisible = c.get_bool("parallel.tp_replicate_indivisible");
+  return p;
+}
 
-  MemoryConfig& m = j.memory;
+MemoryConfig memory_of(const Config& c) {
+  MemoryConfig m;
   m.zero = static_cast<int>(c.get_int("parallel.zero"));
   if (c.has("memory.shard")) {
     const std::string shard = c.get_string("memory.shard");
@@ -75,8 +78,11 @@ JobConfig JobConfig::from(const Config& c) {
   m.offload_horizon = static_cast<int>(c.get_int("memory.offload_horizon"));
   if (c.has("memory.offload_horizon") && !m.offload)
     throw Error(c.origin() + ": memory.offload_horizon is set but memory.offload is not true");
+  return m;
+}
 
-  TrainConfig& t = j.train;
+TrainConfig train_of(const Config& c) {
+  TrainConfig t;
   t.steps = c.get_int("train.steps");
   t.batch_size = c.get_int("train.batch_size");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
@@ -108,8 +114,11 @@ JobConfig JobConfig::from(const Config& c) {
   if (t.min_loss_scale > t.initial_loss_scale)
     throw Error(c.origin() + ": train.min_loss_scale (" + std::to_string(t.min_loss_scale) +
                 ") is above train.initial_loss_scale (" + std::to_string(t.initial_loss_scale) + ")");
+  return t;
+}
 
-  RunConfig& r = j.run;
+RunConfig run_of(const Config& c, const TrainConfig& t) {
+  RunConfig r;
   r.dir = c.get_string("run.dir");
   r.log_to_file = c.get_bool("run.log_to_file");
   r.timeout_s = c.get_double("run.timeout_s");
@@ -139,6 +148,20 @@ JobConfig JobConfig::from(const Config& c) {
     throw Error(c.origin() + ": run.trace_steps is set but neither run.trace nor run.profile_ops is true");
   if (c.has("run.trace_merge") && !r.trace)
     throw Error(c.origin() + ": run.trace_merge is set but run.trace is not true");
+  return r;
+}
+
+}  // namespace
+
+JobConfig JobConfig::from(const Config& c) {
+  JobConfig j;
+  j.origin = c.origin();
+  j.parallel = parallel_of(c);
+  j.memory = memory_of(c);
+  j.train = train_of(c);
+  j.run = run_of(c, j.train);
+  const MemoryConfig& m = j.memory;
+  const RunConfig& r = j.run;
   if (m.offload) {
     if (r.device != DeviceKind::Cuda)
       throw Error(c.origin() + ": memory.offload = true moves CUDA activations to host memory, but this job runs "

@@ -6,13 +6,14 @@
 // same model (bench/eager_gpt.py --profile-ops writes the same format).
 #pragma once
 
+#include <smp/tracing.h>
+
 #include <cstdint>
 #include <string>
 
 namespace smp::op_profile {
 
-// Steps are 0-based here; [first, last] inclusive. Off unless enabled.
-void configure(bool enabled, int64_t first_step, int64_t last_step);
+// configure and write_rank_file: <smp/tracing.h>.
 
 // Records the ops of one training step when it is in the window.
 class StepScope {
@@ -27,8 +28,5 @@ class StepScope {
   uint64_t handle_ = 0;  // at::CallbackHandle
 };
 
-// Writes <run_dir>/ops/rank-<rank>.json: {"steps": n, "ops": [{"name", "calls",
-// "self_us", "total_us"} per step, the largest self time first]}; returns its path.
-std::string write_rank_file(const std::string& run_dir, int rank);
 
 }  // namespace smp::op_profile

@@ -12,6 +12,8 @@
 // (collectives in flight, as async slices from issue to completion).
 #pragma once
 
+#include <smp/tracing.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -29,8 +31,6 @@ struct Arg {
 };
 using Args = std::vector<Arg>;
 
-// Set up once per process: `rank` names the track; `label` describes it ("rank 1: pp 1, dp 0, tp 0").
-void configure(bool enabled, int rank, const std::string& label, int64_t first_step, int64_t last_step);
 // The training step (0-based) starting now, or -1 between steps (validation, setup).
 void set_step(int64_t step);
 bool active();
@@ -59,10 +59,6 @@ class Scope {
 
 // This process's events as a Chrome trace document (JSON text), and writing it.
 std::string chrome_json();
-// Writes <dir>/trace/rank-<r>.json. Returns the path ("" when tracing is off).
-std::string write_rank_file(const std::string& run_dir);
-// Merges the rank files of `ranks` ranks into <dir>/trace.json (rank 0, after
-// every rank wrote its file). Returns the path.
-std::string merge_rank_files(const std::string& run_dir, int ranks);
+// configure, write_rank_file, merge_rank_files: <smp/tracing.h>.
 
 }  // namespace smp::trace

@@ -157,6 +157,8 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
   for (const ShardSegment& s : shard_segments(layouts)) {
     const Bucket& b = *buckets_[s.bucket];
     optimizer_params_.push_back((b.master.defined() ? b.master : b.local).narrow(0, s.shard_begin, s.length));
+    parameter_segments_.push_back(b.local.narrow(0, s.shard_begin, s.length));
+    has_masters_ = has_masters_ || b.master.defined();
   }
 }
 

@@ -11,7 +11,7 @@
 //               parameter, its views) see the values again in backward.
 #pragma once
 
-#include "train/gradient_sync.h"
+#include "memory/gradient_sync.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -49,6 +49,11 @@ class ShardedParameters {
   // What the optimizer updates: one 1-D tensor per shard segment (the order of
   // shard_segments(layout)), fp32.
   const std::vector<at::Tensor>& optimizer_params() const { return optimizer_params_; }
+  // This rank's shard of the parameters in the compute dtype, a 1-D view per
+  // shard segment in the same order (what stage 3 keeps between steps).
+  const std::vector<at::Tensor>& parameter_segments() const { return parameter_segments_; }
+  // Whether optimizer_params are fp32 masters apart from the parameters (16-bit compute).
+  bool has_masters() const { return has_masters_; }
   // After the optimizer step: masters into the compute-dtype shards, then
   // stages 1-2 all-gather the buckets and stage 3 frees every gathered unit.
   void after_step();
@@ -72,7 +77,8 @@ class ShardedParameters {
 
   std::vector<at::Tensor> params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::vector<at::Tensor> optimizer_params_;
+  std::vector<at::Tensor> optimizer_params_, parameter_segments_;
+  bool has_masters_ = false;
   std::map<std::string, int> unit_id_;
   std::vector<std::vector<int>> buckets_of_unit_;
   int stage_;

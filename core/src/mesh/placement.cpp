@@ -23,8 +23,13 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
       if (q.axis == pl.axis) throw Error(where + ": two placements on axis '" + axis + "'");
     pl.kind = s.kind;
     switch (s.kind) {
-      case SMP_PLACEMENT_REPLICATE:
-      case SMP_PLACEMENT_PARTIAL_GRAD: break;
+      case SMP_PLACEMENT_REPLICATE: break;
+      case SMP_PLACEMENT_PARTIAL_GRAD:
+        // The data-parallel reduction already sums over this axis: a partial sum there would be added twice.
+        if (pl.axis == Axis::DP)
+          throw Error(where + ": a partial gradient on axis \"dp\" is refused: data parallelism already sums "
+                              "gradients over \"dp\" (declare it replicated there)");
+        break;
       case SMP_PLACEMENT_SHARD:
         if (s.dim < 0 || s.dim >= ndim)
           throw Error(where + ": shard dimension " + std::to_string(s.dim) + " on axis '" + axis +

@@ -37,9 +37,13 @@ std::string versions(uint32_t major, uint32_t minor) {
 
 // The install's plugin folder, relative to libsmp_core itself, so the build tree
 // and an installed tree both work without configuration.
+// A program that links the core statically (this tree's tests and tools) sits
+// in <prefix>/bin: the plugins are then under <prefix>/<libdir>.
 std::string builtin_plugin_dir() {
-  fs::path lib = boost::dll::this_line_location().parent_path();  // <prefix>/lib
-  return (lib / "smp" / "plugins").string();
+  fs::path here = boost::dll::this_line_location().parent_path();  // <prefix>/lib, or <prefix>/bin
+  fs::path dir = here / "smp" / "plugins";
+  if (!fs::exists(dir) && fs::exists(here.parent_path() / SMP_PLUGIN_SUBDIR)) dir = here.parent_path() / SMP_PLUGIN_SUBDIR;
+  return dir.string();
 }
 
 template <class T>
@@ -84,23 +88,27 @@ std::string PluginRegistry::resolve(const std::string& name) {
 }
 
 const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
-  const std::string path = resolve(path_or_name);
-  for (const auto& info : infos_)
-    if (info.path == path) return info;
+  return *load(path_or_name, false);
+}
 
-  auto library = std::make_unique<Library>();
-  library->path = path;
+const PluginInfo* PluginRegistry::load_unless_provided(const std::string& path_or_name) {
+  return load(path_or_name, true);
+}
+
+namespace {
+
+// Opens the library and calls its entry point; the descriptor is the plugin's
+// (valid while the library is loaded), its version prefix checked.
+const smp_plugin_descriptor* enter(boost::dll::shared_library& lib, const std::string& path) {
   try {
-    library->lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+    lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     throw Error("plugin " + path + ": cannot be loaded: " + e.what());
   }
-  if (!library->lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
+  if (!lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
     throw Error("plugin " + path + ": missing entry symbol '" SMP_PLUGIN_ENTRY_SYMBOL
                 "' (is it an smp plugin? build it with smp_add_plugin / SMP_PLUGIN)");
-  auto entry = library->lib.get<const smp_plugin_descriptor*(const smp_host_api*, smp_error**)>(
-      SMP_PLUGIN_ENTRY_SYMBOL);
-
+  auto entry = lib.get<const smp_plugin_descriptor*(const smp_host_api*, smp_error**)>(SMP_PLUGIN_ENTRY_SYMBOL);
   smp_error* err = nullptr;
   const smp_plugin_descriptor* d = nullptr;
   try {
@@ -108,19 +116,18 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   } catch (...) {
     throw Error("plugin " + path + ": entry point threw a C++ exception across the ABI");
   }
+  const std::string core_abi = versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
   if (!d) {
     std::string why = err ? consume_error(err) : "no reason given (it may have been built for another ABI major)";
-    throw Error("plugin " + path + ": refused to load into smp ABI " +
-                versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR) + ": " + why);
+    throw Error("plugin " + path + ": refused to load into smp ABI " + core_abi + ": " + why);
   }
   consume_error(err);
   // struct_size first: it tells which fields we may read.
   if (d->struct_size < SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX)
     throw Error("plugin " + path + ": descriptor struct_size " + std::to_string(d->struct_size) +
-                " is too small to hold a version (core has ABI " + versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR) +
-                ", whose descriptor is " + std::to_string(SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE) + " bytes)");
+                " is too small to hold a version (core has ABI " + core_abi + ", whose descriptor is " +
+                std::to_string(SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE) + " bytes)");
   const std::string plugin_abi = versions(d->abi_major, d->abi_minor);
-  const std::string core_abi = versions(SMP_ABI_VERSION_MAJOR, SMP_ABI_VERSION_MINOR);
   // The version prefix (name, plugin_version, abi_major, abi_minor) is the same
   // in every major, so a plugin of another major is refused by name.
   const std::string named = std::string(d->name ? d->name : "?") + " " + (d->plugin_version ? d->plugin_version : "?");
@@ -129,10 +136,13 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
                 core_abi + " (major versions differ: rebuild the plugin against the smp " +
                 std::to_string(SMP_ABI_VERSION_MAJOR) + ".x SDK)");
   if (d->abi_minor > SMP_ABI_VERSION_MINOR)
-    throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", newer than the core's ABI " +
-                core_abi + " (rebuild the plugin against this core or upgrade the core)");
+    throw Error("plugin " + path + ": built for smp ABI " + plugin_abi + ", newer than the core's ABI " + core_abi +
+                " (rebuild the plugin against this core or upgrade the core)");
   require_size(d, SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE, "descriptor", path);
+  return d;
+}
 
+PluginInfo info_of(const smp_plugin_descriptor* d, const std::string& path) {
   PluginInfo info;
   info.path = path;
   info.name = d->name ? d->name : "";
@@ -145,7 +155,32 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   if (!info.torch_version.empty() && info.torch_version != core_torch)
     throw Error("plugin " + path + " ('" + info.name + "'): built against LibTorch " + info.torch_version +
                 ", core uses LibTorch " + core_torch + " (tensors cross as at::Tensor: versions must match)");
+  return info;
+}
 
+// Calls f(type, name) for every capability the descriptor lists (null entries skipped).
+template <class F>
+void for_each_capability(const smp_plugin_descriptor* d, F f) {
+  for (size_t i = 0; i < d->n_module_kinds; ++i)
+    if (d->module_kinds[i]) f("module kind", d->module_kinds[i]->name);
+  for (size_t i = 0; i < d->n_adapters; ++i)
+    if (d->adapters[i]) f("adapter", d->adapters[i]->name);
+  for (size_t i = 0; i < d->n_partitioners; ++i)
+    if (d->partitioners[i]) f("partition strategy", d->partitioners[i]->name);
+  for (size_t i = 0; i < d->n_rules; ++i)
+    if (d->rules[i] && d->rules[i]->axis) f(std::string(d->rules[i]->axis) + " rule", d->rules[i]->kind);
+}
+
+}  // namespace
+
+const PluginInfo* PluginRegistry::load(const std::string& path_or_name, bool unless_provided) {
+  const std::string path = resolve(path_or_name);
+  for (const auto& info : infos_)
+    if (info.path == path) return &info;
+  auto library = std::make_unique<Library>();
+  library->path = path;
+  const smp_plugin_descriptor* d = enter(library->lib, path);
+  PluginInfo info = info_of(d, path);
   // Validate everything before registering anything, so a refusal leaves no trace.
   const std::string who = "plugin " + path + " ('" + info.name + "')";
   auto require_array = [&](const void* array, size_t n, const char* what) {
@@ -155,12 +190,39 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
   require_array(d->adapters, d->n_adapters, "adapters");
   require_array(d->partitioners, d->n_partitioners, "partition strategies");
   require_array(d->rules, d->n_rules, "rules");
+  if (unless_provided) {
+    // A capability some loaded plugin already provides: this one is not needed.
+    std::string taken;
+    for_each_capability(d, [&](const std::string& type, const char* name) {
+      if (name && taken.empty() && providers_.count(type + ":" + name)) taken = type + " '" + name + "'";
+    });
+    if (!taken.empty()) {
+      spdlog::debug("plugin {} not loaded: its {} is already provided", path, taken);
+      return nullptr;
+    }
+  }
+  check_capabilities(d, info, who);
+  register_capabilities(d, info);
+  spdlog::debug("loaded plugin '{}' {} (ABI {}.{}) from {}", info.name, info.version, info.abi_major, info.abi_minor,
+                path);
+  // Pin an accepted library for the life of the process: autograd nodes and
+  // tensors created by its code may outlive the registry. (A refused one is
+  // unloaded when `library` goes out of scope.)
+  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
+  libraries_.push_back(std::move(library));
+  infos_.push_back(std::move(info));
+  return &infos_.back();
+}
+
+// Every capability well-formed and not taken; their names into info.
+void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginInfo& info, const std::string& who) const {
+  const std::string& path = info.path;
   std::set<std::string> seen;
-  auto claim = [&](const std::string& type, const char* name, const std::map<std::string, std::string>& taken) {
+  auto claim = [&](const std::string& type, const char* name) {
     if (!name || !*name) throw Error(who + ": a " + type + " without a name");
     std::string key = type + ":" + name;
-    if (taken.count(key))
-      throw Error(who + ": " + type + " '" + name + "' is already registered by plugin '" + taken.at(key) + "'");
+    if (providers_.count(key))
+      throw Error(who + ": " + type + " '" + name + "' is already registered by plugin '" + providers_.at(key) + "'");
     if (!seen.insert(key).second) throw Error(who + ": " + type + " '" + name + "' registered twice");
     return std::string(name);
   };
@@ -169,20 +231,20 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
     require_size(k, SMP_MODULE_KIND_STRUCT_SIZE_2_0, "module kind", path);
     if (!k->create || !k->forward || !k->parameters || !k->destroy)
       throw Error(who + ": module kind '" + (k->name ? k->name : "?") + "' lacks a function");
-    info.module_kinds.push_back(claim("module kind", k->name, providers_));
+    info.module_kinds.push_back(claim("module kind", k->name));
   }
   for (size_t i = 0; i < d->n_adapters; ++i) {
     const smp_model_adapter* a = d->adapters[i];
     require_size(a, SMP_MODEL_ADAPTER_STRUCT_SIZE, "model adapter", path);
     if (!a->create || !a->describe || !a->batch || !a->destroy)
       throw Error(who + ": adapter '" + (a->name ? a->name : "?") + "' lacks a function");
-    info.adapters.push_back(claim("adapter", a->name, providers_));
+    info.adapters.push_back(claim("adapter", a->name));
   }
   for (size_t i = 0; i < d->n_partitioners; ++i) {
     const smp_partition_strategy* p = d->partitioners[i];
     require_size(p, SMP_PARTITION_STRATEGY_STRUCT_SIZE, "partition strategy", path);
     if (!p->partition) throw Error(who + ": partition strategy lacks its function");
-    info.partitioners.push_back(claim("partition strategy", p->name, providers_));
+    info.partitioners.push_back(claim("partition strategy", p->name));
   }
   for (size_t i = 0; i < d->n_rules; ++i) {
     const smp_rule* r = d->rules[i];
@@ -192,35 +254,17 @@ const PluginInfo& PluginRegistry::load(const std::string& path_or_name) {
       throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +
                   "'; rules exist for the axes \"tp\" and \"ep\"");
     if (!r->dist_kind || !*r->dist_kind) throw Error(who + ": " + axis + " rule without a dist_kind");
-    claim(axis + " rule", r->kind, providers_);
+    claim(axis + " rule", r->kind);
     info.rules.push_back(axis + ":" + r->kind);
   }
+}
 
-  for (size_t i = 0; i < d->n_module_kinds; ++i) {
-    kinds_[d->module_kinds[i]->name] = d->module_kinds[i];
-    providers_[std::string("module kind:") + d->module_kinds[i]->name] = info.name;
-  }
-  for (size_t i = 0; i < d->n_adapters; ++i) {
-    adapters_[d->adapters[i]->name] = d->adapters[i];
-    providers_[std::string("adapter:") + d->adapters[i]->name] = info.name;
-  }
-  for (size_t i = 0; i < d->n_partitioners; ++i) {
-    partitioners_[d->partitioners[i]->name] = d->partitioners[i];
-    providers_[std::string("partition strategy:") + d->partitioners[i]->name] = info.name;
-  }
-  for (size_t i = 0; i < d->n_rules; ++i) {
-    const smp_rule* r = d->rules[i];
-    rules_[std::string(r->axis) + ":" + r->kind] = r;
-    providers_[std::string(r->axis) + " rule:" + r->kind] = info.name;
-  }
-  spdlog::debug("loaded plugin '{}' {} (ABI {}) from {}", info.name, info.version, plugin_abi, path);
-  // Pin an accepted library for the life of the process: autograd nodes and
-  // tensors created by its code may outlive the registry. (A refused one is
-  // unloaded when `library` goes out of scope.)
-  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
-  libraries_.push_back(std::move(library));
-  infos_.push_back(std::move(info));
-  return infos_.back();
+void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const PluginInfo& info) {
+  for (size_t i = 0; i < d->n_module_kinds; ++i) kinds_[d->module_kinds[i]->name] = d->module_kinds[i];
+  for (size_t i = 0; i < d->n_adapters; ++i) adapters_[d->adapters[i]->name] = d->adapters[i];
+  for (size_t i = 0; i < d->n_partitioners; ++i) partitioners_[d->partitioners[i]->name] = d->partitioners[i];
+  for (size_t i = 0; i < d->n_rules; ++i) rules_[std::string(d->rules[i]->axis) + ":" + d->rules[i]->kind] = d->rules[i];
+  for_each_capability(d, [&](const std::string& type, const char* name) { providers_[type + ":" + name] = info.name; });
 }
 
 const smp_module_kind* PluginRegistry::module_kind(const std::string& k) const {

@@ -4,8 +4,7 @@
 #include <smp/mesh.h>
 #include <smp/runtime.h>
 
-#include "base/op_profile.h"
-#include "base/trace.h"
+#include <smp/tracing.h>
 #include "train/run_report.h"
 
 #include <ATen/ATen.h>
@@ -116,7 +115,7 @@ void dump_parameters(Runtime& rt) {
   j["ep"] = mesh.coord(Axis::EP);
   j["ep_size"] = mesh.ep();
   nlohmann::json params = nlohmann::json::array();
-  for (const auto& p : rt.parameters()) {
+  for (const auto& p : rt.gather_parameters()) {
     at::Tensor t = p.tensor.detach().to(at::kDouble).contiguous();
     std::vector<double> data(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     params.push_back({{"name", p.name}, {"shard_dim", p.shard_dim}, {"ep_shard_dim", p.ep_shard_dim},
@@ -135,50 +134,23 @@ void dump_parameters(Runtime& rt) {
 
 }  // namespace
 
-nlohmann::json run_training(Runtime& rt) {
-  const Config& cfg = rt.config();
-  const JobConfig& job = rt.job();
-  if (rt.mesh().rank() == 0) check_run_dir(job.run.dir);
-  const int64_t steps = job.train.steps;
-  const int64_t val_every = job.train.val_every;
-  const int val_batches = static_cast<int>(job.train.val_batches);
-  const int64_t log_every = std::max<int64_t>(1, job.train.log_every);
-  const bool rank0 = rt.mesh().rank() == 0;
-  const int world = rt.mesh().world_size();
+namespace {
 
-  const DeviceMesh& mesh = rt.mesh();
-  trace::configure(job.run.trace, mesh.rank(),
-                   fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
-                               mesh.coord(Axis::TP)),
-                   job.run.trace_first - 1, job.run.trace_last - 1);
-  op_profile::configure(job.run.profile_ops, job.run.trace_first - 1, job.run.trace_last - 1);
-  const double peak_per_rank = rt.measure_peak_flops();
-  const double peak = peak_per_rank * world;
-  const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
-  if (rank0)
-    spdlog::info("layout pp={} tp={} dp={} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
-                 rt.mesh().pp(), rt.mesh().tp(), rt.mesh().dp(), world, rt.device(), rt.precision(),
-                 peak_per_rank / 1e9, gemm);
-
+// What the loop keeps of its steps for the summary.
+struct RunRecord {
   nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
   nlohmann::json loss_scales = nlohmann::json::array();
-  int64_t skipped = 0;
+  int64_t skipped = 0, timed_steps = 0, peak_act = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
-  int64_t timed_steps = 0, peak_act = 0;
   std::vector<double> step_seconds_each;  // rank 0's, for the report
-  MemoryAccount peak_account;  // per category, the largest over the steps
+  MemoryAccount peak_account;             // per category, the largest over the steps
   StepPhases phase_sum;
-  rt.reset_comm_stats();
-  const auto start = std::chrono::steady_clock::now();
-  while (rt.steps_done() < steps) {
-    StepResult r = rt.train_step();
+
+  void add(const StepResult& r, int64_t steps) {
     losses.push_back(r.loss);
     loss_scales.push_back(r.loss_scale);
     step_seconds_each.push_back(r.seconds);
     skipped += r.skipped ? 1 : 0;
-    if (r.skipped && rank0)
-      spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
-                   r.loss_scale);
     last_loss = r.loss;
     peak_act = std::max(peak_act, r.peak_activation_bytes);
     peak_account.keep_largest(r.memory);
@@ -190,6 +162,137 @@ nlohmann::json run_training(Runtime& rt) {
       phase_sum.clip += r.phases.clip;
       phase_sum.optimizer += r.phases.optimizer;
     }
+  }
+  double step_seconds() const { return timed_steps ? train_seconds / static_cast<double>(timed_steps) : 0; }
+};
+
+// The memory manager's account per rank, by category (bytes; the largest over the steps).
+nlohmann::json memory_account_json(Runtime& rt, const MemoryAccount& a) {
+  nlohmann::json account;
+  auto all = [&](int64_t v) { return rt.gather_world(static_cast<double>(v)); };
+  account["parameters"] = all(a.parameters);
+  account["gradients"] = all(a.gradients);
+  account["optimizer_state"] = all(a.optimizer_state);
+  account["step_peak"] = all(a.step_peak);
+  account["total"] = all(a.total());
+  account["offloaded_host"] = all(a.offloaded);
+  account["activations"] = all(a.activations);
+  account["largest_slot_activations"] = all(a.largest_slot);
+  account["send_buffers"] = all(a.send_buffers);
+  account["parameter_init_peak"] = all(rt.parameter_init_peak());
+  return account;
+}
+
+nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_rank, const std::string& gemm) {
+  const int world = rt.mesh().world_size();
+  const double peak = peak_per_rank * world, step_s = rec.step_seconds();
+  const double items_per_s = step_s > 0 ? rt.items_per_step() / step_s : 0;
+  const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
+  // Mean seconds per timed step, per rank: where each rank's step went.
+  const double n = static_cast<double>(std::max<int64_t>(1, rec.timed_steps));
+  nlohmann::json phases;
+  phases["compute"] = rt.gather_world(rec.phase_sum.compute / n);
+  phases["grad_sync"] = rt.gather_world(rec.phase_sum.grad_sync / n);
+  phases["clip"] = rt.gather_world(rec.phase_sum.clip / n);
+  phases["optimizer"] = rt.gather_world(rec.phase_sum.optimizer / n);
+  nlohmann::json summary;
+  summary["config"] = rt.config().to_json();
+  summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
+                       {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
+  summary["device"] = rt.device();
+  summary["precision"] = rt.precision();
+  summary["losses"] = rec.losses;
+  summary["loss_scales"] = rec.loss_scales;
+  summary["skipped_steps"] = rec.skipped;
+  summary["final_loss"] = rec.last_loss;
+  summary["val_loss"] = rec.val_loss;
+  summary["val_losses"] = rec.val_losses;
+  nlohmann::json val_metrics = nlohmann::json::object();  // the graph's metrics at the last validation
+  if (!rec.val_losses.empty())
+    for (const auto& [name, value] : rt.validation_metrics()) val_metrics[name] = value;
+  summary["val_metrics"] = val_metrics;
+  summary["step_seconds"] = step_s;
+  summary["step_seconds_each"] = rec.step_seconds_each;
+  summary["items_per_step"] = rt.items_per_step();
+  // Throughput in the adapter's unit: "tokens_per_s" for a language model.
+  summary["throughput_unit"] = rt.throughput_unit();
+  summary[rt.throughput_unit() + "_per_s"] = items_per_s;
+  summary["model_flops_per_step"] = rt.flops_per_step();
+  summary["model_flops_per_s"] = flops_per_s;
+  summary["peak_flops_per_rank"] = peak_per_rank;
+  summary["peak_flops_gemm"] = gemm;
+  summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
+  summary["peak_memory_bytes"] = rt.gather_world(static_cast<double>(peak_resident_bytes()));
+  summary["peak_activation_bytes"] = rt.gather_world(static_cast<double>(rec.peak_act));
+  summary["memory_bytes"] = memory_account_json(rt, rec.peak_account);
+  summary["phase_seconds"] = phases;
+  summary["comm_bytes_rank0"] = rt.comm_bytes();
+  summary["stages"] = rt.plan().to_json(rt.graph());
+  return summary;
+}
+
+// Parameters, traces, op profiles, the summary and the report, into run.dir.
+void write_outputs(Runtime& rt, const nlohmann::json& summary) {
+  const JobConfig& job = rt.job();
+  const bool rank0 = rt.mesh().rank() == 0;
+  if (job.run.dump_parameters) dump_parameters(rt);
+  if (job.run.trace) {
+    trace::write_rank_file(job.run.dir);
+    rt.gather_world(0.0);  // every rank's file is written
+    if (rank0) {
+      spdlog::info("trace of steps {}-{}: {}/trace/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+                   job.run.dir);
+      if (job.run.trace_merge)
+        spdlog::info("merged trace: {}", trace::merge_rank_files(job.run.dir, rt.mesh().world_size()));
+    }
+  }
+  if (job.run.profile_ops) {
+    in_run_dir(job.run.dir, "write the op profile", [&] { op_profile::write_rank_file(job.run.dir, rt.mesh().rank()); });
+    if (rank0)
+      spdlog::info("op profile of steps {}-{}: {}/ops/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+                   job.run.dir);
+  }
+  if (rank0) {
+    write_summary(job.run.dir, summary);
+    in_run_dir(job.run.dir, "write report.html", [&] { write_report(job.run.dir, summary); });
+    const std::string unit = rt.throughput_unit();
+    spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json",
+                 summary["final_loss"].get<double>(), human(summary[unit + "_per_s"].get<double>()), unit,
+                 100 * summary["mfu"].get<double>(), job.run.dir);
+  }
+}
+
+}  // namespace
+
+nlohmann::json run_training(Runtime& rt) {
+  const JobConfig& job = rt.job();
+  const DeviceMesh& mesh = rt.mesh();
+  const bool rank0 = mesh.rank() == 0;
+  if (rank0) check_run_dir(job.run.dir);
+  const int64_t steps = job.train.steps, val_every = job.train.val_every;
+  const int val_batches = static_cast<int>(job.train.val_batches);
+  const int64_t log_every = std::max<int64_t>(1, job.train.log_every);
+  trace::configure(job.run.trace, mesh.rank(),
+                   fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
+                               mesh.coord(Axis::TP)),
+                   job.run.trace_first - 1, job.run.trace_last - 1);
+  op_profile::configure(job.run.profile_ops, job.run.trace_first - 1, job.run.trace_last - 1);
+  const double peak_per_rank = rt.measure_peak_flops();
+  const double peak = peak_per_rank * mesh.world_size();
+  const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
+  if (rank0)
+    spdlog::info("layout pp={} tp={} dp={} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
+                 mesh.pp(), mesh.tp(), mesh.dp(), mesh.world_size(), rt.device(), rt.precision(), peak_per_rank / 1e9,
+                 gemm);
+  RunRecord rec;
+  rt.reset_comm_stats();
+  const auto start = std::chrono::steady_clock::now();
+  while (rt.steps_done() < steps) {
+    StepResult r = rt.train_step();
+    rec.add(r, steps);
+    if (r.skipped && rank0)
+      spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
+                   r.loss_scale);
     const double items_s = rt.items_per_step() / r.seconds;
     const double flops = rt.flops_per_step() / r.seconds;
     if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
@@ -204,94 +307,17 @@ nlohmann::json run_training(Runtime& rt) {
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
-      val_losses.push_back(validation_entry(rt, r.step + 1, v));
+      rec.val_losses.push_back(validation_entry(rt, r.step + 1, v));
       if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
     }
   }
   if (val_batches > 0) {
-    val_loss = rt.evaluate(val_batches);
-    val_losses.push_back(validation_entry(rt, rt.steps_done(), val_loss));
-    if (rank0) spdlog::info("validation loss {:.4f}{}", val_loss, metrics_text(rt));
+    rec.val_loss = rt.evaluate(val_batches);
+    rec.val_losses.push_back(validation_entry(rt, rt.steps_done(), rec.val_loss));
+    if (rank0) spdlog::info("validation loss {:.4f}{}", rec.val_loss, metrics_text(rt));
   }
-  const double step_s = timed_steps ? train_seconds / timed_steps : 0;
-  const double items_per_s = step_s > 0 ? rt.items_per_step() / step_s : 0;
-  const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
-  auto peak_mem = rt.gather_world(static_cast<double>(peak_resident_bytes()));
-  auto peak_acts = rt.gather_world(static_cast<double>(peak_act));
-  // Mean seconds per timed step, per rank: where each rank's step went.
-  const double n = std::max<int64_t>(1, timed_steps);
-  nlohmann::json phases;
-  phases["compute"] = rt.gather_world(phase_sum.compute / n);
-  phases["grad_sync"] = rt.gather_world(phase_sum.grad_sync / n);
-  phases["clip"] = rt.gather_world(phase_sum.clip / n);
-  phases["optimizer"] = rt.gather_world(phase_sum.optimizer / n);
-  nlohmann::json summary;
-  summary["config"] = cfg.to_json();
-  summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
-                       {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
-  summary["device"] = rt.device();
-  summary["precision"] = rt.precision();
-  summary["losses"] = losses;
-  summary["loss_scales"] = loss_scales;
-  summary["skipped_steps"] = skipped;
-  summary["final_loss"] = last_loss;
-  summary["val_loss"] = val_loss;
-  summary["val_losses"] = val_losses;
-  nlohmann::json val_metrics = nlohmann::json::object();  // the graph's metrics at the last validation
-  if (!val_losses.empty())
-    for (const auto& [name, value] : rt.validation_metrics()) val_metrics[name] = value;
-  summary["val_metrics"] = val_metrics;
-  summary["step_seconds"] = step_s;
-  summary["step_seconds_each"] = step_seconds_each;
-  summary["items_per_step"] = rt.items_per_step();
-  // Throughput in the adapter's unit: "tokens_per_s" for a language model.
-  summary["throughput_unit"] = rt.throughput_unit();
-  summary[rt.throughput_unit() + "_per_s"] = items_per_s;
-  summary["model_flops_per_step"] = rt.flops_per_step();
-  summary["model_flops_per_s"] = flops_per_s;
-  summary["peak_flops_per_rank"] = peak_per_rank;
-  summary["peak_flops_gemm"] = gemm;
-  summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
-  summary["peak_memory_bytes"] = peak_mem;
-  summary["peak_activation_bytes"] = peak_acts;
-  // The memory manager's account per rank, by category (bytes; the largest over the steps).
-  nlohmann::json account;
-  account["parameters"] = rt.gather_world(static_cast<double>(peak_account.parameters));
-  account["gradients"] = rt.gather_world(static_cast<double>(peak_account.gradients));
-  account["optimizer_state"] = rt.gather_world(static_cast<double>(peak_account.optimizer_state));
-  account["step_peak"] = rt.gather_world(static_cast<double>(peak_account.step_peak));
-  account["total"] = rt.gather_world(static_cast<double>(peak_account.total()));
-  account["offloaded_host"] = rt.gather_world(static_cast<double>(peak_account.offloaded));
-  account["activations"] = rt.gather_world(static_cast<double>(peak_account.activations));
-  account["largest_slot_activations"] = rt.gather_world(static_cast<double>(peak_account.largest_slot));
-  account["send_buffers"] = rt.gather_world(static_cast<double>(peak_account.send_buffers));
-  account["parameter_init_peak"] = rt.gather_world(static_cast<double>(rt.parameter_init_peak()));
-  summary["memory_bytes"] = account;
-  summary["phase_seconds"] = phases;
-  summary["comm_bytes_rank0"] = rt.comm_bytes();
-  summary["stages"] = rt.plan().to_json(rt.graph());
-  if (job.run.dump_parameters) dump_parameters(rt);
-  if (job.run.trace) {
-    const std::string path = trace::write_rank_file(job.run.dir);
-    rt.gather_world(0.0);  // every rank's file is written
-    if (rank0) {
-      spdlog::info("trace of steps {}-{}: {}/trace/rank-<r>.json", job.run.trace_first, job.run.trace_last,
-                   job.run.dir);
-      if (job.run.trace_merge) spdlog::info("merged trace: {}", trace::merge_rank_files(job.run.dir, world));
-    }
-  }
-  if (job.run.profile_ops) {
-    in_run_dir(job.run.dir, "write the op profile", [&] { op_profile::write_rank_file(job.run.dir, mesh.rank()); });
-    if (rank0)
-      spdlog::info("op profile of steps {}-{}: {}/ops/rank-<r>.json", job.run.trace_first, job.run.trace_last,
-                   job.run.dir);
-  }
-  if (rank0) {
-    write_summary(job.run.dir, summary);
-    in_run_dir(job.run.dir, "write report.html", [&] { write_report(job.run.dir, summary); });
-    spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json", last_loss, human(items_per_s),
-                 rt.throughput_unit(), 100 * summary["mfu"].get<double>(), job.run.dir);
-  }
+  nlohmann::json summary = make_summary(rt, rec, peak_per_rank, gemm);
+  write_outputs(rt, summary);
   return summary;
 }
 

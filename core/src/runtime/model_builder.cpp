@@ -1,0 +1,184 @@
+#include "runtime/model_builder.h"
+
+#include <smp/error.h>
+
+#include "comm/communicator.h"
+#include "graph/parallel_rules.h"
+#include "graph/profiler.h"
+#include "memory/activation_checkpoint.h"
+#include "optim/mixed_precision.h"
+#include "plugin/graph_builder.h"
+#include "plugin/host_api.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace smp {
+
+struct ModelBuilder::Adapter {
+  const smp_model_adapter* table = nullptr;
+  smp_adapter* instance = nullptr;
+  std::string plugin;
+  ~Adapter() {
+    if (instance) table->destroy(instance);
+  }
+};
+
+ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<std::string>& plugins)
+    : job_(job), mesh_(mesh) {
+  load_plugins(plugins);
+  create_adapter();
+  // Chosen on the adapter's own kinds and names, before the rules rewrite kinds.
+  checkpoint_ = select_checkpointed(graph_, job.memory.checkpoint, job.memory.checkpoint_every, job.origin);
+  recompute_core_ = select_checkpointed(graph_, job.memory.checkpoint_attention_core, 1, job.origin,
+                                        "memory.checkpoint_attention_core");
+  for (Axis a : {Axis::TP, Axis::EP})
+    if (mesh.size(a) > 1)
+      apply_parallel_rules(graph_, registry_, axis_name(a), mesh.size(a), job.parallel.tp_replicate_indivisible);
+  check_kinds();
+}
+
+ModelBuilder::~ModelBuilder() = default;
+
+void ModelBuilder::load_plugins(const std::vector<std::string>& plugins) {
+  for (const auto& p : plugins) registry_.load(p);
+  for (const auto& p : job_.plugin_paths) registry_.load(p);
+  for (const char* standard : {"smp_nn", "smp_tp", "smp_partition"}) registry_.load_unless_provided(standard);
+}
+
+void ModelBuilder::create_adapter() {
+  std::string name = job_.adapter;
+  if (name.empty()) {
+    for (const auto& info : registry_.plugins())
+      if (!info.adapters.empty()) {
+        name = info.adapters.front();
+        break;
+      }
+  }
+  if (name.empty()) throw Error("no model adapter: pass --plugin <adapter.so> (none of the loaded plugins provides one)");
+  adapter_ = std::make_unique<Adapter>();
+  adapter_->table = registry_.adapter(name);
+  if (!adapter_->table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
+  adapter_->plugin = registry_.provider(name);
+  const std::string model_json = job_.model.dump(), parallel_json = job_.parallel_json.dump();
+  smp_adapter_context ctx{};
+  ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
+  ctx.seed = job_.train.seed;
+  ctx.parallel_json = parallel_json.c_str();
+  const std::string where = "adapter '" + name + "' (plugin '" + adapter_->plugin + "')";
+  throw_if_error(adapter_->table->create(adapter_->table->state, model_json.c_str(), &ctx, &adapter_->instance),
+                 where + " create from [model] of " + job_.origin);
+  GraphBuilder builder;
+  throw_if_error(adapter_->table->describe(adapter_->instance, builder.handle()), where + " describe");
+  graph_ = std::move(builder.graph());
+  graph_.validate(name);
+}
+
+// Every node's kind is provided, and only kinds that can recompute an attention core are asked to.
+void ModelBuilder::check_kinds() const {
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const GraphNode& n = graph_.nodes[i];
+    const smp_module_kind* k = registry_.module_kind(n.kind);
+    if (!k) {
+      std::string loaded;
+      for (const auto& p : registry_.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
+      throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
+    }
+    if (recompute_core_[i] && (k->struct_size < SMP_MODULE_KIND_STRUCT_SIZE ||
+                               !(k->memory_features & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)))
+      throw Error(job_.origin + ": memory.checkpoint_attention_core: node '" + n.name + "' is of kind '" + n.kind +
+                  "' (plugin '" + registry_.provider(n.kind) + "'), which cannot recompute an attention core");
+  }
+}
+
+std::vector<at::Tensor> ModelBuilder::batch(smp_split split, int64_t step, int mb) const {
+  const int64_t per_dp = global_batch_ / mesh_.dp();
+  const int64_t per_mb = per_dp / microbatches_;
+  smp_batch_request req{};
+  req.struct_size = SMP_BATCH_REQUEST_STRUCT_SIZE;
+  req.split = split;
+  req.step = step;
+  req.global_batch = global_batch_;
+  req.first_sample = mesh_.coord(Axis::DP) * per_dp + mb * per_mb;
+  req.num_samples = per_mb;
+  std::vector<smp_tensor*> out(graph_.inputs.size(), nullptr);
+  smp_error* err = adapter_->table->batch(adapter_->instance, &req, out.data(), out.size());
+  std::vector<at::Tensor> result;
+  for (auto* h : out)
+    if (h) {
+      result.push_back(tensor_of(h));
+      host_api()->tensor_release(h);
+    }
+  const std::string where = "adapter '" + std::string(adapter_->table->name) + "' (plugin '" + adapter_->plugin + "')";
+  throw_if_error(err, where + " batch");
+  if (result.size() != graph_.inputs.size())
+    throw Error(where + " batch returned " + std::to_string(result.size()) + " tensors for " +
+                std::to_string(graph_.inputs.size()) + " inputs");
+  return result;
+}
+
+void ModelBuilder::plan(Rendezvous* rendezvous) {
+  const ParallelConfig& par = job_.parallel;
+  microbatches_ = par.microbatches;
+  global_batch_ = job_.train.batch_size;
+  const int chunks = par.virtual_stages, pp = mesh_.pp();
+  // Partition: every rank must agree, so costs come from hints or rank 0's profile.
+  const int num_stages = pp * chunks;
+  std::vector<int> stages(graph_.nodes.size(), 0);
+  const int64_t mb_samples = global_batch_ / (mesh_.dp() * microbatches_);
+  std::vector<NodeCost> costs;
+  if (num_stages > 1) {
+    const bool hinted = costs_from_hints(graph_, mb_samples, costs);
+    if (hinted) costs = memory_costs(graph_, memory_options(), costs);  // the memory manager's model
+    if (!hinted && !rendezvous)
+      throw Error("--estimate-memory: the adapter gives no cost hints for every node, and without them the "
+                  "partition needs a profile of the model, which the estimate does not run");
+    if (!hinted && mesh_.rank() == 0) {
+      costs = profile_costs(graph_, registry_, [&](int mb) { return batch(SMP_SPLIT_TRAIN, 0, mb); }, job_.train.seed);
+      nlohmann::json j = nlohmann::json::array();
+      for (auto& c : costs) j.push_back({c.compute, c.memory});
+      rendezvous->set("smp/profile", j.dump());
+    } else if (!hinted) {
+      auto j = nlohmann::json::parse(rendezvous->get("smp/profile"));
+      costs.clear();  // what the hints filled before one was missing
+      for (auto& c : j) costs.push_back({c[0].get<double>(), c[1].get<double>()});
+    }
+    stages = run_partitioner(registry_, par.partition, graph_, costs, num_stages, job_.partition, par.tie_across_stages);
+  } else if (!job_.partition.empty()) {
+    // One stage: nothing to split, but the strategy still vets its options
+    // (no [partition] key is accepted and then ignored). Costs do not matter.
+    run_partitioner(registry_, par.partition, graph_, std::vector<NodeCost>(graph_.nodes.size(), NodeCost{1.0, 1.0}), 1,
+                    job_.partition, par.tie_across_stages);
+  }
+  plan_ = StagePlan::build(graph_, stages, pp, chunks);
+  plan_.costs = costs;
+  if (mesh_.rank() == 0)
+    for (int st = 0; st < num_stages; ++st)
+      spdlog::info("stage {} (rank {}, chunk {}): {} nodes, first '{}', last '{}'", st, plan_.rank_of(st),
+                   plan_.chunk_of(st), plan_.nodes_of_stage[st].size(),
+                   graph_.nodes[plan_.nodes_of_stage[st].front()].name,
+                   graph_.nodes[plan_.nodes_of_stage[st].back()].name);
+  schedule_ = make_schedule(par.schedule, pp, microbatches_, chunks);
+  // Evaluation runs forwards only: GPipe's order, or the training order's forwards when chunks > 1.
+  eval_schedule_ = chunks > 1 ? schedule_ : make_schedule("gpipe", pp, microbatches_, 1);
+  loss_ = std::make_unique<LossNormalizer>(graph_.loss_reduction, mb_samples);
+}
+
+MemoryModelOptions ModelBuilder::memory_options() const {
+  MemoryModelOptions o;
+  o.pp = mesh_.pp();
+  o.tp = mesh_.tp();
+  o.dp = mesh_.dp();
+  o.zero = job_.memory.zero;
+  o.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(job_.train.precision)));
+  o.grad_bytes = static_cast<int>(c10::elementSize(compute_dtype(job_.train.grad_reduce)));
+  o.masters = job_.train.precision != Precision::Fp32;
+  o.microbatch_samples = global_batch_ / (mesh_.dp() * microbatches_);
+  o.checkpoint = checkpoint_;
+  o.recompute_core = recompute_core_;
+  o.offload = job_.memory.offload;
+  o.offload_horizon = job_.memory.offload_horizon;
+  return o;
+}
+
+}  // namespace smp

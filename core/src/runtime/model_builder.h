@@ -1,0 +1,78 @@
+// What the job trains and how it is split, the same on every rank: the
+// plugins, the adapter and its graph, the activation policies, the rules per
+// axis, the costs, the partition into stages and the schedules.
+#pragma once
+
+#include <smp/abi.h>
+#include <smp/job_config.h>
+#include <smp/mesh.h>
+#include <smp/model_graph.h>
+#include <smp/plugin_registry.h>
+#include <smp/stage_plan.h>
+
+#include "graph/loss_normalizer.h"
+#include "memory/memory_model.h"
+#include "schedule/schedule.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class Rendezvous;
+
+class ModelBuilder {
+ public:
+  // Loads the plugins (these, then plugins.paths, then the standard ones
+  // unless a loaded plugin already provides their capabilities), creates the
+  // adapter and its graph, selects the activation policies and applies the
+  // rules of every axis larger than one.
+  ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<std::string>& plugins);
+  ~ModelBuilder();
+  ModelBuilder(const ModelBuilder&) = delete;
+  ModelBuilder& operator=(const ModelBuilder&) = delete;
+
+  // Partitions the graph into stages and makes the schedules. Costs come from
+  // the adapter's hints, else from rank 0's profile shared through `rendezvous`
+  // (null: none can be had, an error when the hints are missing).
+  void plan(Rendezvous* rendezvous);
+
+  // The inputs of microbatch `mb` of `step` for this rank's data coordinate.
+  std::vector<at::Tensor> batch(smp_split split, int64_t step, int mb) const;
+  // The job as the memory model sees it (after plan()).
+  MemoryModelOptions memory_options() const;
+
+  const PluginRegistry& registry() const { return registry_; }
+  const ModelGraph& graph() const { return graph_; }
+  const StagePlan& stage_plan() const { return plan_; }
+  const Schedule& schedule() const { return schedule_; }
+  const Schedule& eval_schedule() const { return eval_schedule_; }
+  LossNormalizer& loss() const { return *loss_; }
+  const std::vector<bool>& checkpointed() const { return checkpoint_; }        // per node: recomputed in backward
+  const std::vector<bool>& recompute_core() const { return recompute_core_; }  // per node: its attention core only
+  int microbatches() const { return microbatches_; }
+  int64_t global_batch() const { return global_batch_; }
+
+ private:
+  struct Adapter;
+  void load_plugins(const std::vector<std::string>& plugins);
+  void create_adapter();
+  void check_kinds() const;
+
+  const JobConfig& job_;
+  const DeviceMesh& mesh_;
+  PluginRegistry registry_;
+  std::unique_ptr<Adapter> adapter_;  // destroyed before the registry whose plugin made it
+  ModelGraph graph_;
+  StagePlan plan_;
+  Schedule schedule_, eval_schedule_;
+  std::unique_ptr<LossNormalizer> loss_;
+  std::vector<bool> checkpoint_, recompute_core_;
+  int microbatches_ = 1;
+  int64_t global_batch_ = 0;
+};
+
+}  // namespace smp

@@ -1,0 +1,86 @@
+#include "runtime/optimizer_step.h"
+
+#include "base/device.h"
+#include "base/trace.h"
+#include "comm/communicator.h"
+#include "memory/sharded_parameters.h"
+#include "optim/mixed_precision.h"
+#include "runtime/train_state.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace smp {
+
+LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const DeviceMesh& mesh, Communicator& world) {
+  const bool counted = mesh.coord(Axis::TP) == 0;
+  std::vector<double> v = {counted ? local.loss : 0.0, counted ? local.items : 0.0};
+  v.insert(v.end(), extra.begin(), extra.end());
+  at::Tensor t = at::tensor(v, at::kDouble);
+  world.allreduce(t)->wait();
+  for (size_t i = 0; i < extra.size(); ++i) extra[i] = t[2 + i].item<double>();
+  return {t[0].item<double>(), t[1].item<double>()};
+}
+
+OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
+  lr_.lr = t.lr;
+  lr_.min_lr = t.min_lr;
+  lr_.warmup = t.warmup_steps;
+  lr_.total = t.steps;
+}
+
+OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local, double loss_scale,
+                                       const DeviceMesh& mesh, Communicator& world, const c10::Device& device) const {
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  OptimizerStepResult out;
+  auto t0 = clock::now();
+  const int64_t clip_start = trace::now_us();
+  // Global gradient norm over distinct values. Under ZeRO the gradients are
+  // this rank's shard segments, which the optimizer's tensors match.
+  const std::vector<at::Tensor> grads = state.gradients();
+  const std::vector<bool>& counted = state.norm_counted();
+  std::vector<double> norm_sq{0.0};
+  {
+    c10::NoGradGuard ng;
+    // One norm kernel per parameter (no copies), summed in double. Accumulated
+    // in fp32 whatever the gradient's dtype, without a copy: a 16-bit norm of
+    // a loss-scaled fp16 gradient overflows (65504) long before any element does.
+    std::vector<at::Tensor> norms;
+    for (size_t k = 0; k < grads.size(); ++k)
+      if (counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat).to(at::kDouble));
+    norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
+  }
+  // One all-reduce over the world: the squared norm and the loss sums.
+  out.loss = sum_over_world(local, norm_sq, mesh, world);
+  // .grad holds the gradient of the summed loss: the mean's gradient is
+  // grad_scale times that. Clipping joins the same factor, which the optimizer
+  // applies as it reads .grad. Under fp16 the loss scale joins it too; the
+  // norm² is the same on every rank, so an overflow (inf / nan) skips the step
+  // everywhere alike.
+  double grad_scale = LossNormalizer::grad_scale(out.loss) / loss_scale;
+  out.grad_norm = std::sqrt(norm_sq[0]) * grad_scale;
+  if (clip_ > 0 && out.grad_norm > clip_) grad_scale *= clip_ / (out.grad_norm + 1e-6);
+  out.grad_scale = grad_scale;
+  out.lr = lr_.at(state.steps());
+  out.clip_seconds = since(t0);
+  trace::complete("phase", "clip", clip_start, trace::now_us());
+  t0 = clock::now();
+  {
+    trace::Scope phase("phase", "optimizer");
+    out.skipped = state.scaler() && !state.scaler()->update(std::isfinite(norm_sq[0]));
+    if (!out.skipped) {
+      state.optimizer().step(out.lr, grad_scale, grads);
+      if (state.masters()) state.masters()->copy_to_params();
+    }
+    if (state.sharded()) state.sharded()->after_step();
+    synchronize(device);
+  }
+  out.optimizer_seconds = since(t0);
+  return out;
+}
+
+}  // namespace smp

@@ -1,0 +1,43 @@
+// The step after the gradients are reduced: the global gradient norm, the
+// loss sums over the job, clipping, the fp16 overflow skip, the update and
+// the learning-rate schedule.
+#pragma once
+
+#include <smp/job_config.h>
+#include <smp/mesh.h>
+
+#include "graph/loss_normalizer.h"
+#include "optim/optimizer.h"
+
+#include <vector>
+
+namespace smp {
+
+class Communicator;
+class TrainState;
+
+// The step's loss sums over the job: the last stage's, counted once per tp
+// group (every tp rank has the same loss), summed over every rank with
+// `extra` values in the same all-reduce (they are summed in place).
+LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const DeviceMesh& mesh, Communicator& world);
+
+struct OptimizerStepResult {
+  LossSums loss;  // over the job
+  double grad_norm = 0, grad_scale = 1, lr = 0;
+  bool skipped = false;
+  double clip_seconds = 0, optimizer_seconds = 0;
+};
+
+class OptimizerStep {
+ public:
+  explicit OptimizerStep(const TrainConfig& train);
+  // After GradientSync::finish_step; loss_scale is the one the step ran with.
+  OptimizerStepResult run(TrainState& state, const LossSums& local, double loss_scale, const DeviceMesh& mesh,
+                          Communicator& world, const c10::Device& device) const;
+
+ private:
+  LrSchedule lr_;
+  double clip_;
+};
+
+}  // namespace smp

@@ -1,0 +1,395 @@
+#include "runtime/train_state.h"
+
+#include <smp/error.h>
+
+#include "base/seeds.h"
+#include "comm/communicator.h"
+#include "comm/process_groups.h"
+#include "memory/gradient_sync.h"
+#include "memory/memory_tracker.h"
+#include "memory/sharded_parameters.h"
+#include "optim/mixed_precision.h"
+#include "optim/optimizer.h"
+#include "plugin/module_instance.h"
+#include "runtime/model_builder.h"
+#include "runtime/parallel_context.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+namespace smp {
+
+struct TrainState::Trained {
+  std::string name;
+  Placements placements;
+  at::Tensor tensor;
+};
+
+TrainState::TrainState(const JobConfig& job, const ParallelContext& context, const ModelBuilder& model)
+    : job_(job), context_(context), model_(model) {
+  {
+    MemoryTracker created;
+    create_modules();
+    created_bytes_ = created.current();
+    parameter_init_peak_ = created.peak();
+  }
+  lay_out(make_tied_groups());
+}
+
+// Gradient buffers and the optimizer go before the modules whose parameters they hold.
+TrainState::~TrainState() {
+  optimizer_.reset();
+  sync_.reset();
+  masters_.reset();
+  sharded_.reset();
+}
+
+void TrainState::create_modules() {
+  const DeviceMesh& mesh = context_.mesh();
+  const ModelGraph& graph = model_.graph();
+  const StagePlan& plan = model_.stage_plan();
+  const int pp_rank = mesh.coord(Axis::PP);
+  const std::string parallel_json = job_.parallel_json.dump();
+  std::set<std::string> recompute_core_keys;  // modules some node of which asks for attention-core recompute
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (model_.recompute_core()[i]) recompute_core_keys.insert(graph.nodes[i].module_key());
+  for (int c = 0; c < plan.chunks; ++c) {
+    for (int idx : plan.nodes_of_stage[c * plan.pp + pp_rank]) {
+      const GraphNode& node = graph.nodes[idx];
+      const std::string& key = node.module_key();
+      if (modules_.count(key)) continue;
+      // ZeRO-3 asks every kind that can for deferred init: parameters come
+      // without storage and only this rank's dp shard is ever generated.
+      const smp_module_kind* kind = model_.registry().module_kind(node.kind);
+      const bool deferred = job_.memory.zero == 3 && kind->struct_size >= SMP_MODULE_KIND_STRUCT_SIZE &&
+                            (kind->memory_features & SMP_MEMORY_FEATURE_DEFERRED_INIT);
+      nlohmann::json memory = nlohmann::json::object();
+      if (recompute_core_keys.count(key)) memory["recompute_attention_core"] = true;
+      if (deferred) memory["deferred_init"] = true;
+      const std::string memory_json = memory.dump();
+      modules_[key] = std::make_shared<ModuleInstance>(
+          kind, model_.registry().provider(node.kind), key, node.config_json,
+          module_context(key, derive_seed(job_.train.seed, key), context_.groups().handle(), parallel_json,
+                         context_.device(), memory_json.c_str()));
+      module_order_.push_back(key);
+    }
+  }
+}
+
+// Shared modules whose nodes sit on stages of different pp ranks keep one
+// replica per rank; their gradients are summed over those ranks.
+std::map<std::string, Communicator*> TrainState::make_tied_groups() {
+  const DeviceMesh& mesh = context_.mesh();
+  const ModelGraph& graph = model_.graph();
+  const StagePlan& plan = model_.stage_plan();
+  std::map<std::string, std::set<int>> ranks_of_key;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!graph.nodes[i].shared_key.empty())
+      ranks_of_key[graph.nodes[i].shared_key].insert(plan.rank_of(plan.stage_of_node[i]));
+  std::map<std::string, Communicator*> tied;
+  const int pp_rank = mesh.coord(Axis::PP), dp_i = mesh.coord(Axis::DP), tp_i = mesh.coord(Axis::TP);
+  for (const auto& [key, ranks] : ranks_of_key) {
+    if (ranks.size() < 2 || !ranks.count(pp_rank)) continue;
+    std::vector<int> world_ranks;
+    for (int p : ranks) world_ranks.push_back(mesh.rank_of(p, dp_i, tp_i));
+    std::string name = "tied." + key + ".dp" + std::to_string(dp_i) + ".tp" + std::to_string(tp_i);
+    tied[key] = &context_.groups().derived("tied." + key, "tied", name, world_ranks);
+  }
+  return tied;
+}
+
+// Every reduction group of a parameter comes from its placements: its
+// data-parallel group (dp, or edp when sharded over ep), the axes where its
+// gradient is partial, and the tied-weight group of its module.
+void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
+  const DeviceMesh& mesh = context_.mesh();
+  const ModelGraph& graph = model_.graph();
+  const StagePlan& plan = model_.stage_plan();
+  const int pp_rank = mesh.coord(Axis::PP);
+  std::map<std::string, int> uses;        // stages on this rank using a module key
+  std::map<std::string, int> first_rank;  // lowest pp rank holding a key
+  for (int c = 0; c < plan.chunks; ++c) {
+    std::set<std::string> keys;
+    for (int idx : plan.nodes_of_stage[c * plan.pp + pp_rank]) keys.insert(graph.nodes[idx].module_key());
+    for (const auto& k : keys) uses[k]++;
+  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    int r = plan.rank_of(plan.stage_of_node[i]);
+    auto [it, fresh] = first_rank.emplace(graph.nodes[i].module_key(), r);
+    if (!fresh) it->second = std::min(it->second, r);
+  }
+  const TrainConfig& t = job_.train;
+  const int zero = job_.memory.zero;
+  std::vector<at::Tensor> all;
+  std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
+  std::vector<SyncedParameter> synced;
+  std::map<int, std::vector<int64_t>> norm_load;  // per data axis: elements counted on each of its ranks
+  for (size_t unit = 0; unit < module_order_.size(); ++unit) {
+    const std::string& key = module_order_[unit];
+    auto tied_it = tied.find(key);
+    for (const auto& p : modules_[key]->parameters()) {
+      if (!p.tensor.requires_grad()) continue;
+      all.push_back(p.tensor);
+      inits.push_back(p.init);
+      trained_.push_back({p.name, p.placements, p.tensor});
+      SyncedParameter s = synced_parameter(p.tensor, p.placements, context_.groups());
+      s.expected_grads = model_.microbatches() * uses[key];
+      s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
+      s.grad_dtype = compute_dtype(t.grad_reduce);
+      s.unit = zero == 3 ? static_cast<int>(unit) : -1;
+      synced.push_back(s);
+      // Count each distinct value once in the global norm: shards everywhere
+      // (ZeRO's dp shards too), replicas at coordinate 0 of their axes but
+      // the data axis, tied replicas on their first pp rank. A parameter
+      // replicated over data parallelism is counted on the data rank with
+      // the fewest elements so far: every data rank computes its share of
+      // the norm at the same time, instead of the others waiting on rank 0.
+      const Placements placed = zero > 0 ? p.placements.sharded_over_data() : p.placements;
+      const Axis data = placed.data_parallel_axis();
+      std::vector<int64_t>& load = norm_load[static_cast<int>(data)];
+      load.resize(static_cast<size_t>(mesh.size(data)), 0);
+      const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      if (!placed.sharded(data)) load[static_cast<size_t>(owner)] += p.tensor.numel();
+      norm_counted_.push_back(placed.counted_on(mesh, owner) && first_rank[key] == pp_rank);
+    }
+  }
+  // Mixed precision: the parameters become 16-bit in place (their fp32 masters
+  // kept first) before GradientSync lays out the gradient buckets for them.
+  // Under ZeRO the fp32 values are kept only until the shards' masters are cut.
+  std::vector<at::Tensor> fp32_values;
+  auto laying_out = std::make_unique<MemoryTracker>();  // the parameters' casts and shards, for parameter_init_peak
+  if (t.precision != Precision::Fp32) {
+    if (zero == 0)
+      masters_ = std::make_unique<MasterWeights>(all, compute_dtype(t.precision));
+    else
+      fp32_values = cast_keeping_fp32(all, compute_dtype(t.precision));
+  }
+  if (t.precision == Precision::Fp16) {
+    LossScaleOptions ls;
+    ls.initial = t.initial_loss_scale;
+    ls.window = t.loss_scale_window;
+    ls.min = t.min_loss_scale;
+    scaler_ = std::make_unique<DynamicLossScaler>(ls);
+  }
+  const int64_t cast_peak = laying_out->peak(), cast_current = laying_out->current();
+  laying_out.reset();  // GradientSync's gradient buffers are not the parameters'
+  sync_ = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes, zero});
+  parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + cast_peak);
+  created_bytes_ += cast_current;
+  AdamWOptions o;
+  o.beta1 = t.beta1;
+  o.beta2 = t.beta2;
+  o.eps = t.eps;
+  o.weight_decay = t.weight_decay;
+  if (zero == 0) {
+    optimizer_ = std::make_unique<AdamW>(masters_ ? masters_->masters() : all, o);
+    return;
+  }
+  // ZeRO: the optimizer sees this rank's shard segments only; whole fp32
+  // masters exist just long enough to cut the shards' masters from them.
+  bool any_deferred = false;
+  for (const auto& i : inits) any_deferred = any_deferred || i;
+  {
+    MemoryTracker sharding;
+    sharded_ = std::make_unique<ShardedParameters>(all, fp32_values, sync_->layout(), zero, module_order_,
+                                                   any_deferred ? inits : decltype(inits){});
+    fp32_values.clear();
+    parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + sharding.peak());
+  }
+  std::vector<bool> decay;
+  for (const ShardSegment& seg : shard_segments(sync_->layout())) {
+    decay.push_back(all[seg.param].dim() >= 2);
+    segment_counted_.push_back(norm_counted_[seg.param]);
+  }
+  optimizer_ = std::make_unique<AdamW>(sharded_->optimizer_params(), o, decay);
+  if (zero == 3) sync_->on_unit_done([this](int unit) { sharded_->release(unit); });
+}
+
+std::vector<at::Tensor> TrainState::gradients() const {
+  if (sharded_) return sync_->segment_gradients();
+  std::vector<at::Tensor> grads(sync_->size());
+  for (size_t k = 0; k < grads.size(); ++k) grads[k] = sync_->gradient(k);
+  return grads;
+}
+
+const std::vector<bool>& TrainState::norm_counted() const { return sharded_ ? segment_counted_ : norm_counted_; }
+
+std::vector<ParameterView> TrainState::parameters() const {
+  std::vector<ParameterView> out;
+  for (const auto& key : module_order_)
+    for (const auto& p : modules_.at(key)->parameters())
+      out.push_back({p.name, p.tensor, p.placements.shard_dim(Axis::TP), p.placements.shard_dim(Axis::EP)});
+  return out;
+}
+
+void TrainState::gather_parameters() {
+  if (sharded_) sharded_->acquire_all();
+}
+
+MemoryAccount TrainState::memory_account(int64_t step_peak) const {
+  MemoryAccount m;
+  if (sharded_) {
+    m.parameters = sharded_->parameter_bytes();
+    m.optimizer_state = sharded_->master_bytes();
+  } else {
+    for (const auto& [key, module] : modules_)
+      for (const auto& p : module->parameters())
+        m.parameters += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+    if (masters_) m.optimizer_state = masters_->bytes();
+  }
+  m.gradients = sync_->bytes();
+  m.optimizer_state += optimizer_->state_bytes();
+  m.step_peak = step_peak;
+  return m;
+}
+
+// ---- the enumeration ----
+
+namespace {
+
+// A parameter's block of its global tensor: the global tensor is the tp (and
+// ep) shards put together along their shard dimensions, in rank order.
+StateEntry block_entry(const std::string& name, const at::Tensor& local, const Placements& placements,
+                       const DeviceMesh& mesh, bool owner) {
+  StateEntry e;
+  e.name = name;
+  e.block_shape = local.sizes().vec();
+  e.global_shape = e.block_shape;
+  e.offsets.assign(e.block_shape.size(), 0);
+  for (Axis a : {Axis::TP, Axis::EP}) {
+    const int d = placements.shard_dim(a);
+    if (d < 0) continue;
+    e.global_shape[d] *= mesh.size(a);
+    e.offsets[d] += mesh.coord(a) * e.block_shape[d];
+  }
+  e.local = local;
+  e.owner = owner;
+  return e;
+}
+
+StateEntry counter(const std::string& name, double value, at::ScalarType dtype, bool owner) {
+  StateEntry e;
+  e.name = name;
+  e.local = at::scalar_tensor(value, at::TensorOptions().dtype(dtype));
+  e.owner = owner;
+  return e;
+}
+
+bool same_slice(const StateEntry& a, const StateEntry& b) {
+  return a.global_shape == b.global_shape && a.offsets == b.offsets && a.block_shape == b.block_shape &&
+         a.flat_begin == b.flat_begin && a.local.sizes() == b.local.sizes() &&
+         a.local.scalar_type() == b.local.scalar_type();
+}
+
+std::string describe(const StateEntry& e) {
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return "[" + s + "]";
+  };
+  return "global " + dims(e.global_shape) + " at " + dims(e.offsets) + " block " + dims(e.block_shape) +
+         (e.flat_begin >= 0 ? " flat from " + std::to_string(e.flat_begin) : "") + " local " +
+         dims(e.local.sizes().vec()) + " " + std::string(c10::toString(e.local.scalar_type()));
+}
+
+}  // namespace
+
+// The counters: 0-d copies in entries(), set through their owners in load().
+const char* const kCounters[] = {"train/step", "optim/step", "loss_scaler/scale", "loss_scaler/good_steps",
+                                 "loss_scaler/skipped"};
+
+std::vector<StateEntry> TrainState::entries() const {
+  const DeviceMesh& mesh = context_.mesh();
+  std::vector<StateEntry> out;
+  const bool world_owner = mesh.rank() == 0;
+  out.push_back(counter("train/step", static_cast<double>(steps_), at::kLong, world_owner));
+  // Parameters nothing trains, whole on every rank holding them.
+  for (const auto& key : module_order_)
+    for (const auto& p : modules_.at(key)->parameters())
+      if (!p.tensor.requires_grad())
+        out.push_back(block_entry("model/" + p.name, p.tensor, p.placements, mesh, p.placements.counted_on(mesh)));
+  // The trained ones whole (ZeRO 0-2: replicated over the data axis), and per
+  // optimizer tensor the parameter it updates and its slice: whole, or under
+  // ZeRO this rank's flat segment (which is all ZeRO-3 keeps of the parameter).
+  std::vector<std::pair<std::string, StateEntry>> updated;
+  if (job_.memory.zero < 3)
+    for (size_t k = 0; k < trained_.size(); ++k)
+      out.push_back(block_entry("model/" + trained_[k].name, trained_[k].tensor, trained_[k].placements, mesh,
+                                norm_counted_[k]));
+  if (!sharded_) {
+    for (size_t k = 0; k < trained_.size(); ++k)
+      updated.emplace_back(trained_[k].name, block_entry("", masters_ ? masters_->masters()[k] : trained_[k].tensor,
+                                                         trained_[k].placements, mesh, norm_counted_[k]));
+  } else {
+    const std::vector<ShardSegment> segments = shard_segments(sync_->layout());
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const Trained& t = trained_[segments[s].param];
+      StateEntry e = block_entry("", t.tensor, t.placements, mesh, segment_counted_[s]);
+      e.flat_begin = segments[s].param_begin;
+      e.local = sharded_->parameter_segments()[s];
+      if (job_.memory.zero == 3) {
+        e.name = "model/" + t.name;
+        out.push_back(e);
+      }
+      e.local = sharded_->optimizer_params()[s];
+      updated.emplace_back(t.name, e);
+    }
+  }
+  const bool separate_masters = masters_ || (sharded_ && sharded_->has_masters());
+  const auto state = optimizer_->per_tensor_state();
+  for (size_t i = 0; i < updated.size(); ++i) {
+    const auto& [param, slice] = updated[i];
+    if (separate_masters) {
+      out.push_back(slice);
+      out.back().name = "optim/master/" + param;
+    }
+    for (const auto& [state_name, tensors] : state) {
+      out.push_back(slice);
+      out.back().name = std::string("optim/") + state_name + "/" + param;
+      out.back().local = tensors->at(i);
+    }
+  }
+  out.push_back(counter("optim/step", static_cast<double>(optimizer_->steps()), at::kLong, world_owner));
+  if (scaler_) {
+    out.push_back(counter("loss_scaler/scale", scaler_->scale(), at::kDouble, world_owner));
+    out.push_back(counter("loss_scaler/good_steps", static_cast<double>(scaler_->good_steps()), at::kLong, world_owner));
+    out.push_back(counter("loss_scaler/skipped", static_cast<double>(scaler_->skipped()), at::kLong, world_owner));
+  }
+  return out;
+}
+
+void TrainState::load(const std::vector<StateEntry>& saved) {
+  const std::vector<StateEntry> live = entries();
+  std::map<std::string, const StateEntry*> given;
+  for (const auto& e : saved)
+    if (!given.emplace(e.name, &e).second) throw Error("train state: entry '" + e.name + "' given twice");
+  std::set<std::string> mine;
+  for (const auto& e : live) {
+    mine.insert(e.name);
+    auto it = given.find(e.name);
+    if (it == given.end()) throw Error("train state: entry '" + e.name + "' (" + describe(e) + ") is missing");
+    if (!same_slice(e, *it->second))
+      throw Error("train state: entry '" + e.name + "' is " + describe(*it->second) + ", this rank holds " +
+                  describe(e) + " (loading into another layout is not supported yet)");
+  }
+  for (const auto& e : saved)
+    if (!mine.count(e.name)) throw Error("train state: entry '" + e.name + "' is not part of this rank's state");
+  const std::set<std::string> counters(std::begin(kCounters), std::end(kCounters));
+  c10::NoGradGuard no_grad;
+  for (const auto& e : live)
+    if (!counters.count(e.name)) e.local.copy_(given.at(e.name)->local);
+  // ZeRO-3: units gathered before the load hold the old values; the next use gathers the loaded shards.
+  if (sharded_)
+    for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
+  auto value = [&](const char* name) { return given.at(name)->local.item<double>(); };
+  steps_ = static_cast<int64_t>(value("train/step"));
+  optimizer_->set_steps(static_cast<int64_t>(value("optim/step")));
+  if (scaler_)
+    scaler_->restore(value("loss_scaler/scale"), static_cast<int64_t>(value("loss_scaler/good_steps")),
+                     static_cast<int64_t>(value("loss_scaler/skipped")));
+}
+
+}  // namespace smp

@@ -1,0 +1,92 @@
+// Everything a rank holds between steps, in one object: its modules and their
+// parameters (global name, placement per axis), the gradient buckets, ZeRO's
+// shards, the fp32 masters, the optimizer's state, the loss scaler and the
+// step counter. It lists itself as slices of global tensors (StateEntry), the
+// form a checkpoint is written in, and loads such a list back.
+#pragma once
+
+#include <smp/job_config.h>
+#include <smp/runtime.h>
+
+#include "mesh/placement.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class AdamW;
+class Communicator;
+class DynamicLossScaler;
+class GradientSync;
+class MasterWeights;
+class ModelBuilder;
+class ModuleInstance;
+class ParallelContext;
+class ShardedParameters;
+
+class TrainState {
+ public:
+  // Creates this rank's modules (ZeRO-3: parameters without storage where the
+  // kind can defer init), casts them to the compute dtype, lays out the
+  // gradient buckets and shards and makes the optimizer.
+  TrainState(const JobConfig& job, const ParallelContext& context, const ModelBuilder& model);
+  ~TrainState();
+  TrainState(const TrainState&) = delete;
+  TrainState& operator=(const TrainState&) = delete;
+
+  // The entries, in a fixed order; tensors are views of the live state.
+  std::vector<StateEntry> entries() const;
+  // Copies `saved` (entries() of a runtime of the same job and layout) into
+  // the live state. Throws naming the first entry missing, extra or unlike.
+  void load(const std::vector<StateEntry>& saved);
+
+  // The modules by key, and the order they were made in (ZeRO-3 units).
+  const std::map<std::string, std::shared_ptr<ModuleInstance>>& modules() const { return modules_; }
+  std::vector<ParameterView> parameters() const;  // as held now: no gather
+  void gather_parameters();                       // ZeRO-3: every unit gathered
+
+  GradientSync& sync() const { return *sync_; }
+  ShardedParameters* sharded() const { return sharded_.get(); }  // ZeRO >= 1, else null
+  MasterWeights* masters() const { return masters_.get(); }      // ZeRO 0 with 16-bit compute, else null
+  DynamicLossScaler* scaler() const { return scaler_.get(); }     // fp16, else null
+  AdamW& optimizer() const { return *optimizer_; }
+  // The gradients the optimizer's tensors take (after the step's sync), and
+  // which of them this rank counts in the global norm.
+  std::vector<at::Tensor> gradients() const;
+  const std::vector<bool>& norm_counted() const;
+
+  int64_t steps() const { return steps_; }
+  void step_done() { ++steps_; }
+  // See Runtime::parameter_init_peak.
+  int64_t parameter_init_peak() const { return parameter_init_peak_; }
+  MemoryAccount memory_account(int64_t step_peak) const;
+
+ private:
+  struct Trained;  // one trainable parameter as the state sees it
+  void create_modules();
+  void lay_out(const std::map<std::string, Communicator*>& tied);
+  std::map<std::string, Communicator*> make_tied_groups();
+
+  const JobConfig& job_;
+  const ParallelContext& context_;
+  const ModelBuilder& model_;
+  std::map<std::string, std::shared_ptr<ModuleInstance>> modules_;
+  std::vector<std::string> module_order_;  // creation order
+  std::vector<Trained> trained_;           // GradientSync's parameters, by index
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<MasterWeights> masters_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
+  std::unique_ptr<ShardedParameters> sharded_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::vector<bool> norm_counted_;     // per GradientSync parameter
+  std::vector<bool> segment_counted_;  // ZeRO: per shard segment
+  int64_t steps_ = 0;
+  int64_t created_bytes_ = 0, parameter_init_peak_ = 0;
+};
+
+}  // namespace smp
