@@ -28,7 +28,11 @@ extern "C" {
   X(smp_partition_strategy, SMP_PARTITION_STRATEGY_STRUCT_SIZE)         \
   X(smp_rule, SMP_RULE_STRUCT_SIZE)                                     \
   X(smp_plugin_descriptor, SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE)           \
-  X(smp_host_api, SMP_HOST_API_STRUCT_SIZE)
+  X(smp_host_api, SMP_HOST_API_STRUCT_SIZE)                             \
+  X(smp_optimizer_create_args, SMP_OPTIMIZER_CREATE_ARGS_STRUCT_SIZE)   \
+  X(smp_optimizer_step_args, SMP_OPTIMIZER_STEP_ARGS_STRUCT_SIZE)       \
+  X(smp_optimizer_kind, SMP_OPTIMIZER_KIND_STRUCT_SIZE)                 \
+  X(smp_optimizers_extension, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;

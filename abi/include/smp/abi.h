@@ -1,5 +1,5 @@
 /*
- * smp plugin ABI 2.0 — the only contract between libsmp_core and plugins.
+ * smp plugin ABI 2.x — the only contract between libsmp_core and plugins.
  *
  * Pure C (C11 and C++). No C++ or LibTorch types cross this boundary.
  *
@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 2
+#define SMP_ABI_VERSION_MINOR 3
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -84,6 +84,7 @@ typedef struct smp_event smp_event;                 /* an asynchronous collectiv
 typedef struct smp_graph_builder smp_graph_builder; /* host-owned, valid during describe() */
 typedef struct smp_module smp_module;               /* plugin-owned module instance */
 typedef struct smp_adapter smp_adapter;             /* plugin-owned model adapter instance */
+typedef struct smp_optimizer smp_optimizer;         /* plugin-owned optimizer instance (since 2.3) */
 
 /* DLPack's struct (ATen/dlpack.h, DLPack 0.6). Forward-declared: only pointers cross. */
 struct DLManagedTensor;
@@ -137,6 +138,7 @@ typedef enum smp_log_level {
  * a plugin built together; a reader skips any type it does not know. */
 typedef enum smp_extension_type {
   SMP_EXTENSION_NONE = 0,
+  SMP_EXTENSION_OPTIMIZERS = 1, /* since 2.3, on a plugin descriptor: smp_optimizers_extension */
   SMP_EXTENSION_PRIVATE_BASE = 0x10000
 } smp_extension_type;
 
@@ -388,6 +390,64 @@ typedef struct smp_rule {
 } smp_rule;
 
 /* ------------------------------------------------------------------------ */
+/* Optimizers (since 2.3): kinds a plugin lists in its descriptor's           */
+/* SMP_EXTENSION_OPTIMIZERS extension; train.optimizer names one              */
+/* ------------------------------------------------------------------------ */
+
+/* The tensors an optimizer updates: each parameter as the memory manager
+ * hands it over. Without ZeRO they are the parameters (or their fp32 masters
+ * under 16-bit compute); under ZeRO they are this rank's 1-D shard segments of
+ * them, fp32. The optimizer keeps its state in tensors of the same shape,
+ * dtype and device, which the host enumerates (checkpoints) through state_tensors(). */
+typedef struct smp_optimizer_create_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  const char* config_json;     /* the job's [optimizer] section, "{}" if none; the kind
+                                  refuses a key it does not know, naming it */
+  smp_tensor* const* params;   /* n_params handles, borrowed: retain those it keeps */
+  const uint8_t* weight_decay; /* per tensor: 1 = apply weight decay (matrices), 0 = not */
+  size_t n_params;
+  double weight_decay_rate;    /* train.weight_decay: decoupled, lr x rate x p */
+} smp_optimizer_create_args;
+
+/* One update, on the thread that trains (the rank's training thread). */
+typedef struct smp_optimizer_step_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  smp_tensor* const* grads; /* n_grads == n_params; NULL = skip that tensor; read only */
+  size_t n_grads;
+  double lr;
+  double grad_scale;        /* the update uses grad_scale x grads[i]: the mean over the
+                               step's items, clipping and the loss scale, applied on the fly */
+  int64_t step;             /* updates so far, this one included (1 on the first): the host
+                               keeps the count, so a restored job continues it */
+} smp_optimizer_step_args;
+
+/* Called once per state tensor; the handle is borrowed for the call (retain
+ * it to keep it). `param` indexes the create call's params. */
+typedef void (*smp_optimizer_state_visitor)(void* user, size_t param, const char* name, smp_tensor* state);
+
+typedef struct smp_optimizer_kind {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  const char* name; /* "adamw", "sgd", "lion" */
+  void* state;      /* passed back to create */
+  smp_error* (*create)(void* state, const smp_optimizer_create_args* args, smp_optimizer** out);
+  smp_error* (*step)(smp_optimizer* optimizer, const smp_optimizer_step_args* args);
+  /* Every state tensor, by (param, name): the live tensors, which the host
+   * may overwrite in place (restoring a checkpoint) between steps. */
+  smp_error* (*state_tensors)(smp_optimizer* optimizer, smp_optimizer_state_visitor visit, void* user);
+  void (*destroy)(smp_optimizer* optimizer);
+} smp_optimizer_kind;
+
+/* type SMP_EXTENSION_OPTIMIZERS, version 1 */
+typedef struct smp_optimizers_extension {
+  smp_extension_base base;
+  const smp_optimizer_kind* const* kinds;
+  size_t n_kinds;
+} smp_optimizers_extension;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -548,6 +608,10 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_RULE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_rule, check) /* the fields of minor 0 */
 #define SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, extension_start)
 #define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_add_metric)
+#define SMP_OPTIMIZER_CREATE_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_create_args, weight_decay_rate)
+#define SMP_OPTIMIZER_STEP_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_step_args, step)
+#define SMP_OPTIMIZER_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_kind, destroy)
+#define SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizers_extension, n_kinds)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

@@ -45,7 +45,8 @@ struct TrainConfig {
   uint64_t seed = 1234;
   double lr = 3e-4, min_lr = 3e-5;
   int64_t warmup_steps = 0;
-  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  std::string optimizer = "adamw";  // an optimizer kind of a loaded plugin
+  double weight_decay = 0.1, grad_clip = 1.0;
   int64_t val_every = 0, val_batches = 2, log_every = 1;
   int64_t bucket_bytes = 4 << 20;
   // Mixed precision (train.precision, train.grad_reduce_dtype; see core/src/optim/mixed_precision.h).
@@ -83,6 +84,9 @@ struct JobConfig {
   std::string adapter;                         // model.adapter ("" = the first loaded)
   nlohmann::json model = nlohmann::json::object();      // [model] without "adapter", for the adapter
   nlohmann::json partition = nlohmann::json::object();  // [partition], for the strategy
+  // [optimizer], for train.optimizer's kind; for "adamw" with train.beta1,
+  // beta2 and eps filled in where the table does not give them.
+  nlohmann::json optimizer = nlohmann::json::object();
   nlohmann::json parallel_json = nlohmann::json::object();  // [parallel], for modules
   std::string origin;                          // the file, for messages
 

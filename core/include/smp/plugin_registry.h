@@ -20,7 +20,7 @@ struct PluginInfo {
   uint32_t abi_major = 0;
   uint32_t abi_minor = 0;
   std::string torch_version;
-  std::vector<std::string> module_kinds, adapters, partitioners;
+  std::vector<std::string> module_kinds, adapters, partitioners, optimizers;
   std::vector<std::string> rules;  // "<axis>:<kind>", e.g. "tp:linear"
 };
 
@@ -49,16 +49,18 @@ class PluginRegistry {
   const smp_module_kind* module_kind(const std::string& kind) const;  // nullptr if unknown
   const smp_model_adapter* adapter(const std::string& name) const;
   const smp_partition_strategy* partitioner(const std::string& name) const;
+  const smp_optimizer_kind* optimizer(const std::string& name) const;  // nullptr if unknown
   // The rule mapping `kind` on mesh axis `axis` ("tp", "ep"); nullptr if none.
   const smp_rule* rule(const std::string& axis, const std::string& kind) const;
   // The plugin that registered a capability, for messages ("" if none).
   std::string provider(const std::string& capability_name) const;
-  // type: "module kind", "adapter", "partition strategy" or "<axis> rule" ("tp rule").
+  // type: "module kind", "adapter", "partition strategy", "optimizer" or "<axis> rule" ("tp rule").
   std::string provider(const std::string& type, const std::string& name) const;
 
   std::vector<std::string> module_kinds() const;
   std::vector<std::string> adapters() const;
   std::vector<std::string> partitioners() const;
+  std::vector<std::string> optimizers() const;
   // In load order. A deque: references returned by load() stay valid.
   const std::deque<PluginInfo>& plugins() const { return infos_; }
 
@@ -73,6 +75,7 @@ class PluginRegistry {
   std::map<std::string, const smp_model_adapter*> adapters_;
   std::map<std::string, const smp_partition_strategy*> partitioners_;
   std::map<std::string, const smp_rule*> rules_;  // by "<axis>:<kind>"
+  std::map<std::string, const smp_optimizer_kind*> optimizers_;
   std::map<std::string, std::string> providers_;  // "kind:x" / "adapter:x" / ... -> plugin name
 };
 

@@ -69,6 +69,10 @@ const std::vector<KeySpec>& schema() {
       {"train.lr", Type::Double, 3e-4, Rule::NonNegativeReal},
       {"train.min_lr", Type::Double, 3e-5, Rule::NonNegativeReal},
       {"train.warmup_steps", Type::Int, 0, Rule::NonNegative},
+      // The optimizer: a kind a loaded plugin provides (smp_optim: "adamw", "sgd"); its own
+      // settings go in the free table [optimizer], which it validates. beta1, beta2 and eps
+      // below are AdamW's (refused with another optimizer).
+      {"train.optimizer", Type::String, "adamw", Rule::None},
       {"train.weight_decay", Type::Double, 0.1, Rule::NonNegativeReal},
       {"train.beta1", Type::Double, 0.9, Rule::UnitInterval},
       {"train.beta2", Type::Double, 0.95, Rule::UnitInterval},
@@ -124,7 +128,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const char* kSchemaTables[] = {"parallel", "memory", "train", "run", "comm", "plugins"};
-const char* kFreeTables[] = {"model", "partition"};
+const char* kFreeTables[] = {"model", "partition", "optimizer"};
 
 bool is_schema_table(const std::string& t) {
   return std::find(std::begin(kSchemaTables), std::end(kSchemaTables), t) != std::end(kSchemaTables);
@@ -166,7 +170,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   else if (key.find('.') != std::string::npos && is_schema_table(head_of(key)))
     msg += " (see the [" + head_of(key) + "] keys in the documentation)";
   else if (key.find('.') == std::string::npos)
-    msg += " (expected one of the tables [parallel], [train], [run], [plugins], [model], [partition])";
+    msg += " (expected one of the tables [parallel], [train], [run], [plugins], [model], [partition], [optimizer])";
   throw Error(msg);
 }
 

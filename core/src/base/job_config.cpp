@@ -89,10 +89,8 @@ TrainConfig train_of(const Config& c) {
   t.lr = c.get_double("train.lr");
   t.min_lr = c.get_double("train.min_lr");
   t.warmup_steps = c.get_int("train.warmup_steps");
+  t.optimizer = c.get_string("train.optimizer");
   t.weight_decay = c.get_double("train.weight_decay");
-  t.beta1 = c.get_double("train.beta1");
-  t.beta2 = c.get_double("train.beta2");
-  t.eps = c.get_double("train.eps");
   t.grad_clip = c.get_double("train.grad_clip");
   t.val_every = c.get_int("train.val_every");
   t.val_batches = c.get_int("train.val_batches");
@@ -151,6 +149,25 @@ RunConfig run_of(const Config& c, const TrainConfig& t) {
   return r;
 }
 
+// [optimizer], and AdamW's three train.* keys: given in one place each, and
+// never to another optimizer (no key is accepted and then ignored).
+nlohmann::json optimizer_config(const Config& c, const std::string& optimizer) {
+  nlohmann::json o = c.section_json("optimizer");
+  for (const char* key : {"beta1", "beta2", "eps"}) {
+    const std::string train_key = std::string("train.") + key;
+    if (optimizer != "adamw") {
+      if (c.has(train_key))
+        throw Error(c.origin() + ": " + train_key + " is AdamW's, but train.optimizer = \"" + optimizer +
+                    "\" (give its settings in [optimizer])");
+      continue;
+    }
+    if (o.contains(key) && c.has(train_key))
+      throw Error(c.origin() + ": " + train_key + " and optimizer." + key + " both set: give one of the two");
+    if (!o.contains(key)) o[key] = c.get_double(train_key);
+  }
+  return o;
+}
+
 }  // namespace
 
 JobConfig JobConfig::from(const Config& c) {
@@ -181,6 +198,7 @@ JobConfig JobConfig::from(const Config& c) {
   j.model = c.section_json("model");
   j.model.erase("adapter");
   j.partition = c.section_json("partition");
+  j.optimizer = optimizer_config(c, j.train.optimizer);
   j.parallel_json = c.section_json("parallel");
   return j;
 }

@@ -158,6 +158,13 @@ PluginInfo info_of(const smp_plugin_descriptor* d, const std::string& path) {
   return info;
 }
 
+// The descriptor's optimizer extension (ABI 2.3), or null.
+const smp_optimizers_extension* optimizers_of(const smp_plugin_descriptor* d) {
+  for (const smp_extension_base* e = d->extension_start; e; e = e->next)
+    if (e->type == SMP_EXTENSION_OPTIMIZERS) return reinterpret_cast<const smp_optimizers_extension*>(e);
+  return nullptr;
+}
+
 // Calls f(type, name) for every capability the descriptor lists (null entries skipped).
 template <class F>
 void for_each_capability(const smp_plugin_descriptor* d, F f) {
@@ -169,6 +176,9 @@ void for_each_capability(const smp_plugin_descriptor* d, F f) {
     if (d->partitioners[i]) f("partition strategy", d->partitioners[i]->name);
   for (size_t i = 0; i < d->n_rules; ++i)
     if (d->rules[i] && d->rules[i]->axis) f(std::string(d->rules[i]->axis) + " rule", d->rules[i]->kind);
+  if (const smp_optimizers_extension* o = optimizers_of(d))
+    for (size_t i = 0; i < o->n_kinds; ++i)
+      if (o->kinds && o->kinds[i]) f("optimizer", o->kinds[i]->name);
 }
 
 }  // namespace
@@ -257,6 +267,18 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
     claim(axis + " rule", r->kind);
     info.rules.push_back(axis + ":" + r->kind);
   }
+  if (const smp_optimizers_extension* o = optimizers_of(d)) {
+    require_size(&o->base, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE, "optimizers extension", path);
+    if (o->n_kinds > 0 && !o->kinds)
+      throw Error(who + ": optimizers extension lists " + std::to_string(o->n_kinds) + " kinds but the array is null");
+    for (size_t i = 0; i < o->n_kinds; ++i) {
+      const smp_optimizer_kind* k = o->kinds[i];
+      require_size(k, SMP_OPTIMIZER_KIND_STRUCT_SIZE, "optimizer kind", path);
+      if (!k->create || !k->step || !k->state_tensors || !k->destroy)
+        throw Error(who + ": optimizer '" + (k->name ? k->name : "?") + "' lacks a function");
+      info.optimizers.push_back(claim("optimizer", k->name));
+    }
+  }
 }
 
 void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const PluginInfo& info) {
@@ -264,6 +286,8 @@ void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const
   for (size_t i = 0; i < d->n_adapters; ++i) adapters_[d->adapters[i]->name] = d->adapters[i];
   for (size_t i = 0; i < d->n_partitioners; ++i) partitioners_[d->partitioners[i]->name] = d->partitioners[i];
   for (size_t i = 0; i < d->n_rules; ++i) rules_[std::string(d->rules[i]->axis) + ":" + d->rules[i]->kind] = d->rules[i];
+  if (const smp_optimizers_extension* o = optimizers_of(d))
+    for (size_t i = 0; i < o->n_kinds; ++i) optimizers_[o->kinds[i]->name] = o->kinds[i];
   for_each_capability(d, [&](const std::string& type, const char* name) { providers_[type + ":" + name] = info.name; });
 }
 
@@ -279,12 +303,16 @@ const smp_partition_strategy* PluginRegistry::partitioner(const std::string& n) 
   auto it = partitioners_.find(n);
   return it == partitioners_.end() ? nullptr : it->second;
 }
+const smp_optimizer_kind* PluginRegistry::optimizer(const std::string& n) const {
+  auto it = optimizers_.find(n);
+  return it == optimizers_.end() ? nullptr : it->second;
+}
 const smp_rule* PluginRegistry::rule(const std::string& axis, const std::string& k) const {
   auto it = rules_.find(axis + ":" + k);
   return it == rules_.end() ? nullptr : it->second;
 }
 std::string PluginRegistry::provider(const std::string& name) const {
-  for (const char* type : {"module kind:", "adapter:", "partition strategy:", "tp rule:", "ep rule:"}) {
+  for (const char* type : {"module kind:", "adapter:", "partition strategy:", "optimizer:", "tp rule:", "ep rule:"}) {
     auto it = providers_.find(type + name);
     if (it != providers_.end()) return it->second;
   }
@@ -307,5 +335,6 @@ std::vector<std::string> keys(const M& m) {
 std::vector<std::string> PluginRegistry::module_kinds() const { return keys(kinds_); }
 std::vector<std::string> PluginRegistry::adapters() const { return keys(adapters_); }
 std::vector<std::string> PluginRegistry::partitioners() const { return keys(partitioners_); }
+std::vector<std::string> PluginRegistry::optimizers() const { return keys(optimizers_); }
 
 }  // namespace smp

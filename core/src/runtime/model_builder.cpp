@@ -43,7 +43,7 @@ ModelBuilder::~ModelBuilder() = default;
 void ModelBuilder::load_plugins(const std::vector<std::string>& plugins) {
   for (const auto& p : plugins) registry_.load(p);
   for (const auto& p : job_.plugin_paths) registry_.load(p);
-  for (const char* standard : {"smp_nn", "smp_tp", "smp_partition"}) registry_.load_unless_provided(standard);
+  for (const char* standard : {"smp_nn", "smp_tp", "smp_partition", "smp_optim"}) registry_.load_unless_provided(standard);
 }
 
 void ModelBuilder::create_adapter() {

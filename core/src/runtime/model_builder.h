@@ -26,8 +26,9 @@ class Rendezvous;
 
 class ModelBuilder {
  public:
-  // Loads the plugins (these, then plugins.paths, then the standard ones
-  // unless a loaded plugin already provides their capabilities), creates the
+  // Loads the plugins (these, then plugins.paths, then the standard ones,
+  // smp_nn, smp_tp, smp_partition and smp_optim, unless a loaded plugin
+  // already provides one of their capabilities), creates the
   // adapter and its graph, selects the activation policies and applies the
   // rules of every axis larger than one.
   ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<std::string>& plugins);

@@ -5,6 +5,7 @@
 #include "comm/communicator.h"
 #include "memory/sharded_parameters.h"
 #include "optim/mixed_precision.h"
+#include "plugin/optimizer_instance.h"
 #include "runtime/train_state.h"
 
 #include <ATen/ATen.h>
@@ -73,7 +74,8 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
     trace::Scope phase("phase", "optimizer");
     out.skipped = state.scaler() && !state.scaler()->update(std::isfinite(norm_sq[0]));
     if (!out.skipped) {
-      state.optimizer().step(out.lr, grad_scale, grads);
+      state.optimizer().step(out.lr, grad_scale, grads, state.updates() + 1);
+      state.count_update();
       if (state.masters()) state.masters()->copy_to_params();
     }
     if (state.sharded()) state.sharded()->after_step();

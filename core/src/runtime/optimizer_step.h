@@ -7,7 +7,7 @@
 #include <smp/mesh.h>
 
 #include "graph/loss_normalizer.h"
-#include "optim/optimizer.h"
+#include "optim/lr_schedule.h"
 
 #include <vector>
 

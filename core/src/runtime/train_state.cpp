@@ -9,7 +9,7 @@
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
 #include "optim/mixed_precision.h"
-#include "optim/optimizer.h"
+#include "plugin/optimizer_instance.h"
 #include "plugin/module_instance.h"
 #include "runtime/model_builder.h"
 #include "runtime/parallel_context.h"
@@ -179,13 +179,10 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
   sync_ = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes, zero});
   parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + cast_peak);
   created_bytes_ += cast_current;
-  AdamWOptions o;
-  o.beta1 = t.beta1;
-  o.beta2 = t.beta2;
-  o.eps = t.eps;
-  o.weight_decay = t.weight_decay;
   if (zero == 0) {
-    optimizer_ = std::make_unique<AdamW>(masters_ ? masters_->masters() : all, o);
+    std::vector<bool> decay;
+    for (const auto& p : all) decay.push_back(p.dim() >= 2);
+    make_optimizer(masters_ ? masters_->masters() : all, decay);
     return;
   }
   // ZeRO: the optimizer sees this rank's shard segments only; whole fp32
@@ -204,8 +201,23 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
     decay.push_back(all[seg.param].dim() >= 2);
     segment_counted_.push_back(norm_counted_[seg.param]);
   }
-  optimizer_ = std::make_unique<AdamW>(sharded_->optimizer_params(), o, decay);
+  make_optimizer(sharded_->optimizer_params(), decay);
   if (zero == 3) sync_->on_unit_done([this](int unit) { sharded_->release(unit); });
+}
+
+// train.optimizer, from whichever loaded plugin provides it, over `tensors`.
+void TrainState::make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay) {
+  const PluginRegistry& registry = model_.registry();
+  const std::string& name = job_.train.optimizer;
+  const smp_optimizer_kind* kind = registry.optimizer(name);
+  if (!kind) {
+    std::string known;
+    for (const auto& k : registry.optimizers()) known += (known.empty() ? "" : ", ") + k;
+    throw Error(job_.origin + ": train.optimizer = \"" + name + "\": no loaded plugin provides it (optimizers: " +
+                (known.empty() ? "none" : known) + "; a plugin of your own goes in plugins.paths)");
+  }
+  optimizer_ = std::make_unique<OptimizerInstance>(kind, registry.provider("optimizer", name), job_.optimizer.dump(),
+                                                   tensors, decay, job_.train.weight_decay);
 }
 
 std::vector<at::Tensor> TrainState::gradients() const {
@@ -338,21 +350,18 @@ std::vector<StateEntry> TrainState::entries() const {
       updated.emplace_back(t.name, e);
     }
   }
-  const bool separate_masters = masters_ || (sharded_ && sharded_->has_masters());
-  const auto state = optimizer_->per_tensor_state();
-  for (size_t i = 0; i < updated.size(); ++i) {
-    const auto& [param, slice] = updated[i];
-    if (separate_masters) {
+  if (masters_ || (sharded_ && sharded_->has_masters()))
+    for (const auto& [param, slice] : updated) {
       out.push_back(slice);
       out.back().name = "optim/master/" + param;
     }
-    for (const auto& [state_name, tensors] : state) {
-      out.push_back(slice);
-      out.back().name = std::string("optim/") + state_name + "/" + param;
-      out.back().local = tensors->at(i);
-    }
+  for (const OptimizerInstance::State& st : optimizer_->state()) {
+    const auto& [param, slice] = updated.at(st.param);
+    out.push_back(slice);
+    out.back().name = "optim/" + st.name + "/" + param;
+    out.back().local = st.tensor;
   }
-  out.push_back(counter("optim/step", static_cast<double>(optimizer_->steps()), at::kLong, world_owner));
+  out.push_back(counter("optim/step", static_cast<double>(updates_), at::kLong, world_owner));
   if (scaler_) {
     out.push_back(counter("loss_scaler/scale", scaler_->scale(), at::kDouble, world_owner));
     out.push_back(counter("loss_scaler/good_steps", static_cast<double>(scaler_->good_steps()), at::kLong, world_owner));
@@ -386,7 +395,7 @@ void TrainState::load(const std::vector<StateEntry>& saved) {
     for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
   auto value = [&](const char* name) { return given.at(name)->local.item<double>(); };
   steps_ = static_cast<int64_t>(value("train/step"));
-  optimizer_->set_steps(static_cast<int64_t>(value("optim/step")));
+  updates_ = static_cast<int64_t>(value("optim/step"));
   if (scaler_)
     scaler_->restore(value("loss_scaler/scale"), static_cast<int64_t>(value("loss_scaler/good_steps")),
                      static_cast<int64_t>(value("loss_scaler/skipped")));

@@ -1,7 +1,7 @@
 // Everything a rank holds between steps, in one object: its modules and their
 // parameters (global name, placement per axis), the gradient buckets, ZeRO's
-// shards, the fp32 masters, the optimizer's state, the loss scaler and the
-// step counter. It lists itself as slices of global tensors (StateEntry), the
+// shards, the fp32 masters, the optimizer (a plugin's kind) and its state,
+// the loss scaler and the step counters. It lists itself as slices of global tensors (StateEntry), the
 // form a checkpoint is written in, and loads such a list back.
 #pragma once
 
@@ -19,13 +19,13 @@
 
 namespace smp {
 
-class AdamW;
 class Communicator;
 class DynamicLossScaler;
 class GradientSync;
 class MasterWeights;
 class ModelBuilder;
 class ModuleInstance;
+class OptimizerInstance;
 class ParallelContext;
 class ShardedParameters;
 
@@ -54,7 +54,10 @@ class TrainState {
   ShardedParameters* sharded() const { return sharded_.get(); }  // ZeRO >= 1, else null
   MasterWeights* masters() const { return masters_.get(); }      // ZeRO 0 with 16-bit compute, else null
   DynamicLossScaler* scaler() const { return scaler_.get(); }     // fp16, else null
-  AdamW& optimizer() const { return *optimizer_; }
+  OptimizerInstance& optimizer() const { return *optimizer_; }
+  // Updates applied so far (the optimizer's step count; a skipped fp16 step is none).
+  int64_t updates() const { return updates_; }
+  void count_update() { ++updates_; }
   // The gradients the optimizer's tensors take (after the step's sync), and
   // which of them this rank counts in the global norm.
   std::vector<at::Tensor> gradients() const;
@@ -70,6 +73,7 @@ class TrainState {
   struct Trained;  // one trainable parameter as the state sees it
   void create_modules();
   void lay_out(const std::map<std::string, Communicator*>& tied);
+  void make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay);
   std::map<std::string, Communicator*> make_tied_groups();
 
   const JobConfig& job_;
@@ -82,7 +86,8 @@ class TrainState {
   std::unique_ptr<MasterWeights> masters_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   std::unique_ptr<ShardedParameters> sharded_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<OptimizerInstance> optimizer_;
+  int64_t updates_ = 0;
   std::vector<bool> norm_counted_;     // per GradientSync parameter
   std::vector<bool> segment_counted_;  // ZeRO: per shard segment
   int64_t steps_ = 0;

@@ -6,6 +6,7 @@
 
 #include <smp/sdk/adapter.hpp>
 #include <smp/sdk/module.hpp>
+#include <smp/sdk/optimizer.hpp>
 #include <smp/sdk/partition.hpp>
 
 #include <torch/version.h>
@@ -83,6 +84,21 @@ class PluginBuilder {
     rules_.push_back(r);
     return *this;
   }
+  // An optimizer kind (ABI 2.3), listed in the descriptor's SMP_EXTENSION_OPTIMIZERS extension.
+  template <class T>
+  PluginBuilder& optimizer(const std::string& name) {
+    smp_optimizer_kind k{};
+    k.struct_size = SMP_OPTIMIZER_KIND_STRUCT_SIZE;
+    k.name = keep(name);
+    k.state = const_cast<char*>(k.name);
+    k.create = &detail::OptimizerKindTable<T>::create;
+    k.step = &detail::OptimizerKindTable<T>::step;
+    k.state_tensors = &detail::OptimizerKindTable<T>::state;
+    k.destroy = &detail::OptimizerKindTable<T>::destroy;
+    optimizers_.push_back(k);
+    return *this;
+  }
+
   PluginBuilder& tp_rule(const std::string& kind, const std::string& dist_kind, RuleCheckFn check = nullptr,
                          double param_split = 1.0, double activation_split = 1.0) {
     return rule("tp", kind, dist_kind, check, param_split, activation_split);
@@ -108,6 +124,16 @@ class PluginBuilder {
     for (auto& a : adapters_) adapter_ptrs_.push_back(&a);
     for (auto& p : partitioners_) partitioner_ptrs_.push_back(&p);
     for (auto& r : rules_) rule_ptrs_.push_back(&r);
+    if (!optimizers_.empty()) {
+      for (auto& o : optimizers_) optimizer_ptrs_.push_back(&o);
+      optimizers_ext_ = smp_optimizers_extension{};
+      optimizers_ext_.base.struct_size = SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE;
+      optimizers_ext_.base.type = SMP_EXTENSION_OPTIMIZERS;
+      optimizers_ext_.base.version = 1;
+      optimizers_ext_.kinds = optimizer_ptrs_.data();
+      optimizers_ext_.n_kinds = optimizer_ptrs_.size();
+      extensions_.push_back(&optimizers_ext_.base);
+    }
     for (size_t i = 0; i + 1 < extensions_.size(); ++i) extensions_[i]->next = extensions_[i + 1];
     d_ = smp_plugin_descriptor{};
     d_.struct_size = SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE;
@@ -158,6 +184,9 @@ class PluginBuilder {
   std::deque<smp_model_adapter> adapters_;
   std::deque<smp_partition_strategy> partitioners_;
   std::deque<smp_rule> rules_;
+  std::deque<smp_optimizer_kind> optimizers_;
+  std::vector<const smp_optimizer_kind*> optimizer_ptrs_;
+  smp_optimizers_extension optimizers_ext_{};
   std::vector<std::pair<uint32_t, std::string>> required_;
   std::vector<smp_extension_base*> extensions_;
   std::vector<const smp_module_kind*> kind_ptrs_;
