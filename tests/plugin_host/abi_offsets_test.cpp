@@ -318,6 +318,7 @@ const std::vector<SizeConstant>& size_constants() {
         SIZE_AT(SMP_GRAPH_NODE_STRUCT_SIZE_2_0, smp_graph_node, 0),
         SIZE_AT(SMP_ADAPTER_CONTEXT_STRUCT_SIZE_2_0, smp_adapter_context, 0),
         SIZE_AT(SMP_RULE_STRUCT_SIZE_2_0, smp_rule, 0),
+        SIZE_AT(SMP_HOST_API_STRUCT_SIZE_2_0, smp_host_api, 0),
     };
 #define SMP_TEST_CURRENT(type, constant) \
   c.push_back(SizeConstant{#constant, #type, constant, SMP_ABI_VERSION_MINOR});

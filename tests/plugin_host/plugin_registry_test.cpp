@@ -315,6 +315,28 @@ TEST(PluginRegistry, APluginOfMinor0LoadsInACoreOfTheNextMinorWithAnExtension) {
   ASSERT_NE(enter("example_scale_intree", smp::host_api(), &error), nullptr) << error;
 }
 
+// The SDK checks features, not the minor: a plugin built against this header
+// (minor SMP_ABI_VERSION_MINOR) loads into a host that says minor 0 and has
+// only the 2.0 table, and refuses only a table smaller than 2.0's, naming the
+// sizes. (A later host function is checked where it is called, e.g. metric().)
+TEST(PluginRegistry, AnSdkPluginAcceptsAnOlderMinorHostWithTheTableItCalls) {
+  static smp_host_api old_host = *smp::host_api();  // the plugin keeps the table
+  old_host.abi_minor = 0;
+  old_host.struct_size = SMP_HOST_API_STRUCT_SIZE_2_0;
+  std::string error;
+  const smp_plugin_descriptor* d = enter("example_scale_intree", &old_host, &error);
+  ASSERT_NE(d, nullptr) << error;
+  EXPECT_EQ(d->abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
+  static smp_host_api short_host = *smp::host_api();
+  short_host.struct_size = SMP_HOST_API_STRUCT_SIZE_2_0 - sizeof(void*);
+  EXPECT_EQ(enter("example_scale_intree", &short_host, &error), nullptr);
+  EXPECT_NE(error.find("host table of at least " + std::to_string(SMP_HOST_API_STRUCT_SIZE_2_0) + " bytes"),
+            std::string::npos)
+      << error;
+  // Put the real table back for the rest of this process.
+  ASSERT_NE(enter("example_scale_intree", smp::host_api(), &error), nullptr) << error;
+}
+
 TEST(PluginRegistry, APluginNeedingAMissingHostExtensionIsRefusedNamingIt) {
   smp::PluginRegistry reg;
   expect_refused(reg, "needs_extension",

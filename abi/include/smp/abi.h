@@ -12,7 +12,10 @@
  *     so the host can say who it refuses.
  *   - SMP_ABI_VERSION_MINOR changes when fields are appended to a struct or
  *     functions appended to a table. The host refuses a plugin built for a newer
- *     minor than its own; a plugin may refuse a host older than it needs.
+ *     minor than its own. A plugin accepts any host of its major whose table
+ *     holds the 2.0 functions and checks a later function before calling it
+ *     (SMP_HAS_FIELD(host, smp_host_api, fn)); it may refuse a host that lacks
+ *     a feature it cannot work without, naming it.
  *   - Every struct that crosses the boundary starts with `size_t struct_size`,
  *     filled by whoever fills the struct with the type's SMP_*_STRUCT_SIZE
  *     constant (below), so the reader knows which fields the writer knew about.
@@ -69,6 +72,11 @@ extern "C" {
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
 #define SMP_STRUCT_SIZE(type, last_field) \
   (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* Whether a struct the other side filled holds `field`: its struct_size
+ * reaches past it. The one test for a field added after its struct's first
+ * minor (since 2.3; readers check fields, not the writer's minor). */
+#define SMP_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= SMP_STRUCT_SIZE(type, field))
 
 #define SMP_PLUGIN_ENTRY_SYMBOL "smp_plugin_entry"
 
@@ -608,6 +616,7 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_RULE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_rule, check) /* the fields of minor 0 */
 #define SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE SMP_STRUCT_SIZE(smp_plugin_descriptor, extension_start)
 #define SMP_HOST_API_STRUCT_SIZE SMP_STRUCT_SIZE(smp_host_api, graph_add_metric)
+#define SMP_HOST_API_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_host_api, graph_set_throughput_unit) /* the functions of minor 0 */
 #define SMP_OPTIMIZER_CREATE_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_create_args, weight_decay_rate)
 #define SMP_OPTIMIZER_STEP_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_step_args, step)
 #define SMP_OPTIMIZER_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_kind, destroy)

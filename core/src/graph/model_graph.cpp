@@ -36,7 +36,7 @@ void GraphBuilder::add_node(const smp_graph_node* n) {
   g.flops_hint = n->flops_hint;
   g.param_bytes_hint = n->param_bytes_hint;
   g.activation_bytes_hint = n->activation_bytes_hint;
-  if (n->struct_size >= SMP_GRAPH_NODE_STRUCT_SIZE) {
+  if (SMP_HAS_FIELD(n, smp_graph_node, attention_core_bytes_hint)) {
     g.activation_fp32_extra_bytes_hint = n->activation_fp32_extra_bytes_hint;
     g.attention_core_bytes_hint = n->attention_core_bytes_hint;
   }

@@ -15,7 +15,7 @@ namespace {
 
 // The hints become this rank's share: the split fraction / axis_size, the rest whole.
 void scale_hints(GraphNode& node, const smp_rule& rule, int axis_size) {
-  const bool splits_known = rule.struct_size >= SMP_RULE_STRUCT_SIZE;  // a rule of minor 0 splits everything
+  const bool splits_known = SMP_HAS_FIELD(&rule, smp_rule, activation_split);  // a rule of minor 0 splits everything
   const double ps = splits_known ? rule.param_split : 1.0, as = splits_known ? rule.activation_split : 1.0;
   node.param_bytes_hint *= (1.0 - ps) + ps / axis_size;
   node.activation_bytes_hint *= (1.0 - as) + as / axis_size;

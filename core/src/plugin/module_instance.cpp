@@ -79,7 +79,7 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
                     std::to_string(SMP_PARAM_INFO_STRUCT_SIZE_2_0));
       mp.tensor = tensor_of(p->tensor);
       mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'");
-      if (p->struct_size >= SMP_PARAM_INFO_STRUCT_SIZE && p->init) mp.init = init_spec(*p->init, mp);
+      if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {
       if (collect->problem.empty()) collect->problem = e.what();

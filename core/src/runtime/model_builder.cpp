@@ -84,7 +84,7 @@ void ModelBuilder::check_kinds() const {
       for (const auto& p : registry_.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
       throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
     }
-    if (recompute_core_[i] && (k->struct_size < SMP_MODULE_KIND_STRUCT_SIZE ||
+    if (recompute_core_[i] && (!SMP_HAS_FIELD(k, smp_module_kind, memory_features) ||
                                !(k->memory_features & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)))
       throw Error(job_.origin + ": memory.checkpoint_attention_core: node '" + n.name + "' is of kind '" + n.kind +
                   "' (plugin '" + registry_.provider(n.kind) + "'), which cannot recompute an attention core");

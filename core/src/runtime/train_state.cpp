@@ -64,7 +64,7 @@ void TrainState::create_modules() {
       // ZeRO-3 asks every kind that can for deferred init: parameters come
       // without storage and only this rank's dp shard is ever generated.
       const smp_module_kind* kind = model_.registry().module_kind(node.kind);
-      const bool deferred = job_.memory.zero == 3 && kind->struct_size >= SMP_MODULE_KIND_STRUCT_SIZE &&
+      const bool deferred = job_.memory.zero == 3 && SMP_HAS_FIELD(kind, smp_module_kind, memory_features) &&
                             (kind->memory_features & SMP_MEMORY_FEATURE_DEFERRED_INIT);
       nlohmann::json memory = nlohmann::json::object();
       if (recompute_core_keys.count(key)) memory["recompute_attention_core"] = true;

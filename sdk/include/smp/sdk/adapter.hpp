@@ -62,6 +62,9 @@ class GraphBuilder {
   // A validation metric: sum / count over every validation batch (ABI 2.2),
   // both scalar outputs of one node, e.g. metric("hr@10", "hits", "users").
   void metric(const std::string& name, const std::string& sum, const std::string& count) {
+    if (!SMP_HAS_FIELD(&host(), smp_host_api, graph_add_metric))
+      throw Error(SMP_ERR_UNSUPPORTED, "validation metric '" + name + "': this host (ABI 2." +
+                                           std::to_string(host().abi_minor) + ") has no graph_add_metric (ABI 2.2)");
     check(host().graph_add_metric(b_, name.c_str(), sum.c_str(), count.c_str()));
   }
   // Throughput is reported in `unit` ("tokens"), `per_sample` of them per sample.
@@ -91,7 +94,7 @@ struct AdapterContext {
     AdapterContext a;
     if (!c) return a;
     a.seed = c->seed;
-    if (c->struct_size >= SMP_ADAPTER_CONTEXT_STRUCT_SIZE && c->parallel_json && *c->parallel_json)
+    if (SMP_HAS_FIELD(c, smp_adapter_context, parallel_json) && c->parallel_json && *c->parallel_json)
       a.parallel = Json::parse(c->parallel_json);
     return a;
   }

@@ -61,16 +61,17 @@ struct ModuleContext {
   static ModuleContext from(const smp_module_context* c) {
     ModuleContext m;
     if (!c) return m;
-    if (c->struct_size < SMP_MODULE_CONTEXT_STRUCT_SIZE)
+    if (!SMP_HAS_FIELD(c, smp_module_context, parallel_json))  // the last field of minor 0
       throw Error("module context struct_size " + std::to_string(c->struct_size) + " is smaller than ABI 2.0's " +
-                  std::to_string(SMP_MODULE_CONTEXT_STRUCT_SIZE));
+                  std::to_string(SMP_STRUCT_SIZE(smp_module_context, parallel_json)));
     m.node_name = c->node_name ? c->node_name : "";
     m.init_seed = c->init_seed;
     m.device_type = c->device_type;
     m.device_index = c->device_index;
     m.mesh = c->mesh;
     if (c->parallel_json && *c->parallel_json) m.parallel = Json::parse(c->parallel_json);
-    if (c->memory_json && *c->memory_json) m.memory = Json::parse(c->memory_json);
+    if (SMP_HAS_FIELD(c, smp_module_context, memory_json) && c->memory_json && *c->memory_json)  // 2.1
+      m.memory = Json::parse(c->memory_json);
     std::tie(m.tp_rank, m.tp_size) = m.axis_info("tp");
     if (m.tp_size > 1) m.tp = m.comm("tp");
     m.sequence_parallel = m.tp_size > 1 && m.parallel.value("sequence_parallel", false);

@@ -212,11 +212,13 @@ inline HostCheck check_host(const smp_host_api* host, smp_error** error) {
   if (error) *error = nullptr;
   if (!host) return HostCheck::Refuse;
   if (host->abi_major != SMP_ABI_VERSION_MAJOR) return HostCheck::OtherMajor;
-  if (host->abi_minor < SMP_ABI_VERSION_MINOR) {
+  // Features, not the minor: the 2.0 table is what the SDK calls without a
+  // check; a function added later is checked where it is called (SMP_HAS_FIELD).
+  if (host->struct_size < SMP_HOST_API_STRUCT_SIZE_2_0) {
     if (error)
       *error = host->error_create(
-          SMP_ERR_UNSUPPORTED, ("plugin needs smp ABI minor >= " + std::to_string(SMP_ABI_VERSION_MINOR) +
-                                ", host has " + std::to_string(host->abi_minor))
+          SMP_ERR_UNSUPPORTED, ("plugin needs a host table of at least " + std::to_string(SMP_HOST_API_STRUCT_SIZE_2_0) +
+                                " bytes (ABI 2.0's), host has " + std::to_string(host->struct_size))
                                    .c_str());
     return HostCheck::Refuse;
   }
