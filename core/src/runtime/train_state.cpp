@@ -263,7 +263,8 @@ MemoryAccount TrainState::memory_account(int64_t step_peak) const {
 namespace {
 
 // A parameter's block of its global tensor: the global tensor is the tp (and
-// ep) shards put together along their shard dimensions, in rank order.
+// ep) shards put together along their shard dimensions, in rank order (ep
+// outer, tp inner when both shard one dimension).
 StateEntry block_entry(const std::string& name, const at::Tensor& local, const Placements& placements,
                        const DeviceMesh& mesh, bool owner) {
   StateEntry e;
@@ -271,11 +272,11 @@ StateEntry block_entry(const std::string& name, const at::Tensor& local, const P
   e.block_shape = local.sizes().vec();
   e.global_shape = e.block_shape;
   e.offsets.assign(e.block_shape.size(), 0);
-  for (Axis a : {Axis::TP, Axis::EP}) {
+  for (Axis a : {Axis::EP, Axis::TP}) {
     const int d = placements.shard_dim(a);
     if (d < 0) continue;
     e.global_shape[d] *= mesh.size(a);
-    e.offsets[d] += mesh.coord(a) * e.block_shape[d];
+    e.offsets[d] = e.offsets[d] * mesh.size(a) + mesh.coord(a) * e.block_shape[d];
   }
   e.local = local;
   e.owner = owner;
