@@ -109,6 +109,14 @@ int main(int argc, char** argv) {
   bool trace = false;
   app.add_flag("--trace", trace,
                "write a timeline trace of run.trace_steps per rank to <run.dir>/trace/ (the same as --set run.trace=true)");
+  // Runs while parsing, before --config is required: the reference needs no job.
+  app.add_flag_callback(
+      "--config-reference",
+      [] {
+        std::cout << smp::Config::reference();
+        std::exit(0);
+      },
+      "print every job configuration key (type, default, accepted values, meaning) as markdown and exit");
   CLI11_PARSE(app, argc, argv);
   if (trace) overrides.insert(overrides.begin(), "run.trace=true");  // a later --set still decides
   if (estimate_only) {

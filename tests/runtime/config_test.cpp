@@ -8,7 +8,9 @@
 
 #include "error_of.h"
 
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 namespace {
 
@@ -283,6 +285,20 @@ TEST(ConfigTest, FileErrors) {
   EXPECT_ERROR(Config::load(kData + "/does_not_exist.toml"), kData + "/does_not_exist.toml: cannot open");
   EXPECT_ERROR(Config::from_string("[train\nsteps = 1\n", "job.toml"), "job.toml:1:");
   EXPECT_ERROR(Config::from_string("[train]\nsteps = = 1\n", "job.toml"), "job.toml:2:");
+}
+
+// docs/config-reference.md is the schema rendered (smp-worker --config-reference):
+// a key added, removed or changed without regenerating it fails here.
+TEST(ConfigTest, ReferenceDocIsTheSchemaRendered) {
+  std::ifstream in(std::string(SMP_SOURCE_DIR) + "/docs/config-reference.md");
+  ASSERT_TRUE(in) << "docs/config-reference.md is missing";
+  std::stringstream doc;
+  doc << in.rdbuf();
+  EXPECT_EQ(doc.str(), smp::Config::reference())
+      << "docs/config-reference.md differs from the schema: regenerate it with "
+         "build/bin/smp-worker --config-reference > docs/config-reference.md";
+  for (const char* key : {"`parallel.zero`", "`train.optimizer`", "`run.trace_steps`", "`comm.shm_mb`"})
+    EXPECT_NE(doc.str().find(key), std::string::npos) << key;
 }
 
 }  // namespace

@@ -46,6 +46,10 @@ class Config {
   // stages only with interleaved-1f1b, interleaved-1f1b needs microbatches % pp == 0.
   void resolve_layout(int world_size);
 
+  // Every schema key with its type, default, accepted values and meaning, as
+  // a markdown document (docs/config-reference.md is this, checked by a test).
+  static std::string reference();
+
   // The file path (or origin name) used in messages.
   const std::string& origin() const { return origin_; }
 

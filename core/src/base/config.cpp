@@ -25,104 +25,104 @@ struct KeySpec {
   Type type;
   json def;  // null = optional without default (parallel.dp)
   Rule rule;
+  const char* doc;  // one line for the key reference (docs/config-reference.md, generated)
 };
 
-// The schema: every key a job file may set outside the free-form tables.
+// The schema: every key a job file may set outside the free-form tables, each
+// declared once. The reference in docs/ is rendered from it (Config::reference).
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> s = {
-      {"parallel.pp", Type::Int, 1, Rule::Positive},
-      {"parallel.tp", Type::Int, 1, Rule::Positive},
-      {"parallel.dp", Type::Int, nullptr, Rule::Positive},
-      // Expert parallelism: the dp ranks of a (pp, tp) slice split into groups of ep that
-      // exchange tokens; expert parameters are data-parallel over the other dp / ep ranks.
-      {"parallel.ep", Type::Int, 1, Rule::Positive},
-      {"parallel.microbatches", Type::Int, 1, Rule::Positive},
-      {"parallel.schedule", Type::String, "1f1b", Rule::Schedule},
-      {"parallel.virtual_stages", Type::Int, 1, Rule::Positive},
-      {"parallel.partition", Type::String, "balanced", Rule::None},
-      {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement},
-      {"parallel.sequence_parallel", Type::Bool, false, Rule::None},
-      {"parallel.tie_across_stages", Type::Bool, true, Rule::None},
-      // Keep a node replicated (with a warning) when its sizes don't divide tp, instead of failing.
-      {"parallel.tp_replicate_indivisible", Type::Bool, false, Rule::None},
-      // Sharded data parallelism (ZeRO): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
-      // memory.shard names the same stages; give one of the two (both only if they agree).
-      {"parallel.zero", Type::Int, 0, Rule::ZeroStage},
+      {"parallel.pp", Type::Int, 1, Rule::Positive, "pipeline-parallel degree (stages)"},
+      {"parallel.tp", Type::Int, 1, Rule::Positive, "tensor-parallel degree"},
+      {"parallel.dp", Type::Int, nullptr, Rule::Positive,
+       "data-parallel degree; default world / (pp x tp), and pp x tp x dp must be the world"},
+      {"parallel.ep", Type::Int, 1, Rule::Positive,
+       "expert parallelism: the dp ranks of a (pp, tp) slice split into groups of ep that exchange tokens; "
+       "expert parameters are data-parallel over the other dp / ep ranks (edp)"},
+      {"parallel.microbatches", Type::Int, 1, Rule::Positive, "microbatches per step and data-parallel rank"},
+      {"parallel.schedule", Type::String, "1f1b", Rule::Schedule, "pipeline schedule"},
+      {"parallel.virtual_stages", Type::Int, 1, Rule::Positive,
+       "model chunks per pipeline rank (interleaved-1f1b only)"},
+      {"parallel.partition", Type::String, "balanced", Rule::None,
+       "partition strategy of a loaded plugin (smp_partition: balanced, tree, manual); its options in [partition]"},
+      {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement,
+       "rank order of the mesh axes, slowest- to fastest-varying"},
+      {"parallel.sequence_parallel", Type::Bool, false, Rule::None,
+       "Megatron's sequence parallelism in tensor-parallel layers"},
+      {"parallel.tie_across_stages", Type::Bool, true, Rule::None,
+       "tied modules may sit on several pipeline stages (their gradients are summed over them)"},
+      {"parallel.tp_replicate_indivisible", Type::Bool, false, Rule::None,
+       "keep a node replicated (with a warning) when its sizes do not divide tp, instead of failing"},
+      {"parallel.zero", Type::Int, 0, Rule::ZeroStage,
+       "sharded data parallelism (ZeRO): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters"},
 
-      {"memory.shard", Type::String, nullptr, Rule::ShardName},
-      // Activation checkpointing: nodes whose kind, name or name prefix ("blocks", "blocks.3")
-      // is listed recompute their activations in backward; of those, every checkpoint_every-th.
-      {"memory.checkpoint", Type::StringArray, json::array(), Rule::None},
-      {"memory.checkpoint_every", Type::Int, 1, Rule::Positive},
-      // Selective checkpointing: the listed nodes keep no activations of their attention core
-      // (softmax(Q K^T) V) and recompute it in backward; their kinds must declare the feature.
-      {"memory.checkpoint_attention_core", Type::StringArray, json::array(), Rule::None},
-      // Activation offloading to host memory (CUDA only): the inputs checkpointed nodes keep
-      // for backward wait in pinned host memory, loaded back offload_horizon backward passes
-      // ahead (SMP's activation_loading_horizon). Refused on the CPU.
-      {"memory.offload", Type::Bool, false, Rule::None},
-      {"memory.offload_horizon", Type::Int, 4, Rule::Positive},
+      {"memory.shard", Type::String, nullptr, Rule::ShardName,
+       "the ZeRO stage by name; give it or parallel.zero (both only if they agree)"},
+      {"memory.checkpoint", Type::StringArray, json::array(), Rule::None,
+       "activation checkpointing: nodes whose kind, name or name prefix is listed recompute their activations "
+       "in backward"},
+      {"memory.checkpoint_every", Type::Int, 1, Rule::Positive, "of the nodes memory.checkpoint selects, every n-th"},
+      {"memory.checkpoint_attention_core", Type::StringArray, json::array(), Rule::None,
+       "selective checkpointing: the listed nodes recompute their attention core (softmax(Q K^T) V) in backward"},
+      {"memory.offload", Type::Bool, false, Rule::None,
+       "CUDA only: the inputs checkpointed nodes keep for backward wait in pinned host memory"},
+      {"memory.offload_horizon", Type::Int, 4, Rule::Positive,
+       "offloaded inputs are loaded back this many backward passes ahead"},
 
-      {"train.steps", Type::Int, 10, Rule::NonNegative},
-      {"train.batch_size", Type::Int, 8, Rule::Positive},
-      {"train.seed", Type::Int, 1234, Rule::None},
-      {"train.lr", Type::Double, 3e-4, Rule::NonNegativeReal},
-      {"train.min_lr", Type::Double, 3e-5, Rule::NonNegativeReal},
-      {"train.warmup_steps", Type::Int, 0, Rule::NonNegative},
-      // The optimizer: a kind a loaded plugin provides (smp_optim: "adamw", "sgd"); its own
-      // settings go in the free table [optimizer], which it validates. beta1, beta2 and eps
-      // below are AdamW's (refused with another optimizer).
-      {"train.optimizer", Type::String, "adamw", Rule::None},
-      {"train.weight_decay", Type::Double, 0.1, Rule::NonNegativeReal},
-      {"train.beta1", Type::Double, 0.9, Rule::UnitInterval},
-      {"train.beta2", Type::Double, 0.95, Rule::UnitInterval},
-      {"train.eps", Type::Double, 1e-8, Rule::PositiveReal},
-      {"train.grad_clip", Type::Double, 1.0, Rule::NonNegativeReal},
-      {"train.val_every", Type::Int, 0, Rule::NonNegative},
-      {"train.val_batches", Type::Int, 2, Rule::NonNegative},
-      {"train.log_every", Type::Int, 1, Rule::Positive},
-      // DDP-style gradient buckets (MiB) all-reduced while backward runs; 0 = one reduction after backward.
-      {"train.bucket_mb", Type::Double, 4.0, Rule::NonNegativeReal},
-      // Mixed precision: parameters and activations in bf16/fp16, fp32 master weights and
-      // optimizer state; gradients accumulated and all-reduced in grad_reduce_dtype (fp32, or
-      // the compute dtype itself). fp16 adds dynamic loss scaling (the three loss-scale keys,
-      // which only fp16 reads: setting them with another precision is an error).
-      {"train.precision", Type::String, "fp32", Rule::Precision},
-      {"train.grad_reduce_dtype", Type::String, "fp32", Rule::Precision},
-      {"train.initial_loss_scale", Type::Double, 65536.0, Rule::PositiveReal},
-      {"train.loss_scale_window", Type::Int, 1000, Rule::Positive},
-      {"train.min_loss_scale", Type::Double, 1.0, Rule::PositiveReal},
+      {"train.steps", Type::Int, 10, Rule::NonNegative, "training steps"},
+      {"train.batch_size", Type::Int, 8, Rule::Positive,
+       "global batch (samples per step); a multiple of dp x microbatches"},
+      {"train.seed", Type::Int, 1234, Rule::None, "seeds initialisation, data order and dropout (counter-based)"},
+      {"train.lr", Type::Double, 3e-4, Rule::NonNegativeReal, "peak learning rate"},
+      {"train.min_lr", Type::Double, 3e-5, Rule::NonNegativeReal, "learning rate at the end of the cosine decay"},
+      {"train.warmup_steps", Type::Int, 0, Rule::NonNegative, "linear warm-up steps before the cosine decay"},
+      {"train.optimizer", Type::String, "adamw", Rule::None,
+       "an optimizer kind of a loaded plugin (smp_optim: adamw, sgd); its own settings in [optimizer]"},
+      {"train.weight_decay", Type::Double, 0.1, Rule::NonNegativeReal, "decoupled weight decay, on matrices"},
+      {"train.beta1", Type::Double, 0.9, Rule::UnitInterval, "AdamW's beta1 (refused with another optimizer)"},
+      {"train.beta2", Type::Double, 0.95, Rule::UnitInterval, "AdamW's beta2 (refused with another optimizer)"},
+      {"train.eps", Type::Double, 1e-8, Rule::PositiveReal, "AdamW's epsilon (refused with another optimizer)"},
+      {"train.grad_clip", Type::Double, 1.0, Rule::NonNegativeReal, "global gradient-norm clipping; 0 = off"},
+      {"train.val_every", Type::Int, 0, Rule::NonNegative, "validate every n steps (and at the end); 0 = at the end"},
+      {"train.val_batches", Type::Int, 2, Rule::NonNegative, "global batches per validation; 0 = no validation"},
+      {"train.log_every", Type::Int, 1, Rule::Positive, "a progress line every n steps (rank 0)"},
+      {"train.bucket_mb", Type::Double, 4.0, Rule::NonNegativeReal,
+       "DDP-style gradient buckets (MiB) reduced while backward runs; 0 = one reduction after backward"},
+      {"train.precision", Type::String, "fp32", Rule::Precision,
+       "compute dtype of parameters and activations; 16-bit keeps fp32 masters and optimizer state"},
+      {"train.grad_reduce_dtype", Type::String, "fp32", Rule::Precision,
+       "dtype gradients are accumulated and reduced in: fp32 or the compute dtype"},
+      {"train.initial_loss_scale", Type::Double, 65536.0, Rule::PositiveReal,
+       "fp16 only: the dynamic loss scale to start with"},
+      {"train.loss_scale_window", Type::Int, 1000, Rule::Positive,
+       "fp16 only: good steps in a row before the loss scale doubles"},
+      {"train.min_loss_scale", Type::Double, 1.0, Rule::PositiveReal, "fp16 only: the loss scale never goes below"},
 
-      {"run.dir", Type::String, "runs/default", Rule::None},
-      {"run.log_to_file", Type::Bool, true, Rule::None},
-      {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal},
-      {"run.threads", Type::Int, 0, Rule::NonNegative},
-      {"run.device", Type::String, "auto", Rule::Device},
-      // With run.device = cuda: the GPU of each local rank (entry LOCAL_RANK); empty = cuda:LOCAL_RANK.
-      // Entries may repeat (ranks sharing a GPU, for tests): their CUDA tensors then travel through Gloo.
-      {"run.devices", Type::IntArray, json::array(), Rule::None},
-      // Each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end
-      // (small models only: for equivalence tests and debugging).
-      {"run.dump_parameters", Type::Bool, false, Rule::None},
-      // Timeline traces: each rank writes <run.dir>/trace/rank-<r>.json (Chrome trace / Perfetto)
-      // for training steps [from, to] (1-based, inclusive); trace_merge: rank 0 also writes
-      // <run.dir>/trace.json with a track per rank.
-      {"run.trace", Type::Bool, false, Rule::None},
-      {"run.trace_steps", Type::IntArray, json::array({1, 3}), Rule::None},
-      {"run.trace_merge", Type::Bool, false, Rule::None},
-      // Op-level profile of the same steps: <run.dir>/ops/rank-<r>.json, every ATen op and
-      // autograd node by name with calls and self / total CPU time per step (LibTorch's profiler).
-      {"run.profile_ops", Type::Bool, false, Rule::None},
+      {"run.dir", Type::String, "runs/default", Rule::None, "where logs, summary.json, report.html and traces go"},
+      {"run.log_to_file", Type::Bool, true, Rule::None, "each rank also logs to <run.dir>/logs/rank-<r>.log"},
+      {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal,
+       "rendezvous and collective timeout; a rank waiting longer fails naming the group"},
+      {"run.threads", Type::Int, 0, Rule::NonNegative, "intra-op threads per rank; 0 = OMP_NUM_THREADS or LibTorch's"},
+      {"run.device", Type::String, "auto", Rule::Device, "auto = CUDA when this build has it and a GPU is present"},
+      {"run.devices", Type::IntArray, json::array(), Rule::None,
+       "with run.device = cuda: the GPU of each local rank (entries may repeat: ranks sharing a GPU)"},
+      {"run.dump_parameters", Type::Bool, false, Rule::None,
+       "each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json (small models)"},
+      {"run.trace", Type::Bool, false, Rule::None,
+       "each rank writes a Chrome / Perfetto trace of the run.trace_steps steps to <run.dir>/trace/"},
+      {"run.trace_steps", Type::IntArray, json::array({1, 3}), Rule::None,
+       "[from, to], training steps (1-based, inclusive) that run.trace and run.profile_ops record"},
+      {"run.trace_merge", Type::Bool, false, Rule::None, "rank 0 also writes <run.dir>/trace.json, a track per rank"},
+      {"run.profile_ops", Type::Bool, false, Rule::None,
+       "every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json"},
 
-      // All-reduce, all-gather and reduce-scatter CPU tensors through shared memory in groups whose
-      // ranks share a host, with per-rank slots of up to this many MiB (larger tensors go in
-      // chunks); 0 = through Gloo.
-      {"comm.shm_mb", Type::Double, 16.0, Rule::NonNegativeReal},
-      // What carries CUDA tensors: "nccl", "gloo" (through host memory), or "auto" (NCCL unless
-      // two ranks of a group share a GPU, which NCCL refuses).
-      {"comm.cuda_backend", Type::String, "auto", Rule::CudaBackend},
+      {"comm.shm_mb", Type::Double, 16.0, Rule::NonNegativeReal,
+       "CPU collectives and pipeline sends through shared memory on one host, slots of this many MiB; 0 = Gloo"},
+      {"comm.cuda_backend", Type::String, "auto", Rule::CudaBackend,
+       "what carries CUDA tensors: nccl, gloo (through host memory), or auto (NCCL unless ranks share a GPU)"},
 
-      {"plugins.paths", Type::StringArray, json::array(), Rule::None},
+      {"plugins.paths", Type::StringArray, json::array(), Rule::None,
+       "plugins to load besides --plugin (by path or name, searched in SMP_PLUGIN_PATH and the install)"},
   };
   return s;
 }
@@ -609,6 +609,41 @@ nlohmann::json Config::to_json() const {
   json out = json::object();
   for (const char* t : kSchemaTables) out[t] = section_json(t);
   for (const char* t : kFreeTables) out[t] = section_json(t);
+  return out;
+}
+
+std::string Config::reference() {
+  auto type_name = [](Type t) {
+    switch (t) {
+      case Type::Int: return "integer";
+      case Type::Double: return "number";
+      case Type::Bool: return "boolean";
+      case Type::String: return "string";
+      case Type::StringArray: return "array of strings";
+      case Type::IntArray: return "array of integers";
+    }
+    return "?";
+  };
+  std::string out =
+      "# Job configuration keys\n\n"
+      "Generated from the schema in core/src/base/config.cpp by `smp-worker --config-reference`;\n"
+      "a test fails when this file differs from it. Tables the core does not check (their owners do):\n"
+      "[model] (the adapter), [partition] (the partition strategy), [optimizer] (the optimizer kind).\n";
+  std::string table;
+  for (const KeySpec& k : schema()) {
+    const std::string head = head_of(k.key);
+    if (head != table) {
+      table = head;
+      out += "\n## [" + table + "]\n\n| key | type | default | accepted | meaning |\n|---|---|---|---|---|\n";
+    }
+    std::string accepted = k.rule == Rule::None ? "" : expectation(k.type, k.rule);
+    if (accepted.rfind("expected ", 0) == 0) accepted = accepted.substr(9);
+    std::string def = k.def.is_null() ? "(none)" : k.def.dump();
+    for (auto* field : {&accepted, &def})
+      for (size_t i = 0; (i = field->find('|', i)) != std::string::npos; i += 2) field->replace(i, 1, "\\|");
+    out += "| `" + std::string(k.key) + "` | " + type_name(k.type) + " | `" + def + "` | " + accepted + " | " + k.doc +
+           " |\n";
+  }
   return out;
 }
 

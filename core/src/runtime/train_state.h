@@ -1,8 +1,9 @@
 // Everything a rank holds between steps, in one object: its modules and their
 // parameters (global name, placement per axis), the gradient buckets, ZeRO's
 // shards, the fp32 masters, the optimizer (a plugin's kind) and its state,
-// the loss scaler and the step counters. It lists itself as slices of global tensors (StateEntry), the
-// form a checkpoint is written in, and loads such a list back.
+// the loss scaler and the step counters. It lists itself as slices of global
+// tensors (StateEntry), the form a checkpoint is written in, and loads such a
+// list back.
 #pragma once
 
 #include <smp/job_config.h>
@@ -45,7 +46,7 @@ class TrainState {
   // the live state. Throws naming the first entry missing, extra or unlike.
   void load(const std::vector<StateEntry>& saved);
 
-  // The modules by key, and the order they were made in (ZeRO-3 units).
+  // This rank's modules by key.
   const std::map<std::string, std::shared_ptr<ModuleInstance>>& modules() const { return modules_; }
   std::vector<ParameterView> parameters() const;  // as held now: no gather
   void gather_parameters();                       // ZeRO-3: every unit gathered
