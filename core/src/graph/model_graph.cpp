@@ -1,5 +1,7 @@
 #include <smp/model_graph.h>
 
+#include "base/struct_size.h"
+
 #include <smp/error.h>
 
 #include "plugin/graph_builder.h"
@@ -20,9 +22,7 @@ void GraphBuilder::add_input(const std::string& name) {
 
 void GraphBuilder::add_node(const smp_graph_node* n) {
   if (!n) throw Error("graph_add_node: null node");
-  if (n->struct_size < SMP_GRAPH_NODE_STRUCT_SIZE_2_0)
-    throw Error("graph_add_node: smp_graph_node.struct_size " + std::to_string(n->struct_size) +
-                " is smaller than ABI 2.0's " + std::to_string(SMP_GRAPH_NODE_STRUCT_SIZE_2_0));
+  require_struct_size(n, SMP_GRAPH_NODE_STRUCT_SIZE_2_0, "2.0", "graph_add_node: smp_graph_node");
   if (!n->name || !*n->name) throw Error("graph_add_node: node without a name");
   if (!n->kind || !*n->kind) throw Error(std::string("graph node '") + n->name + "' has no kind");
   GraphNode g;

@@ -1,5 +1,7 @@
 #include "mesh/placement.h"
 
+#include "base/struct_size.h"
+
 #include <smp/error.h>
 
 namespace smp {
@@ -9,9 +11,7 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
   if (n > 0 && !p) throw Error(where + ": " + std::to_string(n) + " placements but a null array");
   for (size_t i = 0; i < n; ++i) {
     const smp_placement& s = p[i];
-    if (s.struct_size < SMP_PLACEMENT_STRUCT_SIZE)
-      throw Error(where + ": placement " + std::to_string(i) + " has struct_size " + std::to_string(s.struct_size) +
-                  ", ABI 2.0's is " + std::to_string(SMP_PLACEMENT_STRUCT_SIZE));
+    require_struct_size(&s, SMP_PLACEMENT_STRUCT_SIZE, "2.0", where + ": placement " + std::to_string(i));
     const std::string axis = s.axis ? s.axis : "";
     Placement pl;
     if (axis == "tp") pl.axis = Axis::TP;

@@ -1,5 +1,7 @@
 #include "plugin/module_instance.h"
 
+#include "base/struct_size.h"
+
 #include <smp/error.h>
 
 #include "plugin/host_api.h"
@@ -32,9 +34,7 @@ namespace {
 // A checked copy of a plugin's initialiser description (ABI 2.2).
 std::shared_ptr<const sdk::InitSpec> init_spec(const smp_param_init& in, const ModuleParameter& p) {
   const std::string what = "parameter '" + p.name + "': smp_param_init";
-  if (in.struct_size < SMP_PARAM_INIT_STRUCT_SIZE)
-    throw Error(what + ".struct_size " + std::to_string(in.struct_size) + " is smaller than ABI 2.2's " +
-                std::to_string(SMP_PARAM_INIT_STRUCT_SIZE));
+  require_struct_size(&in, SMP_PARAM_INIT_STRUCT_SIZE, "2.2", what);
   if (in.kind != SMP_PARAM_INIT_NORMAL && in.kind != SMP_PARAM_INIT_CONSTANT)
     throw Error(what + ".kind " + std::to_string(static_cast<int>(in.kind)) + " is unknown");
   if (p.tensor.storage().nbytes() != 0 || p.tensor.scalar_type() != at::kFloat)
@@ -73,10 +73,7 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
     try {
       ModuleParameter mp;
       mp.name = collect->self->key_ + "." + (p && p->name ? p->name : "?");
-      if (!p || p->struct_size < SMP_PARAM_INFO_STRUCT_SIZE_2_0)
-        throw Error("parameter '" + mp.name + "': smp_param_info.struct_size " +
-                    std::to_string(p ? p->struct_size : 0) + " is smaller than ABI 2.0's " +
-                    std::to_string(SMP_PARAM_INFO_STRUCT_SIZE_2_0));
+      require_struct_size(p, SMP_PARAM_INFO_STRUCT_SIZE_2_0, "2.0", "parameter '" + mp.name + "': smp_param_info");
       mp.tensor = tensor_of(p->tensor);
       mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'");
       if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);

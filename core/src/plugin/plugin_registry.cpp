@@ -1,5 +1,7 @@
 #include <smp/plugin_registry.h>
 
+#include "base/struct_size.h"
+
 #include <smp/error.h>
 
 #include "plugin/host_api.h"
@@ -46,13 +48,11 @@ std::string builtin_plugin_dir() {
   return dir.string();
 }
 
+// What a plugin fills: at least the fields of `since` (the minor that added the struct).
 template <class T>
-void require_size(const T* s, size_t needed, const std::string& what, const std::string& file) {
-  if (!s) throw Error("plugin " + file + ": " + what + " is null");
-  if (s->struct_size < needed)
-    throw Error("plugin " + file + ": " + what + " struct_size " + std::to_string(s->struct_size) +
-                " is smaller than ABI " + versions(SMP_ABI_VERSION_MAJOR, 0) + " requires (" +
-                std::to_string(needed) + ")");
+void require_size(const T* s, size_t needed, const std::string& what, const std::string& file,
+                  const char* since = "2.0") {
+  require_struct_size(s, needed, since, "plugin " + file + ": " + what);
 }
 
 }  // namespace
@@ -268,12 +268,12 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
     info.rules.push_back(axis + ":" + r->kind);
   }
   if (const smp_optimizers_extension* o = optimizers_of(d)) {
-    require_size(&o->base, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE, "optimizers extension", path);
+    require_size(&o->base, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE, "optimizers extension", path, "2.3");
     if (o->n_kinds > 0 && !o->kinds)
       throw Error(who + ": optimizers extension lists " + std::to_string(o->n_kinds) + " kinds but the array is null");
     for (size_t i = 0; i < o->n_kinds; ++i) {
       const smp_optimizer_kind* k = o->kinds[i];
-      require_size(k, SMP_OPTIMIZER_KIND_STRUCT_SIZE, "optimizer kind", path);
+      require_size(k, SMP_OPTIMIZER_KIND_STRUCT_SIZE, "optimizer kind", path, "2.3");
       if (!k->create || !k->step || !k->state_tensors || !k->destroy)
         throw Error(who + ": optimizer '" + (k->name ? k->name : "?") + "' lacks a function");
       info.optimizers.push_back(claim("optimizer", k->name));
