@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <string>
 #include <vector>
@@ -64,7 +65,7 @@ TEST_F(Abi20Plugin, ItsModuleHasItsParameterAndComputes) {
 
   // A value the host changes is what the plugin computes with next.
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     p.tensor.mul_(2);
   }
   EXPECT_TRUE(at::equal(m.call(key, "forward", {x}, 1, false, 0)[0], x * weight * 2));

@@ -14,7 +14,9 @@
 #include <ATen/DLConvertor.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -453,6 +455,47 @@ TEST(HostApi, MeshAxesAndCommunicatorsThroughTheTable) {
   EXPECT_NE(smp::consume_error(H().comm_allreduce_async(ep, out.h, SMP_REDUCE_SUM, nullptr)).find("null event"),
             std::string::npos);
   rdv->shutdown(10s);
+}
+
+// A failed collective's event returns its error on every wait, not only the
+// first: rank 1 of a 2-rank group never joins rank 0's all-reduce, which
+// times out (Gloo, 1 s); rank 0 then waits twice and gets the same error.
+TEST(HostApi, AFailedEventReturnsItsErrorOnEveryWait) {
+  using namespace std::chrono_literals;
+  const int port = smp::find_free_port();
+  std::string first, second;
+  std::atomic<bool> done{false};
+  auto rank = [&](int r) {
+    struct Done {  // rank 1 waits for this, whichever way rank 0 leaves
+      std::atomic<bool>* flag;
+      ~Done() {
+        if (flag) *flag = true;
+      }
+    } release{r == 0 ? &done : nullptr};
+    auto rdv = smp::Rendezvous::connect("127.0.0.1", port, r, 2, 30s);
+    smp::DeviceMesh mesh(2, r, 1, 2, 1);
+    smp::CommOptions opts;
+    opts.timeout = 1s;
+    opts.shm_slot_bytes = 0;  // through Gloo, whose timeout applies per operation
+    smp::ProcessGroups groups(mesh, rdv, opts);
+    smp_comm* dp = nullptr;
+    ASSERT_EQ(smp::consume_error(H().mesh_comm(groups.handle(), "dp", &dp)), "");
+    if (r == 0) {
+      Handle t(smp::make_tensor_handle(at::ones({4})));
+      smp_event* e = nullptr;
+      ASSERT_EQ(smp::consume_error(H().comm_allreduce_async(dp, t.h, SMP_REDUCE_SUM, &e)), "");
+      first = smp::consume_error(H().event_wait(e));
+      second = smp::consume_error(H().event_wait(e));
+      H().event_destroy(e);
+    } else {
+      while (!done) std::this_thread::sleep_for(10ms);
+    }
+  };
+  std::thread r1(rank, 1);
+  rank(0);
+  r1.join();
+  EXPECT_FALSE(first.empty()) << "the all-reduce without its peer did not fail";
+  EXPECT_EQ(second, first);
 }
 
 }  // namespace

@@ -547,8 +547,21 @@ typedef struct smp_host_api {
                                           smp_event** event);
   smp_error* (*comm_alltoall_async)(smp_comm* comm, smp_tensor* in, smp_tensor* out, const int64_t* in_splits,
                                     const int64_t* out_splits, smp_event** event);
-  int32_t (*event_ready)(smp_event* event);     /* 1 once complete (wait will not block) */
-  smp_error* (*event_wait)(smp_event* event);   /* the operation's error, if any; again: NULL */
+  /* Completion (the rules for every event):
+   *  - event_wait on CPU tensors (Gloo, shared memory) returns once the result
+   *    is in place: it blocks the calling thread.
+   *  - event_wait on CUDA tensors over NCCL is stream-ordered: it returns at
+   *    once, and work queued afterwards on the calling thread's current CUDA
+   *    stream sees the result; synchronize that stream to read it on the host.
+   *  - event_ready never blocks: 1 once the operation has finished (on the
+   *    device for NCCL), so that a wait would neither block nor order anything.
+   *  - event_wait returns the operation's error, and the same error (a new
+   *    smp_error with its code and message) on every later wait.
+   * Threads: call the communication functions, and wait on an event, from the
+   * thread that called into the plugin (the rank's training thread); every
+   * member of a communicator issues its collectives in the same order. */
+  int32_t (*event_ready)(smp_event* event);
+  smp_error* (*event_wait)(smp_event* event);
   void (*event_destroy)(smp_event* event);      /* waits first if it was never waited */
 
   /* the mesh: this rank's position and size on a named axis ("pp", "dp", "tp",

@@ -39,6 +39,9 @@ struct smp_event {
   std::shared_ptr<smp::Work> work;
   std::vector<at::Tensor> keep;
   bool waited = false;
+  // The first wait's failure, which every later wait returns again.
+  smp_error_code error_code = SMP_ERR_OK;
+  std::string error;
 };
 
 namespace smp {
@@ -233,12 +236,16 @@ smp_error* comm_alltoall_async(smp_comm* c, smp_tensor* in, smp_tensor* out, con
 }
 int32_t event_ready(smp_event* e) { return !e || e->waited || e->work->ready() ? 1 : 0; }
 smp_error* event_wait(smp_event* e) {
-  return guarded([&] {
-    if (!e) throw Error("event_wait: null event");
-    if (e->waited) return;
+  if (!e) return error_create(SMP_ERR_INVALID_ARGUMENT, "event_wait: null event");
+  if (!e->waited) {
     e->waited = true;
-    e->work->wait();
-  });
+    smp_error* err = guarded([&] { e->work->wait(); });
+    if (!err) return nullptr;
+    e->error_code = err->code;
+    e->error = err->message;
+    return err;
+  }
+  return e->error.empty() ? nullptr : error_create(e->error_code, e->error.c_str());
 }
 void event_destroy(smp_event* e) {
   if (!e) return;
