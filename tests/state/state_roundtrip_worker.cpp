@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ std::string first_difference(const std::vector<smp::StateEntry>& a, const std::v
   }
   return "";
 }
+
+// Bit-for-bit equal, NaN included (an fp16 step that overflowed has a NaN norm on both sides).
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
 }  // namespace
 
@@ -68,15 +72,15 @@ int main(int argc, char** argv) {
     if (b->steps_done() != steps) throw smp::Error("runtime B is at step " + std::to_string(b->steps_done()));
     const smp::StepResult rb = b->train_step();
     const std::string diff = first_difference(after_a, b->state_entries());
-    const bool same = ra.loss == rb.loss && ra.grad_norm == rb.grad_norm && diff.empty();
-    if (!same)
+    const bool identical = same(ra.loss, rb.loss) && same(ra.grad_norm, rb.grad_norm) && diff.empty();
+    if (!identical)
       std::printf("rank %d: state round trip DIFFERS: loss %.17g / %.17g, grad norm %.17g / %.17g, first entry %s\n",
                   env.rank, ra.loss, rb.loss, ra.grad_norm, rb.grad_norm, diff.empty() ? "-" : diff.c_str());
     auto c = create(2);
     const smp::StepResult rc = c->train_step();
-    const bool control_differs = rc.loss != ra.loss || !first_difference(after_a, c->state_entries()).empty();
+    const bool control_differs = !same(rc.loss, ra.loss) || !first_difference(after_a, c->state_entries()).empty();
     // Every rank's verdict, so rank 0 (whose output smp-launch shows) speaks for all.
-    const std::vector<double> verdicts = a->gather_world(same ? (control_differs ? 1.0 : 2.0) : 0.0);
+    const std::vector<double> verdicts = a->gather_world(identical ? (control_differs ? 1.0 : 2.0) : 0.0);
     const std::vector<double> counts = a->gather_world(static_cast<double>(saved.size()));
     const std::vector<double> slices = a->gather_world(static_cast<double>(sliced));
     bool all = true;

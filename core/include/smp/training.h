@@ -1,4 +1,5 @@
 // The training loop every job runs: steps, validation, progress, summary.json.
+// In libsmp_training (link smp::training), over the public API of libsmp_core.
 #pragma once
 
 #include <nlohmann/json.hpp>
