@@ -156,4 +156,90 @@ TEST(MeshTest, AxesByNameAndEpErrors) {
   EXPECT_THROW(DeviceMesh(4, 0, 1, 4, 1, "pp,dp,tp", 0), smp::Error);
 }
 
+// A generic named mesh: a dimension the core does not know ("cp"), a
+// flattened axis over two dimensions, and the axes by name.
+TEST(MeshTest, NamedDimensionsAndDerivedAxes) {
+  smp::MeshOptions opts;
+  opts.flatten = {{"dp_cp", {"dp", "cp"}}};
+  // rank = dp*4 + cp*2 + tp; rank 5 is dp 1, cp 0, tp 1.
+  DeviceMesh m(8, 5, {2, 2, 2}, {"dp", "cp", "tp"}, opts);
+  const Axis cp = m.axis("cp"), dp_cp = m.axis("dp_cp");
+  EXPECT_EQ(m.order(), "dp,cp,tp");
+  EXPECT_EQ(m.pp(), 1);
+  EXPECT_EQ(m.size(cp), 2);
+  EXPECT_EQ(m.coord(cp), 0);
+  EXPECT_EQ(m.group(cp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(m.all_groups(cp), (G{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(m.group(dp_cp), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(m.coord(dp_cp), 2);
+  EXPECT_EQ(m.group(Axis::MP), (std::vector<int>{4, 6, 5, 7}));  // pp, tp, cp: tp before the job's axes
+  EXPECT_EQ(m.group(Axis::World), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  std::vector<std::string> names;
+  for (const Axis& a : m.axes()) names.push_back(a.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"pp", "dp", "tp", "cp", "ep", "edp", "dp_cp", "mp", "world"}));
+  EXPECT_EQ(m.model_axes(), (std::vector<Axis>{Axis::TP, cp}));
+  EXPECT_EQ(m.rule_axes(), (std::vector<Axis>{Axis::TP, cp, Axis::EP}));
+  EXPECT_TRUE(m.is_data_axis(dp_cp));
+  EXPECT_TRUE(m.is_data_axis(Axis::EP));
+  EXPECT_FALSE(m.is_data_axis(cp));
+  EXPECT_FALSE(m.at_model_origin());  // tp 1
+  EXPECT_TRUE(DeviceMesh(8, 4, {2, 2, 2}, {"dp", "cp", "tp"}).at_model_origin());
+  EXPECT_FALSE(DeviceMesh(8, 6, {2, 2, 2}, {"dp", "cp", "tp"}).at_model_origin());  // cp 1
+  EXPECT_EQ(m.group_name(cp), "cp.3");  // the fixed coordinates in dimension order: pp 0, dp 1, tp 1
+}
+
+TEST(MeshTest, NamedDimensionsRoundTripAndPartition) {
+  const std::vector<std::vector<std::string>> orders = {
+      {"pp", "dp", "cp", "tp"}, {"cp", "pp", "tp", "dp"}, {"tp", "cp", "dp", "pp"}};
+  for (const auto& order : orders)
+    for (int cp : {1, 2, 3})
+      for (int ep : {1, 2}) {
+        std::vector<int> shape;
+        for (const auto& n : order) shape.push_back(n == "pp" ? 2 : n == "dp" ? 4 : n == "cp" ? cp : 2);
+        const int world = 2 * 4 * cp * 2;
+        smp::MeshOptions opts;
+        opts.ep = ep;
+        opts.flatten = {{"cp_dp", {"cp", "dp"}}};
+        for (int r = 0; r < world; ++r) {
+          DeviceMesh m(world, r, shape, order, opts);
+          for (const Axis& a : m.axes()) {
+            auto g = m.group(a);
+            ASSERT_EQ(static_cast<int>(g.size()), m.size(a)) << a.name();
+            if (a != Axis::World) EXPECT_EQ(g[m.coord(a)], r) << a.name();
+            auto all = m.all_groups(a);
+            EXPECT_EQ(all[m.group_index(a)], g) << a.name();
+            std::set<int> seen;
+            for (const auto& grp : all)
+              for (int x : grp) EXPECT_TRUE(seen.insert(x).second) << "rank in two groups of " << a.name();
+            EXPECT_EQ(static_cast<int>(seen.size()), world);
+          }
+          EXPECT_EQ(m.size(m.axis("cp_dp")), cp * 4);
+        }
+      }
+}
+
+TEST(MeshTest, NamedDimensionErrors) {
+  auto msg = [](auto f) {
+    try {
+      f();
+    } catch (const smp::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  DeviceMesh m(4, 0, {2, 2}, {"cp", "dp"});
+  EXPECT_NE(msg([&] { m.axis("xp"); }).find("no axis named \"xp\" (this job's mesh has: pp, dp, tp, cp, ep, edp, mp, world)"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { m.size(Axis("sp")); }).find("no axis named \"sp\""), std::string::npos);
+  EXPECT_NE(msg([] { DeviceMesh(4, 0, {2, 3}, {"cp", "dp"}); }).find("cp*dp = 2*3 = 6 does not equal the world size 4"),
+            std::string::npos);
+  EXPECT_NE(msg([] { DeviceMesh(4, 0, {2, 2}, {"cp", "cp"}); }).find("named twice"), std::string::npos);
+  EXPECT_NE(msg([] { DeviceMesh(4, 0, {2, 2}, {"ep", "dp"}); }).find("\"ep\" is a derived axis"), std::string::npos);
+  EXPECT_NE(msg([] { DeviceMesh(4, 0, {2, 2}, {"Cp", "dp"}); }).find("invalid axis name \"Cp\""), std::string::npos);
+  smp::MeshOptions bad;
+  bad.flatten = {{"dp_xp", {"dp", "xp"}}};
+  EXPECT_NE(msg([&] { DeviceMesh(4, 0, {2, 2}, {"cp", "dp"}, bad); }).find("joins \"xp\", which is not a dimension"),
+            std::string::npos);
+}
+
 }  // namespace

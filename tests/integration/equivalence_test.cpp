@@ -30,6 +30,7 @@ struct Model {
 Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
 Model towers() { return {plugin_path("towers"), source_path("tests/integration/data/towers-equiv.toml")}; }
 Model experts() { return {plugin_path("toy_experts"), source_path("tests/integration/data/experts-equiv.toml")}; }
+Model context() { return {plugin_path("toy_context"), source_path("tests/integration/data/context-equiv.toml")}; }
 Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
 Model bert() { return {plugin_path("bert"), source_path("tests/integration/data/bert-equiv.toml")}; }
 Model roberta() { return {plugin_path("roberta"), source_path("tests/integration/data/bert-equiv.toml")}; }
@@ -298,6 +299,22 @@ TEST(ExpertsEquivalence, ExpertParallel) {
                                    {"pp2 x dp2 ep2", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
                                    // Experts sharded over edp, the router over dp.
                                    {"dp4 ep2 zero3", 4, {"parallel.dp=4", "parallel.ep=2", "parallel.zero=3"}},
+                               });
+}
+
+// A generic named mesh: the job declares an axis the core has never heard of
+// (parallel.axes.cp), a third party's plugin (tests/integration/context, the
+// SDK alone) brings the "cp" rule and splits each sequence's tokens over it,
+// declaring its weights' gradients partial on cp. No core code names "cp":
+// the communicator, the rule, the partial-gradient sum, the loss counted
+// once per cp group and the global gradient norm all follow from the name.
+TEST(ContextEquivalence, AThirdPartyRuleOnAnAxisTheCoreDoesNotKnow) {
+  expect_equivalent(context(), {
+                                   {"cp2", 2, {"parallel.axes.cp=2"}},
+                                   {"cp4", 4, {"parallel.axes.cp=4"}},
+                                   {"cp2 x dp2 zero2", 4, {"parallel.axes.cp=2", "parallel.dp=2", "parallel.zero=2"}},
+                                   {"pp2 x cp2, cp slowest", 4,
+                                    {"parallel.pp=2", "parallel.axes.cp=2", "parallel.placement=\"cp,pp,dp,tp\""}},
                                });
 }
 

@@ -40,6 +40,15 @@ TEST(JobErrors, TensorParallelDegreeThatDoesNotDivideNamesNodeAndSizes) {
                  {"parallel.tp = 3", "node 'blocks.0'", "heads 4 not divisible by tp 3", "rule from plugin 'smp_tp'"});
 }
 
+// A job's own axis that no loaded plugin has a rule for would only repeat work:
+// refused by name. A placement naming an axis the job did not declare too.
+TEST(JobErrors, AJobAxisWithoutARuleOrUndeclaredIsRefusedByName) {
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.axes.cp=2"}),
+                 {"parallel.axes.cp = 2", "no loaded plugin has a \"cp\" rule"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.placement=\"pp,xp,dp,tp\""}),
+                 {"parallel.placement names \"xp\"", "parallel.axes"});
+}
+
 TEST(JobErrors, MorePipelineStagesThanNodesIsAnError) {
   expect_failure(run_job(2, plugin_path("gpt"), gpt_config(),
                          {"parallel.pp=2", "parallel.virtual_stages=8", "parallel.schedule=interleaved-1f1b",

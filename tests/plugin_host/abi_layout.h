@@ -32,7 +32,13 @@ extern "C" {
   X(smp_optimizer_create_args, SMP_OPTIMIZER_CREATE_ARGS_STRUCT_SIZE)   \
   X(smp_optimizer_step_args, SMP_OPTIMIZER_STEP_ARGS_STRUCT_SIZE)       \
   X(smp_optimizer_kind, SMP_OPTIMIZER_KIND_STRUCT_SIZE)                 \
-  X(smp_optimizers_extension, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE)
+  X(smp_optimizers_extension, SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE)   \
+  X(smp_mesh_extension, SMP_MESH_EXTENSION_STRUCT_SIZE)                 \
+  X(smp_p2p_args, SMP_P2P_ARGS_STRUCT_SIZE)                             \
+  X(smp_broadcast_args, SMP_BROADCAST_ARGS_STRUCT_SIZE)                 \
+  X(smp_event_wait_args, SMP_EVENT_WAIT_ARGS_STRUCT_SIZE)               \
+  X(smp_event_callback_args, SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE)       \
+  X(smp_comm_extension, SMP_COMM_EXTENSION_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;

@@ -24,6 +24,13 @@ namespace {
 const smp_host_api& H() { return *smp::host_api(); }
 
 // Owns one handle reference.
+// The first extension of `type` on a chain (what a plugin does; the SDK's find_extension).
+const smp_extension_base* find_extension(const smp_extension_base* e, uint32_t type) {
+  for (; e; e = e->next)
+    if (e->type == type) return e;
+  return nullptr;
+}
+
 struct Handle {
   smp_tensor* h;
   explicit Handle(smp_tensor* t) : h(t) {}
@@ -40,10 +47,59 @@ TEST(HostApi, TableDescribesTheCore) {
   EXPECT_EQ(h.abi_minor, static_cast<uint32_t>(SMP_ABI_VERSION_MINOR));
   ASSERT_NE(h.torch_version, nullptr);
   EXPECT_STRNE(h.torch_version, "");
-  // Every function of ABI 2.0 is filled in (extension_start, before them, is NULL: no host extension yet).
+  // Every function of ABI 2.0 is filled in (extension_start, before them, is the host's extensions).
   const void* const* first = reinterpret_cast<const void* const*>(&h.error_create);
   const void* const* end = reinterpret_cast<const void* const*>(reinterpret_cast<const char*>(&h) + h.struct_size);
   for (const void* const* f = first; f < end; ++f) EXPECT_NE(*f, nullptr) << "host function #" << (f - first);
+}
+
+// ABI 2.4: the host's first extension lists the mesh's axes, whatever their
+// names: here a mesh with a dimension only the job knows ("cp") and a join.
+TEST(HostApi, TheMeshExtensionEnumeratesEveryAxis) {
+  using namespace std::chrono_literals;
+  const auto* base = find_extension(H().extension_start, SMP_EXTENSION_MESH);
+  ASSERT_NE(base, nullptr);
+  ASSERT_GE(base->struct_size, SMP_MESH_EXTENSION_STRUCT_SIZE);
+  EXPECT_EQ(base->version, 1u);
+  const auto* ext = reinterpret_cast<const smp_mesh_extension*>(base);
+  // A NULL mesh: the core's axes, one rank each.
+  int32_t count = 0;
+  ASSERT_EQ(smp::consume_error(ext->axis_count(nullptr, &count)), "");
+  EXPECT_EQ(count, 7);
+  smp::MeshOptions opts;
+  opts.flatten = {{"dp_cp", {"dp", "cp"}}};
+  smp::DeviceMesh mesh(1, 0, {1, 1}, {"cp", "dp"}, opts);
+  auto rdv = smp::Rendezvous::connect("127.0.0.1", smp::find_free_port(), 0, 1, 10s);
+  smp::ProcessGroups groups(mesh, rdv, smp::CommOptions{});
+  ASSERT_EQ(smp::consume_error(ext->axis_count(groups.handle(), &count)), "");
+  std::vector<std::string> names;
+  std::vector<uint32_t> flags;
+  for (int32_t i = 0; i < count; ++i) {
+    const char* name = nullptr;
+    int32_t size = 0, rank = -1;
+    uint32_t f = 0;
+    ASSERT_EQ(smp::consume_error(ext->axis_at(groups.handle(), i, &name, &size, &rank, &f)), "");
+    names.push_back(name);
+    flags.push_back(f);
+    EXPECT_EQ(size, 1);
+    EXPECT_EQ(rank, 0);
+    // Every axis' communicator exists before anyone asks (made with the groups).
+    EXPECT_EQ(groups.all().count(name), 1u) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"pp", "dp", "tp", "cp", "ep", "edp", "dp_cp", "mp", "world"}));
+  EXPECT_EQ(flags[3], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_RULES));                 // cp
+  EXPECT_EQ(flags[1], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_DATA));                  // dp
+  EXPECT_EQ(flags[4], static_cast<uint32_t>(SMP_AXIS_DATA | SMP_AXIS_RULES));                      // ep
+  EXPECT_EQ(flags[6], static_cast<uint32_t>(SMP_AXIS_DATA));                                       // dp_cp
+  EXPECT_NE(smp::consume_error(ext->axis_at(groups.handle(), count, nullptr, nullptr, nullptr, nullptr))
+                .find("index 9 is outside [0, 9)"),
+            std::string::npos);
+  int32_t r = -1, n = -1;
+  ASSERT_EQ(smp::consume_error(H().mesh_axis(groups.handle(), "cp", &r, &n)), "");
+  EXPECT_EQ(n, 1);
+  EXPECT_NE(smp::consume_error(H().mesh_axis(groups.handle(), "sp", &r, &n)).find("no axis named \"sp\""),
+            std::string::npos);
+  rdv->shutdown(10s);
 }
 
 TEST(HostApi, ErrorsCarryCodeAndMessage) {
@@ -422,7 +478,11 @@ TEST(HostApi, MeshAxesAndCommunicatorsThroughTheTable) {
   smp_comm* none = reinterpret_cast<smp_comm*>(0x1);
   ASSERT_EQ(smp::consume_error(H().mesh_comm(nullptr, "tp", &none)), "");
   EXPECT_EQ(none, nullptr);
-  EXPECT_NE(smp::consume_error(H().mesh_axis(nullptr, "xp", &r, &n)).find("no axis named \"xp\""), std::string::npos);
+  // Any axis a job may declare ("cp") is one rank of one there (ABI 2.4); a name no axis can have is an error.
+  ASSERT_EQ(smp::consume_error(H().mesh_axis(nullptr, "cp", &r, &n)), "");
+  EXPECT_EQ(n, 1);
+  EXPECT_NE(smp::consume_error(H().mesh_axis(nullptr, "X P", &r, &n)).find("invalid axis name \"X P\""),
+            std::string::npos);
 
   // A one-rank job's mesh: the communicator is made on first use, then the same.
   auto rdv = smp::Rendezvous::connect("127.0.0.1", smp::find_free_port(), 0, 1, 10s);
@@ -460,10 +520,16 @@ TEST(HostApi, MeshAxesAndCommunicatorsThroughTheTable) {
 // A failed collective's event returns its error on every wait, not only the
 // first: rank 1 of a 2-rank group never joins rank 0's all-reduce, which
 // times out (Gloo, 1 s); rank 0 then waits twice and gets the same error.
+const smp_comm_extension& comm_ext() {
+  const auto* e = find_extension(H().extension_start, SMP_EXTENSION_COMM);
+  if (!e) throw std::runtime_error("the host has no SMP_EXTENSION_COMM");
+  return *reinterpret_cast<const smp_comm_extension*>(e);
+}
+
 TEST(HostApi, AFailedEventReturnsItsErrorOnEveryWait) {
   using namespace std::chrono_literals;
   const int port = smp::find_free_port();
-  std::string first, second;
+  std::string first, second, from_callback;
   std::atomic<bool> done{false};
   auto rank = [&](int r) {
     struct Done {  // rank 1 waits for this, whichever way rank 0 leaves
@@ -484,9 +550,18 @@ TEST(HostApi, AFailedEventReturnsItsErrorOnEveryWait) {
       Handle t(smp::make_tensor_handle(at::ones({4})));
       smp_event* e = nullptr;
       ASSERT_EQ(smp::consume_error(H().comm_allreduce_async(dp, t.h, SMP_REDUCE_SUM, &e)), "");
+      // ABI 2.4: an on-ready callback gets the same error.
+      smp_event_callback_args cb{};
+      cb.struct_size = SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE;
+      cb.event = e;
+      cb.callback = [](void* user, const smp_error* err) {
+        *static_cast<std::string*>(user) = err ? H().error_message(err) : "(none)";
+      };
+      cb.user = &from_callback;
+      ASSERT_EQ(smp::consume_error(comm_ext().event_on_ready(&cb)), "");
       first = smp::consume_error(H().event_wait(e));
       second = smp::consume_error(H().event_wait(e));
-      H().event_destroy(e);
+      H().event_destroy(e);  // after the callback has run
     } else {
       while (!done) std::this_thread::sleep_for(10ms);
     }
@@ -496,6 +571,108 @@ TEST(HostApi, AFailedEventReturnsItsErrorOnEveryWait) {
   r1.join();
   EXPECT_FALSE(first.empty()) << "the all-reduce without its peer did not fail";
   EXPECT_EQ(second, first);
+  EXPECT_NE(first.find(from_callback), std::string::npos) << from_callback;  // message, without the code
+  EXPECT_FALSE(from_callback.empty());
+}
+
+// ABI 2.4's communication extension between two ranks: send/recv (blocking
+// and as events), an asynchronous broadcast whose on-ready callback runs on
+// another thread before event_destroy returns, completion modes, and its
+// argument checks.
+TEST(HostApi, TheCommExtensionSendsReceivesBroadcastsAndCallsBack) {
+  using namespace std::chrono_literals;
+  const int port = smp::find_free_port();
+  std::vector<std::string> problems(2);
+  std::vector<at::Tensor> got(2), cast(2);
+  std::atomic<int> callbacks{0};
+  std::atomic<bool> callback_on_caller{false};
+  auto rank = [&](int r) {
+    auto fail = [&](const std::string& m) { problems[static_cast<size_t>(r)] += m + "; "; };
+    auto rdv = smp::Rendezvous::connect("127.0.0.1", port, r, 2, 30s);
+    smp::DeviceMesh mesh(2, r, 1, 2, 1);
+    smp::CommOptions opts;
+    opts.timeout = 30s;
+    smp::ProcessGroups groups(mesh, rdv, opts);
+    smp_comm* dp = nullptr;
+    if (!smp::consume_error(H().mesh_comm(groups.handle(), "dp", &dp)).empty()) return fail("no dp");
+    const smp_comm_extension& ext = comm_ext();
+    // rank 0 -> rank 1: an event waited host-blocking; rank 1 a blocking recv.
+    Handle msg(smp::make_tensor_handle(r == 0 ? at::arange(4, at::kFloat) : at::zeros({4})));
+    smp_event* e = nullptr;
+    smp_p2p_args p{};
+    p.struct_size = SMP_P2P_ARGS_STRUCT_SIZE;
+    p.comm = dp;
+    p.tensor = msg.h;
+    p.peer = 1 - r;
+    p.tag = 7;
+    p.event = r == 0 ? &e : nullptr;
+    std::string err = smp::consume_error(r == 0 ? ext.send(&p) : ext.recv(&p));
+    if (!err.empty()) return fail(err);
+    if (r == 0) {
+      smp_event_wait_args w{};
+      w.struct_size = SMP_EVENT_WAIT_ARGS_STRUCT_SIZE;
+      w.event = e;
+      w.mode = SMP_COMPLETION_HOST;
+      if (!(err = smp::consume_error(ext.event_wait(&w))).empty()) fail(err);
+      H().event_destroy(e);
+    }
+    got[static_cast<size_t>(r)] = msg.t().clone();
+    // Rank 1's value to both, asynchronously, with a callback.
+    Handle b(smp::make_tensor_handle(r == 1 ? at::full({3}, 5.0f) : at::zeros({3})));
+    smp_broadcast_args ba{};
+    ba.struct_size = SMP_BROADCAST_ARGS_STRUCT_SIZE;
+    ba.comm = dp;
+    ba.inout = b.h;
+    ba.root = 1;
+    ba.event = &e;
+    if (!(err = smp::consume_error(ext.broadcast(&ba))).empty()) return fail(err);
+    struct Seen {
+      std::atomic<int>* count;
+      std::atomic<bool>* on_caller;
+      std::thread::id caller;
+    } seen{&callbacks, &callback_on_caller, std::this_thread::get_id()};
+    smp_event_callback_args cb{};
+    cb.struct_size = SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE;
+    cb.event = e;
+    cb.callback = [](void* user, const smp_error* error) {
+      auto* s = static_cast<Seen*>(user);
+      if (std::this_thread::get_id() == s->caller) *s->on_caller = true;
+      if (!error) ++*s->count;
+    };
+    cb.user = &seen;
+    if (!(err = smp::consume_error(ext.event_on_ready(&cb))).empty()) fail(err);
+    if (smp::consume_error(ext.event_on_ready(&cb)).find("already has a callback") == std::string::npos)
+      fail("a second callback was accepted");
+    smp_event_wait_args w{};
+    w.struct_size = SMP_EVENT_WAIT_ARGS_STRUCT_SIZE;
+    w.event = e;
+    w.mode = SMP_COMPLETION_STREAM;
+    if (!(err = smp::consume_error(ext.event_wait(&w))).empty()) fail(err);
+    H().event_destroy(e);  // returns after the callback
+    cast[static_cast<size_t>(r)] = b.t().clone();
+    // Argument checks.
+    smp_p2p_args small = p;
+    small.struct_size = 8;
+    if (smp::consume_error(ext.send(&small)).find("smaller than ABI 2.4's") == std::string::npos)
+      fail("a short args struct was accepted");
+    smp_p2p_args far = p;
+    far.peer = 5;
+    if (smp::consume_error(ext.send(&far)).find("peer 5 is outside") == std::string::npos) fail("peer 5 accepted");
+    w.mode = static_cast<smp_completion_mode>(9);
+    if (smp::consume_error(ext.event_wait(&w)).find("unknown completion mode 9") == std::string::npos)
+      fail("mode 9 accepted");
+    groups.get(smp::Axis::World).barrier();
+    rdv->shutdown(30s);
+  };
+  std::thread r1(rank, 1);
+  rank(0);
+  r1.join();
+  EXPECT_EQ(problems[0], "");
+  EXPECT_EQ(problems[1], "");
+  EXPECT_TRUE(at::equal(got[1], at::arange(4, at::kFloat))) << got[1];
+  EXPECT_TRUE(at::equal(cast[0], at::full({3}, 5.0f))) << cast[0];
+  EXPECT_EQ(callbacks.load(), 2);
+  EXPECT_FALSE(callback_on_caller.load()) << "a callback ran on the training thread";
 }
 
 }  // namespace

@@ -190,6 +190,39 @@ TEST(ConfigTest, ImpossibleLayouts) {
   EXPECT_EQ(ep_ok.get_int("parallel.ep"), 2);
 }
 
+// The job's own mesh dimensions: parallel.axes (a TOML table or --set per
+// entry), placed just outside tp unless the placement names them; dp derived
+// over all dimensions; names checked; flattened axes join dimensions.
+TEST(ConfigTest, JobAxesAndFlattenedAxes) {
+  Config c = Config::from_string("[parallel]\ntp = 2\n[parallel.axes]\ncp = 2\n", "job.toml",
+                                 {"parallel.axes.sp=1", "parallel.flatten.dp_cp=[\"dp\", \"cp\"]"});
+  c.resolve_layout(8);
+  EXPECT_EQ(c.get_int("parallel.dp"), 2);
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,cp,sp,tp");
+  smp::JobConfig j = smp::JobConfig::from(c);
+  EXPECT_EQ(j.parallel.axes, (std::vector<std::pair<std::string, int>>{{"cp", 2}, {"sp", 1}}));
+  ASSERT_EQ(j.parallel.flatten.size(), 1u);
+  EXPECT_EQ(j.parallel.flatten[0].first, "dp_cp");
+  EXPECT_EQ(j.parallel.flatten[0].second, (std::vector<std::string>{"dp", "cp"}));
+  EXPECT_EQ(j.parallel_json.at("axes").at("cp"), 2);  // what adapters and modules see
+  Config named = Config::from_string("[parallel]\nplacement = \"cp,pp,dp,tp\"\naxes = { cp = 4 }\n", "job.toml");
+  named.resolve_layout(8);
+  EXPECT_EQ(named.get_string("parallel.placement"), "cp,pp,dp,tp");
+  EXPECT_EQ(named.get_int("parallel.dp"), 2);
+  EXPECT_ERROR(Config::from_string("[parallel.axes]\nep = 2\n", "job.toml"),
+               "job.toml: parallel.axes: expected a table of axis names");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel.axes.Cp=2"}), "parallel.axes: expected a table");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel.axes.cp=0"}), "to positive integers");
+  Config undeclared = Config::from_string("[parallel]\nplacement = \"pp,cp,dp,tp\"\n", "job.toml");
+  EXPECT_ERROR(undeclared.resolve_layout(4),
+               "job.toml: parallel.placement names \"cp\", which is neither pp, dp, tp nor an axis of parallel.axes");
+  Config product = Config::from_string("[parallel]\ndp = 2\naxes = { cp = 2 }\n", "job.toml");
+  EXPECT_ERROR(product.resolve_layout(8),
+               "parallel.pp * parallel.tp * parallel.axes.cp * parallel.dp = 1 * 1 * 2 * 2 = 4, but the world size is 8");
+  Config join = Config::from_string("[parallel.flatten]\ndp_xp = [\"dp\", \"xp\"]\n", "job.toml");
+  EXPECT_ERROR(join.resolve_layout(2), "parallel.flatten.dp_xp: \"xp\" is not a dimension");
+}
+
 TEST(ConfigTest, JobConfigIsTheTypedConfig) {
   Config c = Config::from_string("[parallel]\ntp = 2\nep = 1\n[train]\nlr = 0.5\nbucket_mb = 2\n[model]\nadapter = \"gpt\"\nlayers = 3\n",
                                  "job.toml", {"run.threads=3"});

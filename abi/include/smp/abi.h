@@ -34,7 +34,9 @@
  * device mesh (smp_module_context.mesh), and asks the host for its position on
  * any named axis (host->mesh_axis) and that axis' communicator
  * (host->mesh_comm). Axes: "pp", "dp", "tp", "ep" (expert parallel, a split of
- * dp), "edp" (the dp ranks holding the same experts), "world". Every parameter
+ * dp), "edp" (the dp ranks holding the same experts), "mp", "world", and any a
+ * job declares (parallel.axes, e.g. "cp"; since 2.4, listed by the host's
+ * SMP_EXTENSION_MESH): the core knows those by name only. Every parameter
  * declares a placement per axis (smp_param_info.placements): replicated (the
  * default for an axis not listed), sharded along a dimension, or replicated
  * with a gradient that is partial and must be summed over the axis. The core
@@ -66,7 +68,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 3
+#define SMP_ABI_VERSION_MINOR 4
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -147,6 +149,8 @@ typedef enum smp_log_level {
 typedef enum smp_extension_type {
   SMP_EXTENSION_NONE = 0,
   SMP_EXTENSION_OPTIMIZERS = 1, /* since 2.3, on a plugin descriptor: smp_optimizers_extension */
+  SMP_EXTENSION_MESH = 2,       /* since 2.4, on the host table: smp_mesh_extension */
+  SMP_EXTENSION_COMM = 3,       /* since 2.4, on the host table: smp_comm_extension */
   SMP_EXTENSION_PRIVATE_BASE = 0x10000
 } smp_extension_type;
 
@@ -203,7 +207,7 @@ typedef enum smp_placement_kind {
 
 typedef struct smp_placement {
   size_t struct_size;
-  const char* axis;         /* "tp", "ep" or "dp" */
+  const char* axis;         /* an axis with SMP_AXIS_RULES, or "dp" (replicated only) */
   smp_placement_kind kind;
   int32_t dim;              /* SHARD: the split dimension; else ignored */
 } smp_placement;
@@ -379,11 +383,13 @@ typedef struct smp_partition_strategy {
 
 /* When the mesh's `axis` has more than one rank, every node of `kind` becomes
  * `dist_kind` (after `check` accepts its config). "tp" rules give Megatron's
- * layers, "ep" rules expert-parallel layers. Rules of different axes apply in
- * the order tp, ep. */
+ * layers, "ep" rules expert-parallel layers; since 2.4 a rule may name any
+ * axis (one the job declares, e.g. "cp"). Rules of different axes apply in
+ * the order tp, the job's axes as declared, ep; a job axis of size > 1 that
+ * no rule applies on is refused. */
 typedef struct smp_rule {
   size_t struct_size;
-  const char* axis;       /* "tp" or "ep" */
+  const char* axis;       /* a mesh axis rules apply on: "tp", "ep", or a job's (since 2.4) */
   const char* kind;       /* the serial kind this rule applies to */
   const char* dist_kind;  /* the kind that replaces it */
   void* state;
@@ -454,6 +460,103 @@ typedef struct smp_optimizers_extension {
   const smp_optimizer_kind* const* kinds;
   size_t n_kinds;
 } smp_optimizers_extension;
+
+/* ------------------------------------------------------------------------ */
+/* SMP_EXTENSION_MESH: the mesh's axes, by index                             */
+/* ------------------------------------------------------------------------ */
+/* A job's mesh has the core's axes and any a job declares (parallel.axes, e.g.
+ * "cp"), which the core knows by name only. A plugin enumerates them here;
+ * host->mesh_axis and host->mesh_comm take any of the names. Every axis'
+ * communicator exists before the first module is created. */
+typedef enum smp_axis_flags {
+  SMP_AXIS_DIMENSION = 1, /* a dimension of the mesh (else derived: a split or a join of dimensions) */
+  SMP_AXIS_DATA = 2,      /* over dp: gradients are already summed over it (no PARTIAL_GRAD placement) */
+  SMP_AXIS_RULES = 4      /* rules apply on it (tp, the job's axes, ep): modules may be placed on it */
+} smp_axis_flags;
+
+/* type SMP_EXTENSION_MESH, version 1. A NULL mesh is a one-rank mesh with the
+ * core's axes (pp, dp, tp, ep, edp, mp, world), each of size 1. */
+typedef struct smp_mesh_extension {
+  smp_extension_base base;
+  smp_error* (*axis_count)(const smp_mesh* mesh, int32_t* count);
+  /* axis `index` (0 <= index < count): its name (borrowed for the mesh's
+   * lifetime), group size, this rank's coordinate and smp_axis_flags */
+  smp_error* (*axis_at)(const smp_mesh* mesh, int32_t index, const char** name, int32_t* size, int32_t* rank,
+                        uint32_t* flags);
+} smp_mesh_extension;
+
+/* ------------------------------------------------------------------------ */
+/* SMP_EXTENSION_COMM: point-to-point, asynchronous broadcast, completion     */
+/* modes and on-ready callbacks, each call with an args struct               */
+/* ------------------------------------------------------------------------ */
+/* Every function takes one args struct that begins with struct_size (filled
+ * with its SMP_*_ARGS_STRUCT_SIZE) and an extension chain, so a call can grow
+ * without a new function. The completion and threading rules of the host
+ * table's events (above) hold, with these additions. */
+
+/* How smp_comm_extension.event_wait completes an operation. */
+typedef enum smp_completion_mode {
+  SMP_COMPLETION_DEFAULT = 0, /* as host->event_wait: host-blocking on CPU, stream-ordered on NCCL */
+  SMP_COMPLETION_HOST = 1,    /* returns once the result is readable from the host (CUDA: after the
+                                 device has finished it) */
+  SMP_COMPLETION_STREAM = 2   /* orders the calling thread's current stream after the operation; on CPU
+                                 (no streams) the same as HOST */
+} smp_completion_mode;
+
+/* send and recv: a point-to-point transfer on a communicator. */
+typedef struct smp_p2p_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  smp_comm* comm;
+  smp_tensor* tensor;  /* send: read; recv: written, with the sender's shape and dtype */
+  int32_t peer;        /* the other side's rank in comm */
+  int32_t tag;         /* matches a send with a recv between the same two ranks */
+  smp_event** event;   /* NULL: complete before returning (host-blocking); else *event completes it */
+} smp_p2p_args;
+
+typedef struct smp_broadcast_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  smp_comm* comm;
+  smp_tensor* inout;   /* root's value, in place on every rank */
+  int32_t root;        /* rank in comm */
+  smp_event** event;   /* NULL: blocking; else *event completes it */
+} smp_broadcast_args;
+
+typedef struct smp_event_wait_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  smp_event* event;
+  smp_completion_mode mode;
+} smp_event_wait_args;
+
+/* Called exactly once after the operation has finished (event_ready would
+ * return 1), on a host thread that is not the rank's training thread, with
+ * NULL or the operation's error (borrowed for the call; event_wait later
+ * returns the same error). It must not block, nor call the host's
+ * communication functions; it may signal the training thread. event_destroy
+ * returns only after the callback has run. */
+typedef void (*smp_event_callback)(void* user, const smp_error* error);
+
+typedef struct smp_event_callback_args {
+  size_t struct_size;
+  const smp_extension_base* extension_start;
+  smp_event* event;
+  smp_event_callback callback;
+  void* user;
+} smp_event_callback_args;
+
+/* type SMP_EXTENSION_COMM, version 1, on the host table. */
+typedef struct smp_comm_extension {
+  smp_extension_base base;
+  smp_error* (*send)(const smp_p2p_args* args);
+  smp_error* (*recv)(const smp_p2p_args* args);
+  smp_error* (*broadcast)(const smp_broadcast_args* args);
+  /* host->event_wait with a completion mode */
+  smp_error* (*event_wait)(const smp_event_wait_args* args);
+  /* at most one callback per event */
+  smp_error* (*event_on_ready)(const smp_event_callback_args* args);
+} smp_comm_extension;
 
 /* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
@@ -565,10 +668,11 @@ typedef struct smp_host_api {
   void (*event_destroy)(smp_event* event);      /* waits first if it was never waited */
 
   /* the mesh: this rank's position and size on a named axis ("pp", "dp", "tp",
-   * "ep", "edp", "world"); an unknown axis is an error naming the known ones */
+   * "ep", "edp", "mp", "world", or one the job declared: SMP_EXTENSION_MESH
+   * lists them); an unknown axis is an error naming the mesh's axes */
   smp_error* (*mesh_axis)(const smp_mesh* mesh, const char* axis, int32_t* rank, int32_t* size);
-  /* the axis' communicator (made on first use, then cached; borrowed for the
-   * mesh's lifetime). Every rank of the group must ask in the same order.
+  /* the axis' communicator (since 2.4 every axis' is made before any module,
+   * so ranks may ask in any order; borrowed for the mesh's lifetime).
    * A NULL mesh gives *comm = NULL: comm_rank/comm_size report it as rank 0
    * of 1, and a plugin skips collectives on a group of one (the SDK does). */
   smp_error* (*mesh_comm)(smp_mesh* mesh, const char* axis, smp_comm** comm);
@@ -634,6 +738,12 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_OPTIMIZER_STEP_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_step_args, step)
 #define SMP_OPTIMIZER_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizer_kind, destroy)
 #define SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_optimizers_extension, n_kinds)
+#define SMP_MESH_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_mesh_extension, axis_at)
+#define SMP_P2P_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_p2p_args, event)
+#define SMP_BROADCAST_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_broadcast_args, event)
+#define SMP_EVENT_WAIT_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_event_wait_args, mode)
+#define SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_event_callback_args, user)
+#define SMP_COMM_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_comm_extension, event_on_ready)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

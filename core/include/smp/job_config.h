@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Exported from libsmp_core (built with hidden visibility): the public API.
@@ -21,7 +22,9 @@ struct ParallelConfig {
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   std::string partition = "balanced";
-  std::string placement = "pp,dp,tp";
+  std::string placement = "pp,dp,tp";  // every dimension, slowest first (after resolve_layout)
+  std::vector<std::pair<std::string, int>> axes;  // the job's own dimensions (parallel.axes), in name order
+  std::vector<std::pair<std::string, std::vector<std::string>>> flatten;  // derived joins (parallel.flatten)
   bool sequence_parallel = false;
   bool tie_across_stages = true;
   bool tp_replicate_indivisible = false;

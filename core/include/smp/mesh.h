@@ -1,68 +1,154 @@
-// The device mesh: world ranks laid out as a pp x dp x tp grid, with expert
-// parallelism (ep) as a split of dp. Pure C++.
+// The device mesh: world ranks laid out as a grid of named dimensions (PyTorch's
+// DeviceMesh), with derived axes that split or flatten them. Pure C++.
 //
-// Named axes: "pp", "dp", "tp" are the grid; "ep" splits the dp ranks of one
-// (pp, tp) slice into groups of ep consecutive dp indices (the ranks that
-// exchange tokens in an expert layer); "edp" is the expert-data-parallel group,
-// the dp ranks holding the same experts (dp index = e + k*ep for fixed e), over
-// which expert gradients are reduced; "mp" every pp x tp rank at one dp index;
-// "world" every rank.
+// Dimensions: "pp" (pipeline stages) and "dp" (data: each dp index reads its own
+// share of the batch) have roles in the core; every other dimension is a model
+// axis that replicates the batch and splits what its plugins' rules split:
+// "tp", and any axis a job declares (parallel.axes, e.g. "cp"), which the core
+// knows by name only. Derived axes: "ep" splits the dp ranks of a slice into
+// groups of ep consecutive dp indices (the ranks that exchange tokens in an
+// expert layer); "edp" the dp ranks holding the same experts (dp index =
+// e + k*ep for fixed e); flattened axes join dimensions (torchtitan's
+// dp_shard_cp); "mp" joins pp and every model axis at one dp index; "world"
+// every rank.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Exported from libsmp_core (built with hidden visibility): the public API.
 #pragma GCC visibility push(default)
 namespace smp {
 
-enum class Axis { PP, DP, TP, EP, EDP, MP, World };
-const char* axis_name(Axis axis);  // "pp", "dp", "tp", "ep", "edp", "mp", "world"
-// The axis called `name`; throws smp::Error listing the known names.
+// A mesh axis, by name ([a-z][a-z0-9_]*, at most 15 characters). The core's
+// own axes are constants; any other name is an axis a job declared.
+class Axis {
+ public:
+  static constexpr std::size_t kMaxName = 15;
+  constexpr Axis() : name_{} {}
+  // Throws smp::Error for a name that is not a valid axis name.
+  explicit Axis(const std::string& name);
+  static const Axis PP, DP, TP, EP, EDP, MP, World;
+
+  const char* name() const { return name_; }
+  friend bool operator==(const Axis& a, const Axis& b) { return compare(a, b) == 0; }
+  friend bool operator!=(const Axis& a, const Axis& b) { return compare(a, b) != 0; }
+  friend bool operator<(const Axis& a, const Axis& b) { return compare(a, b) < 0; }
+
+ private:
+  struct Literal {};
+  template <std::size_t N>
+  constexpr Axis(const char (&s)[N], Literal) : name_{} {
+    static_assert(N <= kMaxName + 1, "axis name too long");
+    for (std::size_t i = 0; i < N; ++i) name_[i] = s[i];
+  }
+  static int compare(const Axis& a, const Axis& b) {
+    for (std::size_t i = 0; i <= kMaxName; ++i)
+      if (a.name_[i] != b.name_[i] || !a.name_[i]) return a.name_[i] - b.name_[i];
+    return 0;
+  }
+  char name_[kMaxName + 1];
+};
+inline constexpr Axis Axis::PP{"pp", Axis::Literal{}};
+inline constexpr Axis Axis::DP{"dp", Axis::Literal{}};
+inline constexpr Axis Axis::TP{"tp", Axis::Literal{}};
+inline constexpr Axis Axis::EP{"ep", Axis::Literal{}};
+inline constexpr Axis Axis::EDP{"edp", Axis::Literal{}};
+inline constexpr Axis Axis::MP{"mp", Axis::Literal{}};
+inline constexpr Axis Axis::World{"world", Axis::Literal{}};
+
+inline const char* axis_name(const Axis& axis) { return axis.name(); }
+// One of the core's own axes by name; throws smp::Error listing them. A job's
+// mesh knows more: DeviceMesh::axis.
 Axis axis_from_name(const std::string& name);
-// Every axis, in the order above.
-const std::vector<Axis>& all_axes();
+
+// What a mesh has beyond its dimensions.
+struct MeshOptions {
+  int ep = 1;  // expert parallelism: must divide dp
+  // Derived axes joining dimensions, e.g. {"dp_cp", {"dp", "cp"}} (first slowest).
+  std::vector<std::pair<std::string, std::vector<std::string>>> flatten;
+};
 
 class DeviceMesh {
  public:
-  // order: the axes from slowest- to fastest-varying rank index, a permutation
-  // of "pp,dp,tp" (spaces allowed); "cluster" = "pp,dp,tp", "spread" = "pp,tp,dp".
-  // Throws smp::Error naming the values when pp*dp*tp != world_size, a degree
-  // is < 1, rank is out of range or the order is not a permutation.
-  // ep must divide dp (1 = no expert parallelism).
+  // names: the dimensions from slowest- to fastest-varying rank index, shape
+  // their sizes (their product is the world size). "pp", "dp" and "tp" are
+  // dimensions of size 1 when not named. Throws smp::Error naming the values
+  // for a bad size, name, product, rank, ep or flattened axis.
+  DeviceMesh(int world_size, int rank, const std::vector<int>& shape, const std::vector<std::string>& names,
+             const MeshOptions& options = {});
+  // The pp x dp x tp grid. order: a permutation of "pp,dp,tp" (spaces allowed),
+  // slowest first; "cluster" = "pp,dp,tp", "spread" = "pp,tp,dp".
   DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order = "pp,dp,tp", int ep = 1);
 
   int world_size() const { return world_; }
   int rank() const { return rank_; }
-  int pp() const { return pp_; }
-  int dp() const { return dp_; }
-  int tp() const { return tp_; }
-  int ep() const { return ep_; }
-  int size(Axis axis) const;              // group size along an axis (MP: pp*tp, EDP: dp/ep)
-  const std::string& order() const { return order_; }  // normalised "pp,dp,tp"
+  int pp() const { return size(Axis::PP); }
+  int dp() const { return size(Axis::DP); }
+  int tp() const { return size(Axis::TP); }
+  int ep() const { return size(Axis::EP); }
+  // The dimensions' names, slowest first, joined by commas ("pp,dp,cp,tp").
+  const std::string& order() const { return order_; }
 
-  // This rank's position on an axis: pp/dp/tp index; EP: dp_i % ep; EDP: dp_i / ep;
-  // MP: pp_i * tp + tp_i; World: rank.
-  int coord(Axis axis) const;
-  int coord_of(int rank, Axis axis) const;
+  // Every axis: the dimensions (pp, dp, tp, then the job's in order), then the
+  // derived ones (ep, edp, flattened, mp, world).
+  const std::vector<Axis>& axes() const { return axis_list_; }
+  bool has(const Axis& axis) const;
+  // The axis called `name`; throws smp::Error listing this mesh's axes.
+  Axis axis(const std::string& name) const;
+  // The model axes: tp and the job's own dimensions (each replicates the batch).
+  std::vector<Axis> model_axes() const;
+  // The axes rules apply on, in the order they are applied: the model axes, then ep.
+  std::vector<Axis> rule_axes() const;
+  // Whether a gradient is already summed over `axis` by data parallelism:
+  // dp, ep, edp, or a flattened axis over dp.
+  bool is_data_axis(const Axis& axis) const;
+
+  int size(const Axis& axis) const;  // group size along an axis
+  // This rank's position on an axis (its index in group(axis)); World: the rank.
+  int coord(const Axis& axis) const { return coord_of(rank_, axis); }
+  int coord_of(int rank, const Axis& axis) const;
+  // Whether this rank is at coordinate 0 of every model axis (where a value
+  // replicated over them is counted once).
+  bool at_model_origin() const;
+  // The rank at (pp_i, dp_i, tp_i), coordinate 0 on the other dimensions.
   int rank_of(int pp_i, int dp_i, int tp_i) const;
 
   // The world ranks of this rank's group along `axis`, in axis order (group rank
-  // i = element i). MP: ordered by (pp_i, tp_i), pp-major. World: 0..world-1.
-  std::vector<int> group(Axis axis) const;
-  std::vector<int> group_of(int rank, Axis axis) const;
+  // i = element i). MP: pp-major. World: 0..world-1.
+  std::vector<int> group(const Axis& axis) const { return group_of(rank_, axis); }
+  std::vector<int> group_of(int rank, const Axis& axis) const;
   // Every group along `axis` (a partition of the world), in group-index order.
-  std::vector<std::vector<int>> all_groups(Axis axis) const;
-  // Index of this rank's group in all_groups(axis), and a job-unique name for
-  // it, e.g. "tp.3" (to pass as Rendezvous::new_communicator's name).
-  int group_index(Axis axis) const;
-  std::string group_name(Axis axis) const;
+  std::vector<std::vector<int>> all_groups(const Axis& axis) const;
+  // Index of this rank's group in all_groups(axis): the coordinates that stay
+  // fixed along the axis, in dimension order (pp, dp, tp, the job's). And a
+  // job-unique name for the group, e.g. "tp.3".
+  int group_index(const Axis& axis) const { return index_of(rank_, axis); }
+  std::string group_name(const Axis& axis) const;
 
  private:
-  int index_of(int rank, Axis axis) const;  // group index of `rank`
-  int world_, rank_, pp_, dp_, tp_, ep_;
+  // A digit of one dimension's coordinate: (coordinate / div) % size.
+  struct Factor {
+    int dim, div, size;
+  };
+  struct AxisDef {
+    Axis axis;
+    std::vector<int> factors;  // into factors_, most significant first
+  };
+  void build(const std::vector<int>& shape, const std::vector<std::string>& names, const MeshOptions& options);
+  const AxisDef& def(const Axis& axis) const;
+  int digit(int rank, const Factor& f) const;
+  int index_of(int rank, const Axis& axis) const;
+
+  int world_, rank_;
   std::string order_;
-  int stride_pp_, stride_dp_, stride_tp_;
+  std::vector<std::string> dim_names_;  // pp, dp, tp, then the job's dimensions
+  std::vector<int> dim_size_, dim_stride_;
+  std::vector<Factor> factors_;  // by dimension, most significant first
+  std::vector<AxisDef> defs_;
+  std::vector<Axis> axis_list_;
 };
 
 }  // namespace smp

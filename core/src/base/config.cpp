@@ -14,7 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-enum class Type { Int, Double, Bool, String, StringArray, IntArray };
+// AxisSizes: a table of axis name -> size; AxisJoins: axis name -> dimension names.
+enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, AxisJoins };
 
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
@@ -46,7 +47,14 @@ const std::vector<KeySpec>& schema() {
       {"parallel.partition", Type::String, "balanced", Rule::None,
        "partition strategy of a loaded plugin (smp_partition: balanced, tree, manual); its options in [partition]"},
       {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement,
-       "rank order of the mesh axes, slowest- to fastest-varying"},
+       "rank order of the mesh dimensions, slowest- to fastest-varying; an axis of parallel.axes it does not name "
+       "goes just outside tp"},
+      {"parallel.axes", Type::AxisSizes, json::object(), Rule::None,
+       "the job's own mesh dimensions beyond pp, dp and tp, e.g. { cp = 2 }: model axes that replicate the batch "
+       "and split what the loaded plugins' rules for them split (in name order, after tp's)"},
+      {"parallel.flatten", Type::AxisJoins, json::object(), Rule::None,
+       "derived axes joining dimensions, slowest first, e.g. { dp_cp = [\"dp\", \"cp\"] }: each has a communicator "
+       "a plugin can ask for"},
       {"parallel.sequence_parallel", Type::Bool, false, Rule::None,
        "Megatron's sequence parallelism in tensor-parallel layers"},
       {"parallel.tie_across_stages", Type::Bool, true, Rule::None,
@@ -193,7 +201,8 @@ const char* expectation(Type t, Rule r) {
       return "expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\" "
              "(or the aliases \"simple\", \"interleaved\")";
     case Rule::Placement:
-      return "expected a permutation of \"pp,dp,tp\" (slowest- to fastest-varying) or \"cluster\"/\"spread\"";
+      return "expected a permutation of \"pp,dp,tp\" and any axes of parallel.axes (slowest- to fastest-varying), "
+             "or \"cluster\"/\"spread\"";
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
@@ -208,6 +217,12 @@ const char* expectation(Type t, Rule r) {
     case Type::String: return "expected a string";
     case Type::StringArray: return "expected an array of strings";
     case Type::IntArray: return "expected an array of integers";
+    case Type::AxisSizes:
+      return "expected a table of axis names (lower-case letters, digits, '_'; not pp, dp, tp, ep, edp, mp or "
+             "world) to positive integers";
+    case Type::AxisJoins:
+      return "expected a table of axis names (lower-case letters, digits, '_'; not a core axis) to arrays of two "
+             "or more dimension names";
   }
   return "expected a value";
 }
@@ -228,7 +243,22 @@ std::string normalise_schedule(const std::string& s) {
   return "";
 }
 
+// A name a job may give a mesh axis of its own: [a-z][a-z0-9_]*, at most 15
+// characters (DeviceMesh's Axis), and not one of the core's axes.
+bool is_axis_name(const std::string& n) {
+  if (n.empty() || n.size() > 15 || !std::islower(static_cast<unsigned char>(n[0]))) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+bool is_core_axis(const std::string& n) {
+  for (const char* a : {"pp", "dp", "tp", "ep", "edp", "mp", "world"})
+    if (n == a) return true;
+  return false;
+}
+
 // Placement "cluster"/"spread"/"pp, dp, tp" -> "pp,dp,tp"; "" when invalid.
+// Names beyond pp, dp and tp are checked against parallel.axes by resolve_layout.
 std::string normalise_placement(const std::string& s) {
   if (s == "cluster") return "pp,dp,tp";
   if (s == "spread") return "pp,tp,dp";
@@ -242,11 +272,15 @@ std::string normalise_placement(const std::string& s) {
       cur += c;
     }
   }
-  if (parts.size() != 3) return "";
-  std::vector<std::string> sorted = parts;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) return "";
-  return parts[0] + "," + parts[1] + "," + parts[2];
+  std::string out;
+  for (const auto& p : parts) {
+    if (!is_axis_name(p) || std::count(parts.begin(), parts.end(), p) > 1) return "";
+    if (is_core_axis(p) && p != "pp" && p != "dp" && p != "tp") return "";
+    out += (out.empty() ? "" : ",") + p;
+  }
+  for (const char* core : {"pp", "dp", "tp"})
+    if (std::find(parts.begin(), parts.end(), core) == parts.end()) return "";
+  return out;
 }
 
 // TOML -> JSON (dates and times become strings).
@@ -310,6 +344,27 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       for (auto&& e : *n.as_array()) {
         if (!e.is_integer() || e.as_integer()->get() < 0) return fail();
         v.push_back(e.as_integer()->get());
+      }
+      break;
+    }
+    case Type::AxisSizes:
+    case Type::AxisJoins: {
+      if (!n.is_table()) return fail();
+      v = json::object();
+      for (auto&& [k, e] : *n.as_table()) {
+        const std::string name(k.str());
+        if (!is_axis_name(name) || is_core_axis(name)) return fail();
+        if (spec.type == Type::AxisSizes) {
+          if (!e.is_integer() || e.as_integer()->get() < 1) return fail();
+          v[name] = e.as_integer()->get();
+          continue;
+        }
+        if (!e.is_array() || e.as_array()->size() < 2) return fail();
+        v[name] = json::array();
+        for (auto&& d : *e.as_array()) {
+          if (!d.is_string()) return fail();
+          v[name].push_back(d.as_string()->get());
+        }
       }
       break;
     }
@@ -459,6 +514,18 @@ void apply_override(const std::string& arg, json& values) {
     }
     (*cur)[parts.back()] = to_json_value(node);
     return;
+  }
+  // One entry of a table-valued key: --set parallel.axes.cp=2.
+  if (parts.size() == 3) {
+    const KeySpec* outer = find_spec(table + "." + parts[1]);
+    if (outer && (outer->type == Type::AxisSizes || outer->type == Type::AxisJoins)) {
+      toml::table entry;
+      entry.insert_or_assign(parts[2], node);
+      json& cur = values[table][parts[1]];
+      if (!cur.is_object()) cur = json::object();
+      cur.update(check_value(origin, *outer, entry));
+      return;
+    }
   }
   const KeySpec* spec = find_spec(key);
   if (!spec) unknown_key(origin, key);
@@ -621,6 +688,8 @@ std::string Config::reference() {
       case Type::String: return "string";
       case Type::StringArray: return "array of strings";
       case Type::IntArray: return "array of integers";
+      case Type::AxisSizes: return "table of integers";
+      case Type::AxisJoins: return "table of arrays of strings";
     }
     return "?";
   };
@@ -647,23 +716,78 @@ std::string Config::reference() {
   return out;
 }
 
+namespace {
+
+// The placement with every axis of parallel.axes in it (those it does not name
+// go just outside tp); throws for a name that is not a dimension.
+std::string full_placement(const std::string& origin, const std::string& placement, const json& axes) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : placement + ",") {
+    if (c != ',') {
+      cur += c;
+      continue;
+    }
+    if (cur != "pp" && cur != "dp" && cur != "tp" && !axes.contains(cur))
+      throw Error(origin + ": parallel.placement names \"" + cur +
+                  "\", which is neither pp, dp, tp nor an axis of parallel.axes");
+    parts.push_back(cur);
+    cur.clear();
+  }
+  for (const auto& [name, size] : axes.items())
+    if (std::find(parts.begin(), parts.end(), name) == parts.end())
+      parts.insert(std::find(parts.begin(), parts.end(), "tp"), name);
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ",") + p;
+  return out;
+}
+
+void check_flatten(const std::string& origin, const json& flatten, const json& axes) {
+  for (const auto& [name, dims] : flatten.items()) {
+    if (axes.contains(name))
+      throw Error(origin + ": parallel.flatten." + name + ": \"" + name + "\" is already an axis of parallel.axes");
+    for (const auto& d : dims) {
+      const std::string dim = d.get<std::string>();
+      if (dim != "pp" && dim != "dp" && dim != "tp" && !axes.contains(dim))
+        throw Error(origin + ": parallel.flatten." + name + ": \"" + dim +
+                    "\" is not a dimension (pp, dp, tp or an axis of parallel.axes)");
+      if (std::count(dims.begin(), dims.end(), d) > 1)
+        throw Error(origin + ": parallel.flatten." + name + ": names \"" + dim + "\" twice");
+    }
+  }
+}
+
+}  // namespace
+
 void Config::resolve_layout(int world_size) {
   if (world_size < 1) throw Error(origin_ + ": invalid world size " + std::to_string(world_size));
   const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
+  const json axes = section_json("parallel")["axes"];
+  values_["parallel"]["placement"] = full_placement(origin_, get_string("parallel.placement"), axes);
+  check_flatten(origin_, section_json("parallel")["flatten"], axes);
+  // The model dimensions: tp and the job's own axes.
+  int64_t model = tp;
+  std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);
+  for (const auto& [name, size] : axes.items()) {
+    model *= size.get<int64_t>();
+    model_names += " * parallel.axes." + name;
+    model_sizes += " * " + std::to_string(size.get<int64_t>());
+  }
   const json* dpv = find("parallel.dp");
   int64_t dp;
   if (dpv) {
     dp = dpv->get<int64_t>();
-    if (pp * tp * dp != world_size)
-      throw Error(origin_ + ": parallel.pp * parallel.tp * parallel.dp = " + std::to_string(pp) + " * " +
-                  std::to_string(tp) + " * " + std::to_string(dp) + " = " + std::to_string(pp * tp * dp) +
+    if (pp * model * dp != world_size)
+      throw Error(origin_ + ": parallel.pp * " + model_names + " * parallel.dp = " + std::to_string(pp) + " * " +
+                  model_sizes + " * " + std::to_string(dp) + " = " + std::to_string(pp * model * dp) +
                   ", but the world size is " + std::to_string(world_size));
   } else {
-    if (world_size % (pp * tp) != 0)
-      throw Error(origin_ + ": parallel.pp * parallel.tp = " + std::to_string(pp) + " * " + std::to_string(tp) +
-                  " = " + std::to_string(pp * tp) + " does not divide the world size " +
-                  std::to_string(world_size) + " (parallel.dp is derived as world / (pp * tp))");
-    dp = world_size / (pp * tp);
+    if (world_size % (pp * model) != 0)
+      throw Error(origin_ + ": parallel.pp * " + model_names + " = " + std::to_string(pp) + " * " + model_sizes +
+                  " = " + std::to_string(pp * model) + " does not divide the world size " +
+                  std::to_string(world_size) + " (parallel.dp is derived as world / (pp * tp" +
+                  (axes.empty() ? "" : " * the axes") + "))");
+    dp = world_size / (pp * model);
     values_["parallel"]["dp"] = dp;
   }
   const int64_t ep = get_int("parallel.ep");

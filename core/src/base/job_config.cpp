@@ -52,6 +52,10 @@ ParallelConfig parallel_of(const Config& c) {
   p.virtual_stages = static_cast<int>(c.get_int("parallel.virtual_stages"));
   p.partition = c.get_string("parallel.partition");
   p.placement = c.get_string("parallel.placement");
+  const nlohmann::json par = c.section_json("parallel");
+  for (const auto& [name, size] : par["axes"].items()) p.axes.emplace_back(name, size.get<int>());
+  for (const auto& [name, dims] : par["flatten"].items())
+    p.flatten.emplace_back(name, dims.get<std::vector<std::string>>());
   p.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   p.tie_across_stages = c.get_bool("parallel.tie_across_stages");
   p.tp_replicate_indivisible = c.get_bool("parallel.tp_replicate_indivisible");

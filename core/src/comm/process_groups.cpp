@@ -1,9 +1,16 @@
 #include "comm/process_groups.h"
 
+#include <smp/error.h>
+
 namespace smp {
 
 ProcessGroups::ProcessGroups(const DeviceMesh& mesh, std::shared_ptr<Rendezvous> rendezvous, CommOptions options)
-    : mesh_(mesh), rendezvous_(std::move(rendezvous)), options_(options), handle_(new smp_mesh{this}) {}
+    : mesh_(mesh), rendezvous_(std::move(rendezvous)), options_(options), handle_(new smp_mesh{this}) {
+  for (const Axis& axis : mesh_.axes()) {
+    const std::string key = axis.name();
+    comms_[key] = rendezvous_->new_communicator(key, mesh_.group_name(axis), mesh_.group(axis), options_);
+  }
+}
 
 ProcessGroups::~ProcessGroups() = default;
 
@@ -14,11 +21,11 @@ Communicator& ProcessGroups::cached(const std::string& key,
   return *(comms_[key] = make());
 }
 
-Communicator& ProcessGroups::get(Axis axis) {
-  const std::string key = axis_name(axis);
-  return cached(key, [&] {
-    return rendezvous_->new_communicator(key, mesh_.group_name(axis), mesh_.group(axis), options_);
-  });
+Communicator& ProcessGroups::get(const Axis& axis) {
+  auto it = comms_.find(axis.name());
+  if (it == comms_.end()) mesh_.axis(axis.name());  // throws, naming the mesh's axes
+  if (it == comms_.end()) throw Error("internal: no communicator for axis \"" + std::string(axis.name()) + "\"");
+  return *it->second;
 }
 
 Communicator& ProcessGroups::derived(const std::string& key, const std::string& kind, const std::string& name,

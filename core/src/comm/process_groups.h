@@ -1,7 +1,8 @@
-// The communicators of one rank's device mesh: any axis ("pp", "dp", "tp",
-// "ep", "edp", "mp", "world") or derived group (tied weights), made on first
-// use through the job's Rendezvous and cached for the job. Also the ABI's
-// smp_mesh handle a module is given.
+// The communicators of one rank's device mesh: one per axis of the mesh (its
+// dimensions and derived axes, whatever their names), all made when the
+// object is created, in the mesh's axis order on every rank, so no plugin has
+// an ordering rule to keep; and groups the core derives later (tied weights).
+// Also the ABI's smp_mesh handle a module is given.
 #pragma once
 
 #include <smp/abi.h>
@@ -26,15 +27,15 @@ class ProcessGroups {
 
   const DeviceMesh& mesh() const { return mesh_; }
 
-  // This rank's group along `axis`, cached under the axis name. Creation is
-  // collective over the group: every member must ask for the same groups in
-  // the same order (true when it happens while building the same modules).
-  Communicator& get(Axis axis);
-  Communicator& get(const std::string& axis) { return get(axis_from_name(axis)); }
+  // This rank's group along `axis`; throws smp::Error naming the mesh's axes
+  // for an axis it does not have.
+  Communicator& get(const Axis& axis);
+  Communicator& get(const std::string& axis) { return get(mesh_.axis(axis)); }
 
   // A group that is not a mesh axis, e.g. the pp ranks holding replicas of a
   // tied parameter: cached under `key`; `name` is unique per group in the job;
-  // made by exactly the ranks in world_ranks.
+  // made by exactly the ranks in world_ranks (collectively, in one order: the
+  // core's own calls while it builds the same modules on every rank).
   Communicator& derived(const std::string& key, const std::string& kind, const std::string& name,
                         const std::vector<int>& world_ranks);
 

@@ -25,8 +25,9 @@ void scale_hints(GraphNode& node, const smp_rule& rule, int axis_size) {
 
 }  // namespace
 
-void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
-                          bool replicate_indivisible) {
+int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
+                         bool replicate_indivisible) {
+  int split = 0;
   std::set<std::string> replicated_kinds;
   std::map<std::string, std::string> decided;  // shared key -> kind, so tied nodes stay one module
   for (auto& node : graph.nodes) {
@@ -50,6 +51,7 @@ void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, con
       if (reason.empty()) {
         node.kind = rule->dist_kind;
         scale_hints(node, *rule, axis_size);
+        ++split;
       } else if (replicate_indivisible) {
         spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,
                      axis_size, axis, reason);
@@ -63,6 +65,7 @@ void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, con
     }
     if (!node.shared_key.empty()) decided[node.shared_key] = node.kind;
   }
+  return split;
 }
 
 }  // namespace smp

@@ -16,7 +16,8 @@ class PluginRegistry;
 // error naming the node, the axis and the rule's reason, unless
 // replicate_indivisible is set, in which case the node stays replicated with a
 // warning. Nodes sharing a key get one decision, so they stay one module.
-void apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
-                          bool replicate_indivisible);
+// Returns how many nodes it split.
+int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
+                         bool replicate_indivisible);
 
 }  // namespace smp

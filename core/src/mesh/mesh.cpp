@@ -1,4 +1,6 @@
-// DeviceMesh: rank <-> (pp, dp, tp) coordinates and the groups along each axis.
+// DeviceMesh: rank <-> coordinates on named dimensions, and the groups along
+// every axis. Each axis is a list of digits of the dimensions' coordinates, so
+// splits (ep, edp) and joins (flattened axes, mp, world) share one code path.
 #include <smp/error.h>
 #include <smp/mesh.h>
 
@@ -7,36 +9,24 @@
 
 namespace smp {
 
-const char* axis_name(Axis axis) {
-  switch (axis) {
-    case Axis::PP: return "pp";
-    case Axis::DP: return "dp";
-    case Axis::TP: return "tp";
-    case Axis::EP: return "ep";
-    case Axis::EDP: return "edp";
-    case Axis::MP: return "mp";
-    case Axis::World: return "world";
-  }
-  return "?";
-}
-
-const std::vector<Axis>& all_axes() {
-  static const std::vector<Axis> axes{Axis::PP, Axis::DP, Axis::TP, Axis::EP, Axis::EDP, Axis::MP, Axis::World};
-  return axes;
-}
-
-Axis axis_from_name(const std::string& name) {
-  std::string known;
-  for (Axis a : all_axes()) {
-    if (name == axis_name(a)) return a;
-    known += std::string(known.empty() ? "" : ", ") + axis_name(a);
-  }
-  throw Error("device mesh: no axis named \"" + name + "\" (known: " + known + ")");
-}
-
 namespace {
 
-std::vector<std::string> parse_order(const std::string& order) {
+const char* const kCoreAxes[] = {"pp", "dp", "tp", "ep", "edp", "mp", "world"};
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > Axis::kMaxName || !std::islower(static_cast<unsigned char>(n[0]))) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+std::string join(const std::vector<std::string>& parts, const char* sep = ",") {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+std::vector<std::string> split_order(const std::string& order) {
   if (order == "cluster") return {"pp", "dp", "tp"};
   if (order == "spread") return {"pp", "tp", "dp"};
   std::vector<std::string> parts;
@@ -59,127 +49,247 @@ std::vector<std::string> parse_order(const std::string& order) {
 
 }  // namespace
 
+Axis::Axis(const std::string& name) : name_{} {
+  if (!valid_name(name))
+    throw Error("device mesh: invalid axis name \"" + name + "\" (lower-case letters, digits and '_', "
+                "starting with a letter, at most " + std::to_string(kMaxName) + " characters)");
+  std::copy(name.begin(), name.end(), name_);
+}
+
+Axis axis_from_name(const std::string& name) {
+  for (const char* a : kCoreAxes)
+    if (name == a) return Axis(name);
+  std::vector<std::string> known(std::begin(kCoreAxes), std::end(kCoreAxes));
+  throw Error("device mesh: no axis named \"" + name + "\" (known: " + join(known, ", ") + ")");
+}
+
+DeviceMesh::DeviceMesh(int world_size, int rank, const std::vector<int>& shape, const std::vector<std::string>& names,
+                       const MeshOptions& options)
+    : world_(world_size), rank_(rank) {
+  build(shape, names, options);
+}
+
 DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order, int ep)
-    : world_(world_size), rank_(rank), pp_(pp), dp_(dp), tp_(tp), ep_(ep) {
+    : world_(world_size), rank_(rank) {
   if (pp < 1 || dp < 1 || tp < 1)
     throw Error("device mesh: degrees must be >= 1, got pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
                 " tp=" + std::to_string(tp));
-  if (ep < 1 || dp % ep != 0)
-    throw Error("device mesh: ep = " + std::to_string(ep) + " must be >= 1 and divide dp = " + std::to_string(dp) +
-                " (expert parallelism splits the data-parallel ranks)");
   if (static_cast<long long>(pp) * dp * tp != world_size)
     throw Error("device mesh: pp*dp*tp = " + std::to_string(pp) + "*" + std::to_string(dp) + "*" +
                 std::to_string(tp) + " = " + std::to_string(static_cast<long long>(pp) * dp * tp) +
                 " does not equal the world size " + std::to_string(world_size));
-  if (rank < 0 || rank >= world_size)
-    throw Error("device mesh: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world_size) + ")");
-  auto parts = parse_order(order);
-  order_ = parts[0] + "," + parts[1] + "," + parts[2];
-  // Fastest axis has stride 1.
+  const auto names = split_order(order);
+  std::vector<int> shape;
+  for (const auto& n : names) shape.push_back(n == "pp" ? pp : n == "dp" ? dp : tp);
+  MeshOptions options;
+  options.ep = ep;
+  build(shape, names, options);
+}
+
+void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::string>& names,
+                       const MeshOptions& options) {
+  if (shape.size() != names.size())
+    throw Error("device mesh: " + std::to_string(shape.size()) + " sizes for " + std::to_string(names.size()) +
+                " dimensions (" + join(names) + ")");
+  long long product = 1;
+  std::string sizes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Axis named(names[i]);  // validates the name
+    if (shape[i] < 1) throw Error("device mesh: " + names[i] + " = " + std::to_string(shape[i]) + " must be >= 1");
+    if (std::count(names.begin(), names.end(), names[i]) > 1)
+      throw Error("device mesh: dimension \"" + names[i] + "\" is named twice in " + join(names));
+    const bool derived = std::find(std::begin(kCoreAxes) + 3, std::end(kCoreAxes), names[i]) != std::end(kCoreAxes);
+    if (derived) throw Error("device mesh: \"" + names[i] + "\" is a derived axis, not a dimension");
+    product *= shape[i];
+    sizes += (sizes.empty() ? "" : "*") + std::to_string(shape[i]);
+  }
+  if (product != world_)
+    throw Error("device mesh: " + join(names, "*") + " = " + sizes + " = " + std::to_string(product) +
+                " does not equal the world size " + std::to_string(world_));
+  if (rank_ < 0 || rank_ >= world_)
+    throw Error("device mesh: rank " + std::to_string(rank_) + " is outside [0, " + std::to_string(world_) + ")");
+
+  // Dimensions in their canonical order (pp, dp, tp, the job's), strides from the rank order.
+  std::vector<std::string> layout = names;
+  for (const char* core : {"tp", "dp", "pp"})
+    if (std::find(layout.begin(), layout.end(), core) == layout.end()) layout.insert(layout.begin(), core);
+  dim_names_ = {"pp", "dp", "tp"};
+  for (const auto& n : names)
+    if (n != "pp" && n != "dp" && n != "tp") dim_names_.push_back(n);
+  const auto dim_index = [&](const std::string& n) {
+    return static_cast<int>(std::find(dim_names_.begin(), dim_names_.end(), n) - dim_names_.begin());
+  };
+  dim_size_.assign(dim_names_.size(), 1);
+  dim_stride_.assign(dim_names_.size(), 1);
+  for (size_t i = 0; i < names.size(); ++i) dim_size_[dim_index(names[i])] = shape[i];
+  order_ = join(names);
   int stride = 1;
-  for (int i = 2; i >= 0; --i) {
-    if (parts[i] == "pp") stride_pp_ = stride, stride *= pp_;
-    else if (parts[i] == "dp") stride_dp_ = stride, stride *= dp_;
-    else stride_tp_ = stride, stride *= tp_;
+  for (size_t i = layout.size(); i-- > 0;) {
+    const int d = dim_index(layout[i]);
+    dim_stride_[d] = stride;
+    stride *= dim_size_[d];
   }
+
+  // Factors: dp splits into (edp, ep) when 1 < ep < dp; every other dimension is one digit.
+  const int dp = dim_size_[1], ep = options.ep;
+  if (ep < 1 || dp % ep != 0)
+    throw Error("device mesh: ep = " + std::to_string(ep) + " must be >= 1 and divide dp = " + std::to_string(dp) +
+                " (expert parallelism splits the data-parallel ranks)");
+  std::vector<std::vector<int>> of_dim(dim_names_.size());
+  for (int d = 0; d < static_cast<int>(dim_names_.size()); ++d) {
+    if (d == 1 && ep > 1 && ep < dp) {
+      of_dim[d] = {static_cast<int>(factors_.size()), static_cast<int>(factors_.size()) + 1};
+      factors_.push_back({d, ep, dp / ep});
+      factors_.push_back({d, 1, ep});
+    } else {
+      of_dim[d] = {static_cast<int>(factors_.size())};
+      factors_.push_back({d, 1, dim_size_[d]});
+    }
+  }
+  const auto add = [&](const std::string& name, std::vector<int> factors) {
+    defs_.push_back({Axis(name), std::move(factors)});
+  };
+  for (int d = 0; d < static_cast<int>(dim_names_.size()); ++d) add(dim_names_[d], of_dim[d]);
+  const bool split = of_dim[1].size() == 2;
+  add("ep", split ? std::vector<int>{of_dim[1][1]} : ep == dp ? of_dim[1] : std::vector<int>{});
+  add("edp", split ? std::vector<int>{of_dim[1][0]} : ep == 1 ? of_dim[1] : std::vector<int>{});
+  for (const auto& [name, parts] : options.flatten) {
+    if (std::find(std::begin(kCoreAxes), std::end(kCoreAxes), name) != std::end(kCoreAxes) ||
+        dim_index(name) < static_cast<int>(dim_names_.size()) ||
+        std::any_of(defs_.begin(), defs_.end(), [&](const AxisDef& a) { return name == a.axis.name(); }))
+      throw Error("device mesh: flattened axis \"" + name + "\" is already an axis");
+    if (parts.size() < 2) throw Error("device mesh: flattened axis \"" + name + "\" must join two or more dimensions");
+    std::vector<int> factors;
+    for (const auto& p : parts) {
+      const int d = dim_index(p);
+      if (d == static_cast<int>(dim_names_.size()))
+        throw Error("device mesh: flattened axis \"" + name + "\" joins \"" + p + "\", which is not a dimension (" +
+                    join(dim_names_, ", ") + ")");
+      if (std::count(parts.begin(), parts.end(), p) > 1)
+        throw Error("device mesh: flattened axis \"" + name + "\" names \"" + p + "\" twice");
+      factors.insert(factors.end(), of_dim[d].begin(), of_dim[d].end());
+    }
+    add(name, factors);
+  }
+  std::vector<int> mp = of_dim[0];
+  for (int d = 2; d < static_cast<int>(dim_names_.size()); ++d) mp.insert(mp.end(), of_dim[d].begin(), of_dim[d].end());
+  add("mp", mp);
+  std::vector<int> world;
+  for (const auto& n : layout) world.insert(world.end(), of_dim[dim_index(n)].begin(), of_dim[dim_index(n)].end());
+  add("world", world);
+  for (const auto& a : defs_) axis_list_.push_back(a.axis);
 }
 
-int DeviceMesh::size(Axis axis) const {
-  switch (axis) {
-    case Axis::PP: return pp_;
-    case Axis::DP: return dp_;
-    case Axis::TP: return tp_;
-    case Axis::EP: return ep_;
-    case Axis::EDP: return dp_ / ep_;
-    case Axis::MP: return pp_ * tp_;
-    case Axis::World: return world_;
-  }
-  return 1;
+namespace {
+
+[[noreturn]] void no_such_axis(const std::string& name, const std::vector<Axis>& axes) {
+  std::string known;
+  for (const auto& a : axes) known += std::string(known.empty() ? "" : ", ") + a.name();
+  throw Error("device mesh: no axis named \"" + name + "\" (this job's mesh has: " + known + ")");
 }
 
-int DeviceMesh::coord_of(int r, Axis axis) const {
+}  // namespace
+
+const DeviceMesh::AxisDef& DeviceMesh::def(const Axis& axis) const {
+  for (const auto& a : defs_)
+    if (a.axis == axis) return a;
+  no_such_axis(axis.name(), axis_list_);
+}
+
+bool DeviceMesh::has(const Axis& axis) const {
+  return std::any_of(defs_.begin(), defs_.end(), [&](const AxisDef& a) { return a.axis == axis; });
+}
+
+Axis DeviceMesh::axis(const std::string& name) const {
+  for (const auto& a : defs_)
+    if (name == a.axis.name()) return a.axis;
+  no_such_axis(name, axis_list_);
+}
+
+std::vector<Axis> DeviceMesh::model_axes() const {
+  std::vector<Axis> out;
+  for (size_t d = 2; d < dim_names_.size(); ++d) out.push_back(Axis(dim_names_[d]));
+  return out;
+}
+
+std::vector<Axis> DeviceMesh::rule_axes() const {
+  std::vector<Axis> out = model_axes();
+  out.push_back(Axis::EP);
+  return out;
+}
+
+bool DeviceMesh::is_data_axis(const Axis& axis) const {
+  const auto& f = def(axis).factors;
+  if (axis == Axis::EP || axis == Axis::EDP) return true;  // splits of dp, of whatever size
+  return std::any_of(f.begin(), f.end(), [&](int i) { return factors_[i].dim == 1; });
+}
+
+int DeviceMesh::size(const Axis& axis) const {
+  int n = 1;
+  for (int f : def(axis).factors) n *= factors_[f].size;
+  return n;
+}
+
+int DeviceMesh::digit(int r, const Factor& f) const {
+  return (r / dim_stride_[f.dim]) % dim_size_[f.dim] / f.div % f.size;
+}
+
+int DeviceMesh::coord_of(int r, const Axis& axis) const {
   if (r < 0 || r >= world_)
     throw Error("device mesh: rank " + std::to_string(r) + " is outside [0, " + std::to_string(world_) + ")");
-  const int p = (r / stride_pp_) % pp_, d = (r / stride_dp_) % dp_, t = (r / stride_tp_) % tp_;
-  switch (axis) {
-    case Axis::PP: return p;
-    case Axis::DP: return d;
-    case Axis::TP: return t;
-    case Axis::EP: return d % ep_;
-    case Axis::EDP: return d / ep_;
-    case Axis::MP: return p * tp_ + t;
-    case Axis::World: return r;
-  }
-  return 0;
+  int c = 0;
+  for (int f : def(axis).factors) c = c * factors_[f].size + digit(r, factors_[f]);
+  return c;
 }
 
-int DeviceMesh::coord(Axis axis) const { return coord_of(rank_, axis); }
+bool DeviceMesh::at_model_origin() const {
+  for (size_t d = 2; d < dim_names_.size(); ++d)
+    if ((rank_ / dim_stride_[d]) % dim_size_[d] != 0) return false;
+  return true;
+}
 
 int DeviceMesh::rank_of(int pp_i, int dp_i, int tp_i) const {
-  if (pp_i < 0 || pp_i >= pp_ || dp_i < 0 || dp_i >= dp_ || tp_i < 0 || tp_i >= tp_)
+  if (pp_i < 0 || pp_i >= pp() || dp_i < 0 || dp_i >= dp() || tp_i < 0 || tp_i >= tp())
     throw Error("device mesh: coordinates (pp=" + std::to_string(pp_i) + ", dp=" + std::to_string(dp_i) +
-                ", tp=" + std::to_string(tp_i) + ") are outside the mesh pp=" + std::to_string(pp_) +
-                " dp=" + std::to_string(dp_) + " tp=" + std::to_string(tp_));
-  return pp_i * stride_pp_ + dp_i * stride_dp_ + tp_i * stride_tp_;
+                ", tp=" + std::to_string(tp_i) + ") are outside the mesh pp=" + std::to_string(pp()) +
+                " dp=" + std::to_string(dp()) + " tp=" + std::to_string(tp()));
+  return pp_i * dim_stride_[0] + dp_i * dim_stride_[1] + tp_i * dim_stride_[2];
 }
 
-std::vector<int> DeviceMesh::group_of(int r, Axis axis) const {
-  const int p = coord_of(r, Axis::PP), d = coord_of(r, Axis::DP), t = coord_of(r, Axis::TP);
+std::vector<int> DeviceMesh::group_of(int r, const Axis& axis) const {
+  const auto& fs = def(axis).factors;
+  const int n = size(axis);
+  if (r < 0 || r >= world_)
+    throw Error("device mesh: rank " + std::to_string(r) + " is outside [0, " + std::to_string(world_) + ")");
   std::vector<int> g;
-  switch (axis) {
-    case Axis::PP:
-      for (int i = 0; i < pp_; ++i) g.push_back(rank_of(i, d, t));
-      break;
-    case Axis::DP:
-      for (int i = 0; i < dp_; ++i) g.push_back(rank_of(p, i, t));
-      break;
-    case Axis::TP:
-      for (int i = 0; i < tp_; ++i) g.push_back(rank_of(p, d, i));
-      break;
-    case Axis::EP:
-      for (int i = 0; i < ep_; ++i) g.push_back(rank_of(p, d - d % ep_ + i, t));
-      break;
-    case Axis::EDP:
-      for (int i = 0; i < dp_ / ep_; ++i) g.push_back(rank_of(p, d % ep_ + i * ep_, t));
-      break;
-    case Axis::MP:
-      for (int i = 0; i < pp_; ++i)
-        for (int j = 0; j < tp_; ++j) g.push_back(rank_of(i, d, j));
-      break;
-    case Axis::World:
-      for (int i = 0; i < world_; ++i) g.push_back(i);
-      break;
+  g.reserve(n);
+  for (int k = 0; k < n; ++k) {
+    // r with the axis' digits replaced by those of k (the last digit least significant).
+    int rank = r, rest = k;
+    for (size_t i = fs.size(); i-- > 0;) {
+      const Factor& f = factors_[fs[i]];
+      const int want = rest % f.size;
+      rest /= f.size;
+      rank += (want - digit(r, f)) * f.div * dim_stride_[f.dim];
+    }
+    g.push_back(rank);
   }
   return g;
 }
 
-std::vector<int> DeviceMesh::group(Axis axis) const { return group_of(rank_, axis); }
-
-// Groups are numbered by the coordinates that stay fixed along the axis, in
-// (pp, dp, tp) order: pp groups by (dp, tp), dp groups by (pp, tp), tp groups
-// by (pp, dp), ep groups by (pp, dp / ep, tp), edp groups by (pp, dp % ep, tp),
-// mp groups by dp.
-int DeviceMesh::index_of(int r, Axis axis) const {
-  const int p = coord_of(r, Axis::PP), d = coord_of(r, Axis::DP), t = coord_of(r, Axis::TP);
-  switch (axis) {
-    case Axis::PP: return d * tp_ + t;
-    case Axis::DP: return p * tp_ + t;
-    case Axis::TP: return p * dp_ + d;
-    case Axis::EP: return (p * (dp_ / ep_) + d / ep_) * tp_ + t;
-    case Axis::EDP: return (p * ep_ + d % ep_) * tp_ + t;
-    case Axis::MP: return d;
-    case Axis::World: return 0;
-  }
-  return 0;
+int DeviceMesh::index_of(int r, const Axis& axis) const {
+  const auto& fs = def(axis).factors;
+  int index = 0;
+  for (int i = 0; i < static_cast<int>(factors_.size()); ++i)
+    if (std::find(fs.begin(), fs.end(), i) == fs.end()) index = index * factors_[i].size + digit(r, factors_[i]);
+  return index;
 }
 
-int DeviceMesh::group_index(Axis axis) const { return index_of(rank_, axis); }
-
-std::string DeviceMesh::group_name(Axis axis) const {
-  return std::string(axis_name(axis)) + "." + std::to_string(group_index(axis));
+std::string DeviceMesh::group_name(const Axis& axis) const {
+  return std::string(axis.name()) + "." + std::to_string(group_index(axis));
 }
 
-std::vector<std::vector<int>> DeviceMesh::all_groups(Axis axis) const {
+std::vector<std::vector<int>> DeviceMesh::all_groups(const Axis& axis) const {
   const int n = world_ / size(axis);
   std::vector<std::vector<int>> groups(n);
   for (int r = 0; r < world_; ++r) {

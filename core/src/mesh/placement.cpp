@@ -4,38 +4,67 @@
 
 #include <smp/error.h>
 
+#include <algorithm>
+
 namespace smp {
 
-Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where) {
+namespace {
+
+// The axes a plugin may place a parameter on: where rules apply, and dp.
+std::vector<std::string> placeable(const DeviceMesh* mesh) {
+  std::vector<std::string> out;
+  if (!mesh) return out;
+  for (const Axis& a : mesh->rule_axes()) out.push_back(a.name());
+  out.push_back("dp");
+  return out;
+}
+
+std::string quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+}  // namespace
+
+Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where,
+                                const DeviceMesh* mesh) {
   Placements out;
   if (n > 0 && !p) throw Error(where + ": " + std::to_string(n) + " placements but a null array");
+  const std::vector<std::string> allowed = placeable(mesh);
   for (size_t i = 0; i < n; ++i) {
     const smp_placement& s = p[i];
     require_struct_size(&s, SMP_PLACEMENT_STRUCT_SIZE, "2.0", where + ": placement " + std::to_string(i));
     const std::string axis = s.axis ? s.axis : "";
     Placement pl;
-    if (axis == "tp") pl.axis = Axis::TP;
-    else if (axis == "ep") pl.axis = Axis::EP;
-    else if (axis == "dp") pl.axis = Axis::DP;
-    else
-      throw Error(where + ": placement on axis '" + axis + "': parameters are placed on \"tp\", \"ep\" or \"dp\"");
+    const bool core_only = axis == "pp" || axis == "edp" || axis == "mp" || axis == "world";
+    if (mesh ? std::find(allowed.begin(), allowed.end(), axis) == allowed.end() : core_only)
+      throw Error(where + ": placement on axis '" + axis + "': parameters are placed on " +
+                  (mesh ? quoted(allowed) : std::string("the mesh's model axes, \"ep\" or \"dp\"")));
+    try {
+      pl.axis = Axis(axis);
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
     for (const auto& q : out.list_)
       if (q.axis == pl.axis) throw Error(where + ": two placements on axis '" + axis + "'");
+    const bool data = mesh ? mesh->is_data_axis(pl.axis) : (pl.axis == Axis::DP || pl.axis == Axis::EP);
     pl.kind = s.kind;
     switch (s.kind) {
       case SMP_PLACEMENT_REPLICATE: break;
       case SMP_PLACEMENT_PARTIAL_GRAD:
         // The data-parallel reduction already sums over this axis: a partial sum there would be added twice.
-        if (pl.axis == Axis::DP)
-          throw Error(where + ": a partial gradient on axis \"dp\" is refused: data parallelism already sums "
-                              "gradients over \"dp\" (declare it replicated there)");
+        if (data)
+          throw Error(where + ": a partial gradient on axis \"" + axis + "\" is refused: data parallelism already "
+                      "sums gradients over \"" + axis + "\" (declare it replicated there)");
         break;
       case SMP_PLACEMENT_SHARD:
         if (s.dim < 0 || s.dim >= ndim)
           throw Error(where + ": shard dimension " + std::to_string(s.dim) + " on axis '" + axis +
                       "' is outside a " + std::to_string(ndim) + "-dimensional parameter");
-        if (pl.axis == Axis::DP)
-          throw Error(where + ": sharding a parameter over \"dp\" is the memory manager's (ZeRO), not a plugin's");
+        if (data && pl.axis != Axis::EP)
+          throw Error(where + ": sharding a parameter over \"" + axis +
+                      "\" is the memory manager's (ZeRO), not a plugin's");
         pl.dim = s.dim;
         break;
       default:
@@ -66,7 +95,8 @@ Placements Placements::sharded_over_data() const {
 }
 
 bool Placements::counted_on(const DeviceMesh& mesh, int data_coord) const {
-  if (!sharded(Axis::TP) && mesh.coord(Axis::TP) != 0) return false;
+  for (const Axis& a : mesh.model_axes())
+    if (!sharded(a) && mesh.coord(a) != 0) return false;
   // The data axis: experts differ across ep, and are the same across edp.
   const Axis data = data_parallel_axis();
   return sharded(data) || mesh.coord(data) == data_coord;

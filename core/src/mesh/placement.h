@@ -24,9 +24,12 @@ class Placements {
  public:
   Placements() = default;
   // From the ABI. Throws smp::Error (prefixed with `where`) for an axis that
-  // parameters cannot be placed on, a duplicate axis, a bad kind or a shard
-  // dimension outside [0, ndim).
-  static Placements from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where);
+  // parameters cannot be placed on (the mesh's rule axes, and dp replicated;
+  // with no mesh, any valid name but pp, edp, mp and world), a partial
+  // gradient or a shard on a data axis (but experts on ep), a duplicate axis, a
+  // bad kind or a shard dimension outside [0, ndim).
+  static Placements from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where,
+                             const DeviceMesh* mesh = nullptr);
 
   smp_placement_kind kind(Axis axis) const;
   bool sharded(Axis axis) const { return kind(axis) == SMP_PLACEMENT_SHARD; }
@@ -43,7 +46,7 @@ class Placements {
   Placements sharded_over_data() const;
 
   // Whether this rank holds a distinct value of the parameter that no other
-  // rank counts: on every axis where it is not sharded, only coordinate 0
+  // rank counts: on every model axis where it is not sharded, only coordinate 0
   // counts, but on the data-parallel axis coordinate `data_coord` (so that
   // the replicas' share of a sum over the world can be spread over the data
   // ranks). Used so a sum over the world counts each value once.

@@ -7,8 +7,11 @@
 
 #include <smp/sdk/host.hpp>
 
+#include "base/device.h"
+#include "base/struct_size.h"
 #include "comm/comm_handle.h"
 #include "comm/communicator.h"
+#include "comm/event_watcher.h"
 #include "comm/process_groups.h"
 #include "plugin/graph_builder.h"
 
@@ -17,7 +20,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <vector>
 
 
@@ -38,10 +45,16 @@ struct smp_tensor {
 struct smp_event {
   std::shared_ptr<smp::Work> work;
   std::vector<at::Tensor> keep;
+  // The training thread's wait and the on-ready watcher's are one wait.
+  std::mutex mu;
   bool waited = false;
   // The first wait's failure, which every later wait returns again.
   smp_error_code error_code = SMP_ERR_OK;
   std::string error;
+  // An on-ready callback (SMP_EXTENSION_COMM): destroy waits until it has run.
+  bool has_callback = false;
+  bool callback_done = false;
+  std::condition_variable callback_cv;
 };
 
 namespace smp {
@@ -234,9 +247,14 @@ smp_error* comm_alltoall_async(smp_comm* c, smp_tensor* in, smp_tensor* out, con
                                const int64_t* out_splits, smp_event** event) {
   return make_event(event, {in, out}, [&] { return launch_alltoall(c, in, out, in_splits, out_splits); });
 }
-int32_t event_ready(smp_event* e) { return !e || e->waited || e->work->ready() ? 1 : 0; }
+int32_t event_ready(smp_event* e) {
+  if (!e) return 1;
+  std::lock_guard<std::mutex> lock(e->mu);
+  return e->waited || e->work->ready() ? 1 : 0;
+}
 smp_error* event_wait(smp_event* e) {
   if (!e) return error_create(SMP_ERR_INVALID_ARGUMENT, "event_wait: null event");
+  std::lock_guard<std::mutex> lock(e->mu);
   if (!e->waited) {
     e->waited = true;
     smp_error* err = guarded([&] { e->work->wait(); });
@@ -249,19 +267,109 @@ smp_error* event_wait(smp_event* e) {
 }
 void event_destroy(smp_event* e) {
   if (!e) return;
-  if (!e->waited) {
-    // The buffers must not be freed under a running collective.
-    std::string err = consume_error(event_wait(e));
-    if (!err.empty()) spdlog::warn("an asynchronous collective destroyed without a wait failed: {}", err);
-  }
+  // The buffers must not be freed under a running collective.
+  std::string err = consume_error(event_wait(e));
+  if (!err.empty() && !e->has_callback)
+    spdlog::warn("an asynchronous collective destroyed without a wait failed: {}", err);
+  std::unique_lock<std::mutex> lock(e->mu);
+  e->callback_cv.wait(lock, [&] { return !e->has_callback || e->callback_done; });
+  lock.unlock();
   delete e;
+}
+
+// ---- SMP_EXTENSION_COMM ----
+
+// A launch, blocking when `event` is null, else handed out as a new event.
+void start(smp_event** event, const std::vector<smp_tensor*>& tensors,
+           const std::function<std::shared_ptr<Work>()>& launch) {
+  if (!event) {
+    launch()->wait();
+    return;
+  }
+  *event = nullptr;
+  auto e = std::make_unique<smp_event>();
+  for (auto* t : tensors) e->keep.push_back(mutable_tensor(t));
+  e->work = launch();
+  *event = e.release();
+}
+
+int32_t checked_rank(const smp_comm* c, int32_t r, const char* what) {
+  const int n = comm_size(c);
+  if (r < 0 || r >= n)
+    throw Error(std::string(what) + " " + std::to_string(r) + " is outside the communicator's ranks [0, " +
+                std::to_string(n) + ")");
+  return r;
+}
+
+smp_error* ext_send(const smp_p2p_args* a) {
+  return guarded([&] {
+    require_struct_size(a, SMP_P2P_ARGS_STRUCT_SIZE, "2.4", "comm extension: send args");
+    const int peer = checked_rank(a->comm, a->peer, "send: peer");
+    start(a->event, {a->tensor}, [&] { return comm_of(a->comm).send(mutable_tensor(a->tensor), peer, a->tag); });
+  });
+}
+smp_error* ext_recv(const smp_p2p_args* a) {
+  return guarded([&] {
+    require_struct_size(a, SMP_P2P_ARGS_STRUCT_SIZE, "2.4", "comm extension: recv args");
+    const int peer = checked_rank(a->comm, a->peer, "recv: peer");
+    start(a->event, {a->tensor}, [&] { return comm_of(a->comm).recv(mutable_tensor(a->tensor), peer, a->tag); });
+  });
+}
+smp_error* ext_broadcast(const smp_broadcast_args* a) {
+  return guarded([&] {
+    require_struct_size(a, SMP_BROADCAST_ARGS_STRUCT_SIZE, "2.4", "comm extension: broadcast args");
+    const int root = checked_rank(a->comm, a->root, "broadcast: root");
+    start(a->event, {a->inout}, [&] { return comm_of(a->comm).broadcast(mutable_tensor(a->inout), root); });
+  });
+}
+smp_error* ext_event_wait(const smp_event_wait_args* a) {
+  smp_error* shape = guarded([&] {
+    require_struct_size(a, SMP_EVENT_WAIT_ARGS_STRUCT_SIZE, "2.4", "comm extension: event_wait args");
+    if (a->mode != SMP_COMPLETION_DEFAULT && a->mode != SMP_COMPLETION_HOST && a->mode != SMP_COMPLETION_STREAM)
+      throw Error("comm extension: event_wait: unknown completion mode " + std::to_string(static_cast<int>(a->mode)));
+  });
+  if (shape) return shape;
+  if (smp_error* err = event_wait(a->event)) return err;
+  // Host completion of a device operation: its result must be on the device first.
+  if (a->mode == SMP_COMPLETION_HOST)
+    return guarded([&] {
+      for (const auto& t : a->event->keep)
+        if (t.is_cuda()) synchronize(t.device());
+    });
+  return nullptr;
+}
+smp_error* ext_event_on_ready(const smp_event_callback_args* a) {
+  return guarded([&] {
+    require_struct_size(a, SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE, "2.4", "comm extension: event_on_ready args");
+    smp_event* e = a->event;
+    if (!e) throw Error("comm extension: event_on_ready: null event");
+    if (!a->callback) throw Error("comm extension: event_on_ready: null callback");
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      if (e->has_callback) throw Error("comm extension: event_on_ready: the event already has a callback");
+      e->has_callback = true;
+    }
+    const smp_event_callback callback = a->callback;
+    void* user = a->user;
+    watch_until_ready(e->work, [e, callback, user] {
+      smp_error* err = event_wait(e);  // ready: returns at once, and records the outcome for later waits
+      callback(user, err);
+      if (err) error_destroy(err);
+      {
+        std::lock_guard<std::mutex> lock(e->mu);
+        e->callback_done = true;
+      }
+      e->callback_cv.notify_all();
+    });
+  });
 }
 
 // A NULL mesh is a one-rank mesh (unit tests, the cost profiler).
 smp_error* mesh_axis(const smp_mesh* m, const char* axis, int32_t* rank, int32_t* size) {
   return guarded([&] {
     if (!axis) throw Error("mesh_axis: null axis name");
-    const Axis a = axis_from_name(axis);
+    // A one-rank mesh has every axis, of size 1.
+    const Axis a = m ? m->groups->mesh().axis(axis) : Axis(axis);
     const int r = m ? m->groups->mesh().coord(a) : 0, n = m ? m->groups->mesh().size(a) : 1;
     if (rank) *rank = r;
     if (size) *size = n;
@@ -272,8 +380,8 @@ smp_error* mesh_comm(smp_mesh* m, const char* axis, smp_comm** out) {
     if (!axis) throw Error("mesh_comm: null axis name");
     if (!out) throw Error("mesh_comm: null out pointer");
     *out = nullptr;
-    const Axis a = axis_from_name(axis);
-    if (m) *out = m->groups->get(a).handle();
+    if (m) *out = m->groups->get(std::string(axis)).handle();
+    else (void)Axis(std::string(axis));  // a one-rank mesh has any (validly named) axis
   });
 }
 
@@ -299,13 +407,74 @@ smp_error* graph_set_throughput_unit(smp_graph_builder* b, const char* unit, dou
   return guarded([&] { GraphBuilder::from(b).set_throughput_unit(unit ? unit : "", per_sample); });
 }
 
+// SMP_EXTENSION_MESH. A NULL mesh is the one-rank mesh of the core's axes.
+const DeviceMesh& mesh_of(const smp_mesh* m) {
+  static const DeviceMesh one_rank(1, 0, 1, 1, 1);
+  return m ? m->groups->mesh() : one_rank;
+}
+smp_error* mesh_axis_count(const smp_mesh* m, int32_t* count) {
+  return guarded([&] {
+    if (!count) throw Error("mesh extension: axis_count: null out pointer");
+    *count = static_cast<int32_t>(mesh_of(m).axes().size());
+  });
+}
+smp_error* mesh_axis_at(const smp_mesh* m, int32_t index, const char** name, int32_t* size, int32_t* rank,
+                        uint32_t* flags) {
+  return guarded([&] {
+    const DeviceMesh& mesh = mesh_of(m);
+    const auto& axes = mesh.axes();
+    if (index < 0 || index >= static_cast<int32_t>(axes.size()))
+      throw Error("mesh extension: axis_at: index " + std::to_string(index) + " is outside [0, " +
+                  std::to_string(axes.size()) + ")");
+    const Axis& a = axes[static_cast<size_t>(index)];
+    if (name) *name = a.name();
+    if (size) *size = mesh.size(a);
+    if (rank) *rank = mesh.coord(a);
+    if (flags) {
+      const auto rules = mesh.rule_axes();
+      const auto dims = mesh.model_axes();
+      const bool dimension = a == Axis::PP || a == Axis::DP || std::find(dims.begin(), dims.end(), a) != dims.end();
+      *flags = (dimension ? SMP_AXIS_DIMENSION : 0u) | (mesh.is_data_axis(a) ? SMP_AXIS_DATA : 0u) |
+               (std::find(rules.begin(), rules.end(), a) != rules.end() ? SMP_AXIS_RULES : 0u);
+    }
+  });
+}
+
+// The host's extensions, a chain: the mesh, then communication.
+const smp_extension_base* host_extensions() {
+  static const smp_comm_extension comm = [] {
+    smp_comm_extension e{};
+    e.base.struct_size = SMP_COMM_EXTENSION_STRUCT_SIZE;
+    e.base.type = SMP_EXTENSION_COMM;
+    e.base.version = 1;
+    e.base.next = nullptr;
+    e.send = &ext_send;
+    e.recv = &ext_recv;
+    e.broadcast = &ext_broadcast;
+    e.event_wait = &ext_event_wait;
+    e.event_on_ready = &ext_event_on_ready;
+    return e;
+  }();
+  static const smp_mesh_extension mesh = [] {
+    smp_mesh_extension e{};
+    e.base.struct_size = SMP_MESH_EXTENSION_STRUCT_SIZE;
+    e.base.type = SMP_EXTENSION_MESH;
+    e.base.version = 1;
+    e.base.next = &comm.base;
+    e.axis_count = &mesh_axis_count;
+    e.axis_at = &mesh_axis_at;
+    return e;
+  }();
+  return &mesh.base;
+}
+
 smp_host_api make_table() {
   smp_host_api h{};
   h.struct_size = SMP_HOST_API_STRUCT_SIZE;
   h.abi_major = SMP_ABI_VERSION_MAJOR;
   h.abi_minor = SMP_ABI_VERSION_MINOR;
   h.torch_version = TORCH_VERSION;  // the same macro the SDK stamps into plugins
-  h.extension_start = nullptr;     // ABI 2.0 ships no host extension yet
+  h.extension_start = host_extensions();
   h.error_create = &error_create;
   h.error_code = &error_code;
   h.error_message = &error_message;

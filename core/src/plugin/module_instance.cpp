@@ -4,6 +4,7 @@
 
 #include <smp/error.h>
 
+#include "comm/process_groups.h"
 #include "plugin/host_api.h"
 
 #include <smp/sdk/init.hpp>
@@ -66,8 +67,9 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
   // The visitor is called from plugin code: it must not throw, so it notes the first problem.
   struct Collect {
     ModuleInstance* self;
+    const DeviceMesh* mesh;
     std::string problem;
-  } collect{this, {}};
+  } collect{this, context.mesh ? &context.mesh->groups->mesh() : nullptr, {}};
   auto visit = [](void* user, const smp_param_info* p) {
     auto* collect = static_cast<Collect*>(user);
     try {
@@ -75,7 +77,8 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
       mp.name = collect->self->key_ + "." + (p && p->name ? p->name : "?");
       require_struct_size(p, SMP_PARAM_INFO_STRUCT_SIZE_2_0, "2.0", "parameter '" + mp.name + "': smp_param_info");
       mp.tensor = tensor_of(p->tensor);
-      mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'");
+      mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'",
+                                            collect->mesh);
       if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include "base/struct_size.h"
 
 #include <smp/error.h>
+#include <smp/mesh.h>
 
 #include "plugin/host_api.h"
 
@@ -260,9 +261,18 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
     const smp_rule* r = d->rules[i];
     require_size(r, SMP_RULE_STRUCT_SIZE_2_0, "rule", path);
     const std::string axis = r->axis ? r->axis : "";
-    if (axis != "tp" && axis != "ep")
+    // tp, ep, or an axis a job declares (parallel.axes); not the pipeline or data axes.
+    const bool core_only = axis == "pp" || axis == "dp" || axis == "edp" || axis == "mp" || axis == "world";
+    bool valid = !core_only;
+    try {
+      (void)Axis(axis);
+    } catch (const Error&) {
+      valid = false;
+    }
+    if (!valid)
       throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +
-                  "'; rules exist for the axes \"tp\" and \"ep\"");
+                  "'; rules exist for \"tp\", \"ep\" and the model axes a job declares (parallel.axes: "
+                  "lower-case names, not pp, dp, edp, mp or world)");
     if (!r->dist_kind || !*r->dist_kind) throw Error(who + ": " + axis + " rule without a dist_kind");
     claim(axis + " rule", r->kind);
     info.rules.push_back(axis + ":" + r->kind);

@@ -32,13 +32,25 @@ ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const s
   checkpoint_ = select_checkpointed(graph_, job.memory.checkpoint, job.memory.checkpoint_every, job.origin);
   recompute_core_ = select_checkpointed(graph_, job.memory.checkpoint_attention_core, 1, job.origin,
                                         "memory.checkpoint_attention_core");
-  for (Axis a : {Axis::TP, Axis::EP})
-    if (mesh.size(a) > 1)
-      apply_parallel_rules(graph_, registry_, axis_name(a), mesh.size(a), job.parallel.tp_replicate_indivisible);
+  apply_rules();
   check_kinds();
 }
 
 ModelBuilder::~ModelBuilder() = default;
+
+// Rules per axis, in the mesh's order (tp, the job's axes, ep). A job's own
+// axis must split something: otherwise its ranks would only repeat each other.
+void ModelBuilder::apply_rules() {
+  for (const Axis& a : mesh_.rule_axes()) {
+    const int n = mesh_.size(a);
+    if (n <= 1) continue;
+    const int split = apply_parallel_rules(graph_, registry_, a.name(), n, job_.parallel.tp_replicate_indivisible);
+    if (split == 0 && a != Axis::TP && a != Axis::EP)
+      throw Error(job_.origin + ": parallel.axes." + a.name() + " = " + std::to_string(n) + ": no node of the model is "
+                  "split over \"" + a.name() + "\": no loaded plugin has a \"" + a.name() + "\" rule for its kinds "
+                  "(load one with --plugin or plugins.paths)");
+  }
+}
 
 void ModelBuilder::load_plugins(const std::vector<std::string>& plugins) {
   for (const auto& p : plugins) registry_.load(p);

@@ -61,6 +61,7 @@ class ModelBuilder {
   struct Adapter;
   void load_plugins(const std::vector<std::string>& plugins);
   void create_adapter();
+  void apply_rules();
   void check_kinds() const;
 
   const JobConfig& job_;

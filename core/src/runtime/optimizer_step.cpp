@@ -17,7 +17,7 @@
 namespace smp {
 
 LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const DeviceMesh& mesh, Communicator& world) {
-  const bool counted = mesh.coord(Axis::TP) == 0;
+  const bool counted = mesh.at_model_origin();  // once per group of model-axis replicas
   std::vector<double> v = {counted ? local.loss : 0.0, counted ? local.items : 0.0};
   v.insert(v.end(), extra.begin(), extra.end());
   at::Tensor t = at::tensor(v, at::kDouble);

@@ -15,8 +15,27 @@ namespace smp {
 
 namespace {
 
+// The mesh from the resolved layout: parallel.placement names every dimension, slowest first.
 std::unique_ptr<DeviceMesh> make_mesh(const ParallelConfig& par, int world_size, int rank) {
-  return std::make_unique<DeviceMesh>(world_size, rank, par.pp, par.dp, par.tp, par.placement, par.ep);
+  std::vector<std::string> names;
+  std::vector<int> shape;
+  std::string cur;
+  for (char c : par.placement + ",") {
+    if (c != ',') {
+      cur += c;
+      continue;
+    }
+    int size = cur == "pp" ? par.pp : cur == "dp" ? par.dp : cur == "tp" ? par.tp : 0;
+    for (const auto& [name, n] : par.axes)
+      if (name == cur) size = n;
+    names.push_back(cur);
+    shape.push_back(size);
+    cur.clear();
+  }
+  MeshOptions options;
+  options.ep = par.ep;
+  options.flatten = par.flatten;
+  return std::make_unique<DeviceMesh>(world_size, rank, shape, names, options);
 }
 
 std::chrono::milliseconds timeout_of(double seconds) {
@@ -43,8 +62,7 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   opts.cuda_backend = job.cuda_backend;
   opts.device_key = device_key(c->device_);
   c->groups_ = std::make_unique<ProcessGroups>(*c->mesh_, c->rendezvous_, opts);
-  // The axes every job uses are made up front, in one order on every rank;
-  // others (ep, edp, tied groups) when first asked for.
+  // Every axis' communicator is made with the groups, in the mesh's order on every rank.
   std::string transports;
   for (Axis a : {Axis::PP, Axis::DP, Axis::TP, Axis::World}) {
     Communicator& g = c->comm(a);

@@ -185,7 +185,7 @@ double Runtime::evaluate(int batches) {
     }
   }
   const DeviceMesh& mesh = s.context->mesh();
-  if (mesh.coord(Axis::TP) != 0) std::fill(sums.begin(), sums.end(), 0.0);  // once per tp group
+  if (!mesh.at_model_origin()) std::fill(sums.begin(), sums.end(), 0.0);  // once per model-axis group
   const double mean = LossNormalizer::mean(sum_over_world(local, sums, mesh, s.context->comm(Axis::World)));
   s.last_metrics.clear();
   for (size_t k = 0; k < metrics.size(); ++k)

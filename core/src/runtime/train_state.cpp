@@ -90,12 +90,13 @@ std::map<std::string, Communicator*> TrainState::make_tied_groups() {
     if (!graph.nodes[i].shared_key.empty())
       ranks_of_key[graph.nodes[i].shared_key].insert(plan.rank_of(plan.stage_of_node[i]));
   std::map<std::string, Communicator*> tied;
-  const int pp_rank = mesh.coord(Axis::PP), dp_i = mesh.coord(Axis::DP), tp_i = mesh.coord(Axis::TP);
+  const int pp_rank = mesh.coord(Axis::PP);
+  const std::vector<int> pp_group = mesh.group(Axis::PP);  // this rank's peers at every other coordinate
   for (const auto& [key, ranks] : ranks_of_key) {
     if (ranks.size() < 2 || !ranks.count(pp_rank)) continue;
     std::vector<int> world_ranks;
-    for (int p : ranks) world_ranks.push_back(mesh.rank_of(p, dp_i, tp_i));
-    std::string name = "tied." + key + ".dp" + std::to_string(dp_i) + ".tp" + std::to_string(tp_i);
+    for (int p : ranks) world_ranks.push_back(pp_group[static_cast<size_t>(p)]);
+    std::string name = "tied." + key + "." + mesh.group_name(Axis::PP);
     tied[key] = &context_.groups().derived("tied." + key, "tied", name, world_ranks);
   }
   return tied;
@@ -126,7 +127,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
   std::vector<at::Tensor> all;
   std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
   std::vector<SyncedParameter> synced;
-  std::map<int, std::vector<int64_t>> norm_load;  // per data axis: elements counted on each of its ranks
+  std::map<Axis, std::vector<int64_t>> norm_load;  // per data axis: elements counted on each of its ranks
   for (size_t unit = 0; unit < module_order_.size(); ++unit) {
     const std::string& key = module_order_[unit];
     auto tied_it = tied.find(key);
@@ -149,7 +150,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
       // the norm at the same time, instead of the others waiting on rank 0.
       const Placements placed = zero > 0 ? p.placements.sharded_over_data() : p.placements;
       const Axis data = placed.data_parallel_axis();
-      std::vector<int64_t>& load = norm_load[static_cast<int>(data)];
+      std::vector<int64_t>& load = norm_load[data];
       load.resize(static_cast<size_t>(mesh.size(data)), 0);
       const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
       if (!placed.sharded(data)) load[static_cast<size_t>(owner)] += p.tensor.numel();
@@ -262,9 +263,9 @@ MemoryAccount TrainState::memory_account(int64_t step_peak) const {
 
 namespace {
 
-// A parameter's block of its global tensor: the global tensor is the tp (and
-// ep) shards put together along their shard dimensions, in rank order (ep
-// outer, tp inner when both shard one dimension).
+// A parameter's block of its global tensor: the global tensor is the shards
+// over every rule axis put together along their shard dimensions, in rank
+// order (ep outermost, tp innermost when several shard one dimension).
 StateEntry block_entry(const std::string& name, const at::Tensor& local, const Placements& placements,
                        const DeviceMesh& mesh, bool owner) {
   StateEntry e;
@@ -272,7 +273,9 @@ StateEntry block_entry(const std::string& name, const at::Tensor& local, const P
   e.block_shape = local.sizes().vec();
   e.global_shape = e.block_shape;
   e.offsets.assign(e.block_shape.size(), 0);
-  for (Axis a : {Axis::EP, Axis::TP}) {
+  const std::vector<Axis> axes = mesh.rule_axes();
+  for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+    const Axis& a = *it;
     const int d = placements.shard_dim(a);
     if (d < 0) continue;
     e.global_shape[d] *= mesh.size(a);

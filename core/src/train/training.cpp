@@ -87,6 +87,14 @@ void check_run_dir(const std::string& dir) {
   });
 }
 
+// " cp=2" for each of the job's own mesh dimensions.
+std::string job_axes(const DeviceMesh& mesh) {
+  std::string out;
+  for (const Axis& a : mesh.model_axes())
+    if (a != Axis::TP) out += " " + std::string(a.name()) + "=" + std::to_string(mesh.size(a));
+  return out;
+}
+
 void write_summary(const std::string& dir, const nlohmann::json& summary) {
   namespace fs = boost::filesystem;
   in_run_dir(dir, "write summary.json", [&] {
@@ -199,6 +207,8 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   summary["config"] = rt.config().to_json();
   summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
                        {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
+  for (const Axis& a : rt.mesh().model_axes())
+    if (a != Axis::TP) summary["layout"]["axes"][a.name()] = rt.mesh().size(a);
   summary["device"] = rt.device();
   summary["precision"] = rt.precision();
   summary["losses"] = rec.losses;
@@ -281,9 +291,9 @@ nlohmann::json run_training(Runtime& rt) {
   const double peak = peak_per_rank * mesh.world_size();
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
   if (rank0)
-    spdlog::info("layout pp={} tp={} dp={} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
-                 mesh.pp(), mesh.tp(), mesh.dp(), mesh.world_size(), rt.device(), rt.precision(), peak_per_rank / 1e9,
-                 gemm);
+    spdlog::info("layout pp={} tp={} dp={}{} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
+                 mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(), rt.precision(),
+                 peak_per_rank / 1e9, gemm);
   RunRecord rec;
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();

@@ -23,6 +23,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 using at::Tensor;
@@ -525,6 +527,40 @@ void check_through_abi() {
 }
 
 // ---- communication volume ----
+// ABI 2.4's communication extension through the SDK: a ring of sends and
+// receives (one as events), an asynchronous broadcast whose on-ready callback
+// runs off this thread before the event goes, and waits with completion modes.
+void check_sdk_point_to_point() {
+  smp::sdk::Comm c(g_comm->handle());
+  const int next = (g_rank + 1) % g_t, prev = (g_rank + g_t - 1) % g_t;
+  Tensor mine = at::full({5}, static_cast<float>(g_rank)), got = at::zeros({5});
+  // Even ranks send first: blocking point-to-point in a ring needs an order.
+  if (g_rank % 2 == 0) {
+    c.send(mine, next, 3);
+    c.recv(got, prev, 3);
+  } else {
+    smp::sdk::Event in = c.recv_async(got, prev, 3);
+    smp::sdk::Event out = c.send_async(mine, next, 3);
+    in.wait(SMP_COMPLETION_HOST);
+    out.wait(SMP_COMPLETION_STREAM);
+  }
+  expect(at::equal(got, at::full({5}, static_cast<float>(prev))), "ring send/recv carries the previous rank's value");
+  Tensor b = g_rank == g_t - 1 ? at::arange(6, at::kFloat) : at::zeros({6});
+  std::atomic<int> fired{0};
+  std::atomic<bool> on_this_thread{false};
+  const auto me = std::this_thread::get_id();
+  {
+    smp::sdk::Event e = c.broadcast_async(b, g_t - 1);
+    e.on_ready([&](const std::string& err) {
+      if (std::this_thread::get_id() == me) on_this_thread = true;
+      if (err.empty()) ++fired;
+    });
+    e.wait();
+  }  // destroyed: after the callback
+  expect(at::equal(b, at::arange(6, at::kFloat)), "asynchronous broadcast from the last rank");
+  expect(fired == 1 && !on_this_thread, "the on-ready callback ran once, off the training thread");
+}
+
 int64_t allreduce_bytes(int64_t numel) { return 2 * (g_t - 1) * numel * 4 / g_t; }  // ring, numel % t == 0
 int64_t allgather_bytes(int64_t numel_in) { return (g_t - 1) * numel_in * 4; }
 int64_t reduce_scatter_bytes(int64_t numel_in) { return (g_t - 1) * numel_in * 4 / g_t; }
@@ -703,6 +739,7 @@ int main(int argc, char** argv) {
     check_blocks();
     check_tables();
     check_through_abi();
+    check_sdk_point_to_point();
     check_layer_traffic();
     check_gpt();
     g_comm->barrier();

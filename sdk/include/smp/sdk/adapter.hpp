@@ -89,6 +89,14 @@ struct AdapterContext {
   uint64_t seed = 0;
   Json parallel = Json::object();  // the job's [parallel] table (ABI 2.2; empty from an older host)
   int tp() const { return parallel.value("tp", 1); }
+  // The size of a mesh dimension as the job declares it: "pp", "dp", "tp",
+  // "ep", or one of parallel.axes (e.g. "cp"); 1 for an axis the job lacks.
+  int axis_size(const std::string& axis) const {
+    if (axis == "pp" || axis == "dp" || axis == "tp" || axis == "ep")
+      return parallel.contains(axis) && parallel[axis].is_number_integer() ? parallel[axis].get<int>() : 1;
+    const Json axes = parallel.value("axes", Json::object());
+    return axes.value(axis, 1);
+  }
 
   static AdapterContext from(const smp_adapter_context* c) {
     AdapterContext a;

@@ -6,10 +6,24 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace smp::sdk {
+
+// The host's communication extension (ABI 2.4: point-to-point, asynchronous
+// broadcast, completion modes, on-ready callbacks); throws naming what needs
+// it when the host lacks it.
+inline const smp_comm_extension& comm_extension(const char* what) {
+  const auto* e =
+      reinterpret_cast<const smp_comm_extension*>(find_extension(host().extension_start, SMP_EXTENSION_COMM));
+  if (!e || e->base.struct_size < SMP_COMM_EXTENSION_STRUCT_SIZE)
+    throw Error(std::string(what) + " needs the host's communication extension (SMP_EXTENSION_COMM, ABI 2.4)");
+  return *e;
+}
 
 // An asynchronous collective in flight (owns the host's smp_event). wait()
 // before reading the result; destroying an unwaited event waits first.
@@ -17,23 +31,54 @@ class Event {
  public:
   Event() = default;  // already complete (a group of one)
   explicit Event(smp_event* e) : e_(e) {}
-  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)), callback_(std::move(o.callback_)) {}
   Event& operator=(Event&& o) noexcept {
     std::swap(e_, o.e_);
+    std::swap(callback_, o.callback_);
     return *this;
   }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   ~Event() {
-    if (e_) host().event_destroy(e_);
+    if (e_) host().event_destroy(e_);  // returns after an on-ready callback has run: then callback_ may go
   }
   bool ready() const { return !e_ || host().event_ready(e_) != 0; }
   void wait() {
     if (e_) check(host().event_wait(e_));
   }
+  // With a completion mode (ABI 2.4): SMP_COMPLETION_HOST makes a device
+  // result readable from the host; SMP_COMPLETION_STREAM orders the current stream.
+  void wait(smp_completion_mode mode) {
+    if (!e_) return;
+    smp_event_wait_args a{};
+    a.struct_size = SMP_EVENT_WAIT_ARGS_STRUCT_SIZE;
+    a.event = e_;
+    a.mode = mode;
+    check(comm_extension("Event::wait(mode)").event_wait(&a));
+  }
+  // Runs f(error) once the operation has finished ("" = success), on a host
+  // thread that is not the training thread: f must not block or communicate.
+  // A complete event (a group of one) runs it here, now.
+  void on_ready(std::function<void(const std::string& error)> f) {
+    if (!e_) {
+      f("");
+      return;
+    }
+    if (callback_) throw Error("Event::on_ready: the event already has a callback");
+    callback_ = std::make_unique<std::function<void(const std::string&)>>(std::move(f));
+    smp_event_callback_args a{};
+    a.struct_size = SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE;
+    a.event = e_;
+    a.callback = [](void* user, const smp_error* err) {
+      (*static_cast<std::function<void(const std::string&)>*>(user))(err ? host().error_message(err) : "");
+    };
+    a.user = callback_.get();
+    check(comm_extension("Event::on_ready").event_on_ready(&a));
+  }
 
  private:
   smp_event* e_ = nullptr;
+  std::unique_ptr<std::function<void(const std::string&)>> callback_;
 };
 
 // A mesh axis' communicator as seen from a plugin. Borrowed from the host.
@@ -125,6 +170,28 @@ class Comm {
     check(host().comm_alltoall_async(c_, hi.get(), ho.get(), in_splits.data(), out_splits.data(), &e));
     return Event(e);
   }
+  // Point-to-point (ABI 2.4's communication extension): `peer` is a rank in
+  // this group; a send and a recv match by the pair and `tag`. recv writes t,
+  // which has the sender's shape and dtype. The tensors must be contiguous.
+  Event send_async(const at::Tensor& t, int peer, int tag = 0) const { return p2p(true, t, peer, tag, true); }
+  Event recv_async(at::Tensor& t, int peer, int tag = 0) const { return p2p(false, t, peer, tag, true); }
+  void send(const at::Tensor& t, int peer, int tag = 0) const { p2p(true, t, peer, tag, false); }
+  void recv(at::Tensor& t, int peer, int tag = 0) const { p2p(false, t, peer, tag, false); }
+  // Root's t on every rank, in place, asynchronously (ABI 2.4).
+  Event broadcast_async(at::Tensor& t, int root) const {
+    if (size() == 1) return Event();
+    if (!t.is_contiguous()) throw Error("broadcast_async: the tensor must be contiguous");
+    TensorRef h(t);
+    smp_event* e = nullptr;
+    smp_broadcast_args a{};
+    a.struct_size = SMP_BROADCAST_ARGS_STRUCT_SIZE;
+    a.comm = c_;
+    a.inout = h.get();
+    a.root = root;
+    a.event = &e;
+    check(comm_extension("Comm::broadcast_async").broadcast(&a));
+    return Event(e);
+  }
   void broadcast(at::Tensor& t, int root) const {
     if (size() == 1) return;
     if (!t.is_contiguous()) {
@@ -138,6 +205,22 @@ class Comm {
   }
 
  private:
+  Event p2p(bool send, const at::Tensor& t, int peer, int tag, bool async) const {
+    const char* what = send ? "Comm::send" : "Comm::recv";
+    if (!t.is_contiguous()) throw Error(std::string(what) + ": the tensor must be contiguous");
+    TensorRef h(t);
+    smp_event* e = nullptr;
+    smp_p2p_args a{};
+    a.struct_size = SMP_P2P_ARGS_STRUCT_SIZE;
+    a.comm = c_;
+    a.tensor = h.get();
+    a.peer = peer;
+    a.tag = tag;
+    a.event = async ? &e : nullptr;
+    const smp_comm_extension& ext = comm_extension(what);
+    check(send ? ext.send(&a) : ext.recv(&a));
+    return Event(e);
+  }
   smp_comm* c_ = nullptr;
 };
 

@@ -101,6 +101,13 @@ class TensorRef {
   smp_tensor* t_ = nullptr;
 };
 
+// The first extension of `type` in a chain, or null.
+inline const smp_extension_base* find_extension(const smp_extension_base* chain, uint32_t type) {
+  for (; chain; chain = chain->next)
+    if (chain->type == type) return chain;
+  return nullptr;
+}
+
 inline void log(smp_log_level level, const char* plugin, const std::string& msg) {
   host().log(level, plugin, msg.c_str());
 }

@@ -19,6 +19,13 @@ namespace smp::sdk {
 
 using Json = nlohmann::json;
 
+// One axis of the rank's mesh (SMP_EXTENSION_MESH).
+struct MeshAxis {
+  std::string name;
+  int size = 1, rank = 0;
+  uint32_t flags = 0;  // smp_axis_flags
+};
+
 // What a module knows about where it runs (a C++ view of smp_module_context).
 // The mesh answers for any axis; tp_rank/tp_size/tp/sequence_parallel are the
 // tensor-parallel shorthands most layers use, filled from it.
@@ -40,11 +47,29 @@ struct ModuleContext {
   Comm tp;
   bool sequence_parallel = false;
 
-  // This rank's position and the size of a named mesh axis ("tp", "ep", "dp", ...).
+  // This rank's position and the size of a named mesh axis ("tp", "ep", "dp",
+  // or one the job declared, e.g. "cp").
   int axis_rank(const std::string& axis) const { return axis_info(axis).first; }
   int axis_size(const std::string& axis) const { return axis_info(axis).second; }
-  // The axis' communicator (made by the host on first use; every rank of the
-  // group must ask in the same order, as they do when building the same modules).
+  // Every axis of the mesh, dimensions first (ABI 2.4's SMP_EXTENSION_MESH;
+  // empty from a host without it).
+  std::vector<MeshAxis> axes() const {
+    std::vector<MeshAxis> out;
+    const auto* ext =
+        reinterpret_cast<const smp_mesh_extension*>(find_extension(host().extension_start, SMP_EXTENSION_MESH));
+    if (!ext || ext->base.struct_size < SMP_MESH_EXTENSION_STRUCT_SIZE) return out;
+    int32_t n = 0;
+    check(ext->axis_count(mesh, &n));
+    for (int32_t i = 0; i < n; ++i) {
+      const char* name = nullptr;
+      int32_t size = 1, rank = 0;
+      uint32_t flags = 0;
+      check(ext->axis_at(mesh, i, &name, &size, &rank, &flags));
+      out.push_back({name ? name : "", size, rank, flags});
+    }
+    return out;
+  }
+  // The axis' communicator (the host makes every axis' before any module).
   Comm comm(const std::string& axis) const {
     if (axis == "tp" && tp.get()) return tp;
     smp_comm* c = nullptr;

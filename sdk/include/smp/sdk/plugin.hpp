@@ -196,13 +196,6 @@ class PluginBuilder {
   smp_plugin_descriptor d_{};
 };
 
-// The first extension of `type` in a chain, or null.
-inline const smp_extension_base* find_extension(const smp_extension_base* chain, uint32_t type) {
-  for (; chain; chain = chain->next)
-    if (chain->type == type) return chain;
-  return nullptr;
-}
-
 namespace detail {
 // Checks the host before anything else touches it. A host of another major:
 // the descriptor goes back untouched, for the host to refuse by name (the
