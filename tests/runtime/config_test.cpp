@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 namespace {
 
@@ -221,6 +222,40 @@ TEST(ConfigTest, JobAxesAndFlattenedAxes) {
                "parallel.pp * parallel.tp * parallel.axes.cp * parallel.dp = 1 * 1 * 2 * 2 = 4, but the world size is 8");
   Config join = Config::from_string("[parallel.flatten]\ndp_xp = [\"dp\", \"xp\"]\n", "job.toml");
   EXPECT_ERROR(join.resolve_layout(2), "parallel.flatten.dp_xp: \"xp\" is not a dimension");
+}
+
+// The typed structs repeat the schema's defaults (for programs that fill a
+// JobConfig by hand): they must be the schema's, field by field.
+TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
+  Config c = Config::from_string("", "job.toml");
+  c.resolve_layout(1);
+  const smp::JobConfig from = smp::JobConfig::from(c), typed;
+  const auto& p = from.parallel;
+  const auto& q = typed.parallel;
+  EXPECT_EQ(std::tie(p.pp, p.dp, p.tp, p.ep, p.microbatches, p.schedule, p.virtual_stages, p.partition, p.placement,
+                     p.axes, p.flatten, p.sequence_parallel, p.tie_across_stages, p.tp_replicate_indivisible),
+            std::tie(q.pp, q.dp, q.tp, q.ep, q.microbatches, q.schedule, q.virtual_stages, q.partition, q.placement,
+                     q.axes, q.flatten, q.sequence_parallel, q.tie_across_stages, q.tp_replicate_indivisible));
+  const auto& m = from.memory;
+  const auto& n = typed.memory;
+  EXPECT_EQ(std::tie(m.zero, m.checkpoint, m.checkpoint_every, m.checkpoint_attention_core, m.offload, m.offload_horizon),
+            std::tie(n.zero, n.checkpoint, n.checkpoint_every, n.checkpoint_attention_core, n.offload, n.offload_horizon));
+  const auto& t = from.train;
+  const auto& u = typed.train;
+  EXPECT_EQ(std::tie(t.steps, t.batch_size, t.seed, t.lr, t.min_lr, t.warmup_steps, t.optimizer, t.weight_decay,
+                     t.grad_clip, t.val_every, t.val_batches, t.log_every, t.bucket_bytes, t.precision, t.grad_reduce,
+                     t.initial_loss_scale, t.loss_scale_window, t.min_loss_scale),
+            std::tie(u.steps, u.batch_size, u.seed, u.lr, u.min_lr, u.warmup_steps, u.optimizer, u.weight_decay,
+                     u.grad_clip, u.val_every, u.val_batches, u.log_every, u.bucket_bytes, u.precision, u.grad_reduce,
+                     u.initial_loss_scale, u.loss_scale_window, u.min_loss_scale));
+  const auto& r = from.run;
+  const auto& w = typed.run;
+  EXPECT_EQ(std::tie(r.dir, r.log_to_file, r.timeout_s, r.threads, r.devices, r.dump_parameters, r.trace,
+                     r.trace_first, r.trace_last, r.trace_merge, r.profile_ops),
+            std::tie(w.dir, w.log_to_file, w.timeout_s, w.threads, w.devices, w.dump_parameters, w.trace,
+                     w.trace_first, w.trace_last, w.trace_merge, w.profile_ops));
+  EXPECT_EQ(std::tie(from.shm_slot_bytes, from.cuda_backend, from.plugin_paths, from.adapter),
+            std::tie(typed.shm_slot_bytes, typed.cuda_backend, typed.plugin_paths, typed.adapter));
 }
 
 TEST(ConfigTest, JobConfigIsTheTypedConfig) {
