@@ -57,11 +57,12 @@ int estimate(const std::string& config_path, const std::vector<std::string>& ove
              const std::vector<std::string>& plugins, int world_size, const std::string& device_memory) {
   smp::Config config = smp::Config::load(config_path, overrides);
   if (world_size <= 0) {
-    // Without a world size, the layout's own: pp * tp * dp (dp must then be given).
+    // Without a world size, the layout's own: pp * tp * dp * the job's axes (dp must then be given).
     if (!config.has("parallel.dp"))
       throw smp::Error(config_path + ": parallel.dp: --estimate-memory needs the layout's dp (or --nproc-per-node)");
-    world_size = static_cast<int>(config.get_int("parallel.pp") * config.get_int("parallel.tp") *
-                                  config.get_int("parallel.dp"));
+    int64_t world = config.get_int("parallel.pp") * config.get_int("parallel.tp") * config.get_int("parallel.dp");
+    for (const auto& [name, size] : config.section_json("parallel")["axes"].items()) world *= size.get<int64_t>();
+    world_size = static_cast<int>(world);
   }
   nlohmann::json e = smp::Runtime::estimate_memory(config, world_size, plugins);
   const double limit = device_memory.empty() ? 0 : parse_bytes(device_memory);
