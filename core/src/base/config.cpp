@@ -2,6 +2,8 @@
 #include <smp/config.h>
 #include <smp/error.h>
 
+#include "base/axis_names.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -243,35 +245,12 @@ std::string normalise_schedule(const std::string& s) {
   return "";
 }
 
-// A name a job may give a mesh axis of its own: [a-z][a-z0-9_]*, at most 15
-// characters (DeviceMesh's Axis), and not one of the core's axes.
-bool is_axis_name(const std::string& n) {
-  if (n.empty() || n.size() > 15 || !std::islower(static_cast<unsigned char>(n[0]))) return false;
-  return std::all_of(n.begin(), n.end(), [](char c) {
-    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
-bool is_core_axis(const std::string& n) {
-  for (const char* a : {"pp", "dp", "tp", "ep", "edp", "mp", "world"})
-    if (n == a) return true;
-  return false;
-}
-
 // Placement "cluster"/"spread"/"pp, dp, tp" -> "pp,dp,tp"; "" when invalid.
 // Names beyond pp, dp and tp are checked against parallel.axes by resolve_layout.
 std::string normalise_placement(const std::string& s) {
   if (s == "cluster") return "pp,dp,tp";
   if (s == "spread") return "pp,tp,dp";
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : s + ",") {
-    if (c == ',') {
-      parts.push_back(trim(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
+  const std::vector<std::string> parts = split_names(s);
   std::string out;
   for (const auto& p : parts) {
     if (!is_axis_name(p) || std::count(parts.begin(), parts.end(), p) > 1) return "";
@@ -721,19 +700,11 @@ namespace {
 // The placement with every axis of parallel.axes in it (those it does not name
 // go just outside tp); throws for a name that is not a dimension.
 std::string full_placement(const std::string& origin, const std::string& placement, const json& axes) {
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : placement + ",") {
-    if (c != ',') {
-      cur += c;
-      continue;
-    }
-    if (cur != "pp" && cur != "dp" && cur != "tp" && !axes.contains(cur))
-      throw Error(origin + ": parallel.placement names \"" + cur +
+  std::vector<std::string> parts = split_names(placement);
+  for (const auto& name : parts)
+    if (name != "pp" && name != "dp" && name != "tp" && !axes.contains(name))
+      throw Error(origin + ": parallel.placement names \"" + name +
                   "\", which is neither pp, dp, tp nor an axis of parallel.axes");
-    parts.push_back(cur);
-    cur.clear();
-  }
   for (const auto& [name, size] : axes.items())
     if (std::find(parts.begin(), parts.end(), name) == parts.end())
       parts.insert(std::find(parts.begin(), parts.end(), "tp"), name);
@@ -762,9 +733,10 @@ void check_flatten(const std::string& origin, const json& flatten, const json& a
 void Config::resolve_layout(int world_size) {
   if (world_size < 1) throw Error(origin_ + ": invalid world size " + std::to_string(world_size));
   const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
-  const json axes = section_json("parallel")["axes"];
-  values_["parallel"]["placement"] = full_placement(origin_, get_string("parallel.placement"), axes);
-  check_flatten(origin_, section_json("parallel")["flatten"], axes);
+  const json parallel = section_json("parallel");
+  const json& axes = parallel["axes"];
+  values_["parallel"]["placement"] = full_placement(origin_, parallel["placement"].get<std::string>(), axes);
+  check_flatten(origin_, parallel["flatten"], axes);
   // The model dimensions: tp and the job's own axes.
   int64_t model = tp;
   std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);

@@ -23,9 +23,9 @@ Communicator& ProcessGroups::cached(const std::string& key,
 
 Communicator& ProcessGroups::get(const Axis& axis) {
   auto it = comms_.find(axis.name());
-  if (it == comms_.end()) mesh_.axis(axis.name());  // throws, naming the mesh's axes
-  if (it == comms_.end()) throw Error("internal: no communicator for axis \"" + std::string(axis.name()) + "\"");
-  return *it->second;
+  if (it != comms_.end()) return *it->second;
+  mesh_.axis(axis.name());  // throws, naming the mesh's axes
+  throw Error("internal: no communicator for axis \"" + std::string(axis.name()) + "\"");
 }
 
 Communicator& ProcessGroups::derived(const std::string& key, const std::string& kind, const std::string& name,

@@ -4,6 +4,8 @@
 #include <smp/error.h>
 #include <smp/mesh.h>
 
+#include "base/axis_names.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -11,14 +13,7 @@ namespace smp {
 
 namespace {
 
-const char* const kCoreAxes[] = {"pp", "dp", "tp", "ep", "edp", "mp", "world"};
-
-bool valid_name(const std::string& n) {
-  if (n.empty() || n.size() > Axis::kMaxName || !std::islower(static_cast<unsigned char>(n[0]))) return false;
-  return std::all_of(n.begin(), n.end(), [](char c) {
-    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
+static_assert(Axis::kMaxName == kMaxAxisName, "one limit on axis names");
 
 std::string join(const std::vector<std::string>& parts, const char* sep = ",") {
   std::string out;
@@ -29,16 +24,10 @@ std::string join(const std::vector<std::string>& parts, const char* sep = ",") {
 std::vector<std::string> split_order(const std::string& order) {
   if (order == "cluster") return {"pp", "dp", "tp"};
   if (order == "spread") return {"pp", "tp", "dp"};
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : order + ",") {
-    if (c == ',') {
-      parts.push_back(cur);
-      cur.clear();
-    } else if (!std::isspace(static_cast<unsigned char>(c))) {
-      cur += c;
-    }
-  }
+  std::string compact = order;  // spaces anywhere are allowed here
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  compact.erase(std::remove_if(compact.begin(), compact.end(), space), compact.end());
+  const std::vector<std::string> parts = split_names(compact);
   std::vector<std::string> sorted = parts;
   std::sort(sorted.begin(), sorted.end());
   if (sorted != std::vector<std::string>{"dp", "pp", "tp"})
@@ -50,15 +39,14 @@ std::vector<std::string> split_order(const std::string& order) {
 }  // namespace
 
 Axis::Axis(const std::string& name) : name_{} {
-  if (!valid_name(name))
+  if (!is_axis_name(name))
     throw Error("device mesh: invalid axis name \"" + name + "\" (lower-case letters, digits and '_', "
                 "starting with a letter, at most " + std::to_string(kMaxName) + " characters)");
   std::copy(name.begin(), name.end(), name_);
 }
 
 Axis axis_from_name(const std::string& name) {
-  for (const char* a : kCoreAxes)
-    if (name == a) return Axis(name);
+  if (is_core_axis(name)) return Axis(name);
   std::vector<std::string> known(std::begin(kCoreAxes), std::end(kCoreAxes));
   throw Error("device mesh: no axis named \"" + name + "\" (known: " + join(known, ", ") + ")");
 }
@@ -154,7 +142,7 @@ void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::str
   add("ep", split ? std::vector<int>{of_dim[1][1]} : ep == dp ? of_dim[1] : std::vector<int>{});
   add("edp", split ? std::vector<int>{of_dim[1][0]} : ep == 1 ? of_dim[1] : std::vector<int>{});
   for (const auto& [name, parts] : options.flatten) {
-    if (std::find(std::begin(kCoreAxes), std::end(kCoreAxes), name) != std::end(kCoreAxes) ||
+    if (is_core_axis(name) ||
         dim_index(name) < static_cast<int>(dim_names_.size()) ||
         std::any_of(defs_.begin(), defs_.end(), [&](const AxisDef& a) { return name == a.axis.name(); }))
       throw Error("device mesh: flattened axis \"" + name + "\" is already an axis");

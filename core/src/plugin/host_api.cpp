@@ -222,15 +222,27 @@ smp_error* comm_broadcast(smp_comm* c, smp_tensor* t, int32_t root) {
   return guarded([&] { comm_of(c).broadcast(mutable_tensor(t), root)->wait(); });
 }
 
-template <class Launch>
-smp_error* make_event(smp_event** event, std::vector<smp_tensor*> tensors, Launch&& launch) {
+// A launch, blocking when `event` is null, else handed out as a new event
+// that keeps the tensors alive until it is destroyed.
+void start(smp_event** event, const std::vector<smp_tensor*>& tensors,
+           const std::function<std::shared_ptr<Work>()>& launch) {
+  if (!event) {
+    launch()->wait();
+    return;
+  }
+  *event = nullptr;
+  auto e = std::make_unique<smp_event>();
+  for (auto* t : tensors) e->keep.push_back(mutable_tensor(t));
+  e->work = launch();
+  *event = e.release();
+}
+
+// The host table's _async functions: an event is required.
+smp_error* make_event(smp_event** event, const std::vector<smp_tensor*>& tensors,
+                      const std::function<std::shared_ptr<Work>()>& launch) {
   return guarded([&] {
     if (!event) throw Error("asynchronous collective: null event pointer");
-    *event = nullptr;
-    auto e = std::make_unique<smp_event>();
-    for (auto* t : tensors) e->keep.push_back(mutable_tensor(t));
-    e->work = launch();
-    *event = e.release();
+    start(event, tensors, launch);
   });
 }
 smp_error* comm_allreduce_async(smp_comm* c, smp_tensor* t, smp_reduce_op op, smp_event** event) {
@@ -279,20 +291,6 @@ void event_destroy(smp_event* e) {
 
 // ---- SMP_EXTENSION_COMM ----
 
-// A launch, blocking when `event` is null, else handed out as a new event.
-void start(smp_event** event, const std::vector<smp_tensor*>& tensors,
-           const std::function<std::shared_ptr<Work>()>& launch) {
-  if (!event) {
-    launch()->wait();
-    return;
-  }
-  *event = nullptr;
-  auto e = std::make_unique<smp_event>();
-  for (auto* t : tensors) e->keep.push_back(mutable_tensor(t));
-  e->work = launch();
-  *event = e.release();
-}
-
 int32_t checked_rank(const smp_comm* c, int32_t r, const char* what) {
   const int n = comm_size(c);
   if (r < 0 || r >= n)
@@ -301,20 +299,19 @@ int32_t checked_rank(const smp_comm* c, int32_t r, const char* what) {
   return r;
 }
 
-smp_error* ext_send(const smp_p2p_args* a) {
+smp_error* ext_p2p(const smp_p2p_args* a, bool send) {
   return guarded([&] {
-    require_struct_size(a, SMP_P2P_ARGS_STRUCT_SIZE, "2.4", "comm extension: send args");
-    const int peer = checked_rank(a->comm, a->peer, "send: peer");
-    start(a->event, {a->tensor}, [&] { return comm_of(a->comm).send(mutable_tensor(a->tensor), peer, a->tag); });
+    const std::string op = send ? "send" : "recv";
+    require_struct_size(a, SMP_P2P_ARGS_STRUCT_SIZE, "2.4", "comm extension: " + op + " args");
+    const int peer = checked_rank(a->comm, a->peer, (op + ": peer").c_str());
+    start(a->event, {a->tensor}, [&] {
+      Communicator& c = comm_of(a->comm);
+      return send ? c.send(mutable_tensor(a->tensor), peer, a->tag) : c.recv(mutable_tensor(a->tensor), peer, a->tag);
+    });
   });
 }
-smp_error* ext_recv(const smp_p2p_args* a) {
-  return guarded([&] {
-    require_struct_size(a, SMP_P2P_ARGS_STRUCT_SIZE, "2.4", "comm extension: recv args");
-    const int peer = checked_rank(a->comm, a->peer, "recv: peer");
-    start(a->event, {a->tensor}, [&] { return comm_of(a->comm).recv(mutable_tensor(a->tensor), peer, a->tag); });
-  });
-}
+smp_error* ext_send(const smp_p2p_args* a) { return ext_p2p(a, true); }
+smp_error* ext_recv(const smp_p2p_args* a) { return ext_p2p(a, false); }
 smp_error* ext_broadcast(const smp_broadcast_args* a) {
   return guarded([&] {
     require_struct_size(a, SMP_BROADCAST_ARGS_STRUCT_SIZE, "2.4", "comm extension: broadcast args");

@@ -1,9 +1,9 @@
 #include <smp/plugin_registry.h>
 
+#include "base/axis_names.h"
 #include "base/struct_size.h"
 
 #include <smp/error.h>
-#include <smp/mesh.h>
 
 #include "plugin/host_api.h"
 
@@ -263,13 +263,7 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
     const std::string axis = r->axis ? r->axis : "";
     // tp, ep, or an axis a job declares (parallel.axes); not the pipeline or data axes.
     const bool core_only = axis == "pp" || axis == "dp" || axis == "edp" || axis == "mp" || axis == "world";
-    bool valid = !core_only;
-    try {
-      (void)Axis(axis);
-    } catch (const Error&) {
-      valid = false;
-    }
-    if (!valid)
+    if (core_only || !is_axis_name(axis))
       throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +
                   "'; rules exist for \"tp\", \"ep\" and the model axes a job declares (parallel.axes: "
                   "lower-case names, not pp, dp, edp, mp or world)");

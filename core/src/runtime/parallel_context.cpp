@@ -2,6 +2,7 @@
 
 #include <smp/error.h>
 
+#include "base/axis_names.h"
 #include "base/device.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
@@ -17,20 +18,13 @@ namespace {
 
 // The mesh from the resolved layout: parallel.placement names every dimension, slowest first.
 std::unique_ptr<DeviceMesh> make_mesh(const ParallelConfig& par, int world_size, int rank) {
-  std::vector<std::string> names;
+  const std::vector<std::string> names = split_names(par.placement);
   std::vector<int> shape;
-  std::string cur;
-  for (char c : par.placement + ",") {
-    if (c != ',') {
-      cur += c;
-      continue;
-    }
-    int size = cur == "pp" ? par.pp : cur == "dp" ? par.dp : cur == "tp" ? par.tp : 0;
+  for (const auto& dim : names) {
+    int size = dim == "pp" ? par.pp : dim == "dp" ? par.dp : dim == "tp" ? par.tp : 0;
     for (const auto& [name, n] : par.axes)
-      if (name == cur) size = n;
-    names.push_back(cur);
+      if (name == dim) size = n;
     shape.push_back(size);
-    cur.clear();
   }
   MeshOptions options;
   options.ep = par.ep;

@@ -1,0 +1,50 @@
+// Mesh axis names and comma-separated lists of them, read alike by the config
+// (parallel.placement, parallel.axes) and the device mesh.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+inline constexpr std::size_t kMaxAxisName = 15;
+
+// The core's own axes: the dimensions pp, dp, tp, then the derived ep, edp, mp, world.
+inline constexpr const char* kCoreAxes[] = {"pp", "dp", "tp", "ep", "edp", "mp", "world"};
+
+// [a-z][a-z0-9_]*, at most kMaxAxisName characters.
+inline bool is_axis_name(const std::string& n) {
+  if (n.empty() || n.size() > kMaxAxisName || !std::islower(static_cast<unsigned char>(n[0]))) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+inline bool is_core_axis(const std::string& n) {
+  return std::find(std::begin(kCoreAxes), std::end(kCoreAxes), n) != std::end(kCoreAxes);
+}
+
+// "pp, dp,tp" -> {"pp", "dp", "tp"}: split at commas, each part without the
+// spaces at its ends (an empty part stays, for the caller to refuse).
+inline std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : list + ",") {
+    if (c != ',') {
+      cur += c;
+      continue;
+    }
+    const auto space = [](char x) { return std::isspace(static_cast<unsigned char>(x)) != 0; };
+    const auto first = std::find_if_not(cur.begin(), cur.end(), space);
+    const auto last = std::find_if_not(cur.rbegin(), cur.rend(), space).base();
+    parts.emplace_back(first < last ? std::string(first, last) : std::string());
+    cur.clear();
+  }
+  return parts;
+}
+
+}  // namespace smp
