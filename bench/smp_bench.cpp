@@ -801,7 +801,7 @@ int cmd_tp(const Common& c) {
   json result = start("tp", c, shape, &peak);
   std::vector<Job> jobs{{"serial", false, 1, c.config, base},
                         {"tp2", false, 2, c.config, with_extra(base, {"parallel.tp=2"})},
-                        {"tp2-sp", false, 2, c.config, with_extra(base, {"parallel.tp=2", "parallel.sequence_parallel=true"})}};
+                        {"tp2-sp", false, 2, c.config, with_extra(base, {"parallel.tp=2", "tp.sequence_parallel=true"})}};
   auto measured = bench::run_repeated(jobs, c.repeat, c.quiet_cores, c.job_wait_s);
   const double ser = measured[0].ok ? measured[0].best.summary["step_seconds"].get<double>() : NAN;
   json runs = json::array();

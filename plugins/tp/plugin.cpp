@@ -12,6 +12,7 @@ using namespace smp_tp;
 constexpr uint32_t kDeferredInit = SMP_MEMORY_FEATURE_DEFERRED_INIT;
 
 SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
+               .config_table("tp", &rules::table)
                .module<TpLinear>("tp_linear", kDeferredInit)
                .module<ColumnParallelLinear>("column_parallel_linear", kDeferredInit)
                .module<RowParallelLinear>("row_parallel_linear", kDeferredInit)

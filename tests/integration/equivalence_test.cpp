@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 namespace smp::testing {
 namespace {
@@ -117,21 +118,42 @@ TEST(GptEquivalence, TensorAndDataParallel) {
   expect_equivalent(gpt(), {
                                {"dp2", 2, {"parallel.dp=2"}},
                                {"tp2", 2, {"parallel.tp=2"}},
-                               {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                               {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
                                {"tp4", 4, {"parallel.tp=4"}},
                                {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}},
                                // The weight pass must not run the input pass's tp collectives again.
                                {"pp2 x tp2 zb-h1 sequence-parallel", 4,
                                 {"parallel.pp=2", "parallel.tp=2", "parallel.schedule=zb-h1",
-                                 "parallel.sequence_parallel=true"}},
+                                 "tp.sequence_parallel=true"}},
                                {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
                                {"dp2 x tp2", 4, {"parallel.dp=2", "parallel.tp=2"}},
                                {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
                                // Parameters sharded over tp and replicated over dp, and layer norms whose
                                // gradient is partial over tp, all reduced from their placements.
                                {"dp2 x tp2 sequence-parallel", 4,
-                                {"parallel.dp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
+                                {"parallel.dp=2", "parallel.tp=2", "tp.sequence_parallel=true"}},
                            });
+}
+
+// Sequence parallelism is smp_tp's setting, in its own table ([tp], ABI 2.5's
+// plugin tables): given there it reaches the tensor-parallel layers, whose tp
+// collectives then reduce-scatter and all-gather activations; without it they
+// only all-reduce. (That it equals serial is TensorAndDataParallel's.)
+TEST(GptEquivalence, SequenceParallelIsSmpTpsTableAndReachesItsLayers) {
+  auto tp_ops = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> sets = {"train.steps=1", "train.val_batches=0", "parallel.tp=2"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    JobResult r = run_job(2, gpt().plugin, gpt().config, sets);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::set<std::string> ops;
+    const auto& tp = r.summary["comm_bytes_rank0"]["tp"];
+    for (auto it = tp.begin(); it != tp.end(); ++it) ops.insert(it.key().substr(0, it.key().find('(')));
+    return ops;
+  };
+  const std::set<std::string> plain = tp_ops({}), sp = tp_ops({"tp.sequence_parallel=true"});
+  EXPECT_EQ(plain.count("reduce_scatter"), 0u);
+  EXPECT_EQ(sp.count("reduce_scatter"), 1u);
+  EXPECT_EQ(sp.count("allgather"), 1u);
 }
 
 // Sharded data parallelism (ZeRO 1-3, the memory manager): the same
@@ -148,7 +170,7 @@ TEST(GptEquivalence, ShardedDataParallel) {
     layouts.push_back({name + " pp2 x dp2", 4, {Z, "parallel.pp=2", "parallel.dp=2"}});
   }
   layouts.push_back({"zero3 dp2 x tp2 sequence-parallel", 4,
-                     {"parallel.zero=3", "parallel.dp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}});
+                     {"parallel.zero=3", "parallel.dp=2", "parallel.tp=2", "tp.sequence_parallel=true"}});
   layouts.push_back({"zero3 pp2 x dp2 interleaved v2", 4,
                      {"memory.shard=parameters", "parallel.pp=2", "parallel.dp=2",
                       "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2"}});
@@ -239,7 +261,7 @@ TEST(BertEquivalence, PipelineTensorAndDataParallel) {
   // normalised over the whole step, not per microbatch.
   expect_equivalent(bert(), {{"m8 (one rank)", 1, {"parallel.microbatches=8"}},
                              {"dp2", 2, {"parallel.dp=2"}},
-                             {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                             {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
                              {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
                              {"dp2 x tp2 m1", 4, {"parallel.dp=2", "parallel.tp=2", "parallel.microbatches=1"}},
                              {"zero3 pp2 x dp2", 4, {"parallel.zero=3", "parallel.pp=2", "parallel.dp=2"}}},
@@ -253,7 +275,7 @@ TEST(RobertaEquivalence, PipelineTensorAndDataParallel) {
                                 {"tp2", 2, {"parallel.tp=2"}},
                                 {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}}});
   expect_equivalent(roberta(), {{"dp2", 2, {"parallel.dp=2"}},
-                                {"tp2 sequence-parallel", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+                                {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
                                 {"pp2 x dp2 m1", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=1"}}},
                     {"model.dropout=0"});
 }

@@ -49,6 +49,21 @@ TEST(JobErrors, AJobAxisWithoutARuleOrUndeclaredIsRefusedByName) {
                  {"parallel.placement names \"xp\"", "parallel.axes"});
 }
 
+// Plugin-owned tables (ABI 2.5's SMP_EXTENSION_CONFIG): the owner checks its
+// table and names the key; a table no loaded plugin declares is refused by
+// name; the key that moved to smp_tp's table says where it went.
+TEST(JobErrors, APluginTableIsCheckedByItsOwnerAndAnUnownedOneIsRefused) {
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"tp.sequence_parallel=1"}),
+                 {"[tp] (plugin 'smp_tp')", "tp.sequence_parallel: expected a boolean", "got 1"});
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"tp.sequence_paralel=true"}),
+                 {"[tp] (plugin 'smp_tp')", "unknown key 'tp.sequence_paralel'"});
+  JobResult r = run_job(1, plugin_path("gpt"), gpt_config(), {"trian.steps=3"});
+  expect_failure(r, {"unknown table [trian] (did you mean [train]?)", "[tp] of smp_tp"});
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "it trained before failing:\n" << r.output;
+  expect_failure(run_job(1, plugin_path("gpt"), gpt_config(), {"parallel.sequence_parallel=true"}),
+                 {"unknown key 'parallel.sequence_parallel': it moved to tp.sequence_parallel"});
+}
+
 TEST(JobErrors, MorePipelineStagesThanNodesIsAnError) {
   expect_failure(run_job(2, plugin_path("gpt"), gpt_config(),
                          {"parallel.pp=2", "parallel.virtual_stages=8", "parallel.schedule=interleaved-1f1b",

@@ -38,7 +38,13 @@ extern "C" {
   X(smp_broadcast_args, SMP_BROADCAST_ARGS_STRUCT_SIZE)                 \
   X(smp_event_wait_args, SMP_EVENT_WAIT_ARGS_STRUCT_SIZE)               \
   X(smp_event_callback_args, SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE)       \
-  X(smp_comm_extension, SMP_COMM_EXTENSION_STRUCT_SIZE)
+  X(smp_comm_extension, SMP_COMM_EXTENSION_STRUCT_SIZE)                 \
+  X(smp_config_table, SMP_CONFIG_TABLE_STRUCT_SIZE)                     \
+  X(smp_config_extension, SMP_CONFIG_EXTENSION_STRUCT_SIZE)             \
+  X(smp_job_tables_extension, SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE)     \
+  X(smp_kind_memory, SMP_KIND_MEMORY_STRUCT_SIZE)                       \
+  X(smp_rule_memory, SMP_RULE_MEMORY_STRUCT_SIZE)                       \
+  X(smp_memory_extension, SMP_MEMORY_EXTENSION_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;

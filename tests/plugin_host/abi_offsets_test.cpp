@@ -72,6 +72,7 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_module_context, mesh, 32, 0),
       ROW(smp_module_context, parallel_json, 40, 0),
       ROW(smp_module_context, memory_json, 48, 1),  // 2.1, c30fd4d
+      ROW(smp_module_context, extension_start, 56, 5),  // 2.5
 
       ROW(smp_forward_args, struct_size, 0, 0),
       ROW(smp_forward_args, method, 8, 0),
@@ -300,6 +301,29 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_comm_extension, broadcast, 40, 4),
       ROW(smp_comm_extension, event_wait, 48, 4),
       ROW(smp_comm_extension, event_on_ready, 56, 4),
+      // 2.5: plugins' configuration tables, and the memory contract as an extension
+      ROW(smp_config_table, struct_size, 0, 5),
+      ROW(smp_config_table, name, 8, 5),
+      ROW(smp_config_table, state, 16, 5),
+      ROW(smp_config_table, check, 24, 5),
+      ROW(smp_config_extension, base, 0, 5),
+      ROW(smp_config_extension, tables, 24, 5),
+      ROW(smp_config_extension, n_tables, 32, 5),
+      ROW(smp_job_tables_extension, base, 0, 5),
+      ROW(smp_job_tables_extension, tables_json, 24, 5),
+      ROW(smp_kind_memory, struct_size, 0, 5),
+      ROW(smp_kind_memory, kind, 8, 5),
+      ROW(smp_kind_memory, features, 16, 5),
+      ROW(smp_rule_memory, struct_size, 0, 5),
+      ROW(smp_rule_memory, axis, 8, 5),
+      ROW(smp_rule_memory, kind, 16, 5),
+      ROW(smp_rule_memory, param_split, 24, 5),
+      ROW(smp_rule_memory, activation_split, 32, 5),
+      ROW(smp_memory_extension, base, 0, 5),
+      ROW(smp_memory_extension, kinds, 24, 5),
+      ROW(smp_memory_extension, n_kinds, 32, 5),
+      ROW(smp_memory_extension, rules, 40, 5),
+      ROW(smp_memory_extension, n_rules, 48, 5),
   };
   return rows;
 }
@@ -345,6 +369,7 @@ const std::vector<SizeConstant>& size_constants() {
   static const std::vector<SizeConstant> constants = [] {
     std::vector<SizeConstant> c = {
         SIZE_AT(SMP_PARAM_INFO_STRUCT_SIZE_2_0, smp_param_info, 0),
+        SIZE_AT(SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0, smp_module_context, 0),
         SIZE_AT(SMP_MODULE_KIND_STRUCT_SIZE_2_0, smp_module_kind, 0),
         SIZE_AT(SMP_GRAPH_NODE_STRUCT_SIZE_2_0, smp_graph_node, 0),
         SIZE_AT(SMP_ADAPTER_CONTEXT_STRUCT_SIZE_2_0, smp_adapter_context, 0),

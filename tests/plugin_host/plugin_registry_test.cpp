@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -376,6 +377,64 @@ TEST(PluginRegistry, APartialGradientOverDpIsRefusedNamingParameterAxisAndPlugin
 
 // The standard plugins yield to a loaded plugin that provides a capability of
 // theirs, decided on what is registered (not on an error's text).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const smp::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ABI 2.5: the memory contract is SMP_EXTENSION_MEMORY. A host believes it over
+// the 2.1 fields of a plugin that says both (here they disagree on purpose);
+// the SDK's plugins say the same in both forms.
+TEST(PluginRegistry, TheMemoryExtensionSupersedesTheFieldsOf21) {
+  smp::PluginRegistry reg;
+  reg.load(plugin("memory_ext_c_plugin"));
+  EXPECT_EQ(reg.memory_features("mem_c_kind"), SMP_MEMORY_FEATURE_DEFERRED_INIT);  // the field says recompute
+  EXPECT_DOUBLE_EQ(reg.memory_split("tp", "mem_c_serial").params, 1.0);         // the fields say 0.25
+  EXPECT_DOUBLE_EQ(reg.memory_split("tp", "mem_c_serial").activations, 0.5);
+  reg.load("smp_tp");
+  EXPECT_EQ(reg.memory_features("parallel_attention"),
+            SMP_MEMORY_FEATURE_DEFERRED_INIT | SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE);
+  EXPECT_EQ(reg.memory_features("dist_dropout"), 0u);
+  EXPECT_DOUBLE_EQ(reg.memory_split("tp", "linear").activations, 0.5);
+  EXPECT_DOUBLE_EQ(reg.memory_split("tp", "layer_norm").params, 0.0);
+  EXPECT_DOUBLE_EQ(reg.memory_split("tp", "embedding").params, 1.0);  // not listed: splits everything
+  // A plugin without the extension: its 2.1 fields.
+  reg.load(plugin("good_c_plugin"));
+  EXPECT_EQ(reg.memory_features("good_c_kind"), 0u);
+}
+
+TEST(PluginRegistry, AMemoryExtensionAboutAKindItDoesNotRegisterIsRefused) {
+  smp::PluginRegistry reg;
+  expect_refused(reg, "bad_memory_ext", {"memory extension", "'someone_elses_kind'", "not one this plugin registers"},
+                 "bad_mem_kind");
+}
+
+// ABI 2.5's SMP_EXTENSION_CONFIG: each plugin's table of the job is checked by
+// the plugin (every declared one, {} when not given); one no plugin declares is
+// refused naming the file and the tables that exist.
+TEST(PluginRegistry, APluginsConfigTableIsCheckedByItAndAnUndeclaredOneIsRefused) {
+  smp::PluginRegistry reg;
+  EXPECT_EQ(reg.load(plugin("memory_ext_c_plugin")).tables, std::vector<std::string>{"mem_c"});
+  reg.load("smp_tp");
+  using nlohmann::json;
+  EXPECT_EQ(reg.check_tables(json{{"mem_c", {{"ok", true}}}}, "job.toml"),
+            (json{{"mem_c", {{"ok", true}}}, {"tp", json::object()}}));
+  EXPECT_NE(error_of([&] { reg.check_tables(json{{"mem_c", {{"bad", 1}}}}, "job.toml"); })
+                .find("job.toml: [mem_c] (plugin 'memory_ext_c_plugin'): mem_c: only the key 'ok'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { reg.check_tables(json{{"tp", {{"sequence_parallel", "yes"}}}}, "job.toml"); })
+                .find("job.toml: [tp] (plugin 'smp_tp'): tp.sequence_parallel: expected a boolean"),
+            std::string::npos);
+  const std::string unknown = error_of([&] { reg.check_tables(json{{"mem_d", json::object()}}, "job.toml"); });
+  for (const char* needle : {"job.toml: unknown table [mem_d] (did you mean [mem_c]?)", "[mem_c] of memory_ext_c_plugin",
+                             "[tp] of smp_tp"})
+    EXPECT_NE(unknown.find(needle), std::string::npos) << needle << " missing from: " << unknown;
+}
+
 TEST(PluginRegistry, LoadUnlessProvidedSkipsAPluginWhoseCapabilityIsTaken) {
   smp::PluginRegistry reg;
   reg.load(plugin("dup_kind_a"));

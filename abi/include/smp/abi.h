@@ -28,7 +28,10 @@
  * and refuses the host with an error naming it when it is missing (the SDK's
  * PluginBuilder::require_host_extension does this). Extension types are
  * numbered here and never reused; each extension struct is versioned by its
- * own struct_size. This lets the ABI grow without a new major.
+ * own struct_size. This lets the ABI grow without a new major. Since 2.5
+ * smp_module_context has a chain too, and the core structs gain no more
+ * fields: new capabilities are extensions (the memory contract, a plugin's
+ * configuration tables, the mesh, communication).
  *
  * Mesh and placements (after PyTorch DTensor): a module is given the rank's
  * device mesh (smp_module_context.mesh), and asks the host for its position on
@@ -68,7 +71,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 4
+#define SMP_ABI_VERSION_MINOR 5
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -151,6 +154,9 @@ typedef enum smp_extension_type {
   SMP_EXTENSION_OPTIMIZERS = 1, /* since 2.3, on a plugin descriptor: smp_optimizers_extension */
   SMP_EXTENSION_MESH = 2,       /* since 2.4, on the host table: smp_mesh_extension */
   SMP_EXTENSION_COMM = 3,       /* since 2.4, on the host table: smp_comm_extension */
+  SMP_EXTENSION_CONFIG = 4,     /* since 2.5, on a plugin descriptor: smp_config_extension */
+  SMP_EXTENSION_JOB_TABLES = 5, /* since 2.5, on smp_module_context: smp_job_tables_extension */
+  SMP_EXTENSION_MEMORY = 6,     /* since 2.5, on a plugin descriptor: smp_memory_extension */
   SMP_EXTENSION_PRIVATE_BASE = 0x10000
 } smp_extension_type;
 
@@ -176,12 +182,17 @@ typedef struct smp_module_context {
   smp_mesh* mesh;         /* borrowed for the module's lifetime; NULL = a one-rank mesh.
                              Ask host->mesh_axis / host->mesh_comm for any axis. */
   const char* parallel_json; /* the job's [parallel] table as a JSON object, e.g.
-                                {"sequence_parallel": true, ...}; borrowed for the call */
+                                {"tp": 2, ...}; borrowed for the call */
   /* Since 2.1: what the memory manager asks of this module, a JSON object
    * ("{}" = nothing): {"recompute_attention_core": true} asks it to keep no
    * activations of its attention core (softmax(Q K^T) V) and recompute them in
-   * backward. Only asked of kinds whose memory_features declare it. */
+   * backward. Only asked of kinds whose memory features declare it
+   * (SMP_EXTENSION_MEMORY, or smp_module_kind.memory_features). */
   const char* memory_json;
+  /* Since 2.5: NULL, or the host's extensions for this module (e.g.
+   * SMP_EXTENSION_JOB_TABLES). The struct's last field: later additions are
+   * extensions. */
+  const struct smp_extension_base* extension_start;
 } smp_module_context;
 
 /* One call of a module. */
@@ -258,7 +269,9 @@ typedef struct smp_module_kind {
   smp_error* (*forward)(smp_module* module, const smp_forward_args* args);
   smp_error* (*parameters)(smp_module* module, smp_param_visitor visit, void* user);
   void (*destroy)(smp_module* module);
-  /* Since 2.1: SMP_MEMORY_FEATURE_* bits, what memory_json may ask of this kind. */
+  /* Since 2.1: SMP_MEMORY_FEATURE_* bits, what memory_json may ask of this kind.
+   * Since 2.5 SMP_EXTENSION_MEMORY says it, and a host reads this only from a
+   * plugin without that extension. */
   uint32_t memory_features;
 } smp_module_kind;
 
@@ -398,7 +411,9 @@ typedef struct smp_rule {
   /* Since 2.1, for the memory manager's model: the fractions (0 to 1) of the
    * node's parameter bytes and of its activation bytes (its cost hints) that
    * dist_kind splits axis_size ways; the rest stays replicated. A rule of
-   * minor 0 (a smaller struct_size) counts as splitting both entirely. */
+   * minor 0 (a smaller struct_size) counts as splitting both entirely. Since
+   * 2.5 SMP_EXTENSION_MEMORY says it, and a host reads these two only from a
+   * plugin without that extension. */
   double param_split;
   double activation_split;
 } smp_rule;
@@ -559,6 +574,79 @@ typedef struct smp_comm_extension {
 } smp_comm_extension;
 
 /* ------------------------------------------------------------------------ */
+/* SMP_EXTENSION_CONFIG and SMP_EXTENSION_JOB_TABLES: a plugin's own tables  */
+/* of the job configuration (since 2.5)                                      */
+/* ------------------------------------------------------------------------ */
+/* A plugin owns settings the core does not know (smp_tp's [tp], say) by
+ * declaring their table in its descriptor. The core keeps a table it does not
+ * own as written; once the plugins are loaded it calls the owner's check with
+ * it (with "{}" when the job has none), and refuses a table no loaded plugin
+ * declares, naming it. The owner refuses a key it does not know or a bad
+ * value, naming the key. Two plugins cannot declare one table. */
+typedef struct smp_config_table {
+  size_t struct_size;
+  const char* name; /* lower-case letters, digits, '_'; not a core table (parallel, memory, train, run,
+                       comm, plugins, model, partition, optimizer) */
+  void* state;      /* passed back to check */
+  smp_error* (*check)(void* state, const char* table_json);
+} smp_config_table;
+
+/* type SMP_EXTENSION_CONFIG, version 1, on a plugin descriptor. */
+typedef struct smp_config_extension {
+  smp_extension_base base;
+  const smp_config_table* const* tables;
+  size_t n_tables;
+} smp_config_extension;
+
+/* type SMP_EXTENSION_JOB_TABLES, version 1, on smp_module_context: the tables
+ * of every loaded plugin (checked by their owners), so that a layer can read
+ * a setting of the plugin it belongs to, or of another. */
+typedef struct smp_job_tables_extension {
+  smp_extension_base base;
+  const char* tables_json; /* a JSON object by table name, e.g. {"tp": {"sequence_parallel": true}};
+                              a declared table the job does not give is {}; borrowed for the call */
+} smp_job_tables_extension;
+
+/* ------------------------------------------------------------------------ */
+/* SMP_EXTENSION_MEMORY: the memory contract (since 2.5)                     */
+/* ------------------------------------------------------------------------ */
+/* What the memory manager may ask of a plugin's module kinds, and what its
+ * rules split, for the memory model. A host of 2.5 reads these from this
+ * extension when a descriptor has it, and then ignores the 2.1 fields that
+ * said the same (smp_module_kind.memory_features, smp_rule.param_split and
+ * activation_split); it reads those fields from a plugin without it. The SDK
+ * fills both, so that its plugins keep their features on hosts from 2.1 on.
+ * New memory capabilities are added here (a new version of this extension, or
+ * new SMP_MEMORY_FEATURE_* bits), not to the core structs. The per-call parts
+ * of the contract stay with their calls and are used only with the kinds that
+ * declare the feature: smp_module_context.memory_json asks, smp_param_info.init
+ * answers (deferred init); smp_graph_node's byte hints are cost hints of the
+ * graph like flops_hint. */
+typedef struct smp_kind_memory {
+  size_t struct_size;
+  const char* kind;  /* a module kind this plugin registers */
+  uint32_t features; /* SMP_MEMORY_FEATURE_* bits: what memory_json may ask of it */
+} smp_kind_memory;
+
+typedef struct smp_rule_memory {
+  size_t struct_size;
+  const char* axis;        /* a rule this plugin registers: its axis ... */
+  const char* kind;        /* ... and serial kind */
+  double param_split;      /* fractions (0 to 1) of the node's parameter and activation bytes */
+  double activation_split; /* that the rule's dist_kind splits over the axis; the rest is replicated */
+} smp_rule_memory;
+
+/* type SMP_EXTENSION_MEMORY, version 1, on a plugin descriptor. A kind it does
+ * not list has no features; a rule it does not list splits both entirely. */
+typedef struct smp_memory_extension {
+  smp_extension_base base;
+  const smp_kind_memory* const* kinds;
+  size_t n_kinds;
+  const smp_rule_memory* const* rules;
+  size_t n_rules;
+} smp_memory_extension;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -711,7 +799,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 /* ------------------------------------------------------------------------ */
 
 #define SMP_EXTENSION_BASE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_extension_base, next)
-#define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, memory_json)
+#define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, extension_start)
+#define SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_context, parallel_json) /* the fields of minor 0 */
 #define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
 #define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
 #define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, init)
@@ -744,6 +833,12 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_EVENT_WAIT_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_event_wait_args, mode)
 #define SMP_EVENT_CALLBACK_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_event_callback_args, user)
 #define SMP_COMM_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_comm_extension, event_on_ready)
+#define SMP_CONFIG_TABLE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_config_table, check)
+#define SMP_CONFIG_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_config_extension, n_tables)
+#define SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_job_tables_extension, tables_json)
+#define SMP_KIND_MEMORY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_kind_memory, features)
+#define SMP_RULE_MEMORY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule_memory, activation_split)
+#define SMP_MEMORY_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_memory_extension, n_rules)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

@@ -37,6 +37,9 @@ class Config {
   // One table as JSON: the free-form [model]/[partition] as written ({} when
   // absent), a schema table ("train", ...) with its defaults filled in.
   nlohmann::json section_json(const std::string& table) const;
+  // The tables the core neither checks nor owns, by name, as given: plugins'
+  // tables (SMP_EXTENSION_CONFIG), checked once the plugins are loaded.
+  nlohmann::json plugin_tables() const;
   // The fully resolved configuration (every schema key, defaults included;
   // parallel.dp is null until resolve_layout) plus [model] and [partition].
   nlohmann::json to_json() const;

@@ -3,6 +3,8 @@
 
 #include <smp/abi.h>
 
+#include <nlohmann/json.hpp>
+
 #include <deque>
 #include <map>
 #include <memory>
@@ -22,6 +24,13 @@ struct PluginInfo {
   std::string torch_version;
   std::vector<std::string> module_kinds, adapters, partitioners, optimizers;
   std::vector<std::string> rules;  // "<axis>:<kind>", e.g. "tp:linear"
+  std::vector<std::string> tables;  // configuration tables it owns (SMP_EXTENSION_CONFIG), e.g. "tp"
+};
+
+// What a rule's distributed kind splits over its axis, for the memory model:
+// fractions of a node's parameter and activation bytes.
+struct MemorySplit {
+  double params = 1.0, activations = 1.0;
 };
 
 class PluginRegistry {
@@ -52,9 +61,21 @@ class PluginRegistry {
   const smp_optimizer_kind* optimizer(const std::string& name) const;  // nullptr if unknown
   // The rule mapping `kind` on mesh axis `axis` ("tp", "ep"); nullptr if none.
   const smp_rule* rule(const std::string& axis, const std::string& kind) const;
+  // The memory contract (SMP_EXTENSION_MEMORY, or the 2.1 fields of a plugin
+  // without it): SMP_MEMORY_FEATURE_* bits of a kind (0 if unknown), and what a
+  // rule splits (everything when it does not say).
+  uint32_t memory_features(const std::string& kind) const;
+  MemorySplit memory_split(const std::string& axis, const std::string& kind) const;
+  // The plugin table named `name` (SMP_EXTENSION_CONFIG); nullptr if none.
+  const smp_config_table* config_table(const std::string& name) const;
+  // The job's plugin tables (Config::plugin_tables), each checked by the plugin
+  // that declares it; every declared table is checked, "{}" when not given.
+  // Returns them all by name (the modules' SMP_EXTENSION_JOB_TABLES). Throws
+  // naming `origin` and the table when none declares it or its owner refuses it.
+  nlohmann::json check_tables(const nlohmann::json& given, const std::string& origin) const;
   // The plugin that registered a capability, for messages ("" if none).
   std::string provider(const std::string& capability_name) const;
-  // type: "module kind", "adapter", "partition strategy", "optimizer" or "<axis> rule" ("tp rule").
+  // type: "module kind", "adapter", "partition strategy", "optimizer", "config table" or "<axis> rule" ("tp rule").
   std::string provider(const std::string& type, const std::string& name) const;
 
   std::vector<std::string> module_kinds() const;
@@ -76,6 +97,9 @@ class PluginRegistry {
   std::map<std::string, const smp_partition_strategy*> partitioners_;
   std::map<std::string, const smp_rule*> rules_;  // by "<axis>:<kind>"
   std::map<std::string, const smp_optimizer_kind*> optimizers_;
+  std::map<std::string, const smp_config_table*> tables_;
+  std::map<std::string, uint32_t> features_;    // by module kind
+  std::map<std::string, MemorySplit> splits_;   // by "<axis>:<kind>"
   std::map<std::string, std::string> providers_;  // "kind:x" / "adapter:x" / ... -> plugin name
 };
 

@@ -1,8 +1,10 @@
 // Config: TOML (toml++) + --set overrides, validated against the schema below.
 #include <smp/config.h>
 #include <smp/error.h>
+#include <smp/job_config.h>
 
 #include "base/axis_names.h"
+#include "base/table_names.h"
 
 #include <toml++/toml.h>
 
@@ -23,128 +25,68 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, A
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
                   Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName };
 
+enum class Presence { Default, Derived };
+
 struct KeySpec {
   const char* key;
   Type type;
-  json def;  // null = optional without default (parallel.dp)
+  json def;  // null = no default (parallel.dp: derived; memory.shard: another way to say parallel.zero)
   Rule rule;
   const char* doc;  // one line for the key reference (docs/config-reference.md, generated)
 };
 
-// The schema: every key a job file may set outside the free-form tables, each
-// declared once. The reference in docs/ is rendered from it (Config::reference).
+// The schema type of a typed field's C++ type (config_keys.h), and its default as JSON.
+template <class T> constexpr Type type_of();
+template <> constexpr Type type_of<int>() { return Type::Int; }
+template <> constexpr Type type_of<int64_t>() { return Type::Int; }
+template <> constexpr Type type_of<uint64_t>() { return Type::Int; }
+template <> constexpr Type type_of<double>() { return Type::Double; }
+template <> constexpr Type type_of<bool>() { return Type::Bool; }
+template <> constexpr Type type_of<std::string>() { return Type::String; }
+template <> constexpr Type type_of<Strings>() { return Type::StringArray; }
+template <> constexpr Type type_of<Ints>() { return Type::IntArray; }
+template <> constexpr Type type_of<DeviceList>() { return Type::IntArray; }
+template <> constexpr Type type_of<AxisSizes>() { return Type::AxisSizes; }
+template <> constexpr Type type_of<AxisJoins>() { return Type::AxisJoins; }
+template <> constexpr Type type_of<Precision>() { return Type::String; }
+template <> constexpr Type type_of<DeviceKind>() { return Type::String; }
+
+template <class T> json default_json(const T& v) { return json(v); }
+json default_json(const AxisSizes& v) {
+  json o = json::object();
+  for (const auto& [name, size] : v) o[name] = size;
+  return o;
+}
+json default_json(const AxisJoins& v) {
+  json o = json::object();
+  for (const auto& [name, dims] : v) o[name] = dims;
+  return o;
+}
+json default_json(Precision v) { return to_string(v); }
+json default_json(DeviceKind v) { return to_string(v); }
+
+// The schema: every key a job file may set outside the free-form and plugin
+// tables, generated from the lists in config_keys.h.
 const std::vector<KeySpec>& schema() {
-  static const std::vector<KeySpec> s = {
-      {"parallel.pp", Type::Int, 1, Rule::Positive, "pipeline-parallel degree (stages)"},
-      {"parallel.tp", Type::Int, 1, Rule::Positive, "tensor-parallel degree"},
-      {"parallel.dp", Type::Int, nullptr, Rule::Positive,
-       "data-parallel degree; default world / (pp x tp), and pp x tp x dp must be the world"},
-      {"parallel.ep", Type::Int, 1, Rule::Positive,
-       "expert parallelism: the dp ranks of a (pp, tp) slice split into groups of ep that exchange tokens; "
-       "expert parameters are data-parallel over the other dp / ep ranks (edp)"},
-      {"parallel.microbatches", Type::Int, 1, Rule::Positive, "microbatches per step and data-parallel rank"},
-      {"parallel.schedule", Type::String, "1f1b", Rule::Schedule, "pipeline schedule"},
-      {"parallel.virtual_stages", Type::Int, 1, Rule::Positive,
-       "model chunks per pipeline rank (interleaved-1f1b only)"},
-      {"parallel.partition", Type::String, "balanced", Rule::None,
-       "partition strategy of a loaded plugin (smp_partition: balanced, tree, manual); its options in [partition]"},
-      {"parallel.placement", Type::String, "pp,dp,tp", Rule::Placement,
-       "rank order of the mesh dimensions, slowest- to fastest-varying; an axis of parallel.axes it does not name "
-       "goes just outside tp"},
-      {"parallel.axes", Type::AxisSizes, json::object(), Rule::None,
-       "the job's own mesh dimensions beyond pp, dp and tp, e.g. { cp = 2 }: model axes that replicate the batch "
-       "and split what the loaded plugins' rules for them split (in name order, after tp's)"},
-      {"parallel.flatten", Type::AxisJoins, json::object(), Rule::None,
-       "derived axes joining dimensions, slowest first, e.g. { dp_cp = [\"dp\", \"cp\"] }: each has a communicator "
-       "a plugin can ask for"},
-      {"parallel.sequence_parallel", Type::Bool, false, Rule::None,
-       "Megatron's sequence parallelism in tensor-parallel layers"},
-      {"parallel.tie_across_stages", Type::Bool, true, Rule::None,
-       "tied modules may sit on several pipeline stages (their gradients are summed over them)"},
-      {"parallel.tp_replicate_indivisible", Type::Bool, false, Rule::None,
-       "keep a node replicated (with a warning) when its sizes do not divide tp, instead of failing"},
-      {"parallel.zero", Type::Int, 0, Rule::ZeroStage,
-       "sharded data parallelism (ZeRO): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters"},
-
-      {"memory.shard", Type::String, nullptr, Rule::ShardName,
-       "the ZeRO stage by name; give it or parallel.zero (both only if they agree)"},
-      {"memory.checkpoint", Type::StringArray, json::array(), Rule::None,
-       "activation checkpointing: nodes whose kind, name or name prefix is listed recompute their activations "
-       "in backward"},
-      {"memory.checkpoint_every", Type::Int, 1, Rule::Positive, "of the nodes memory.checkpoint selects, every n-th"},
-      {"memory.checkpoint_attention_core", Type::StringArray, json::array(), Rule::None,
-       "selective checkpointing: the listed nodes recompute their attention core (softmax(Q K^T) V) in backward"},
-      {"memory.offload", Type::Bool, false, Rule::None,
-       "CUDA only: the inputs checkpointed nodes keep for backward wait in pinned host memory"},
-      {"memory.offload_horizon", Type::Int, 4, Rule::Positive,
-       "offloaded inputs are loaded back this many backward passes ahead"},
-
-      {"train.steps", Type::Int, 10, Rule::NonNegative, "training steps"},
-      {"train.batch_size", Type::Int, 8, Rule::Positive,
-       "global batch (samples per step); a multiple of dp x microbatches"},
-      {"train.seed", Type::Int, 1234, Rule::None, "seeds initialisation, data order and dropout (counter-based)"},
-      {"train.lr", Type::Double, 3e-4, Rule::NonNegativeReal, "peak learning rate"},
-      {"train.min_lr", Type::Double, 3e-5, Rule::NonNegativeReal, "learning rate at the end of the cosine decay"},
-      {"train.warmup_steps", Type::Int, 0, Rule::NonNegative, "linear warm-up steps before the cosine decay"},
-      {"train.optimizer", Type::String, "adamw", Rule::None,
-       "an optimizer kind of a loaded plugin (smp_optim: adamw, sgd); its own settings in [optimizer]"},
-      {"train.weight_decay", Type::Double, 0.1, Rule::NonNegativeReal, "decoupled weight decay, on matrices"},
-      {"train.beta1", Type::Double, 0.9, Rule::UnitInterval, "AdamW's beta1 (refused with another optimizer)"},
-      {"train.beta2", Type::Double, 0.95, Rule::UnitInterval, "AdamW's beta2 (refused with another optimizer)"},
-      {"train.eps", Type::Double, 1e-8, Rule::PositiveReal, "AdamW's epsilon (refused with another optimizer)"},
-      {"train.grad_clip", Type::Double, 1.0, Rule::NonNegativeReal, "global gradient-norm clipping; 0 = off"},
-      {"train.val_every", Type::Int, 0, Rule::NonNegative, "validate every n steps (and at the end); 0 = at the end"},
-      {"train.val_batches", Type::Int, 2, Rule::NonNegative, "global batches per validation; 0 = no validation"},
-      {"train.log_every", Type::Int, 1, Rule::Positive, "a progress line every n steps (rank 0)"},
-      {"train.bucket_mb", Type::Double, 4.0, Rule::NonNegativeReal,
-       "DDP-style gradient buckets (MiB) reduced while backward runs; 0 = one reduction after backward"},
-      {"train.precision", Type::String, "fp32", Rule::Precision,
-       "compute dtype of parameters and activations; 16-bit keeps fp32 masters and optimizer state"},
-      {"train.grad_reduce_dtype", Type::String, "fp32", Rule::Precision,
-       "dtype gradients are accumulated and reduced in: fp32 or the compute dtype"},
-      {"train.initial_loss_scale", Type::Double, 65536.0, Rule::PositiveReal,
-       "fp16 only: the dynamic loss scale to start with"},
-      {"train.loss_scale_window", Type::Int, 1000, Rule::Positive,
-       "fp16 only: good steps in a row before the loss scale doubles"},
-      {"train.min_loss_scale", Type::Double, 1.0, Rule::PositiveReal, "fp16 only: the loss scale never goes below"},
-
-      {"run.dir", Type::String, "runs/default", Rule::None, "where logs, summary.json, report.html and traces go"},
-      {"run.log_to_file", Type::Bool, true, Rule::None, "each rank also logs to <run.dir>/logs/rank-<r>.log"},
-      {"run.timeout_s", Type::Double, 300.0, Rule::PositiveReal,
-       "rendezvous and collective timeout; a rank waiting longer fails naming the group"},
-      {"run.threads", Type::Int, 0, Rule::NonNegative, "intra-op threads per rank; 0 = OMP_NUM_THREADS or LibTorch's"},
-      {"run.device", Type::String, "auto", Rule::Device, "auto = CUDA when this build has it and a GPU is present"},
-      {"run.devices", Type::IntArray, json::array(), Rule::None,
-       "with run.device = cuda: the GPU of each local rank (entries may repeat: ranks sharing a GPU)"},
-      {"run.dump_parameters", Type::Bool, false, Rule::None,
-       "each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json (small models)"},
-      {"run.trace", Type::Bool, false, Rule::None,
-       "each rank writes a Chrome / Perfetto trace of the run.trace_steps steps to <run.dir>/trace/"},
-      {"run.trace_steps", Type::IntArray, json::array({1, 3}), Rule::None,
-       "[from, to], training steps (1-based, inclusive) that run.trace and run.profile_ops record"},
-      {"run.trace_merge", Type::Bool, false, Rule::None, "rank 0 also writes <run.dir>/trace.json, a track per rank"},
-      {"run.profile_ops", Type::Bool, false, Rule::None,
-       "every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json"},
-
-      {"comm.shm_mb", Type::Double, 16.0, Rule::NonNegativeReal,
-       "CPU collectives and pipeline sends through shared memory on one host, slots of this many MiB; 0 = Gloo"},
-      {"comm.cuda_backend", Type::String, "auto", Rule::CudaBackend,
-       "what carries CUDA tensors: nccl, gloo (through host memory), or auto (NCCL unless ranks share a GPU)"},
-
-      {"plugins.paths", Type::StringArray, json::array(), Rule::None,
-       "plugins to load besides --plugin (by path or name, searched in SMP_PLUGIN_PATH and the install)"},
-  };
+  static const std::vector<KeySpec> s = [] {
+    std::vector<KeySpec> out;
+#define SMP_SCHEMA_ENTRY(field, key, type, check, def, presence, doc) \
+  out.push_back({key, type_of<type>(), Presence::presence == Presence::Derived ? json(nullptr) : default_json(type(def)), \
+                 Rule::check, doc});
+#define SMP_SCHEMA_TABLE(group, list) list(SMP_SCHEMA_ENTRY)
+    SMP_CONFIG_TABLES(SMP_SCHEMA_TABLE)
+#undef SMP_SCHEMA_TABLE
+#undef SMP_SCHEMA_ENTRY
+    return out;
+  }();
   return s;
 }
 
-const char* kSchemaTables[] = {"parallel", "memory", "train", "run", "comm", "plugins"};
-const char* kFreeTables[] = {"model", "partition", "optimizer"};
 
-bool is_schema_table(const std::string& t) {
-  return std::find(std::begin(kSchemaTables), std::end(kSchemaTables), t) != std::end(kSchemaTables);
-}
-bool is_free_table(const std::string& t) {
-  return std::find(std::begin(kFreeTables), std::end(kFreeTables), t) != std::end(kFreeTables);
+// Keys that moved to a plugin's table, for the message that refuses the old name.
+const char* moved_to(const std::string& key) {
+  if (key == "parallel.sequence_parallel") return "tp.sequence_parallel (the [tp] table of the smp_tp plugin)";
+  return nullptr;
 }
 
 const KeySpec* find_spec(const std::string& key) {
@@ -155,21 +97,10 @@ const KeySpec* find_spec(const std::string& key) {
 
 std::string head_of(const std::string& key) { return key.substr(0, key.find('.')); }
 
-// Levenshtein distance, for "did you mean".
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 [[noreturn]] void unknown_key(const std::string& origin, const std::string& key) {
   std::string msg = origin + ": unknown key '" + key + "'";
+  if (const char* to = moved_to(key)) throw Error(msg + ": it moved to " + to);
   const KeySpec* best = nullptr;
   size_t best_d = 3;
   for (const auto& s : schema()) {
@@ -416,7 +347,15 @@ void merge_document(const std::string& origin, const toml::table& doc, json& val
       values[table].merge_patch(j);
       continue;
     }
-    if (!is_schema_table(table)) unknown_key(origin, table);
+    if (!is_schema_table(table)) {
+      // A table of a plugin (SMP_EXTENSION_CONFIG), or a mistake: kept as
+      // written, and refused by name once the plugins are loaded when none owns it.
+      if (!node.is_table() || !is_plugin_table_name(table)) unknown_key(origin, table);
+      json j = to_json_value(node);
+      if (!values.contains(table)) values[table] = json::object();
+      values[table].merge_patch(j);
+      continue;
+    }
     if (!node.is_table())
       throw Error(origin + ": " + table + ": expected a table ([" + table + "]), got " + render(node));
     for (auto&& [sub, v] : *node.as_table()) {
@@ -483,7 +422,7 @@ void apply_override(const std::string& arg, json& values) {
       throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. --set " + table + ".<key>=value");
     unknown_key(origin, key);
   }
-  if (is_free_table(table)) {
+  if (is_free_table(table) || (!is_schema_table(table) && is_plugin_table_name(table))) {
     json* cur = &values[table];
     if (!cur->is_object()) *cur = json::object();
     for (size_t i = 1; i + 1 < parts.size(); ++i) {
@@ -634,8 +573,15 @@ std::vector<int64_t> Config::get_int_array(const std::string& key) const {
 
 bool Config::has(const std::string& key) const { return find(key) != nullptr; }
 
+nlohmann::json Config::plugin_tables() const {
+  json out = json::object();
+  for (const auto& [table, value] : values_.items())
+    if (!is_schema_table(table) && !is_free_table(table)) out[table] = value;
+  return out;
+}
+
 nlohmann::json Config::section_json(const std::string& table) const {
-  if (is_free_table(table)) {
+  if (is_free_table(table) || (values_.contains(table) && is_plugin_table_name(table))) {
     auto it = values_.find(table);
     return it == values_.end() ? json::object() : *it;
   }
@@ -655,6 +601,7 @@ nlohmann::json Config::to_json() const {
   json out = json::object();
   for (const char* t : kSchemaTables) out[t] = section_json(t);
   for (const char* t : kFreeTables) out[t] = section_json(t);
+  out.update(plugin_tables());
   return out;
 }
 
@@ -674,23 +621,24 @@ std::string Config::reference() {
   };
   std::string out =
       "# Job configuration keys\n\n"
-      "Generated from the schema in core/src/base/config.cpp by `smp-worker --config-reference`;\n"
+      "Generated from the key lists in core/include/smp/config_keys.h by `smp-worker --config-reference`;\n"
       "a test fails when this file differs from it. Tables the core does not check (their owners do):\n"
-      "[model] (the adapter), [partition] (the partition strategy), [optimizer] (the optimizer kind).\n";
-  std::string table;
-  for (const KeySpec& k : schema()) {
-    const std::string head = head_of(k.key);
-    if (head != table) {
-      table = head;
-      out += "\n## [" + table + "]\n\n| key | type | default | accepted | meaning |\n|---|---|---|---|---|\n";
+      "[model] (the adapter), [partition] (the partition strategy), [optimizer] (the optimizer kind),\n"
+      "and the tables loaded plugins declare (SMP_EXTENSION_CONFIG), such as smp_tp's [tp]\n"
+      "(`sequence_parallel`, boolean, default false: Megatron's sequence parallelism in tensor-parallel\n"
+      "layers). A table no loaded plugin declares is refused by name.\n";
+  for (const char* table : kSchemaTables) {
+    out += "\n## [" + std::string(table) + "]\n\n| key | type | default | accepted | meaning |\n|---|---|---|---|---|\n";
+    for (const KeySpec& k : schema()) {
+      if (head_of(k.key) != table) continue;
+      std::string accepted = k.rule == Rule::None ? "" : expectation(k.type, k.rule);
+      if (accepted.rfind("expected ", 0) == 0) accepted = accepted.substr(9);
+      std::string def = k.def.is_null() ? "(none)" : k.def.dump();
+      for (auto* field : {&accepted, &def})
+        for (size_t i = 0; (i = field->find('|', i)) != std::string::npos; i += 2) field->replace(i, 1, "\\|");
+      out += "| `" + std::string(k.key) + "` | " + type_name(k.type) + " | `" + def + "` | " + accepted + " | " +
+             k.doc + " |\n";
     }
-    std::string accepted = k.rule == Rule::None ? "" : expectation(k.type, k.rule);
-    if (accepted.rfind("expected ", 0) == 0) accepted = accepted.substr(9);
-    std::string def = k.def.is_null() ? "(none)" : k.def.dump();
-    for (auto* field : {&accepted, &def})
-      for (size_t i = 0; (i = field->find('|', i)) != std::string::npos; i += 2) field->replace(i, 1, "\\|");
-    out += "| `" + std::string(k.key) + "` | " + type_name(k.type) + " | `" + def + "` | " + accepted + " | " + k.doc +
-           " |\n";
   }
   return out;
 }

@@ -14,9 +14,8 @@ namespace smp {
 namespace {
 
 // The hints become this rank's share: the split fraction / axis_size, the rest whole.
-void scale_hints(GraphNode& node, const smp_rule& rule, int axis_size) {
-  const bool splits_known = SMP_HAS_FIELD(&rule, smp_rule, activation_split);  // a rule of minor 0 splits everything
-  const double ps = splits_known ? rule.param_split : 1.0, as = splits_known ? rule.activation_split : 1.0;
+void scale_hints(GraphNode& node, const MemorySplit& split, int axis_size) {
+  const double ps = split.params, as = split.activations;
   node.param_bytes_hint *= (1.0 - ps) + ps / axis_size;
   node.activation_bytes_hint *= (1.0 - as) + as / axis_size;
   node.activation_fp32_extra_bytes_hint *= (1.0 - as) + as / axis_size;
@@ -36,7 +35,7 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
       if (it != decided.end()) {
         const smp_rule* rule = registry.rule(axis, node.kind);
         node.kind = it->second;
-        if (rule && node.kind == rule->dist_kind) scale_hints(node, *rule, axis_size);
+        if (rule && node.kind == rule->dist_kind) scale_hints(node, registry.memory_split(axis, rule->kind), axis_size);
         continue;
       }
     }
@@ -50,7 +49,7 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
       if (rule->check) reason = consume_error(rule->check(rule->state, node.config_json.c_str(), axis_size));
       if (reason.empty()) {
         node.kind = rule->dist_kind;
-        scale_hints(node, *rule, axis_size);
+        scale_hints(node, registry.memory_split(axis, rule->kind), axis_size);
         ++split;
       } else if (replicate_indivisible) {
         spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,

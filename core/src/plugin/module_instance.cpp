@@ -13,7 +13,7 @@ namespace smp {
 
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
                                   const std::string& parallel_json, const c10::Device& device,
-                                  const char* memory_json) {
+                                  const char* memory_json, const smp_extension_base* extensions) {
   smp_module_context ctx{};
   ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
   ctx.node_name = key.c_str();
@@ -23,6 +23,7 @@ smp_module_context module_context(const std::string& key, uint64_t init_seed, sm
   ctx.mesh = mesh;
   ctx.parallel_json = parallel_json.c_str();
   ctx.memory_json = memory_json;
+  ctx.extension_start = extensions;
   return ctx;
 }
 

@@ -31,10 +31,12 @@ struct ModuleParameter {
 // profiler alike. The strings are borrowed: they must outlive the create call.
 // mesh null = a one-rank mesh.
 // memory_json: what the memory manager asks of the module ("{}": nothing); borrowed like the strings.
+// extensions: the context's chain (SMP_EXTENSION_JOB_TABLES), borrowed likewise.
 smp_module_context module_context(const std::string& key, uint64_t init_seed, smp_mesh* mesh,
                                   const std::string& parallel_json,
                                   const c10::Device& device = c10::Device(c10::kCPU),
-                                  const char* memory_json = "{}");
+                                  const char* memory_json = "{}",
+                                  const smp_extension_base* extensions = nullptr);
 
 class ModuleInstance {
  public:

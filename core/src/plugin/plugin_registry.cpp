@@ -2,6 +2,7 @@
 
 #include "base/axis_names.h"
 #include "base/struct_size.h"
+#include "base/table_names.h"
 
 #include <smp/error.h>
 
@@ -14,6 +15,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -159,12 +161,23 @@ PluginInfo info_of(const smp_plugin_descriptor* d, const std::string& path) {
   return info;
 }
 
-// The descriptor's optimizer extension (ABI 2.3), or null.
-const smp_optimizers_extension* optimizers_of(const smp_plugin_descriptor* d) {
+// The descriptor's extension of `type`, or null.
+template <class T>
+const T* extension_of(const smp_plugin_descriptor* d, uint32_t type) {
   for (const smp_extension_base* e = d->extension_start; e; e = e->next)
-    if (e->type == SMP_EXTENSION_OPTIMIZERS) return reinterpret_cast<const smp_optimizers_extension*>(e);
+    if (e->type == type) return reinterpret_cast<const T*>(e);
   return nullptr;
 }
+const smp_optimizers_extension* optimizers_of(const smp_plugin_descriptor* d) {  // 2.3
+  return extension_of<smp_optimizers_extension>(d, SMP_EXTENSION_OPTIMIZERS);
+}
+const smp_config_extension* config_of(const smp_plugin_descriptor* d) {  // 2.5
+  return extension_of<smp_config_extension>(d, SMP_EXTENSION_CONFIG);
+}
+const smp_memory_extension* memory_of(const smp_plugin_descriptor* d) {  // 2.5
+  return extension_of<smp_memory_extension>(d, SMP_EXTENSION_MEMORY);
+}
+
 
 // Calls f(type, name) for every capability the descriptor lists (null entries skipped).
 template <class F>
@@ -180,6 +193,9 @@ void for_each_capability(const smp_plugin_descriptor* d, F f) {
   if (const smp_optimizers_extension* o = optimizers_of(d))
     for (size_t i = 0; i < o->n_kinds; ++i)
       if (o->kinds && o->kinds[i]) f("optimizer", o->kinds[i]->name);
+  if (const smp_config_extension* c = config_of(d))
+    for (size_t i = 0; i < c->n_tables; ++i)
+      if (c->tables && c->tables[i]) f("config table", c->tables[i]->name);
 }
 
 }  // namespace
@@ -224,6 +240,53 @@ const PluginInfo* PluginRegistry::load(const std::string& path_or_name, bool unl
   infos_.push_back(std::move(info));
   return &infos_.back();
 }
+
+namespace {
+
+// The 2.5 descriptor extensions: the plugin's configuration tables and its memory contract.
+template <class Claim>
+void check_extensions(const smp_plugin_descriptor* d, PluginInfo& info, const std::string& who, Claim& claim) {
+  const std::string& path = info.path;
+  if (const smp_config_extension* c = config_of(d)) {
+    require_size(&c->base, SMP_CONFIG_EXTENSION_STRUCT_SIZE, "config extension", path, "2.5");
+    if (c->n_tables > 0 && !c->tables)
+      throw Error(who + ": config extension lists " + std::to_string(c->n_tables) + " tables but the array is null");
+    for (size_t i = 0; i < c->n_tables; ++i) {
+      const smp_config_table* t = c->tables[i];
+      require_size(t, SMP_CONFIG_TABLE_STRUCT_SIZE, "config table", path, "2.5");
+      const std::string name = t->name ? t->name : "";
+      if (!is_plugin_table_name(name))
+        throw Error(who + ": config table '" + name + "': a plugin's table is named with lower-case letters, "
+                    "digits and '_', and is not one of the core's ([parallel], [memory], [train], [run], [comm], "
+                    "[plugins], [model], [partition], [optimizer])");
+      if (!t->check) throw Error(who + ": config table '" + name + "' lacks its check function");
+      info.tables.push_back(claim("config table", t->name));
+    }
+  }
+  if (const smp_memory_extension* m = memory_of(d)) {
+    require_size(&m->base, SMP_MEMORY_EXTENSION_STRUCT_SIZE, "memory extension", path, "2.5");
+    if ((m->n_kinds > 0 && !m->kinds) || (m->n_rules > 0 && !m->rules))
+      throw Error(who + ": memory extension lists entries but an array is null");
+    for (size_t i = 0; i < m->n_kinds; ++i) {
+      const smp_kind_memory* k = m->kinds[i];
+      require_size(k, SMP_KIND_MEMORY_STRUCT_SIZE, "memory extension kind", path, "2.5");
+      const std::string kind = k->kind ? k->kind : "";
+      if (std::find(info.module_kinds.begin(), info.module_kinds.end(), kind) == info.module_kinds.end())
+        throw Error(who + ": memory extension: module kind '" + kind + "' is not one this plugin registers");
+    }
+    for (size_t i = 0; i < m->n_rules; ++i) {
+      const smp_rule_memory* r = m->rules[i];
+      require_size(r, SMP_RULE_MEMORY_STRUCT_SIZE, "memory extension rule", path, "2.5");
+      const std::string rule = std::string(r->axis ? r->axis : "") + ":" + (r->kind ? r->kind : "");
+      if (std::find(info.rules.begin(), info.rules.end(), rule) == info.rules.end())
+        throw Error(who + ": memory extension: rule '" + rule + "' is not one this plugin registers");
+      if (!(r->param_split >= 0 && r->param_split <= 1) || !(r->activation_split >= 0 && r->activation_split <= 1))
+        throw Error(who + ": memory extension: rule '" + rule + "': split fractions must lie in [0, 1]");
+    }
+  }
+}
+
+}  // namespace
 
 // Every capability well-formed and not taken; their names into info.
 void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginInfo& info, const std::string& who) const {
@@ -283,6 +346,7 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
       info.optimizers.push_back(claim("optimizer", k->name));
     }
   }
+  check_extensions(d, info, who, claim);
 }
 
 void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const PluginInfo& info) {
@@ -292,6 +356,25 @@ void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const
   for (size_t i = 0; i < d->n_rules; ++i) rules_[std::string(d->rules[i]->axis) + ":" + d->rules[i]->kind] = d->rules[i];
   if (const smp_optimizers_extension* o = optimizers_of(d))
     for (size_t i = 0; i < o->n_kinds; ++i) optimizers_[o->kinds[i]->name] = o->kinds[i];
+  if (const smp_config_extension* c = config_of(d))
+    for (size_t i = 0; i < c->n_tables; ++i) tables_[c->tables[i]->name] = c->tables[i];
+  // The memory contract: the 2.5 extension when the plugin has one, else the 2.1 fields.
+  const smp_memory_extension* m = memory_of(d);
+  for (size_t i = 0; i < d->n_module_kinds; ++i) {
+    const smp_module_kind* k = d->module_kinds[i];
+    features_[k->name] = !m && SMP_HAS_FIELD(k, smp_module_kind, memory_features) ? k->memory_features : 0u;
+  }
+  for (size_t i = 0; i < d->n_rules; ++i) {
+    const smp_rule* r = d->rules[i];
+    const bool known = !m && SMP_HAS_FIELD(r, smp_rule, activation_split);  // minor 0: splits everything
+    splits_[std::string(r->axis) + ":" + r->kind] = {known ? r->param_split : 1.0, known ? r->activation_split : 1.0};
+  }
+  if (m) {
+    for (size_t i = 0; i < m->n_kinds; ++i) features_[m->kinds[i]->kind] = m->kinds[i]->features;
+    for (size_t i = 0; i < m->n_rules; ++i)
+      splits_[std::string(m->rules[i]->axis) + ":" + m->rules[i]->kind] = {m->rules[i]->param_split,
+                                                                           m->rules[i]->activation_split};
+  }
   for_each_capability(d, [&](const std::string& type, const char* name) { providers_[type + ":" + name] = info.name; });
 }
 
@@ -315,6 +398,50 @@ const smp_rule* PluginRegistry::rule(const std::string& axis, const std::string&
   auto it = rules_.find(axis + ":" + k);
   return it == rules_.end() ? nullptr : it->second;
 }
+uint32_t PluginRegistry::memory_features(const std::string& kind) const {
+  auto it = features_.find(kind);
+  return it == features_.end() ? 0u : it->second;
+}
+MemorySplit PluginRegistry::memory_split(const std::string& axis, const std::string& kind) const {
+  auto it = splits_.find(axis + ":" + kind);
+  return it == splits_.end() ? MemorySplit{} : it->second;
+}
+const smp_config_table* PluginRegistry::config_table(const std::string& name) const {
+  auto it = tables_.find(name);
+  return it == tables_.end() ? nullptr : it->second;
+}
+
+nlohmann::json PluginRegistry::check_tables(const nlohmann::json& given, const std::string& origin) const {
+  for (const auto& [name, value] : given.items())
+    if (!tables_.count(name)) {
+      std::string declared;
+      std::vector<std::string> names(std::begin(kSchemaTables), std::end(kSchemaTables));
+      names.insert(names.end(), std::begin(kFreeTables), std::end(kFreeTables));
+      for (const auto& [t, _] : tables_) {
+        declared += (declared.empty() ? "" : ", ") + ("[" + t + "] of " + provider("config table", t));
+        names.push_back(t);
+      }
+      const std::string near = nearest_name(name, names);
+      throw Error(origin + ": unknown table [" + name + "]" + (near.empty() ? "" : " (did you mean [" + near + "]?)") +
+                  ": neither one of the core's ([parallel], [memory], [train], [run], [comm], [plugins], [model], "
+                  "[partition], [optimizer]) nor one a loaded plugin declares (" +
+                  (declared.empty() ? "none" : declared) + ")");
+    }
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, table] : tables_) {
+    const nlohmann::json value = given.contains(name) ? given.at(name) : nlohmann::json::object();
+    const std::string text = value.dump();
+    smp_error* e = table->check(table->state, text.c_str());
+    if (e) {
+      const std::string message = host_api()->error_message(e);
+      host_api()->error_destroy(e);
+      throw Error(origin + ": [" + name + "] (plugin '" + provider("config table", name) + "'): " + message);
+    }
+    out[name] = value;
+  }
+  return out;
+}
+
 std::string PluginRegistry::provider(const std::string& name) const {
   for (const char* type : {"module kind:", "adapter:", "partition strategy:", "optimizer:", "tp rule:", "ep rule:"}) {
     auto it = providers_.find(type + name);

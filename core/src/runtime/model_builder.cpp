@@ -54,8 +54,9 @@ void ModelBuilder::apply_rules() {
 
 void ModelBuilder::load_plugins(const std::vector<std::string>& plugins) {
   for (const auto& p : plugins) registry_.load(p);
-  for (const auto& p : job_.plugin_paths) registry_.load(p);
+  for (const auto& p : job_.plugins.paths) registry_.load(p);
   for (const char* standard : {"smp_nn", "smp_tp", "smp_partition", "smp_optim"}) registry_.load_unless_provided(standard);
+  plugin_tables_ = registry_.check_tables(job_.plugin_tables, job_.origin);
 }
 
 void ModelBuilder::create_adapter() {
@@ -96,8 +97,7 @@ void ModelBuilder::check_kinds() const {
       for (const auto& p : registry_.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
       throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
     }
-    if (recompute_core_[i] && (!SMP_HAS_FIELD(k, smp_module_kind, memory_features) ||
-                               !(k->memory_features & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE)))
+    if (recompute_core_[i] && !(registry_.memory_features(n.kind) & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE))
       throw Error(job_.origin + ": memory.checkpoint_attention_core: node '" + n.name + "' is of kind '" + n.kind +
                   "' (plugin '" + registry_.provider(n.kind) + "'), which cannot recompute an attention core");
   }
@@ -183,7 +183,7 @@ MemoryModelOptions ModelBuilder::memory_options() const {
   o.dp = mesh_.dp();
   o.zero = job_.memory.zero;
   o.compute_bytes = static_cast<int>(c10::elementSize(compute_dtype(job_.train.precision)));
-  o.grad_bytes = static_cast<int>(c10::elementSize(compute_dtype(job_.train.grad_reduce)));
+  o.grad_bytes = static_cast<int>(c10::elementSize(compute_dtype(job_.train.grad_reduce_dtype)));
   o.masters = job_.train.precision != Precision::Fp32;
   o.microbatch_samples = global_batch_ / (mesh_.dp() * microbatches_);
   o.checkpoint = checkpoint_;

@@ -48,6 +48,9 @@ class ModelBuilder {
 
   const PluginRegistry& registry() const { return registry_; }
   const ModelGraph& graph() const { return graph_; }
+  // The loaded plugins' tables of the job, checked by their owners, by name
+  // (what modules get as SMP_EXTENSION_JOB_TABLES).
+  const nlohmann::json& plugin_tables() const { return plugin_tables_; }
   const StagePlan& stage_plan() const { return plan_; }
   const Schedule& schedule() const { return schedule_; }
   const Schedule& eval_schedule() const { return eval_schedule_; }
@@ -69,6 +72,7 @@ class ModelBuilder {
   PluginRegistry registry_;
   std::unique_ptr<Adapter> adapter_;  // destroyed before the registry whose plugin made it
   ModelGraph graph_;
+  nlohmann::json plugin_tables_ = nlohmann::json::object();
   StagePlan plan_;
   Schedule schedule_, eval_schedule_;
   std::unique_ptr<LossNormalizer> loss_;

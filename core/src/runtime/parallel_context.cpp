@@ -51,9 +51,9 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   c->rendezvous_ = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
   CommOptions opts;
   opts.timeout = timeout;
-  opts.shm_slot_bytes = job.shm_slot_bytes;
+  opts.shm_slot_bytes = job.comm.shm_slot_bytes();
   opts.cuda = c->device_.is_cuda();
-  opts.cuda_backend = job.cuda_backend;
+  opts.cuda_backend = job.comm.cuda_backend;
   opts.device_key = device_key(c->device_);
   c->groups_ = std::make_unique<ProcessGroups>(*c->mesh_, c->rendezvous_, opts);
   // Every axis' communicator is made with the groups, in the mesh's order on every rank.

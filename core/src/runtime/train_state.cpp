@@ -52,7 +52,12 @@ void TrainState::create_modules() {
   const ModelGraph& graph = model_.graph();
   const StagePlan& plan = model_.stage_plan();
   const int pp_rank = mesh.coord(Axis::PP);
-  const std::string parallel_json = job_.parallel_json.dump();
+  const std::string parallel_json = job_.parallel_json.dump(), tables_json = model_.plugin_tables().dump();
+  smp_job_tables_extension tables{};
+  tables.base.struct_size = SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE;
+  tables.base.type = SMP_EXTENSION_JOB_TABLES;
+  tables.base.version = 1;
+  tables.tables_json = tables_json.c_str();
   std::set<std::string> recompute_core_keys;  // modules some node of which asks for attention-core recompute
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     if (model_.recompute_core()[i]) recompute_core_keys.insert(graph.nodes[i].module_key());
@@ -64,8 +69,8 @@ void TrainState::create_modules() {
       // ZeRO-3 asks every kind that can for deferred init: parameters come
       // without storage and only this rank's dp shard is ever generated.
       const smp_module_kind* kind = model_.registry().module_kind(node.kind);
-      const bool deferred = job_.memory.zero == 3 && SMP_HAS_FIELD(kind, smp_module_kind, memory_features) &&
-                            (kind->memory_features & SMP_MEMORY_FEATURE_DEFERRED_INIT);
+      const bool deferred = job_.memory.zero == 3 &&
+                            (model_.registry().memory_features(node.kind) & SMP_MEMORY_FEATURE_DEFERRED_INIT);
       nlohmann::json memory = nlohmann::json::object();
       if (recompute_core_keys.count(key)) memory["recompute_attention_core"] = true;
       if (deferred) memory["deferred_init"] = true;
@@ -73,7 +78,7 @@ void TrainState::create_modules() {
       modules_[key] = std::make_shared<ModuleInstance>(
           kind, model_.registry().provider(node.kind), key, node.config_json,
           module_context(key, derive_seed(job_.train.seed, key), context_.groups().handle(), parallel_json,
-                         context_.device(), memory_json.c_str()));
+                         context_.device(), memory_json.c_str(), &tables.base));
       module_order_.push_back(key);
     }
   }
@@ -139,7 +144,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
       SyncedParameter s = synced_parameter(p.tensor, p.placements, context_.groups());
       s.expected_grads = model_.microbatches() * uses[key];
       s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
-      s.grad_dtype = compute_dtype(t.grad_reduce);
+      s.grad_dtype = compute_dtype(t.grad_reduce_dtype);
       s.unit = zero == 3 ? static_cast<int>(unit) : -1;
       synced.push_back(s);
       // Count each distinct value once in the global norm: shards everywhere
@@ -177,7 +182,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
   }
   const int64_t cast_peak = laying_out->peak(), cast_current = laying_out->current();
   laying_out.reset();  // GradientSync's gradient buffers are not the parameters'
-  sync_ = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes, zero});
+  sync_ = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes(), zero});
   parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + cast_peak);
   created_bytes_ += cast_current;
   if (zero == 0) {

@@ -250,7 +250,7 @@ void write_outputs(Runtime& rt, const nlohmann::json& summary) {
     trace::write_rank_file(job.run.dir);
     rt.gather_world(0.0);  // every rank's file is written
     if (rank0) {
-      spdlog::info("trace of steps {}-{}: {}/trace/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+      spdlog::info("trace of steps {}-{}: {}/trace/rank-<r>.json", job.run.trace_first(), job.run.trace_last(),
                    job.run.dir);
       if (job.run.trace_merge)
         spdlog::info("merged trace: {}", trace::merge_rank_files(job.run.dir, rt.mesh().world_size()));
@@ -259,7 +259,7 @@ void write_outputs(Runtime& rt, const nlohmann::json& summary) {
   if (job.run.profile_ops) {
     in_run_dir(job.run.dir, "write the op profile", [&] { op_profile::write_rank_file(job.run.dir, rt.mesh().rank()); });
     if (rank0)
-      spdlog::info("op profile of steps {}-{}: {}/ops/rank-<r>.json", job.run.trace_first, job.run.trace_last,
+      spdlog::info("op profile of steps {}-{}: {}/ops/rank-<r>.json", job.run.trace_first(), job.run.trace_last(),
                    job.run.dir);
   }
   if (rank0) {
@@ -285,8 +285,8 @@ nlohmann::json run_training(Runtime& rt) {
   trace::configure(job.run.trace, mesh.rank(),
                    fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
                                mesh.coord(Axis::TP)),
-                   job.run.trace_first - 1, job.run.trace_last - 1);
-  op_profile::configure(job.run.profile_ops, job.run.trace_first - 1, job.run.trace_last - 1);
+                   job.run.trace_first() - 1, job.run.trace_last() - 1);
+  op_profile::configure(job.run.profile_ops, job.run.trace_first() - 1, job.run.trace_last() - 1);
   const double peak_per_rank = rt.measure_peak_flops();
   const double peak = peak_per_rank * mesh.world_size();
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();

@@ -8,6 +8,8 @@
 
 #include "plugin/host_api.h"
 
+#include <smp/sdk/module.hpp>
+
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -272,6 +274,28 @@ TEST_F(TpPlugin, CreateRefusesIndivisibleConfigNamingTheNode) {
   // tp 1 works without a communicator
   ASSERT_EQ(smp::consume_error(k->create(k->state, R"({"hidden": 16, "heads": 4})", &ctx, &m)), "");
   k->destroy(m);
+}
+
+// ABI 2.5: the job's plugin tables reach a layer as the context's
+// SMP_EXTENSION_JOB_TABLES; [tp] sequence_parallel is smp_tp's setting.
+TEST(SdkModuleContext, ReadsTheJobsPluginTablesFromTheContextsExtension) {
+  const std::string tables = R"({"tp": {"sequence_parallel": true}, "mem_c": {}})";
+  smp_job_tables_extension ext{};
+  ext.base.struct_size = SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE;
+  ext.base.type = SMP_EXTENSION_JOB_TABLES;
+  ext.base.version = 1;
+  ext.tables_json = tables.c_str();
+  smp_module_context ctx{};
+  ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
+  ctx.parallel_json = "{}";
+  ctx.extension_start = &ext.base;
+  smp::sdk::ModuleContext m = smp::sdk::ModuleContext::from(&ctx);
+  EXPECT_TRUE(m.table("tp").value("sequence_parallel", false));
+  EXPECT_EQ(m.table("absent"), smp::sdk::Json::object());
+  EXPECT_FALSE(m.sequence_parallel);  // one tp rank: nothing to split
+  // A host of 2.4 fills a smaller context: there is no chain to read.
+  ctx.struct_size = SMP_STRUCT_SIZE(smp_module_context, memory_json);
+  EXPECT_EQ(smp::sdk::ModuleContext::from(&ctx).tables, smp::sdk::Json::object());
 }
 
 }  // namespace

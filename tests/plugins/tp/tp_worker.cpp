@@ -431,8 +431,15 @@ class AbiModule : public Module {
     ctx.device_type = SMP_DEVICE_CPU;
     // Serial contexts (tp size 1) get the one-rank mesh; distributed ones the job's.
     ctx.mesh = c.tp_size > 1 ? g_mesh : nullptr;
-    const std::string parallel = Json{{"sequence_parallel", c.sequence_parallel}}.dump();
-    ctx.parallel_json = parallel.c_str();
+    ctx.parallel_json = "{}";
+    // [tp] reaches the plugin's layers as the host hands it: SMP_EXTENSION_JOB_TABLES.
+    const std::string tables = Json{{"tp", {{"sequence_parallel", c.sequence_parallel}}}}.dump();
+    smp_job_tables_extension ext{};
+    ext.base.struct_size = SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE;
+    ext.base.type = SMP_EXTENSION_JOB_TABLES;
+    ext.base.version = 1;
+    ext.tables_json = tables.c_str();
+    ctx.extension_start = &ext.base;
     std::string js = cfg.dump();
     smp::throw_if_error(k->create(k->state, js.c_str(), &ctx, &m_), std::string("create ") + k->name);
   }

@@ -19,6 +19,17 @@ inline void divides(const char* kind, const char* what, int64_t n, int tp) {
                           std::to_string(tp));
 }
 
+// smp_tp's table of the job, [tp]: sequence_parallel (boolean, default false),
+// Megatron's sequence parallelism in the tensor-parallel layers.
+inline void table(const Json& t) {
+  for (const auto& [key, value] : t.items()) {
+    if (key != "sequence_parallel")
+      throw smp::sdk::Error("unknown key 'tp." + key + "' (smp_tp's [tp] table has: sequence_parallel)");
+    if (!value.is_boolean())
+      throw smp::sdk::Error("tp.sequence_parallel: expected a boolean (true or false), got " + value.dump());
+  }
+}
+
 inline void linear(const Json& c, int tp) {
   std::string mode = smp::sdk::config_get<std::string>(c, "tp_mode", "linear (tp rule)", "column");
   if (mode == "column") divides("linear", "out", get(c, "out", "linear"), tp);

@@ -42,10 +42,18 @@ struct ModuleContext {
   bool recompute_attention_core() const { return memory.value("recompute_attention_core", false); }
   // ABI 2.2: {"deferred_init": true} (the SDK handles it: InitStream draws are recorded, not made).
   bool deferred_init() const { return memory.value("deferred_init", false); }
+  // The loaded plugins' tables of the job by name (ABI 2.5's
+  // SMP_EXTENSION_JOB_TABLES), each checked by the plugin that declares it.
+  Json tables = Json::object();
+  // One of them, {} when the job does not give it (or the host is older than 2.5).
+  Json table(const std::string& name) const {
+    auto it = tables.find(name);
+    return it == tables.end() ? Json::object() : *it;
+  }
   int tp_rank = 0;
   int tp_size = 1;
   Comm tp;
-  bool sequence_parallel = false;
+  bool sequence_parallel = false;  // [tp] sequence_parallel (smp_tp's table), with tp > 1
 
   // This rank's position and the size of a named mesh axis ("tp", "ep", "dp",
   // or one the job declared, e.g. "cp").
@@ -86,9 +94,9 @@ struct ModuleContext {
   static ModuleContext from(const smp_module_context* c) {
     ModuleContext m;
     if (!c) return m;
-    if (!SMP_HAS_FIELD(c, smp_module_context, parallel_json))  // the last field of minor 0
+    if (c->struct_size < SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0)
       throw Error("module context struct_size " + std::to_string(c->struct_size) + " is smaller than ABI 2.0's " +
-                  std::to_string(SMP_STRUCT_SIZE(smp_module_context, parallel_json)));
+                  std::to_string(SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0));
     m.node_name = c->node_name ? c->node_name : "";
     m.init_seed = c->init_seed;
     m.device_type = c->device_type;
@@ -97,9 +105,15 @@ struct ModuleContext {
     if (c->parallel_json && *c->parallel_json) m.parallel = Json::parse(c->parallel_json);
     if (SMP_HAS_FIELD(c, smp_module_context, memory_json) && c->memory_json && *c->memory_json)  // 2.1
       m.memory = Json::parse(c->memory_json);
+    if (SMP_HAS_FIELD(c, smp_module_context, extension_start)) {  // 2.5
+      const auto* t = reinterpret_cast<const smp_job_tables_extension*>(
+          find_extension(c->extension_start, SMP_EXTENSION_JOB_TABLES));
+      if (t && t->base.struct_size >= SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE && t->tables_json && *t->tables_json)
+        m.tables = Json::parse(t->tables_json);
+    }
     std::tie(m.tp_rank, m.tp_size) = m.axis_info("tp");
     if (m.tp_size > 1) m.tp = m.comm("tp");
-    m.sequence_parallel = m.tp_size > 1 && m.parallel.value("sequence_parallel", false);
+    m.sequence_parallel = m.tp_size > 1 && m.table("tp").value("sequence_parallel", false);
     return m;
   }
 

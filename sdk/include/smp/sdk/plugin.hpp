@@ -21,6 +21,9 @@ namespace smp::sdk {
 // Throws Error naming the sizes when config cannot be split axis_size ways.
 using RuleCheckFn = void (*)(const Json& config, int axis_size);
 using TpCheckFn = RuleCheckFn;  // ABI 1 name
+// Throws Error naming the key when the plugin's table of the job holds a key
+// it does not know or a bad value ({} when the job has no such table).
+using TableCheckFn = void (*)(const Json& table);
 
 class PluginBuilder {
  public:
@@ -33,8 +36,15 @@ class PluginBuilder {
   PluginBuilder& module(const std::string& kind, uint32_t memory_features = 0) {
     smp_module_kind k{};
     k.struct_size = SMP_MODULE_KIND_STRUCT_SIZE;
-    k.memory_features = memory_features;
+    k.memory_features = memory_features;  // for hosts before 2.5
     k.name = keep(kind);
+    if (memory_features) {
+      smp_kind_memory m{};
+      m.struct_size = SMP_KIND_MEMORY_STRUCT_SIZE;
+      m.kind = k.name;
+      m.features = memory_features;
+      kind_memory_.push_back(m);
+    }
     k.create = &detail::ModuleKindTable<T>::create;
     k.forward = &detail::ModuleKindTable<T>::forward;
     k.parameters = &detail::ModuleKindTable<T>::parameters;
@@ -79,9 +89,18 @@ class PluginBuilder {
     r.dist_kind = keep(dist_kind);
     r.state = reinterpret_cast<void*>(check);
     r.check = check ? &check_thunk : nullptr;
-    r.param_split = param_split;
+    r.param_split = param_split;  // for hosts before 2.5
     r.activation_split = activation_split;
     rules_.push_back(r);
+    if (param_split != 1.0 || activation_split != 1.0) {
+      smp_rule_memory m{};
+      m.struct_size = SMP_RULE_MEMORY_STRUCT_SIZE;
+      m.axis = r.axis;
+      m.kind = r.kind;
+      m.param_split = param_split;
+      m.activation_split = activation_split;
+      rule_memory_.push_back(m);
+    }
     return *this;
   }
   // An optimizer kind (ABI 2.3), listed in the descriptor's SMP_EXTENSION_OPTIMIZERS extension.
@@ -96,6 +115,19 @@ class PluginBuilder {
     k.state_tensors = &detail::OptimizerKindTable<T>::state;
     k.destroy = &detail::OptimizerKindTable<T>::destroy;
     optimizers_.push_back(k);
+    return *this;
+  }
+
+  // A table of the job configuration this plugin owns (ABI 2.5's
+  // SMP_EXTENSION_CONFIG), e.g. [tp]: the core hands it to `check` once the
+  // plugins are loaded, and modules read it with ModuleContext::table(name).
+  PluginBuilder& config_table(const std::string& name, TableCheckFn check) {
+    smp_config_table t{};
+    t.struct_size = SMP_CONFIG_TABLE_STRUCT_SIZE;
+    t.name = keep(name);
+    t.state = reinterpret_cast<void*>(check);
+    t.check = &table_check_thunk;
+    tables_.push_back(t);
     return *this;
   }
 
@@ -133,6 +165,30 @@ class PluginBuilder {
       optimizers_ext_.kinds = optimizer_ptrs_.data();
       optimizers_ext_.n_kinds = optimizer_ptrs_.size();
       extensions_.push_back(&optimizers_ext_.base);
+    }
+    if (!tables_.empty()) {
+      for (auto& t : tables_) table_ptrs_.push_back(&t);
+      config_ext_ = smp_config_extension{};
+      config_ext_.base.struct_size = SMP_CONFIG_EXTENSION_STRUCT_SIZE;
+      config_ext_.base.type = SMP_EXTENSION_CONFIG;
+      config_ext_.base.version = 1;
+      config_ext_.tables = table_ptrs_.data();
+      config_ext_.n_tables = table_ptrs_.size();
+      extensions_.push_back(&config_ext_.base);
+    }
+    // The memory contract as the 2.5 extension (the 2.1 fields say the same to older hosts).
+    if (!kinds_.empty() || !rules_.empty()) {
+      for (auto& m : kind_memory_) kind_memory_ptrs_.push_back(&m);
+      for (auto& m : rule_memory_) rule_memory_ptrs_.push_back(&m);
+      memory_ext_ = smp_memory_extension{};
+      memory_ext_.base.struct_size = SMP_MEMORY_EXTENSION_STRUCT_SIZE;
+      memory_ext_.base.type = SMP_EXTENSION_MEMORY;
+      memory_ext_.base.version = 1;
+      memory_ext_.kinds = kind_memory_ptrs_.data();
+      memory_ext_.n_kinds = kind_memory_ptrs_.size();
+      memory_ext_.rules = rule_memory_ptrs_.data();
+      memory_ext_.n_rules = rule_memory_ptrs_.size();
+      extensions_.push_back(&memory_ext_.base);
     }
     for (size_t i = 0; i + 1 < extensions_.size(); ++i) extensions_[i]->next = extensions_[i + 1];
     d_ = smp_plugin_descriptor{};
@@ -178,6 +234,13 @@ class PluginBuilder {
     });
   }
 
+  static smp_error* table_check_thunk(void* state, const char* table_json) {
+    return guard([&] {
+      Json table = (table_json && *table_json) ? Json::parse(table_json) : Json::object();
+      reinterpret_cast<TableCheckFn>(state)(table);
+    });
+  }
+
   std::string name_, version_;
   std::deque<std::string> strings_;
   std::deque<smp_module_kind> kinds_;
@@ -187,6 +250,14 @@ class PluginBuilder {
   std::deque<smp_optimizer_kind> optimizers_;
   std::vector<const smp_optimizer_kind*> optimizer_ptrs_;
   smp_optimizers_extension optimizers_ext_{};
+  std::deque<smp_config_table> tables_;
+  std::vector<const smp_config_table*> table_ptrs_;
+  smp_config_extension config_ext_{};
+  std::deque<smp_kind_memory> kind_memory_;
+  std::deque<smp_rule_memory> rule_memory_;
+  std::vector<const smp_kind_memory*> kind_memory_ptrs_;
+  std::vector<const smp_rule_memory*> rule_memory_ptrs_;
+  smp_memory_extension memory_ext_{};
   std::vector<std::pair<uint32_t, std::string>> required_;
   std::vector<smp_extension_base*> extensions_;
   std::vector<const smp_module_kind*> kind_ptrs_;
