@@ -22,7 +22,7 @@ struct Paths {
   bool keep_runs = false;  // keep the run folders (else removed after reading)
   // glibc malloc settings exported to every job (plain and smp alike) so that freed
   // activations stay in the heap instead of going back to the kernel and page-faulting
-  // in again every step; empty = leave the environment alone. See README "Allocator".
+  // in again every step; empty = leave the environment alone. See bench/README.md, "Allocator".
   std::string malloc_env = kTunedMalloc;
 };
 Paths& paths();

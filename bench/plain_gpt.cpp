@@ -246,7 +246,7 @@ nlohmann::json run_zb_probe(int64_t micro_batch, int64_t layers_in_stage, int re
     t0 = Clock::now();  // Op::BackwardWeight: backward again from the root, inputs = parameters
     torch::autograd::backward({y}, {gy}, false, false, params);
     t_bw = std::min(t_bw, seconds_since(t0));
-    // The executor's split since issue 14 (core/src/pipeline/backward_split.cpp):
+    // The executor's split (core/src/pipeline/backward_split.cpp):
     // the weight pass starts where the input pass left the weight sides.
     for (auto& p : params) p.mutable_grad() = Tensor();
     y = forward(leaf);

@@ -30,9 +30,9 @@ echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 "$BENCH" tp       --repeat "$TP_REPEAT"   "${wait_args[@]}" --out "$OUT/tp.json"
 # dp = 2 weak scaling against two independent one-rank jobs at once (the machine's bound).
 "$BENCH" dp-scaling --repeat "${DP_REPEAT:-15}" "${wait_args[@]}" --out "$OUT/dp-scaling.json"
-# The same gpt comparison with glibc's default heap settings (see README "Allocator").
+# The same gpt comparison with glibc's default heap settings (see bench/README.md, "Allocator").
 "$BENCH" --default-malloc gpt --repeat 3 "${wait_args[@]}" --out "$OUT/gpt-default-malloc.json"
-# Diagnostics used in the README's findings.
+# Diagnostics used in the findings of docs/benchmarks.md.
 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PAD_=268435456 "$BENCH" zb-probe --micro-batch 4 --layers 2 --reps 7 > "$OUT/zb-probe.json"
 "$BENCH" allreduce-probe --reps 7 > "$OUT/allreduce-probe.json"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

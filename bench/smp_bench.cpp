@@ -1,8 +1,8 @@
 // smp-bench: side-by-side benchmarks of smp (see bench/README.md).
 //
-//   smp-bench gpt      [--steps N] [--out F]   issue 6: plain LibTorch vs smp 1 rank vs dp=2 / pp=2 / tp=2
-//   smp-bench pipeline [--steps N] [--out F]   issue 4: pp=2, 4 schedules x m in {2,4,8} vs serial and theory
-//   smp-bench tp       [--steps N] [--out F]   issue 5: tp=2 with / without sequence parallelism vs serial
+//   smp-bench gpt      [--steps N] [--out F]   plain LibTorch vs smp 1 rank vs dp=2 / pp=2 / tp=2
+//   smp-bench pipeline [--steps N] [--out F]   pp=2, 4 schedules x m in {2,4,8} vs serial and theory
+//   smp-bench tp       [--steps N] [--out F]   tp=2 with / without sequence parallelism vs serial
 //   smp-bench plain-run --config C [--set k=v] --out F   (internal: the plain LibTorch loop, one process)
 //
 // Every smp job is a real `smp-launch ... --plugin gpt` run with one intra-op thread
@@ -406,7 +406,7 @@ int cmd_gpt(const Common& c) {
       {"smp-tp2", false, 2, c.config, with_extra(base, {"parallel.tp=2"})},
       // dp = 2 with the all-reduce through Gloo over loopback instead of shared memory.
       {"smp-dp2-gloo", false, 2, c.config, with_extra(base, {"parallel.dp=2", "comm.shm_mb=0"})},
-      // Weak scaling (issue 14's goal, as Megatron and DeepSpeed report data
+      // Weak scaling (as Megatron and DeepSpeed report data
       // parallelism): each rank keeps the one-rank batch, the global batch doubles.
       {"smp-dp2-weak", false, 2, c.config, with_extra(base, {"parallel.dp=2", "train.batch_size=" + std::to_string(2 * c.batch)})},
   };
@@ -863,27 +863,27 @@ int main(int argc, char** argv) {
                std::string("don't export the allocator settings (") + bench::kTunedMalloc + ") to the jobs");
 
   Common gpt, pipe, tp, ncf, bert, roberta, eager, psim, oprof, dps;
-  auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2 (issue 6)");
+  auto* g = app.add_subcommand("gpt", "plain LibTorch vs smp 1 rank vs dp=2, pp=2 (1f1b, m=4), tp=2");
   add_common(g, gpt, 12, 8, P.source_dir + "/bench/results/gpt.json");
-  auto* dpsc = app.add_subcommand("dp-scaling", "dp=2 weak scaling vs one rank and vs two independent one-rank jobs at once (the machine's bound, issue 14)");
+  auto* dpsc = app.add_subcommand("dp-scaling", "dp=2 weak scaling vs one rank and vs two independent one-rank jobs at once (the machine's bound)");
   add_common(dpsc, dps, 12, 8, P.source_dir + "/bench/results/dp-scaling.json");
-  auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial (issue 4)");
+  auto* pl = app.add_subcommand("pipeline", "pp=2: gpipe/1f1b/zb-h1/interleaved x m in {2,4,8} vs serial");
   add_common(pl, pipe, 8, 16, P.source_dir + "/bench/results/pipeline.json");
-  auto* ps = app.add_subcommand("pipeline-sim", "pp=2 gpipe/1f1b/zb-h1, traced: measured step vs the simulator's for the measured costs (issue 14)");
+  auto* ps = app.add_subcommand("pipeline-sim", "pp=2 gpipe/1f1b/zb-h1, traced: measured step vs the simulator's for the measured costs");
   add_common(ps, psim, 10, 16, P.source_dir + "/bench/results/pipeline-sim.json");
   int psim_m = 4;
   ps->add_option("--microbatches", psim_m)->capture_default_str();
-  auto* t = app.add_subcommand("tp", "tp=2 with/without sequence parallelism vs serial (issue 5)");
+  auto* t = app.add_subcommand("tp", "tp=2 with/without sequence parallelism vs serial");
   add_common(t, tp, 12, 8, P.source_dir + "/bench/results/tp.json");
-  auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop (issue 13)");
+  auto* nc = app.add_subcommand("ncf", "the ncf adapter on 1 rank vs a plain LibTorch NeuMF loop");
   add_common(nc, ncf, 300, 256, P.source_dir + "/bench/results/ncf.json");
-  auto* eg = app.add_subcommand("eager", "smp 1 rank and plain LibTorch vs a PyTorch-eager loop (python3-torch), two shapes (issue 14)");
+  auto* eg = app.add_subcommand("eager", "smp 1 rank and plain LibTorch vs a PyTorch-eager loop (python3-torch), two shapes");
   add_common(eg, eager, 12, 8, P.source_dir + "/bench/results/eager.json");
-  auto* op = app.add_subcommand("op-profile", "smp 1 rank vs PyTorch eager op by op (calls, self time), two shapes (issue 14)");
+  auto* op = app.add_subcommand("op-profile", "smp 1 rank vs PyTorch eager op by op (calls, self time), two shapes");
   add_common(op, oprof, 8, 8, P.source_dir + "/bench/results/op-profile.json");
-  auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop (issue 13)");
+  auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop");
   add_common(bt, bert, 20, 16, P.source_dir + "/bench/results/bert.json");
-  auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop (issue 13)");
+  auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
   bench::PlainOptions po;

@@ -23,8 +23,8 @@
 
 // Keep freed activation memory in the heap between steps: glibc's defaults hand
 // it back to the kernel after every step and page-fault it in again on the next
-// (measured here: 446-480 ms/step with the defaults, 290-308 ms with these; see
-// bench/README.md). An explicit MALLOC_* environment variable still wins.
+// (bench/results/gpt-default-malloc.json measures the difference; see
+// bench/README.md, "Allocator"). An explicit MALLOC_* environment variable still wins.
 void keep_heap_between_steps() {
   if (!std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, INT_MAX);
   if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 32 << 20);

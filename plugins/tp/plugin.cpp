@@ -29,7 +29,7 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                // The last two numbers: the fractions of parameter and activation bytes split
                // over tp, for the memory model. Megatron's layers keep the layer norms and the
                // inputs of their column-parallel GEMMs whole (without sequence parallelism):
-               // ~30% of a transformer layer's activations here (measured, issue 12); the
+               // a measured share of a transformer layer's activations (docs/memory.md); the
                // vocabulary-parallel logits and loss split entirely; norms, dropout and
                // position embeddings stay replicated.
                .tp_rule("linear", "tp_linear", &rules::linear, 1.0, 0.5)

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace smp::testing {
@@ -17,6 +19,10 @@ namespace {
 // whose gradient is ~0, so parameters get a looser absolute bound.
 constexpr double kLossRtol = 2e-5;
 constexpr double kParamAtol = 2e-4;
+// The global gradient norm before clipping, per step: AdamW's update ignores a
+// uniform scale on a gradient, this does not, so a layout whose gradient is
+// off by any constant factor (a dp mean for a sum, a wrong item count) fails.
+constexpr double kNormRtol = 1e-5;
 
 struct Layout {
   std::string name;
@@ -35,6 +41,20 @@ Model context() { return {plugin_path("toy_context"), source_path("tests/integra
 Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
 Model bert() { return {plugin_path("bert"), source_path("tests/integration/data/bert-equiv.toml")}; }
 Model roberta() { return {plugin_path("roberta"), source_path("tests/integration/data/bert-equiv.toml")}; }
+
+// What differs between two runs' per-step gradient norms beyond kNormRtol ("" if nothing).
+std::string grad_norm_problems(const JobResult& serial, const JobResult& r) {
+  const auto ref = serial.summary["grad_norms"].get<std::vector<double>>();
+  const auto got = r.summary["grad_norms"].get<std::vector<double>>();
+  if (got.size() != ref.size())
+    return "grad_norms: " + std::to_string(got.size()) + " steps, serial " + std::to_string(ref.size());
+  std::string out;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - ref[i]) <= kNormRtol * std::abs(ref[i])))
+      out += "step " + std::to_string(i + 1) + ": gradient norm " + std::to_string(got[i]) + ", serial " +
+             std::to_string(ref[i]) + " (ratio " + std::to_string(got[i] / ref[i]) + ")\n";
+  return out;
+}
 
 // serial_sets: the reference run's overrides; every layout gets them too, then its own.
 // exempt: a name suffix of parameters left out of the parameter comparison (see Lion's test).
@@ -57,6 +77,7 @@ void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
     ASSERT_EQ(losses.size(), ref_losses.size());
     for (size_t i = 0; i < losses.size(); ++i)
       EXPECT_NEAR(losses[i], ref_losses[i], kLossRtol * std::abs(ref_losses[i])) << "step " << i << "\n" << r.output;
+    EXPECT_EQ(grad_norm_problems(serial, r), "");
     EXPECT_NEAR(r.summary["val_loss"].get<double>(), serial.summary["val_loss"].get<double>(),
                 kLossRtol * std::abs(serial.summary["val_loss"].get<double>()));
     // The graph's validation metrics (NCF's HR@k / NDCG@k): counted over the
@@ -293,6 +314,35 @@ std::vector<Layout> zero_layouts() {
     layouts.push_back({"zero" + std::to_string(z) + " dp2", 2, {"parallel.zero=" + std::to_string(z), "parallel.dp=2"}});
   layouts.push_back({"zero3 pp2 x dp2", 4, {"parallel.zero=3", "parallel.pp=2", "parallel.dp=2"}});
   return layouts;
+}
+
+// Plain SGD (no momentum): the update is the gradient times lr, so parameters
+// see its scale too, besides the norms every layout compares.
+TEST(GptEquivalence, PlainSgdOverDataTensorAndPipelineParallelism) {
+  expect_equivalent(gpt(),
+                    {{"dp2", 2, {"parallel.dp=2"}},
+                     {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
+                     {"pp2 x dp2 zero2", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=2"}}},
+                    {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"});
+}
+
+// The suite sees a gradient off by a constant factor: with a fault injected
+// behind a test-only switch (the gradient a mean over dp instead of the sum),
+// the per-step norms differ by exactly dp, which the comparison every layout
+// makes reports. AdamW alone would not have seen it: its update ignores the scale.
+TEST(GptEquivalence, AGradientOffByAConstantFactorIsCaught) {
+  JobResult serial = run_job(1, gpt().plugin, gpt().config, {});
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  ::setenv("SMP_TEST_FAULT", "dp_mean_gradients", 1);
+  JobResult r = run_job(2, gpt().plugin, gpt().config, {"parallel.dp=2"});
+  ::unsetenv("SMP_TEST_FAULT");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SMP_TEST_FAULT=dp_mean_gradients"), std::string::npos) << r.output;
+  const std::string problems = grad_norm_problems(serial, r);
+  EXPECT_NE(problems.find("step 1: gradient norm"), std::string::npos) << "the fault went unseen";
+  const auto ref = serial.summary["grad_norms"].get<std::vector<double>>();
+  EXPECT_NEAR(r.summary["grad_norms"][0].get<double>(), ref[0] / 2, kNormRtol * ref[0]) << problems;
+  std::printf("[ fault  ] dp mean for sum: %s", problems.c_str());
 }
 
 TEST(OptimizerEquivalence, SgdWithNesterovMomentumUnderZero0To3) {

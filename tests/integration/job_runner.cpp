@@ -1,5 +1,7 @@
 #include "job_runner.h"
 
+#include <limits>
+
 #include <smp/process_env.h>
 
 #include <boost/filesystem.hpp>
@@ -18,6 +20,9 @@ namespace fs = boost::filesystem;
 std::vector<double> losses_of(const JobResult& r) { return r.summary["losses"].get<std::vector<double>>(); }
 
 double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  // Lists of different lengths (a run that stopped early, or none at all) are
+  // as far apart as can be: the comparison must not pass on the common prefix.
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
   return worst;

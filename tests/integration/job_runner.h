@@ -30,6 +30,7 @@ std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir
 // A job's per-step losses (summary.json "losses").
 std::vector<double> losses_of(const JobResult& r);
 // Largest |a[i] - b[i]| / |b[i]| over the common steps.
+// The largest |a - b| / |b| element by element; infinity when the lengths differ or both are empty.
 double worst_relative(const std::vector<double>& a, const std::vector<double>& b);
 // Overrides a, then b.
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b);

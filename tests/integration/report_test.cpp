@@ -30,6 +30,41 @@ std::vector<std::string> svgs_of(const std::string& html) {
   return out;
 }
 
+std::vector<nlohmann::json> jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// <run.dir>/metrics.jsonl: rank 0's progress, a JSON object per line (start,
+// each logged step, each validation); a second run in the same run.dir appends
+// after the first's lines instead of replacing them.
+TEST(Report, ProgressIsAppendedToMetricsJsonl) {
+  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=4", "train.log_every=2", "train.val_every=2",
+                                         "run.dump_parameters=false"};
+  JobResult r = run_job(2, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"), sets);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> lines = jsonl(r.run_dir + "/metrics.jsonl");
+  std::vector<std::string> events;
+  for (const auto& l : lines) events.push_back(l.at("event").get<std::string>());
+  EXPECT_EQ(events, (std::vector<std::string>{"start", "step", "validation", "step", "validation"}));
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0]["steps"], 4);
+  EXPECT_EQ(lines[0]["layout"]["dp"], 2);
+  EXPECT_EQ(lines[1]["step"], 2);
+  EXPECT_DOUBLE_EQ(lines[3]["loss"].get<double>(), r.summary["losses"][3].get<double>());
+  EXPECT_DOUBLE_EQ(lines[3]["grad_norm"].get<double>(), r.summary["grad_norms"][3].get<double>());
+  EXPECT_DOUBLE_EQ(lines[4]["validation"]["loss"].get<double>(), r.summary["val_loss"].get<double>());
+  JobResult again = run_job(2, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
+                            with(sets, {"run.dir=" + r.run_dir}));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const std::vector<nlohmann::json> both = jsonl(r.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(both.size(), 10u);
+  EXPECT_EQ(both[0], lines[0]);
+  EXPECT_EQ(both[5]["event"], "start");
+}
+
 TEST(Report, EveryRunWritesASelfContainedReport) {
   JobResult r = run_job(2, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
                         {"parallel.pp=2", "train.steps=5", "train.val_every=2", "run.dump_parameters=false"});

@@ -201,6 +201,22 @@ TEST(ConfigTest, ImpossibleLayouts) {
 // The job's own mesh dimensions: parallel.axes (a TOML table or --set per
 // entry), placed just outside tp unless the placement names them; dp derived
 // over all dimensions; names checked; flattened axes join dimensions.
+// An error about a key a --set argument gave names that argument, not the
+// file (a key given in the file still names the file).
+TEST(ConfigTest, AnErrorAboutASetKeyNamesTheSetArgument) {
+  Config a = Config::from_string("[parallel]\npp = 2\n", "job.toml", {"parallel.tp=2", "parallel.dp=2"});
+  EXPECT_ERROR(a.resolve_layout(4), "--set parallel.tp=2: parallel.pp * parallel.tp * parallel.dp = 2 * 2 * 2 = 8");
+  Config b = Config::from_string("[parallel]\nep = 3\n", "job.toml", {"train.steps=2"});
+  EXPECT_ERROR(b.resolve_layout(4), "job.toml: parallel.ep = 3 must divide parallel.dp = 4");
+  Config c = Config::from_string("", "job.toml", {"run.trace_merge=true"});
+  c.resolve_layout(1);
+  EXPECT_ERROR(smp::JobConfig::from(c), "--set run.trace_merge=true: run.trace_merge is set but run.trace is not true");
+  Config d = Config::from_string("[model]\nhidden = \"big\"\n", "job.toml", {"model.hidden=\"huge\""});
+  EXPECT_ERROR(d.get_int("model.hidden"), "--set model.hidden=\"huge\": model.hidden: expected an integer");
+  EXPECT_EQ(d.origin_of("model.hidden"), "--set model.hidden=\"huge\"");
+  EXPECT_EQ(d.origin_of("train.steps"), "job.toml");
+}
+
 TEST(ConfigTest, JobAxesAndFlattenedAxes) {
   Config c = Config::from_string("[parallel]\ntp = 2\n[parallel.axes]\ncp = 2\n", "job.toml",
                                  {"parallel.axes.sp=1", "parallel.flatten.dp_cp=[\"dp\", \"cp\"]"});

@@ -55,12 +55,19 @@ class Config {
 
   // The file path (or origin name) used in messages.
   const std::string& origin() const { return origin_; }
+  // Where a key's value came from, for messages: the `--set` argument that
+  // gave it last ("--set parallel.tp=3"), else the file.
+  std::string origin_of(const std::string& dotted_key) const;
+  // For a message about several keys: the --set argument of the first of them
+  // given by one, else the file.
+  std::string origin_of_any(const std::vector<std::string>& dotted_keys) const;
 
  private:
   Config() = default;
   const nlohmann::json* find(const std::string& dotted_key) const;
   std::string origin_;
   nlohmann::json values_ = nlohmann::json::object();  // what was given, normalised
+  nlohmann::json set_by_ = nlohmann::json::object();  // dotted key -> the --set argument that gave it
 };
 
 }  // namespace smp

@@ -376,8 +376,8 @@ std::string describe_parse_error(const std::string& origin, const toml::parse_er
   return os.str();
 }
 
-// One --set "a.b=value".
-void apply_override(const std::string& arg, json& values) {
+// One --set "a.b=value"; set_by[key] = the argument, for messages.
+void apply_override(const std::string& arg, json& values, json& set_by) {
   const std::string origin = "--set " + arg;
   auto eq = arg.find('=');
   if (eq == std::string::npos)
@@ -417,6 +417,7 @@ void apply_override(const std::string& arg, json& values) {
   const toml::node& node = *holder.get("v");
 
   const std::string& table = parts[0];
+  if (parts.size() >= 2) set_by[parts[0] + "." + parts[1]] = origin;
   if (parts.size() < 2) {
     if (is_free_table(table) || is_schema_table(table))
       throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. --set " + table + ".<key>=value");
@@ -451,9 +452,9 @@ void apply_override(const std::string& arg, json& values) {
 }
 
 void build(const std::string& origin, const toml::table& doc, const std::vector<std::string>& overrides,
-           json& values) {
+           json& values, json& set_by) {
   merge_document(origin, doc, values);
-  for (const auto& o : overrides) apply_override(o, values);
+  for (const auto& o : overrides) apply_override(o, values, set_by);
 }
 
 }  // namespace
@@ -476,7 +477,7 @@ Config Config::from_string(const std::string& text, const std::string& origin_na
   }
   Config c;
   c.origin_ = origin_name;
-  build(origin_name, doc, overrides, c.values_);
+  build(origin_name, doc, overrides, c.values_, c.set_by_);
   return c;
 }
 
@@ -535,43 +536,54 @@ std::vector<T> array_value(const std::string& origin, const std::string& key, co
 
 int64_t Config::get_int(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  if (!v.is_number_integer()) throw Error(origin_ + ": " + key + ": expected an integer, got " + render(v));
+  const json& v = lookup(origin_of(key), find(key), key, &spec);
+  if (!v.is_number_integer()) throw Error(origin_of(key) + ": " + key + ": expected an integer, got " + render(v));
   return v.get<int64_t>();
 }
 
 double Config::get_double(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  if (!v.is_number()) throw Error(origin_ + ": " + key + ": expected a number, got " + render(v));
+  const json& v = lookup(origin_of(key), find(key), key, &spec);
+  if (!v.is_number()) throw Error(origin_of(key) + ": " + key + ": expected a number, got " + render(v));
   return v.get<double>();
 }
 
 bool Config::get_bool(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  if (!v.is_boolean()) throw Error(origin_ + ": " + key + ": expected a boolean, got " + render(v));
+  const json& v = lookup(origin_of(key), find(key), key, &spec);
+  if (!v.is_boolean()) throw Error(origin_of(key) + ": " + key + ": expected a boolean, got " + render(v));
   return v.get<bool>();
 }
 
 std::string Config::get_string(const std::string& key) const {
   const KeySpec* spec;
-  const json& v = lookup(origin_, find(key), key, &spec);
-  if (!v.is_string()) throw Error(origin_ + ": " + key + ": expected a string, got " + render(v));
+  const json& v = lookup(origin_of(key), find(key), key, &spec);
+  if (!v.is_string()) throw Error(origin_of(key) + ": " + key + ": expected a string, got " + render(v));
   return v.get<std::string>();
 }
 
 std::vector<std::string> Config::get_string_array(const std::string& key) const {
   const KeySpec* spec;
-  return array_value<std::string>(origin_, key, lookup(origin_, find(key), key, &spec), Type::StringArray);
+  return array_value<std::string>(origin_of(key), key, lookup(origin_of(key), find(key), key, &spec), Type::StringArray);
 }
 
 std::vector<int64_t> Config::get_int_array(const std::string& key) const {
   const KeySpec* spec;
-  return array_value<int64_t>(origin_, key, lookup(origin_, find(key), key, &spec), Type::IntArray);
+  return array_value<int64_t>(origin_of(key), key, lookup(origin_of(key), find(key), key, &spec), Type::IntArray);
 }
 
 bool Config::has(const std::string& key) const { return find(key) != nullptr; }
+
+std::string Config::origin_of(const std::string& key) const {
+  auto it = set_by_.find(key);
+  return it == set_by_.end() ? origin_ : it->get<std::string>();
+}
+
+std::string Config::origin_of_any(const std::vector<std::string>& keys) const {
+  for (const auto& k : keys)
+    if (set_by_.contains(k)) return set_by_.at(k).get<std::string>();
+  return origin_;
+}
 
 nlohmann::json Config::plugin_tables() const {
   json out = json::object();
@@ -683,8 +695,10 @@ void Config::resolve_layout(int world_size) {
   const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
   const json parallel = section_json("parallel");
   const json& axes = parallel["axes"];
-  values_["parallel"]["placement"] = full_placement(origin_, parallel["placement"].get<std::string>(), axes);
-  check_flatten(origin_, parallel["flatten"], axes);
+  values_["parallel"]["placement"] =
+      full_placement(origin_of_any({"parallel.placement", "parallel.axes"}), parallel["placement"].get<std::string>(), axes);
+  check_flatten(origin_of_any({"parallel.flatten", "parallel.axes"}), parallel["flatten"], axes);
+  const std::string mesh_origin = origin_of_any({"parallel.pp", "parallel.tp", "parallel.dp", "parallel.axes"});
   // The model dimensions: tp and the job's own axes.
   int64_t model = tp;
   std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);
@@ -698,12 +712,12 @@ void Config::resolve_layout(int world_size) {
   if (dpv) {
     dp = dpv->get<int64_t>();
     if (pp * model * dp != world_size)
-      throw Error(origin_ + ": parallel.pp * " + model_names + " * parallel.dp = " + std::to_string(pp) + " * " +
+      throw Error(mesh_origin + ": parallel.pp * " + model_names + " * parallel.dp = " + std::to_string(pp) + " * " +
                   model_sizes + " * " + std::to_string(dp) + " = " + std::to_string(pp * model * dp) +
                   ", but the world size is " + std::to_string(world_size));
   } else {
     if (world_size % (pp * model) != 0)
-      throw Error(origin_ + ": parallel.pp * " + model_names + " = " + std::to_string(pp) + " * " + model_sizes +
+      throw Error(mesh_origin + ": parallel.pp * " + model_names + " = " + std::to_string(pp) + " * " + model_sizes +
                   " = " + std::to_string(pp * model) + " does not divide the world size " +
                   std::to_string(world_size) + " (parallel.dp is derived as world / (pp * tp" +
                   (axes.empty() ? "" : " * the axes") + "))");
@@ -712,21 +726,22 @@ void Config::resolve_layout(int world_size) {
   }
   const int64_t ep = get_int("parallel.ep");
   if (dp % ep != 0)
-    throw Error(origin_ + ": parallel.ep = " + std::to_string(ep) + " must divide parallel.dp = " +
+    throw Error(origin_of_any({"parallel.ep", "parallel.dp"}) + ": parallel.ep = " + std::to_string(ep) + " must divide parallel.dp = " +
                 std::to_string(dp) + " (expert parallelism splits the data-parallel ranks)");
   const int64_t mb = get_int("parallel.microbatches");
   const int64_t batch = get_int("train.batch_size");
   if (batch % (dp * mb) != 0)
-    throw Error(origin_ + ": train.batch_size = " + std::to_string(batch) +
+    throw Error(origin_of_any({"train.batch_size", "parallel.dp", "parallel.microbatches"}) + ": train.batch_size = " + std::to_string(batch) +
                 " is not divisible by parallel.dp * parallel.microbatches = " + std::to_string(dp) + " * " +
                 std::to_string(mb) + " = " + std::to_string(dp * mb));
   const std::string schedule = get_string("parallel.schedule");
   const int64_t vs = get_int("parallel.virtual_stages");
   if (vs > 1 && schedule != "interleaved-1f1b")
-    throw Error(origin_ + ": parallel.virtual_stages = " + std::to_string(vs) +
+    throw Error(origin_of_any({"parallel.virtual_stages", "parallel.schedule"}) + ": parallel.virtual_stages = " + std::to_string(vs) +
                 " needs parallel.schedule = \"interleaved-1f1b\", got \"" + schedule + "\"");
   if (schedule == "interleaved-1f1b" && mb % pp != 0)
-    throw Error(origin_ + ": parallel.schedule = \"interleaved-1f1b\" needs parallel.microbatches (" +
+    throw Error(origin_of_any({"parallel.schedule", "parallel.microbatches", "parallel.pp"}) +
+                ": parallel.schedule = \"interleaved-1f1b\" needs parallel.microbatches (" +
                 std::to_string(mb) + ") to be a multiple of parallel.pp (" + std::to_string(pp) + ")");
 }
 

@@ -365,9 +365,9 @@ struct ShmCollectives::Impl {
   // My part of the chunk is read in place from my tensor and reduced into my
   // slot block by block, each block copied back to my tensor while it is still
   // in cache; only the other ranks' parts pass through my slot on the way in
-  // and out. For n = 2 that is 52 MB of memory traffic per rank for 13 MB of
-  // gradients instead of 71.5 (whole chunk in, whole chunk out): the probe's
-  // all-reduce went from 3.7 to 2.9 ms (README, "dp = 2 against the bound").
+  // and out. For n = 2 that is 4 bytes of memory traffic per byte of gradient
+  // instead of 5.5 (whole chunk in, whole chunk out); the probe's timing before
+  // and after is in docs/benchmarks.md.
   void allreduce_chunk(char* data, int64_t len, const Task& task) {
     const int64_t esize = task.in.element_size();
     const uint64_t base = begin_chunk();

@@ -1,8 +1,8 @@
 // Point-to-point messages through shared memory between the members of a group
 // that all run on one host: what pipeline stages send each other (activations,
 // their gradients) without Gloo's loopback sockets (a send there costs its
-// caller 0.2-0.4 ms per 256 KB message, up to 8 ms, for the write into the
-// socket; here it is one memcpy).
+// caller the write into the socket; here it is one memcpy; the measurement is
+// in docs/benchmarks.md).
 //
 // Each rank, on its first send to a peer, creates an outbox for that peer: a
 // shared segment with a ring of message descriptors and a data arena. send()

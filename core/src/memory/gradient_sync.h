@@ -12,7 +12,7 @@
 // into the shard (the bucket's own slice: no second gradient buffer). Either way the reduction happens once per step, after the
 // last microbatch's backward has accumulated into the full-size bucket: that is
 // what lets ZeRO-2/3 combine with pipeline parallelism and gradient
-// accumulation (see README, "Memory").
+// accumulation (see docs/memory.md).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -11,8 +11,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <smp/error.h>
+
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace smp {
 
@@ -27,6 +33,12 @@ LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const
 }
 
 OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
+  if (const char* fault = std::getenv("SMP_TEST_FAULT")) {
+    if (std::string(fault) != "dp_mean_gradients")
+      throw Error("SMP_TEST_FAULT=" + std::string(fault) + ": unknown fault (the one there is: dp_mean_gradients)");
+    fault_dp_mean_ = true;
+    spdlog::warn("SMP_TEST_FAULT=dp_mean_gradients: gradients are deliberately divided by dp (a test of the tests)");
+  }
   lr_.lr = t.lr;
   lr_.min_lr = t.min_lr;
   lr_.warmup = t.warmup_steps;
@@ -63,6 +75,7 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
   // norm² is the same on every rank, so an overflow (inf / nan) skips the step
   // everywhere alike.
   double grad_scale = LossNormalizer::grad_scale(out.loss) / loss_scale;
+  if (fault_dp_mean_) grad_scale /= mesh.dp();
   out.grad_norm = std::sqrt(norm_sq[0]) * grad_scale;
   if (clip_ > 0 && out.grad_norm > clip_) grad_scale *= clip_ / (out.grad_norm + 1e-6);
   out.grad_scale = grad_scale;

@@ -38,6 +38,9 @@ class OptimizerStep {
  private:
   LrSchedule lr_;
   double clip_;
+  // SMP_TEST_FAULT=dp_mean_gradients (tests only): the gradient comes out as a
+  // mean over dp instead of the sum, the bug class the equivalence suite must see.
+  bool fault_dp_mean_ = false;
 };
 
 }  // namespace smp

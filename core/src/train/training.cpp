@@ -5,6 +5,7 @@
 #include <smp/runtime.h>
 
 #include <smp/tracing.h>
+#include "train/metrics_log.h"
 #include "train/run_report.h"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -28,6 +30,16 @@ nlohmann::json validation_entry(const Runtime& rt, int64_t step, double loss) {
   for (const auto& [name, value] : rt.validation_metrics()) e[name] = value;
   return e;
 }
+// "2026-12-02T16:30:00Z"
+std::string iso_time_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
+}
+
 // ", hr@10 0.4120, ndcg@10 0.2310" for the log line ("" without metrics).
 std::string metrics_text(const Runtime& rt) {
   std::string out;
@@ -148,6 +160,7 @@ namespace {
 struct RunRecord {
   nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
   nlohmann::json loss_scales = nlohmann::json::array();
+  nlohmann::json grad_norms = nlohmann::json::array();  // before clipping, every step
   int64_t skipped = 0, timed_steps = 0, peak_act = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   std::vector<double> step_seconds_each;  // rank 0's, for the report
@@ -157,6 +170,7 @@ struct RunRecord {
   void add(const StepResult& r, int64_t steps) {
     losses.push_back(r.loss);
     loss_scales.push_back(r.loss_scale);
+    grad_norms.push_back(r.grad_norm);
     step_seconds_each.push_back(r.seconds);
     skipped += r.skipped ? 1 : 0;
     last_loss = r.loss;
@@ -213,6 +227,7 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   summary["precision"] = rt.precision();
   summary["losses"] = rec.losses;
   summary["loss_scales"] = rec.loss_scales;
+  summary["grad_norms"] = rec.grad_norms;
   summary["skipped_steps"] = rec.skipped;
   summary["final_loss"] = rec.last_loss;
   summary["val_loss"] = rec.val_loss;
@@ -295,6 +310,10 @@ nlohmann::json run_training(Runtime& rt) {
                  mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(), rt.precision(),
                  peak_per_rank / 1e9, gemm);
   RunRecord rec;
+  MetricsLog metrics = rank0 ? MetricsLog(job.run.dir) : MetricsLog();
+  metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
+                 {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
+                 {"unit", rt.throughput_unit()}});
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();
   while (rt.steps_done() < steps) {
@@ -314,17 +333,23 @@ nlohmann::json run_training(Runtime& rt) {
                    100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
                    human(r.memory.optimizer_state), human(r.memory.step_peak), human(r.memory.activations),
                    human(r.memory.send_buffers), 1000 * r.seconds, eta);
+      metrics.write({{"event", "step"}, {"step", r.step + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                     {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
+                     {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
+                     {"loss_scale", r.loss_scale}});
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
       rec.val_losses.push_back(validation_entry(rt, r.step + 1, v));
       if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
+      metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
     }
   }
   if (val_batches > 0) {
     rec.val_loss = rt.evaluate(val_batches);
     rec.val_losses.push_back(validation_entry(rt, rt.steps_done(), rec.val_loss));
     if (rank0) spdlog::info("validation loss {:.4f}{}", rec.val_loss, metrics_text(rt));
+    metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
   }
   nlohmann::json summary = make_summary(rt, rec, peak_per_rank, gemm);
   write_outputs(rt, summary);

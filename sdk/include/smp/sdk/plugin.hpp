@@ -152,38 +152,32 @@ class PluginBuilder {
 
   // Valid as long as the builder lives (the macro keeps it in a static).
   const smp_plugin_descriptor* descriptor() {
-    for (auto& k : kinds_) kind_ptrs_.push_back(&k);
-    for (auto& a : adapters_) adapter_ptrs_.push_back(&a);
-    for (auto& p : partitioners_) partitioner_ptrs_.push_back(&p);
-    for (auto& r : rules_) rule_ptrs_.push_back(&r);
+    point_at(kinds_, kind_ptrs_);
+    point_at(adapters_, adapter_ptrs_);
+    point_at(partitioners_, partitioner_ptrs_);
+    point_at(rules_, rule_ptrs_);
     if (!optimizers_.empty()) {
-      for (auto& o : optimizers_) optimizer_ptrs_.push_back(&o);
+      point_at(optimizers_, optimizer_ptrs_);
       optimizers_ext_ = smp_optimizers_extension{};
-      optimizers_ext_.base.struct_size = SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE;
-      optimizers_ext_.base.type = SMP_EXTENSION_OPTIMIZERS;
-      optimizers_ext_.base.version = 1;
+      optimizers_ext_.base = extension_base(SMP_OPTIMIZERS_EXTENSION_STRUCT_SIZE, SMP_EXTENSION_OPTIMIZERS);
       optimizers_ext_.kinds = optimizer_ptrs_.data();
       optimizers_ext_.n_kinds = optimizer_ptrs_.size();
       extensions_.push_back(&optimizers_ext_.base);
     }
     if (!tables_.empty()) {
-      for (auto& t : tables_) table_ptrs_.push_back(&t);
+      point_at(tables_, table_ptrs_);
       config_ext_ = smp_config_extension{};
-      config_ext_.base.struct_size = SMP_CONFIG_EXTENSION_STRUCT_SIZE;
-      config_ext_.base.type = SMP_EXTENSION_CONFIG;
-      config_ext_.base.version = 1;
+      config_ext_.base = extension_base(SMP_CONFIG_EXTENSION_STRUCT_SIZE, SMP_EXTENSION_CONFIG);
       config_ext_.tables = table_ptrs_.data();
       config_ext_.n_tables = table_ptrs_.size();
       extensions_.push_back(&config_ext_.base);
     }
     // The memory contract as the 2.5 extension (the 2.1 fields say the same to older hosts).
     if (!kinds_.empty() || !rules_.empty()) {
-      for (auto& m : kind_memory_) kind_memory_ptrs_.push_back(&m);
-      for (auto& m : rule_memory_) rule_memory_ptrs_.push_back(&m);
+      point_at(kind_memory_, kind_memory_ptrs_);
+      point_at(rule_memory_, rule_memory_ptrs_);
       memory_ext_ = smp_memory_extension{};
-      memory_ext_.base.struct_size = SMP_MEMORY_EXTENSION_STRUCT_SIZE;
-      memory_ext_.base.type = SMP_EXTENSION_MEMORY;
-      memory_ext_.base.version = 1;
+      memory_ext_.base = extension_base(SMP_MEMORY_EXTENSION_STRUCT_SIZE, SMP_EXTENSION_MEMORY);
       memory_ext_.kinds = kind_memory_ptrs_.data();
       memory_ext_.n_kinds = kind_memory_ptrs_.size();
       memory_ext_.rules = rule_memory_ptrs_.data();
@@ -212,6 +206,17 @@ class PluginBuilder {
 
  private:
   const char* keep(const std::string& s) { return strings_.emplace_back(s).c_str(); }
+  template <class T>
+  static void point_at(std::deque<T>& items, std::vector<const T*>& pointers) {
+    for (auto& item : items) pointers.push_back(&item);
+  }
+  static smp_extension_base extension_base(size_t struct_size, uint32_t type) {
+    smp_extension_base b{};
+    b.struct_size = struct_size;
+    b.type = type;
+    b.version = 1;
+    return b;
+  }
 
   static smp_error* partition_thunk(void* state, const smp_partition_request* r) {
     return guard([&] {
