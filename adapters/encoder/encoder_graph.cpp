@@ -80,9 +80,9 @@ EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s,
 
   // Per-sample cost hints, as GPT's (the same layer kinds; bench/results/memory-estimate.json).
   const double act_bytes =
-      4.0 * (16.0 * sl * h + a * sl * sl + (drop ? 2.0 * sl * h + a * sl * sl : 0.0));
+      4.0 * (16.0 * sl * h + a * sl * sl + (drop ? 2.0 * sl * h + 2.0 * a * sl * sl : 0.0));
   const double fp32_extra = 4.0 * a * sl * sl;
-  const double core_bytes = 4.0 * a * sl * sl * (drop ? 2.0 : 1.0);
+  const double core_bytes = 4.0 * a * sl * sl * (drop ? 3.0 : 1.0);
   const double emb = 4.0 * sl * h;
 
   // The token embedding is also the MLM decoder (tied), whose bias it holds.

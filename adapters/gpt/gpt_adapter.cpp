@@ -102,13 +102,14 @@ class GptAdapter : public smp::sdk::Adapter {
     // elements (Megatron's fp16 count without dropout is 16 s h + 2 a s^2: the
     // softmax here keeps only its output), plus the dropout masks when p > 0.
     const double act_bytes =
-        4.0 * (16.0 * sl * h + a * sl * sl + (dropout_ > 0 ? 2.0 * sl * h + a * sl * sl : 0.0));
+        4.0 * (16.0 * sl * h + a * sl * sl + (dropout_ > 0 ? 2.0 * sl * h + 2.0 * a * sl * sl : 0.0));
     // The softmax runs in fp32 whatever the compute dtype and keeps its fp32
     // output; under bf16/fp16 its 16-bit copy (for the product with V) is kept
     // too: 4 a s^2 bytes more. The attention core (recomputed when selectively
-    // checkpointed) is the a s^2 part: the softmax output, and the dropout mask.
+    // checkpointed) is the a s^2 part: the softmax output and, with dropout, its
+    // mask and the dropped probabilities (the product with V keeps those).
     const double fp32_extra = 4.0 * a * sl * sl;
-    const double core_bytes = 4.0 * a * sl * sl * (dropout_ > 0 ? 2.0 : 1.0);
+    const double core_bytes = 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
     g.node({"wte", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
     g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},

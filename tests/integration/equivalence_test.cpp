@@ -316,6 +316,21 @@ std::vector<Layout> zero_layouts() {
   return layouts;
 }
 
+// The tutorial's partition strategy (docs/writing-plugins.md, step 6), loaded
+// from plugins.paths: a third party's strategy places two stages that train
+// equal to serial, and the stages are its split by node count.
+TEST(GptEquivalence, TheTutorialsPartitionStrategyOnTwoStages) {
+  const std::vector<std::string> sets = {"parallel.pp=2", "parallel.partition=even_count",
+                                         "plugins.paths=[\"" + plugin_path("even_count") + "\"]"};
+  expect_equivalent(gpt(), {{"pp2 1f1b even_count", 2, sets}});
+  JobResult r = run_job(2, gpt().plugin, gpt().config, with(sets, {"train.steps=1", "train.val_batches=0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.summary["stages"].size(), 2u) << r.summary["stages"].dump();
+  const auto& stages = r.summary["stages"];
+  const size_t first = stages[0]["nodes"].size(), n = first + stages[1]["nodes"].size();
+  EXPECT_EQ(first, (n + 1) / 2) << stages.dump();  // node i on stage floor(2 i / n)
+}
+
 // Plain SGD (no momentum): the update is the gradient times lr, so parameters
 // see its scale too, besides the norms every layout compares.
 TEST(GptEquivalence, PlainSgdOverDataTensorAndPipelineParallelism) {

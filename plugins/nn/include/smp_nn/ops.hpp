@@ -31,7 +31,9 @@ inline Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, a
   std::vector<int64_t> shape = full.empty() ? x.sizes().vec() : full.vec();
   at::Generator gen = smp::sdk::init_generator(seed);
   Tensor keep = at::empty(shape, at::TensorOptions().dtype(at::kFloat)).uniform_(0.0, 1.0, gen).ge_(p);
-  if (!full.empty()) keep = keep.narrow(dim, start, x.size(dim));
+  // This rank's slice in storage of its own: a view would keep the whole
+  // mask (every tp rank's heads) alive for backward.
+  if (!full.empty()) keep = keep.narrow(dim, start, x.size(dim)).contiguous();
   // Drawn on the CPU (the mask is then the same on every device), applied on x's.
   return x * keep.mul_(1.0 / (1.0 - p)).to(x.device(), x.scalar_type());
 }
