@@ -84,8 +84,10 @@ TEST(ActivationCheckpointing, AttentionCoreOnlyIsIdenticalAndSmaller) {
       EXPECT_EQ(without - with_core, expected);
     } else {
       // Under tp 2 the step peak also holds the tp collectives' buffers, whose
-      // overlap with the cores varies from run to run: only a decrease is certain.
-      EXPECT_LT(with_core, without);
+      // overlap with the cores varies from run to run: the activations' part of
+      // the account (without those buffers) must shrink.
+      EXPECT_LT(core.summary["memory_bytes"]["activations"][0].get<double>(),
+                plain.summary["memory_bytes"]["activations"][0].get<double>());
       continue;
     }
     double estimated[2];
