@@ -66,8 +66,6 @@ class PluginRegistry {
   // rule splits (everything when it does not say).
   uint32_t memory_features(const std::string& kind) const;
   MemorySplit memory_split(const std::string& axis, const std::string& kind) const;
-  // The plugin table named `name` (SMP_EXTENSION_CONFIG); nullptr if none.
-  const smp_config_table* config_table(const std::string& name) const;
   // The job's plugin tables (Config::plugin_tables), each checked by the plugin
   // that declares it; every declared table is checked, "{}" when not given.
   // Returns them all by name (the modules' SMP_EXTENSION_JOB_TABLES). Throws

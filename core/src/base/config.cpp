@@ -111,7 +111,7 @@ std::string head_of(const std::string& key) { return key.substr(0, key.find('.')
   else if (key.find('.') != std::string::npos && is_schema_table(head_of(key)))
     msg += " (see the [" + head_of(key) + "] keys in the documentation)";
   else if (key.find('.') == std::string::npos)
-    msg += " (expected one of the tables [parallel], [train], [run], [plugins], [model], [partition], [optimizer])";
+    msg += " (expected one of the tables " + core_tables_text() + ")";
   throw Error(msg);
 }
 
@@ -423,7 +423,7 @@ void apply_override(const std::string& arg, json& values, json& set_by) {
       throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. --set " + table + ".<key>=value");
     unknown_key(origin, key);
   }
-  if (is_free_table(table) || (!is_schema_table(table) && is_plugin_table_name(table))) {
+  if (is_free_table(table) || is_plugin_table_name(table)) {
     json* cur = &values[table];
     if (!cur->is_object()) *cur = json::object();
     for (size_t i = 1; i + 1 < parts.size(); ++i) {
@@ -588,7 +588,7 @@ std::string Config::origin_of_any(const std::vector<std::string>& keys) const {
 nlohmann::json Config::plugin_tables() const {
   json out = json::object();
   for (const auto& [table, value] : values_.items())
-    if (!is_schema_table(table) && !is_free_table(table)) out[table] = value;
+    if (!is_core_table(table)) out[table] = value;
   return out;
 }
 

@@ -10,10 +10,10 @@ namespace smp {
 
 namespace {
 
-DeviceKind resolve_device(const std::string& device, const std::string& origin) {
+DeviceKind resolve_device(DeviceKind device, const std::string& origin) {
   const bool have_cuda = at::hasCUDA();
-  if (device == "cpu") return DeviceKind::Cpu;
-  if (device == "cuda") {
+  if (device == DeviceKind::Cpu) return DeviceKind::Cpu;
+  if (device == DeviceKind::Cuda) {
     if (!have_cuda)
       throw Error(origin + ": run.device = \"cuda\", but this smp build has no usable CUDA (LibTorch without "
                            "CUDA, or no GPU): use \"cpu\" or \"auto\"");
@@ -100,52 +100,62 @@ void check_memory(const Config& c, MemoryConfig& m) {
     const std::string& shard = m.shard;
     const int named = shard == "optimizer" ? 1 : shard == "gradients" ? 2 : shard == "parameters" ? 3 : 0;
     if (c.has("parallel.zero") && named != m.zero)
-      throw Error(c.origin_of_any({"memory.shard", "parallel.zero"}) + ": memory.shard = \"" + shard + "\" (ZeRO stage " + std::to_string(named) +
-                  ") contradicts parallel.zero = " + std::to_string(m.zero) + ": give one of the two");
+      throw Error(c.origin_of_any({"memory.shard", "parallel.zero"}) + ": memory.shard = \"" + shard +
+                  "\" (ZeRO stage " + std::to_string(named) + ") contradicts parallel.zero = " +
+                  std::to_string(m.zero) + ": give one of the two");
     m.zero = named;
   }
   if (c.has("memory.checkpoint_every") && m.checkpoint.empty())
-    throw Error(c.origin_of_any({"memory.checkpoint_every", "memory.checkpoint"}) + ": memory.checkpoint_every is set but memory.checkpoint lists no nodes");
+    throw Error(c.origin_of_any({"memory.checkpoint_every", "memory.checkpoint"}) +
+                ": memory.checkpoint_every is set but memory.checkpoint lists no nodes");
   if (c.has("memory.offload_horizon") && !m.offload)
-    throw Error(c.origin_of_any({"memory.offload_horizon", "memory.offload"}) + ": memory.offload_horizon is set but memory.offload is not true");
+    throw Error(c.origin_of_any({"memory.offload_horizon", "memory.offload"}) +
+                ": memory.offload_horizon is set but memory.offload is not true");
 }
 
 void check_train(const Config& c, const TrainConfig& t) {
   if (t.grad_reduce_dtype != Precision::Fp32 && t.grad_reduce_dtype != t.precision)
-    throw Error(c.origin_of_any({"train.grad_reduce_dtype", "train.precision"}) + ": train.grad_reduce_dtype = \"" + to_string(t.grad_reduce_dtype) +
+    throw Error(c.origin_of_any({"train.grad_reduce_dtype", "train.precision"}) + ": train.grad_reduce_dtype = \"" +
+                to_string(t.grad_reduce_dtype) +
                 "\": gradients are reduced in fp32 or in the compute dtype (train.precision = \"" +
                 to_string(t.precision) + "\")");
   for (const char* key : {"train.initial_loss_scale", "train.loss_scale_window", "train.min_loss_scale"})
     if (c.has(key) && t.precision != Precision::Fp16)
-      throw Error(c.origin_of_any({key, "train.precision"}) + ": " + key + " is only used with train.precision = \"fp16\" (this job: \"" +
-                  to_string(t.precision) + "\")");
+      throw Error(c.origin_of_any({key, "train.precision"}) + ": " + key +
+                  " is only used with train.precision = \"fp16\" (this job: \"" + to_string(t.precision) + "\")");
   if (t.min_loss_scale > t.initial_loss_scale)
-    throw Error(c.origin_of_any({"train.min_loss_scale", "train.initial_loss_scale"}) + ": train.min_loss_scale (" + std::to_string(t.min_loss_scale) +
-                ") is above train.initial_loss_scale (" + std::to_string(t.initial_loss_scale) + ")");
+    throw Error(c.origin_of_any({"train.min_loss_scale", "train.initial_loss_scale"}) + ": train.min_loss_scale (" +
+                std::to_string(t.min_loss_scale) + ") is above train.initial_loss_scale (" +
+                std::to_string(t.initial_loss_scale) + ")");
 }
 
 void check_run(const Config& c, RunConfig& r, const TrainConfig& t) {
-  r.device = resolve_device(to_string(r.device), c.origin_of("run.device"));
+  r.device = resolve_device(r.device, c.origin_of("run.device"));
   if (!r.devices.empty() && r.device != DeviceKind::Cuda)
-    throw Error(c.origin_of_any({"run.devices", "run.device"}) + ": run.devices is set but the job runs on the CPU (run.device = \"" +
-                c.get_string("run.device") + "\")");
+    throw Error(c.origin_of_any({"run.devices", "run.device"}) +
+                ": run.devices is set but the job runs on the CPU (run.device = \"" + c.get_string("run.device") +
+                "\")");
 #if TORCH_VERSION_MAJOR < 2
   // LibTorch 1.x has no fp16 GEMM on the CPU ("addmm_impl_cpu_" not implemented
   // for 'Half'): refuse before any rank starts rather than fail in the first step.
   if (t.precision == Precision::Fp16 && r.device == DeviceKind::Cpu)
-    throw Error(c.origin_of_any({"train.precision", "run.device"}) + ": train.precision = \"fp16\" on the CPU needs LibTorch 2 or later (this is " +
-                TORCH_VERSION + ", without fp16 matrix multiplies on the CPU): use \"bf16\", or a CUDA device");
+    throw Error(c.origin_of_any({"train.precision", "run.device"}) +
+                ": train.precision = \"fp16\" on the CPU needs LibTorch 2 or later (this is " + TORCH_VERSION +
+                ", without fp16 matrix multiplies on the CPU): use \"bf16\", or a CUDA device");
 #else
   (void)t;
 #endif
   const Ints& window = r.trace_steps;
   if (window.size() != 2 || window[0] < 1 || window[1] < window[0])
-    throw Error(c.origin_of("run.trace_steps") + ": run.trace_steps: expected [from, to] with 1 <= from <= to (training steps, "
-                "1-based), got " + nlohmann::json(window).dump());
+    throw Error(c.origin_of("run.trace_steps") +
+                ": run.trace_steps: expected [from, to] with 1 <= from <= to (training steps, 1-based), got " +
+                nlohmann::json(window).dump());
   if (c.has("run.trace_steps") && !r.trace && !r.profile_ops)
-    throw Error(c.origin_of_any({"run.trace_steps", "run.trace", "run.profile_ops"}) + ": run.trace_steps is set but neither run.trace nor run.profile_ops is true");
+    throw Error(c.origin_of_any({"run.trace_steps", "run.trace", "run.profile_ops"}) +
+                ": run.trace_steps is set but neither run.trace nor run.profile_ops is true");
   if (c.has("run.trace_merge") && !r.trace)
-    throw Error(c.origin_of_any({"run.trace_merge", "run.trace"}) + ": run.trace_merge is set but run.trace is not true");
+    throw Error(c.origin_of_any({"run.trace_merge", "run.trace"}) +
+                ": run.trace_merge is set but run.trace is not true");
 }
 
 // [optimizer], and AdamW's three train.* keys: given in one place each, and
@@ -156,12 +166,13 @@ nlohmann::json optimizer_config(const Config& c, const std::string& optimizer) {
     const std::string train_key = std::string("train.") + key;
     if (optimizer != "adamw") {
       if (c.has(train_key))
-        throw Error(c.origin_of_any({train_key, "train.optimizer"}) + ": " + train_key + " is AdamW's, but train.optimizer = \"" + optimizer +
-                    "\" (give its settings in [optimizer])");
+        throw Error(c.origin_of_any({train_key, "train.optimizer"}) + ": " + train_key +
+                    " is AdamW's, but train.optimizer = \"" + optimizer + "\" (give its settings in [optimizer])");
       continue;
     }
     if (o.contains(key) && c.has(train_key))
-      throw Error(c.origin_of_any({train_key, "optimizer." + std::string(key)}) + ": " + train_key + " and optimizer." + key + " both set: give one of the two");
+      throw Error(c.origin_of_any({train_key, "optimizer." + std::string(key)}) + ": " + train_key + " and optimizer." +
+                  key + " both set: give one of the two");
     if (!o.contains(key)) o[key] = c.get_double(train_key);
   }
   return o;
@@ -180,15 +191,18 @@ JobConfig JobConfig::from(const Config& c) {
   const RunConfig& r = j.run;
   if (m.offload) {
     if (r.device != DeviceKind::Cuda)
-      throw Error(c.origin_of_any({"memory.offload", "run.device"}) + ": memory.offload = true moves CUDA activations to host memory, but this job runs "
-                  "on the CPU (run.device = \"" + c.get_string("run.device") + "\"), where they already are");
+      throw Error(c.origin_of_any({"memory.offload", "run.device"}) +
+                  ": memory.offload = true moves CUDA activations to host memory, but this job runs on the CPU "
+                  "(run.device = \"" + c.get_string("run.device") + "\"), where they already are");
     if (m.checkpoint.empty())
-      throw Error(c.origin_of_any({"memory.offload", "memory.checkpoint"}) + ": memory.offload = true offloads the inputs that checkpointed nodes keep for "
-                  "backward: list the nodes in memory.checkpoint");
+      throw Error(c.origin_of_any({"memory.offload", "memory.checkpoint"}) +
+                  ": memory.offload = true offloads the inputs that checkpointed nodes keep for backward: "
+                  "list the nodes in memory.checkpoint");
   }
   if (c.has("comm.cuda_backend") && r.device != DeviceKind::Cuda)
-    throw Error(c.origin_of_any({"comm.cuda_backend", "run.device"}) + ": comm.cuda_backend is set but the job runs on the CPU (run.device = \"" +
-                c.get_string("run.device") + "\")");
+    throw Error(c.origin_of_any({"comm.cuda_backend", "run.device"}) +
+                ": comm.cuda_backend is set but the job runs on the CPU (run.device = \"" + c.get_string("run.device") +
+                "\")");
   j.adapter = c.has("model.adapter") ? c.get_string("model.adapter") : "";
   j.model = c.section_json("model");
   j.model.erase("adapter");

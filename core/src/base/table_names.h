@@ -23,6 +23,15 @@ inline bool is_free_table(const std::string& t) {
 }
 inline bool is_core_table(const std::string& t) { return is_schema_table(t) || is_free_table(t); }
 
+// "[parallel], [memory], ..., [optimizer]": every core table, for messages.
+inline std::string core_tables_text() {
+  std::string out;
+  auto add = [&out](const char* t) { out += (out.empty() ? "[" : ", [") + std::string(t) + "]"; };
+  for (const char* t : kSchemaTables) add(t);
+  for (const char* t : kFreeTables) add(t);
+  return out;
+}
+
 // [a-z][a-z0-9_]*, and not one of the core's tables.
 inline bool is_plugin_table_name(const std::string& t) {
   if (t.empty() || !std::islower(static_cast<unsigned char>(t[0])) || is_core_table(t)) return false;

@@ -257,8 +257,7 @@ void check_extensions(const smp_plugin_descriptor* d, PluginInfo& info, const st
       const std::string name = t->name ? t->name : "";
       if (!is_plugin_table_name(name))
         throw Error(who + ": config table '" + name + "': a plugin's table is named with lower-case letters, "
-                    "digits and '_', and is not one of the core's ([parallel], [memory], [train], [run], [comm], "
-                    "[plugins], [model], [partition], [optimizer])");
+                    "digits and '_', and is not one of the core's (" + core_tables_text() + ")");
       if (!t->check) throw Error(who + ": config table '" + name + "' lacks its check function");
       info.tables.push_back(claim("config table", t->name));
     }
@@ -406,10 +405,6 @@ MemorySplit PluginRegistry::memory_split(const std::string& axis, const std::str
   auto it = splits_.find(axis + ":" + kind);
   return it == splits_.end() ? MemorySplit{} : it->second;
 }
-const smp_config_table* PluginRegistry::config_table(const std::string& name) const {
-  auto it = tables_.find(name);
-  return it == tables_.end() ? nullptr : it->second;
-}
 
 nlohmann::json PluginRegistry::check_tables(const nlohmann::json& given, const std::string& origin) const {
   for (const auto& [name, value] : given.items())
@@ -423,8 +418,7 @@ nlohmann::json PluginRegistry::check_tables(const nlohmann::json& given, const s
       }
       const std::string near = nearest_name(name, names);
       throw Error(origin + ": unknown table [" + name + "]" + (near.empty() ? "" : " (did you mean [" + near + "]?)") +
-                  ": neither one of the core's ([parallel], [memory], [train], [run], [comm], [plugins], [model], "
-                  "[partition], [optimizer]) nor one a loaded plugin declares (" +
+                  ": neither one of the core's (" + core_tables_text() + ") nor one a loaded plugin declares (" +
                   (declared.empty() ? "none" : declared) + ")");
     }
   nlohmann::json out = nlohmann::json::object();
