@@ -67,6 +67,18 @@ TEST(ShmAllreduceTest, MatchesGlooAndSerialOnTwoThreeAndFourRanks) {
   }
 }
 
+// Bytes counted by the transport that moved them, against the analytic count:
+// Gloo's socket bytes are the algorithm's plus headers; shared memory's are its
+// own copies (run_bytes in comm_worker.cpp says which agree and why).
+TEST(CommBytesTest, EachTransportCountsWhatItSends) {
+  for (int world : {2, 4}) {
+    auto r = launch_mode(world, "bytes");
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << "world " << world << ":\n" << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, "rank 0: 11 byte checks passed")) << r.output;
+  }
+}
+
 TEST(ShmAllreduceTest, MismatchedCallsFailOnEveryRankWithBothSizes) {
   auto r = launch_mode(2, "shm-mismatch");
   EXPECT_FALSE(r.timed_out) << r.output;

@@ -16,6 +16,8 @@
 //   --mode shm-mismatch  ranks pass different sizes: everyone must get an error
 //   --mode shm-peer-exit rank --skip-rank exits mid-job: the others must hear of
 //                     it long before the (60 s) timeout
+//   --mode bytes      what each transport counts as sent (CommStats::sent)
+//                     against the analytic count, op by op, over shm and Gloo
 #include <smp/error.h>
 #include <smp/logging.h>
 #include <smp/mesh.h>
@@ -68,6 +70,19 @@ int64_t ring_bytes(int64_t numel, int64_t es, int n, int r) {
   return 2 * numel * es - chunk(numel, n, (r + 1) % n) * es - chunk(numel, n, (r + 2) % n) * es;
 }
 
+// Messages rank r sends in a binomial-tree broadcast, by playing the tree top
+// down: in round k every rank that has the data (relative rank v < 2^k)
+// sends it to v + 2^k.
+int tree_sends(int n, int r, int root) {
+  const int me = (r - root + n) % n;
+  int top = 1;
+  while (top < n) top <<= 1;
+  int sends = 0;
+  for (int step = 1; step < top; step <<= 1)  // step = 2^k: ranks [0, step) have it
+    if (me < step && me + step < n) ++sends;
+  return sends;
+}
+
 class Checker {
  public:
   Checker(Communicator& c, std::string label) : c_(c), label_(std::move(label)) {}
@@ -88,16 +103,16 @@ class Checker {
     calls_["barrier"]++;
     async_handles();
     // Calls were counted for every op, and the totals add up.
+    const smp::CommStats st = c_.stats();
     for (const auto& [op, k] : calls_) {
-      auto it = c_.stats().calls.find(op);
-      expect(it != c_.stats().calls.end() && it->second == k,
-             label_ + " stats.calls[" + op + "] = " +
-                 (it == c_.stats().calls.end() ? std::string("missing") : std::to_string(it->second)) +
+      auto it = st.calls.find(op);
+      expect(it != st.calls.end() && it->second == k,
+             label_ + " stats.calls[" + op + "] = " + (it == st.calls.end() ? std::string("missing") : std::to_string(it->second)) +
                  ", expected " + std::to_string(k));
     }
     int64_t total = 0;
-    for (const auto& [op, b] : c_.stats().bytes) total += b;
-    expect(total == c_.stats().total_bytes(), label_ + " total_bytes");
+    for (const auto& [op, b] : st.analytic) total += b;
+    expect(total == st.total_analytic(), label_ + " total_analytic");
   }
 
  private:
@@ -116,8 +131,9 @@ class Checker {
                                     "', expected " + std::to_string(want_bytes));
   }
   int64_t bytes(const std::string& key) const {
-    auto it = c_.stats().bytes.find(key);
-    return it == c_.stats().bytes.end() ? 0 : it->second;
+    const smp::CommStats st = c_.stats();
+    auto it = st.analytic.find(key);
+    return it == st.analytic.end() ? 0 : it->second;
   }
 
   void allreduce() {
@@ -249,7 +265,7 @@ class Checker {
   void broadcast() {
     for (int root : {n_ - 1, 0}) {
       at::Tensor t = base(me_, 5), want = base(G()[root], 5);
-      counted("broadcast", (n_ > 1 && r_ == root) ? 40 : 0, "broadcast root " + std::to_string(root),
+      counted("broadcast", tree_sends(n_, r_, root) * 40, "broadcast root " + std::to_string(root),
               [&] { c_.broadcast(t, root)->wait(); });
       expect_eq(t, want, label_ + " broadcast root " + std::to_string(root));
     }
@@ -511,6 +527,106 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
   return 0;
 }
 
+// What the transports count as sent, op by op, on 1 MiB tensors over the
+// world group, printed per rank as "bytes <transport> <op> sent S analytic A".
+// Gloo runs the standard algorithms, so its socket bytes are the analytic
+// count plus message headers (checked for the ops where Gloo's algorithm is
+// the ring / direct one the count assumes: below). Shared memory is checked
+// against its own copies: an all-reduce writes the tensor once, an all-gather
+// its input, a reduce-scatter every slice not read in place (all of them on
+// group ranks >= 2), a send its message; the shared-buffer all-reduce's blocks
+// go to whichever rank claims them, so only the group's sum, (n-1) B, is fixed.
+int run_bytes(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, smp::CommOptions opts) {
+  const auto& ranks = mesh.group(smp::Axis::World);
+  opts.shm_slot_bytes = int64_t{4} << 20;
+  auto shm = rdv.new_communicator("world", "world.bytes-shm", ranks, opts);
+  opts.shm_slot_bytes = 0;
+  auto gloo = rdv.new_communicator("world", "world.bytes-gloo", ranks, opts);
+  const int n = shm->size(), me = shm->rank();
+  const int64_t numel = int64_t{1} << 18, B = numel * 4;  // 1 MiB, split evenly over 2 or 4 ranks
+  auto sent_of = [](const Communicator& c, const std::string& transport, const std::string& op) {
+    const smp::CommStats st = c.stats();
+    auto t = st.sent.find(transport);
+    if (t == st.sent.end()) return int64_t{0};
+    auto o = t->second.find(op);
+    return o == t->second.end() ? int64_t{0} : o->second;
+  };
+  auto analytic_of = [](const Communicator& c, const std::string& op) {
+    const smp::CommStats st = c.stats();
+    auto o = st.analytic.find(op);
+    return o == st.analytic.end() ? int64_t{0} : o->second;
+  };
+  // Runs f on c and returns (sent by `transport`, analytic) for `op` during it.
+  auto measure = [&](Communicator& c, const std::string& transport, const std::string& op, auto&& f) {
+    c.reset_stats();
+    f();
+    const std::pair<int64_t, int64_t> r{sent_of(c, transport, op), analytic_of(c, op)};
+    std::cout << "rank " << me << ": bytes " << transport << " " << op << " sent " << r.first << " analytic "
+              << r.second << std::endl;
+    return r;
+  };
+  const int peer_to = (me + 1) % n, peer_from = (me + n - 1) % n;
+  auto ops = [&](Communicator& c, const std::string& op) {
+    at::Tensor t = at::ones({numel}, at::kFloat), out_g = at::empty({numel * n}, at::kFloat);
+    at::Tensor out_rs = at::empty({numel / n + (me < numel % n ? 1 : 0)}, at::kFloat);
+    if (op == "allreduce") c.allreduce(t)->wait();
+    if (op == "allgather") c.allgather(t, out_g)->wait();
+    if (op == "reduce_scatter") c.reduce_scatter(t, out_rs)->wait();
+    if (op == "alltoall") {
+      at::Tensor in = at::ones({n * 1024, 64}, at::kFloat), out = at::empty({n * 1024, 64}, at::kFloat);
+      c.alltoall(in, out, {}, {})->wait();
+    }
+    if (op == "broadcast") c.broadcast(t, 0)->wait();
+    if (op == "send") {
+      // A ring: even ranks send first, odd ranks receive first (no deadlock on Gloo).
+      at::Tensor r = at::empty({numel}, at::kFloat);
+      if (me % 2 == 0) {
+        c.send(t, peer_to, 7)->wait();
+        c.recv(r, peer_from, 7)->wait();
+      } else {
+        c.recv(r, peer_from, 7)->wait();
+        c.send(t, peer_to, 7)->wait();
+      }
+    }
+  };
+  int checks = 0;
+  // Gloo: the analytic count plus headers, for every op.
+  for (const char* op : {"allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "send"}) {
+    auto [sent, ana] = measure(*gloo, "gloo", op, [&] { ops(*gloo, op); });
+    expect(sent >= ana && sent <= ana + ana / 100 + 65536,
+           std::string("gloo ") + op + ": sent " + std::to_string(sent) + " bytes, analytic " + std::to_string(ana));
+    ++checks;
+  }
+  // Shared memory: its own copies, exactly.
+  const int64_t own_rs = (numel / n + (me < numel % n ? 1 : 0)) * 4;
+  const std::vector<std::pair<const char*, int64_t>> shm_want = {
+      {"allreduce", B}, {"allgather", B}, {"reduce_scatter", me <= 1 ? B - own_rs : B}, {"send", B}};
+  for (const auto& [op, want] : shm_want) {
+    auto [sent, ana] = measure(*shm, "shm", op, [&] { ops(*shm, op); });
+    expect(sent == want, std::string("shm ") + op + ": sent " + std::to_string(sent) + " bytes, expected " +
+                             std::to_string(want) + " (analytic " + std::to_string(ana) + ")");
+    ++checks;
+  }
+  // Nothing went through Gloo in the shm communicator's all-reduce etc.
+  {
+    const smp::CommStats st = shm->stats();
+    expect(st.sent.count("gloo") == 0, "the shm communicator's collectives wrote nothing into Gloo's sockets");
+  }
+  // The shared-buffer all-reduce: the group's sum is (n-1) B.
+  at::Tensor buf = shm->shared_buffer(numel, at::kFloat);
+  buf.fill_(1.0f);
+  auto [mine, ana] = measure(*shm, "shm", "allreduce", [&] { shm->allreduce(buf)->wait(); });
+  at::Tensor each = at::full({1}, static_cast<double>(mine), at::kDouble), all = at::empty({n}, at::kDouble);
+  gloo->allgather(each, all)->wait();
+  const int64_t sum = static_cast<int64_t>(all.sum().item<double>());
+  expect(sum == (n - 1) * B, "shared-buffer all-reduce: the group wrote " + std::to_string(sum) + " bytes, expected " +
+                                 std::to_string((n - 1) * B));
+  expect(at::allclose(buf, at::full({numel}, static_cast<float>(n))), "shared-buffer all-reduce result");
+  ++checks;
+  std::cout << "rank " << me << ": " << checks << " byte checks passed" << std::endl;
+  return 0;
+}
+
 // Point-to-point through shared memory (ShmMailbox) between world ranks 0 and
 // 1, against the same messages over Gloo: dtypes, sizes from 0 elements to one
 // larger than the outbox arena (which goes through Gloo, announced), a
@@ -623,6 +739,7 @@ int run(const Args& a) {
   if (a.shm_mb >= 0) opts.shm_slot_bytes = static_cast<int64_t>(a.shm_mb * (1 << 20));
   auto mesh = make_mesh(a, env);
   if (a.mode == "shm") return run_shm(a, *rdv, *mesh, opts);
+  if (a.mode == "bytes") return run_bytes(a, *rdv, *mesh, opts);
   if (a.mode == "p2p") return run_p2p(a, *rdv, *mesh, opts);
   if (a.mode == "p2p-mismatch" || a.mode == "p2p-peer-exit") {
     auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);

@@ -39,7 +39,7 @@ TEST(RendezvousTest, SingleRankWorld) {
   c->reduce_scatter(t, out)->wait();
   EXPECT_TRUE(at::equal(out, t));
   EXPECT_EQ(c->stats().calls.at("allreduce"), 1);
-  EXPECT_EQ(c->stats().total_bytes(), 0);
+  EXPECT_EQ(c->stats().total_analytic(), 0);
   c->barrier();
   // Argument errors name the op, axis and ranks.
   at::Tensor bad = at::empty({5}, at::kFloat);

@@ -167,7 +167,7 @@ TEST(GptEquivalence, SequenceParallelIsSmpTpsTableAndReachesItsLayers) {
     JobResult r = run_job(2, gpt().plugin, gpt().config, sets);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::set<std::string> ops;
-    const auto& tp = r.summary["comm_bytes_rank0"]["tp"];
+    const auto& tp = r.summary["comm_bytes_analytic_rank0"]["tp"];
     for (auto it = tp.begin(); it != tp.end(); ++it) ops.insert(it.key().substr(0, it.key().find('(')));
     return ops;
   };

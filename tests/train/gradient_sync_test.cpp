@@ -219,7 +219,7 @@ TEST(GradientSync, Zero2ReduceScattersPaddedBucketsIntoShardSegments) {
     }
     EXPECT_EQ(covered, rank == 0 ? 12 : 11);  // the padding element is nobody's
     int64_t bytes = 0;
-    for (const auto& [op, b] : dp.stats().bytes) bytes += b;
+    for (const auto& [op, b] : dp.stats().analytic) bytes += b;
     EXPECT_EQ(bytes, (24 - 12) * 4) << "one reduce-scatter: every slice of the bucket but its own";
   });
 }

@@ -163,7 +163,11 @@ class Runtime {
   // language model, "samples" by default).
   double items_per_step() const;
   const std::string& throughput_unit() const;
-  // Bytes this rank sent per communicator group ("pp", "dp", "tp", "ep", "edp", "tied.wte", ...), per op.
+  // What this rank's communicators moved since the last reset, by group ("pp",
+  // "dp", "tp", "ep", "edp", "tied.wte", ...): {"sent": {group: {transport:
+  // {op: bytes}}} counted by the transport that moved them, "analytic":
+  // {group: {op: bytes}} the standard algorithm's count, "uncounted_calls":
+  // {group: {transport: {op: calls}}} on transports that keep no count (NCCL)}.
   nlohmann::json comm_bytes() const;
   void reset_comm_stats();
   // The local parameters by full name ("blocks.0.attn.q_weight"), this rank's

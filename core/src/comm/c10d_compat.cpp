@@ -4,6 +4,8 @@
 // only use the concrete classes, whose methods have the same spelling in both.
 #include "comm/c10d_compat.h"
 
+#include "comm/socket_bytes.h"
+
 #include <torch/version.h>
 
 #include <c10/util/Exception.h>
@@ -89,7 +91,9 @@ class C10dWork final : public PendingWork {
 
 class TcpStore final : public Store {
  public:
-  TcpStore(c10::intrusive_ptr<c10d::Store> store, std::string host) : store_(std::move(store)), host_(std::move(host)) {}
+  TcpStore(c10::intrusive_ptr<c10d::TCPStore> store, std::string host)
+      : port_(store->getPort()), store_(std::move(store)), host_(std::move(host)) {}
+  int port() const { return port_; }  // the store's connections are not any group's
   void set(const std::string& key, const std::string& value) override {
     guarded([&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
   }
@@ -146,6 +150,7 @@ class TcpStore final : public Store {
     return c10d::ProcessGroupGloo::createDefaultDevice();
   }
 
+  int port_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string host_;
   std::mutex mu_;
@@ -159,9 +164,13 @@ class PGBackend final : public Backend {
   // NCCL's wait() with a timeout blocks the host until the kernel finished;
   // without one it only orders the current CUDA stream after NCCL's (the
   // overlap we want), and ProcessGroupNCCL's watchdog enforces the timeout.
-  PGBackend(c10::intrusive_ptr<PG> pg, const char* name, bool is_nccl, std::chrono::milliseconds timeout)
+  // sockets: the connections the group opened (Gloo), whose bytes are counted;
+  // counted = false: no count (NCCL).
+  PGBackend(c10::intrusive_ptr<PG> pg, const char* name, bool is_nccl, std::chrono::milliseconds timeout,
+            std::vector<SocketRef> sockets = {}, bool counted = false)
       : pg_(std::move(pg)), name_(name), nccl_(is_nccl), timeout_(is_nccl ? ::kNoTimeout : timeout),
-        backstop_(is_nccl ? ::kNoTimeout : timeout * 2 + std::chrono::seconds(10)) {}
+        backstop_(is_nccl ? ::kNoTimeout : timeout * 2 + std::chrono::seconds(10)), sockets_(std::move(sockets)),
+        counted_(counted), baseline_(counted ? smp::bytes_written(sockets_) : 0) {}
 
   const char* name() const override { return name_; }
   bool has_reduce_scatter() const override { return nccl_; }
@@ -232,6 +241,8 @@ class PGBackend final : public Backend {
     return guarded([&] { return wrap(pg_->barrier(c10d::BarrierOptions()), backstop_); });
   }
 
+  int64_t bytes_written() const override { return counted_ ? smp::bytes_written(sockets_) - baseline_ : -1; }
+
  private:
   static std::shared_ptr<PendingWork> wrap(c10::intrusive_ptr<c10d::Work> w, std::chrono::milliseconds t) {
     return std::make_shared<C10dWork>(std::move(w), t);
@@ -240,6 +251,9 @@ class PGBackend final : public Backend {
   const char* name_;
   bool nccl_;
   std::chrono::milliseconds timeout_, backstop_;
+  std::vector<SocketRef> sockets_;
+  bool counted_;
+  int64_t baseline_;  // what the connections carried while the group was set up
 };
 
 }  // namespace
@@ -300,8 +314,17 @@ std::unique_ptr<Backend> make_backend(Store& store, const std::string& prefix, i
     auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
     o->devices.push_back(tcp.gloo_device(options.master_addr));
     o->threads = 2;
+    // Gloo connects to every peer in its constructor, one socket each: the
+    // sockets that appear meanwhile are this group's (groups are created one
+    // at a time, and a peer learns where to connect only from this rank's
+    // address for this group), but for late connections to the store (world
+    // rank 0 hosts it). Any other count and the group stays uncounted.
+    const auto before = connected_tcp_sockets(tcp.port());
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, o);
-    return std::make_unique<PGBackend<c10d::ProcessGroupGloo>>(pg, "gloo", false, options.timeout);
+    auto sockets = opened_between(before, connected_tcp_sockets(tcp.port()));
+    const bool counted = static_cast<int>(sockets.size()) == size - 1;
+    return std::make_unique<PGBackend<c10d::ProcessGroupGloo>>(pg, "gloo", false, options.timeout, std::move(sockets),
+                                                               counted);
   });
 }
 

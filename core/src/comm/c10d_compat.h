@@ -67,6 +67,10 @@ class Backend {
   virtual std::shared_ptr<PendingWork> send(at::Tensor& t, int peer, int tag) = 0;
   virtual std::shared_ptr<PendingWork> recv(at::Tensor& t, int peer, int tag) = 0;
   virtual std::shared_ptr<PendingWork> barrier() = 0;
+  // Bytes this rank has written to its peers over the backend's connections so
+  // far, as the kernel counts them (Gloo's TCP sockets); -1 where the backend
+  // keeps no count we can read (NCCL).
+  virtual int64_t bytes_written() const = 0;
 };
 
 struct BackendOptions {

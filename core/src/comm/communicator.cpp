@@ -1,7 +1,7 @@
 // smp::Communicator over c10d (via c10d_compat), and the job's Rendezvous.
 //
-// Byte accounting (CommStats::bytes[op]): the bytes THIS rank sends for the op
-// under the standard algorithm, as exact integers. n = group size, r = group
+// Analytic byte accounting (CommStats::analytic[op]): the bytes THIS rank sends
+// for the op under the standard algorithm, as exact integers. n = group size, r = group
 // rank, B = the tensor's bytes (numel * element size). Groups of one send 0.
 //   allreduce       ring (reduce-scatter then allgather) over n chunks split
 //                   like torch.tensor_split (the first numel % n chunks one
@@ -15,10 +15,20 @@
 //                   direct / ring reduce-scatter sends); = (n-1)/n * B_in when even.
 //   alltoall        the rows it sends to other ranks: sum over j != r of
 //                   in_splits[j] * row bytes.
-//   broadcast       B at the root, 0 elsewhere (the root's send; relays not counted).
+//   broadcast       a binomial tree (what Gloo runs): with v = (r - root) mod n,
+//                   in round k the ranks v < 2^k send to v + 2^k (when < n):
+//                   B per such round; (n-1) B over the group.
 //   send            B.   recv, barrier: 0.
-// CommStats::calls[op] counts calls (groups of one included). Bytes are
-// counted when the op is submitted, whether or not it then succeeds.
+// CommStats::calls[op] counts calls (groups of one included). Analytic bytes
+// are counted when the op is submitted, whether or not it then succeeds.
+//
+// Measured bytes (CommStats::sent[transport][op]) are counted by the transport
+// that moved them: shared memory counts its copies into shared memory (see
+// ShmCollectives::bytes_written; a one-host all-reduce writes each byte once,
+// not a ring's 2(n-1)/n); Gloo's are the kernel's count of what this rank
+// wrote into the group's sockets, read when a Gloo op is submitted and when
+// stats() is read, and given to the Gloo ops in flight in between. NCCL keeps
+// no count we can read: its calls are tallied in uncounted_calls.
 //
 // reduce_scatter: Gloo (LibTorch 1.13) has none, so it is an alltoall of the
 // slices followed by a local reduction of the n received slices (same bytes on
@@ -50,9 +60,16 @@
 
 namespace smp {
 
-int64_t CommStats::total_bytes() const {
+int64_t CommStats::total_analytic() const {
   int64_t t = 0;
-  for (const auto& [op, b] : bytes) t += b;
+  for (const auto& [op, b] : analytic) t += b;
+  return t;
+}
+
+int64_t CommStats::total_sent() const {
+  int64_t t = 0;
+  for (const auto& [transport, ops] : sent)
+    for (const auto& [op, b] : ops) t += b;
   return t;
 }
 
@@ -82,6 +99,15 @@ int64_t ring_allreduce_bytes(int64_t numel, int64_t esize, int n, int r) {
   if (n <= 1) return 0;
   auto chunk = [&](int i) { return split_rows(numel, n, i) * esize; };
   return 2 * numel * esize - chunk((r + 1) % n) - chunk((r + 2) % n);
+}
+
+// The bytes rank r sends in a binomial-tree broadcast from `root`.
+int64_t tree_broadcast_bytes(int64_t bytes, int n, int r, int root) {
+  const int v = (r - root + n) % n;
+  int sends = 0;
+  for (int64_t step = 1; step < n; step <<= 1)
+    if (v < step && v + step < n) ++sends;
+  return sends * bytes;
 }
 
 // Who we are, for messages; copied into every Work so it outlives nothing.
@@ -225,16 +251,35 @@ class C10dCommunicator final : public Communicator {
                    std::unique_ptr<c10d_compat::Backend> nccl, std::unique_ptr<ShmCollectives> shm,
                    std::unique_ptr<ShmMailbox> mailbox)
       : ctx_(std::move(ctx)), backend_(std::move(backend)), nccl_(std::move(nccl)), shm_(std::move(shm)),
-        mailbox_(std::move(mailbox)), handle_{this} {}
+        mailbox_(std::move(mailbox)), handle_{this}, gloo_counted_(backend_ && backend_->bytes_written() >= 0) {}
 
   const std::string& axis() const override { return ctx_->axis; }
   int rank() const override { return ctx_->rank; }
   int size() const override { return static_cast<int>(ctx_->ranks.size()); }
   const std::vector<int>& global_ranks() const override { return ctx_->ranks; }
-  const CommStats& stats() const override { return stats_; }
+  CommStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    settle_gloo();
+    CommStats out = stats_;
+    if (shm_) {
+      for (auto [kind, op] : kShmKinds) {
+        const int64_t b = shm_->bytes_written(kind) - shm_base_[kind];
+        if (b > 0) out.sent["shm"][op] += b;
+      }
+    }
+    if (mailbox_) {
+      const int64_t b = mailbox_->bytes_written() - mailbox_base_;
+      if (b > 0) out.sent["shm"]["send"] += b;
+    }
+    return out;
+  }
   void reset_stats() override {
     std::lock_guard<std::mutex> lock(stats_mu_);
+    settle_gloo();
     stats_ = CommStats{};
+    if (shm_)
+      for (auto [kind, op] : kShmKinds) shm_base_[kind] = shm_->bytes_written(kind);
+    if (mailbox_) mailbox_base_ = mailbox_->bytes_written();
   }
   smp_comm* handle() override { return &handle_; }
 
@@ -262,11 +307,11 @@ class C10dCommunicator final : public Communicator {
     if (via_shm(t.device())) {
       const int index = shm_->shared_buffer_index(t);
       if (index >= 0) return submit(name, [&] { return shm_->allreduce_shared(index, op); }, [] {});
+      Staged s = stage(t);
+      return submit(name, [&] { return shm_->allreduce(s.t, op); }, write_back(t, s));
     }
     Staged s = stage(t);
-    const bool shm = via_shm(t.device());
-    return submit(name, [&] { return shm ? shm_->allreduce(s.t, op) : backend_for(t).allreduce(s.t, op); },
-                  write_back(t, s));
+    return submit(name, [&] { return backend_for(t).allreduce(s.t, op); }, write_back(t, s), &backend_for(t));
   }
 
   at::Tensor shared_buffer(int64_t numel, at::ScalarType dtype) override {
@@ -301,9 +346,9 @@ class C10dCommunicator final : public Communicator {
     }
     if (in.numel() == 0) return done(name);
     Staged si = stage(in), so = stage(out);
-    const bool shm = via_shm(in.device());
-    return submit(name, [&] { return shm ? shm_->allgather(si.t, so.t) : backend_for(in).allgather(si.t, so.t); },
-                  write_back(out, so, si.t));
+    if (via_shm(in.device())) return submit(name, [&] { return shm_->allgather(si.t, so.t); }, write_back(out, so, si.t));
+    return submit(name, [&] { return backend_for(in).allgather(si.t, so.t); }, write_back(out, so, si.t),
+                  &backend_for(in));
   }
 
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
@@ -333,7 +378,7 @@ class C10dCommunicator final : public Communicator {
     Staged si = stage(in);
     if (in.is_cuda() && nccl_ && nccl_->has_reduce_scatter() && rows % n == 0) {
       Staged so = stage(out);
-      return submit(name, [&] { return nccl_->reduce_scatter(si.t, so.t, op); }, write_back(out, so, si.t));
+      return submit(name, [&] { return nccl_->reduce_scatter(si.t, so.t, op); }, write_back(out, so, si.t), nccl_.get());
     }
     if (via_shm(in.device())) {
       Staged so = stage(out);
@@ -349,7 +394,8 @@ class C10dCommunicator final : public Communicator {
     recv_sizes[0] = want[0] * n;
     at::Tensor recv = at::empty(recv_sizes, in.options());
     at::Tensor target = out;
-    return submit(name, [&] { return backend_for(in).alltoall(si.t, recv, in_splits, out_splits); },
+    c10d_compat::Backend* via = &backend_for(in);
+    return submit(name, [&] { return via->alltoall(si.t, recv, in_splits, out_splits); },
                   [target, recv, n, op, keep = si.t]() mutable {
                     auto parts_shape = target.sizes().vec();
                     parts_shape.insert(parts_shape.begin(), n);
@@ -360,7 +406,8 @@ class C10dCommunicator final : public Communicator {
                       case ReduceOp::Min: target.copy_(std::get<0>(parts.min(0))); break;
                       case ReduceOp::Product: target.copy_(parts.prod(0)); break;
                     }
-                  });
+                  },
+                  via);
   }
 
   std::shared_ptr<Work> alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& in_splits_arg,
@@ -410,7 +457,8 @@ class C10dCommunicator final : public Communicator {
       return done(name);
     }
     Staged si = stage(in), so = stage(out);
-    return submit(name, [&] { return backend_for(in).alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t));
+    return submit(name, [&] { return backend_for(in).alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t),
+                  &backend_for(in));
   }
 
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {
@@ -423,10 +471,10 @@ class C10dCommunicator final : public Communicator {
     const int n = size();
     if (root < 0 || root >= n)
       throw ctx_->invalid(name, "root " + std::to_string(root) + " is not a group rank (size " + std::to_string(n) + ")");
-    count("broadcast", n > 1 && root == rank() ? nbytes(t) : 0);
+    count("broadcast", tree_broadcast_bytes(nbytes(t), n, rank(), root));
     if (n == 1 || t.numel() == 0) return done(name);
     Staged s = stage(t);
-    return submit(name, [&] { return backend_for(t).broadcast(s.t, root); }, write_back(t, s));
+    return submit(name, [&] { return backend_for(t).broadcast(s.t, root); }, write_back(t, s), &backend_for(t));
   }
 
   std::shared_ptr<Work> send(const at::Tensor& t, int peer, int tag) override {
@@ -436,9 +484,13 @@ class C10dCommunicator final : public Communicator {
     if (via_host(t)) return send(t.cpu(), peer, tag);
     count("send", nbytes(t));
     Staged s = stage(t);
-    if (mailbox_ && t.is_cpu())
-      return submit(name, [&] { return mailbox_->send(s.t, peer, tag, *backend_); }, [keep = s.t] {});
-    return submit(name, [&] { return backend_for(t).send(s.t, peer, tag); }, [keep = s.t] {});
+    if (mailbox_ && t.is_cpu()) {
+      // A message the mailbox has no room for goes through Gloo: tracked then.
+      bool through_backend = false;
+      return submit(name, [&] { return mailbox_->send(s.t, peer, tag, *backend_, &through_backend); },
+                    [keep = s.t] {}, nullptr, &through_backend);
+    }
+    return submit(name, [&] { return backend_for(t).send(s.t, peer, tag); }, [keep = s.t] {}, &backend_for(t));
   }
 
   std::shared_ptr<Work> recv(at::Tensor& t, int peer, int tag) override {
@@ -459,14 +511,15 @@ class C10dCommunicator final : public Communicator {
   void barrier() override {
     count("barrier", 0);
     if (size() == 1) return;
-    submit("barrier", [&] { return backend_->barrier(); }, nullptr)->wait();
+    submit("barrier", [&] { return backend_->barrier(); }, nullptr, backend_.get())->wait();
   }
 
  private:
   void count(const std::string& op, int64_t bytes) {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.bytes[op] += bytes;
+    stats_.analytic[op] += bytes;
     stats_.calls[op] += 1;
+    next_op_ = op;
     // The next submitted operation is this one (ops are issued one at a time).
     next_tag_ = trace::active() ? TraceTag{op, bytes, trace::now_us()} : TraceTag{};
   }
@@ -476,15 +529,54 @@ class C10dCommunicator final : public Communicator {
     return std::make_shared<CommWork>(ctx_, op, nullptr, nullptr);
   }
 
+  // `via`: the c10d backend the op goes through (null: shared memory), whose
+  // bytes are counted for it (Gloo) or whose call is tallied as uncounted (NCCL).
+  // `fell_back`, set by submit_fn: the mailbox sent the message through Gloo.
   template <class Submit>
-  std::shared_ptr<Work> submit(const std::string& op, Submit&& submit_fn, std::function<void()> finish) {
+  std::shared_ptr<Work> submit(const std::string& op, Submit&& submit_fn, std::function<void()> finish,
+                               c10d_compat::Backend* via = nullptr, const bool* fell_back = nullptr) {
+    const bool gloo = via && via == backend_.get() && gloo_counted_;
+    if (via && !gloo) {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.uncounted_calls[via->name()][next_op_] += 1;
+    } else if (gloo) {
+      // Bytes written so far belong to the ops already in flight, not this one.
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      if (!gloo_inflight_.empty()) settle_gloo();
+    }
     std::shared_ptr<c10d_compat::PendingWork> pending;
     try {
       pending = submit_fn();
     } catch (const c10d_compat::Failure& f) {
       throw ctx_->failure(op, f);
     }
+    if (pending && (gloo || (fell_back && *fell_back && gloo_counted_))) {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      gloo_inflight_.push_back({next_op_, pending});
+    }
     return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish), std::exchange(next_tag_, {}));
+  }
+
+  // Gives the bytes written into Gloo's sockets since the last reading to the
+  // ops in flight since then, and forgets those that have completed (checked
+  // before the reading, so their last bytes are in it). Under stats_mu_.
+  void settle_gloo() const {
+    if (!gloo_counted_) return;
+    std::vector<bool> finished;
+    for (const auto& f : gloo_inflight_) finished.push_back(f.work->ready());
+    const int64_t now = backend_->bytes_written();
+    if (now > gloo_seen_) {
+      std::set<std::string> names;
+      for (const auto& f : gloo_inflight_) names.insert(f.op);
+      std::string key;
+      for (const auto& n : names) key += (key.empty() ? "" : "+") + n;
+      stats_.sent["gloo"][key.empty() ? "unattributed" : key] += now - gloo_seen_;
+      gloo_seen_ = now;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < gloo_inflight_.size(); ++i)
+      if (!finished[i]) gloo_inflight_[k++] = gloo_inflight_[i];
+    gloo_inflight_.resize(k);
   }
 
   // The one rule for all-reduce, all-gather and reduce-scatter (and for transport()).
@@ -520,8 +612,23 @@ class C10dCommunicator final : public Communicator {
   std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host
   std::unique_ptr<ShmMailbox> mailbox_;              // CPU send/recv; null with shm_
   smp_comm handle_;
-  std::mutex stats_mu_;
-  CommStats stats_;
+  // Byte accounting (stats() is const: it settles Gloo's count first).
+  struct GlooOp {
+    std::string op;
+    std::shared_ptr<c10d_compat::PendingWork> work;  // its ready() never blocks
+  };
+  static constexpr std::pair<ShmCollectives::Kind, const char*> kShmKinds[] = {
+      {ShmCollectives::kAllreduce, "allreduce"},
+      {ShmCollectives::kAllgather, "allgather"},
+      {ShmCollectives::kReduceScatter, "reduce_scatter"}};
+  const bool gloo_counted_;  // backend_ is Gloo with its sockets known
+  mutable std::mutex stats_mu_;
+  mutable CommStats stats_;
+  std::string next_op_;                          // set by count(), read by submit()
+  mutable std::vector<GlooOp> gloo_inflight_;    // Gloo ops not seen completed
+  mutable int64_t gloo_seen_ = 0;                // backend_->bytes_written() at the last reading
+  int64_t shm_base_[3] = {0, 0, 0};              // shared-memory counts at the last reset
+  int64_t mailbox_base_ = 0;
 };
 
 class C10dRendezvous final : public Rendezvous {

@@ -17,13 +17,25 @@ namespace smp {
 enum class ReduceOp { Sum, Max, Min, Product };
 const char* to_string(ReduceOp op);  // "sum", "max", "min", "product"
 
-// Bytes this rank sent, per operation name ("allreduce", "allgather", ...).
-// Counted as the payload a ring/direct algorithm moves from this rank, documented
-// per op in communicator.cpp, so tests can compare against analytic counts.
+// What this rank's communication moved, per operation name ("allreduce",
+// "allgather", "reduce_scatter", "alltoall", "broadcast", "send", "recv", "barrier").
 struct CommStats {
-  std::map<std::string, int64_t> bytes;
+  // The bytes the standard (ring / direct) algorithm sends from this rank,
+  // computed from the sizes when the op is submitted; the formulas are at the
+  // top of communicator.cpp.
+  std::map<std::string, int64_t> analytic;
   std::map<std::string, int64_t> calls;
-  int64_t total_bytes() const;
+  // The bytes counted where they moved, by transport then op: "shm", what this
+  // rank copied into shared memory for the other members; "gloo", what it
+  // wrote into the group's sockets (the kernel's count, message headers
+  // included). Where Gloo ops of different names overlapped, their bytes are
+  // under the names joined by '+'; bytes with no Gloo op in flight are under
+  // "unattributed".
+  std::map<std::string, std::map<std::string, int64_t>> sent;
+  // Calls on a transport that keeps no byte count (NCCL), by transport then op.
+  std::map<std::string, std::map<std::string, int64_t>> uncounted_calls;
+  int64_t total_analytic() const;
+  int64_t total_sent() const;
 };
 
 // An outstanding asynchronous operation.
@@ -72,7 +84,7 @@ class Communicator {
   // members on this host), "gloo", "nccl", or "local" (a group of one).
   virtual std::string transport(const std::string& op, const c10::Device& device) const = 0;
 
-  virtual const CommStats& stats() const = 0;
+  virtual CommStats stats() const = 0;  // a snapshot
   virtual void reset_stats() = 0;
 
   // The ABI handle plugins use; valid while this communicator lives.

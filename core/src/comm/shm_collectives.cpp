@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -193,6 +194,10 @@ struct ShmCollectives::Impl {
   bool poisoned_timeout = false;
   std::atomic<bool> stop{false};
   std::thread worker;
+  // Bytes this rank copied into shared memory for the others to read, by
+  // Kind (an all-reduce of a shared buffer counts as an all-reduce).
+  std::array<std::atomic<int64_t>, 3> written{};
+  void wrote(int kind, int64_t bytes) { written[kind == kAllreduceShared ? kAllreduce : kind] += bytes; }
 
   ~Impl() {
     {
@@ -375,6 +380,7 @@ struct ShmCollectives::Impl {
     const int64_t begin = lo(rank), end = lo(rank + 1);
     std::memcpy(seg->slot(rank), data, begin * esize);
     std::memcpy(seg->slot(rank) + end * esize, data + end * esize, (len - end) * esize);
+    wrote(kAllreduce, len * esize);  // the others' parts now, my reduced part below
     enter(base, task);
     const auto options = at::TensorOptions().dtype(task.in.scalar_type());
     const int64_t block = std::max<int64_t>(1, kReduceBlockBytes / esize);
@@ -427,6 +433,7 @@ struct ShmCollectives::Impl {
       reduce_in_rank_order(out, [&](int j) { return at::from_blob(b.data(j) + offset * esize, {count}, options); }, n,
                            task.op);
       for (int j = 0; j < n; ++j) std::memcpy(b.data(j) + offset * esize, out.data_ptr(), count * esize);
+      wrote(kAllreduceShared, (n - 1) * count * esize);  // into the other members' buffers
       b.done()->fetch_add(1, std::memory_order_release);
       bump_futex();
     }
@@ -439,6 +446,7 @@ struct ShmCollectives::Impl {
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
     const uint64_t base = begin_chunk();
     std::memcpy(seg->slot(rank), static_cast<const char*>(task.in.data_ptr()) + offset * esize, len * esize);
+    wrote(kAllgather, len * esize);
     enter(base, task);
     char* out = static_cast<char*>(task.out.data_ptr());
     for (int j = 0; j < n; ++j) std::memcpy(out + (j * numel + offset) * esize, seg->slot(j), len * esize);
@@ -459,8 +467,10 @@ struct ShmCollectives::Impl {
     for (int j = 0; j < n; ++j) {
       const int64_t len = std::max<int64_t>(0, std::min(per_chunk, task.counts[j] - offset));
       if (j == rank) my_start = start;
-      if (len > 0 && !(j == rank && mine_in_place))
+      if (len > 0 && !(j == rank && mine_in_place)) {
         std::memcpy(seg->slot(rank) + j * per_chunk * esize, in + (start + offset) * esize, len * esize);
+        wrote(kReduceScatter, len * esize);
+      }
       start += task.counts[j];
     }
     enter(base, task);
@@ -654,6 +664,8 @@ int ShmCollectives::shared_buffer_index(const at::Tensor& t) const {
   }
   return -1;
 }
+
+int64_t ShmCollectives::bytes_written(Kind kind) const { return impl_->written[kind].load(); }
 
 std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allreduce_shared(int index, ReduceOp op) {
   Task task;

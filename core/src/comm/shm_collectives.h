@@ -94,6 +94,14 @@ class ShmCollectives {
   // faster one reduces almost everything while it would otherwise wait).
   std::shared_ptr<c10d_compat::PendingWork> allreduce_shared(int index, ReduceOp op);
 
+  // Bytes this rank has copied into shared memory for the other members to
+  // read, over the completed part of every call of `kind` so far: an
+  // all-reduce writes each byte of its tensor once (the others' parts, then
+  // its reduced part), a shared-buffer all-reduce (n-1) times the blocks it
+  // happened to claim, an all-gather its input, a reduce-scatter every slice
+  // it does not read in place.
+  int64_t bytes_written(Kind kind) const;
+
   struct Impl;
   struct Task;
   struct SharedBuffer;

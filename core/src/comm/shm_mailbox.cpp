@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -129,6 +130,7 @@ struct ShmMailbox::Impl {
   int spins = 0;
 
   std::mutex mu;
+  std::atomic<int64_t> written{0};                  // bytes copied into outboxes
   std::map<int, Outbox> outboxes;                   // by receiver
   std::map<int, std::unique_ptr<Mapping>> inboxes;  // by sender
 
@@ -189,6 +191,8 @@ struct ShmMailbox::Impl {
 ShmMailbox::ShmMailbox(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShmMailbox::~ShmMailbox() = default;
 
+int64_t ShmMailbox::bytes_written() const { return impl_->written.load(); }
+
 std::unique_ptr<ShmMailbox> ShmMailbox::create(std::shared_ptr<c10d_compat::Store> store,
                                                const std::string& key_prefix, int rank, int size, int64_t arena_bytes,
                                                std::chrono::milliseconds timeout) {
@@ -203,7 +207,7 @@ std::unique_ptr<ShmMailbox> ShmMailbox::create(std::shared_ptr<c10d_compat::Stor
 }
 
 std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, int peer, int tag,
-                                                          c10d_compat::Backend& backend) {
+                                                          c10d_compat::Backend& backend, bool* went_through_backend) {
   Impl& s = *impl_;
   const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
   bool through_backend = false;
@@ -231,6 +235,7 @@ std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, 
     desc->offset = offset;
     if (offset >= 0) {
       if (bytes > 0) std::memcpy(o.map.arena() + offset, t.data_ptr(), static_cast<size_t>(bytes));
+      s.written += bytes;
       o.blocks.push_back({d, offset, shm::round_up(bytes, shm::kLine)});
     } else {
       through_backend = true;
@@ -241,6 +246,7 @@ std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, 
     h->futex.fetch_add(1);
     if (h->sleepers.load() > 0) shm::futex_wake_all(&h->futex);
   }
+  if (went_through_backend) *went_through_backend = through_backend;
   if (through_backend) {
     at::Tensor keep = t;
     return backend.send(keep, peer, tag);

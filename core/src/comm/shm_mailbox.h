@@ -47,8 +47,14 @@ class ShmMailbox {
   // (the work is done, or, for a message that went through `backend`, that
   // backend's pending send). recv() fills `t` in wait(), which throws
   // c10d_compat::Failure on a size mismatch, a sender that exited, or the timeout.
-  std::shared_ptr<c10d_compat::PendingWork> send(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend);
+  // *through_backend (when given) says whether the message went through `backend`.
+  std::shared_ptr<c10d_compat::PendingWork> send(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend,
+                                                 bool* through_backend = nullptr);
   std::shared_ptr<c10d_compat::PendingWork> recv(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend);
+
+  // Bytes copied into outboxes so far (messages sent through `backend` are
+  // that backend's to count).
+  int64_t bytes_written() const;
 
   struct Impl;
 

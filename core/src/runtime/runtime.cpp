@@ -217,13 +217,15 @@ double Runtime::items_per_step() const {
 const std::string& Runtime::throughput_unit() const { return impl_->model->graph().throughput_unit; }
 
 nlohmann::json Runtime::comm_bytes() const {
-  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json sent = nlohmann::json::object(), analytic = nlohmann::json::object(),
+                 uncounted = nlohmann::json::object();
   for (const auto& [name, c] : impl_->context->groups().all()) {
-    nlohmann::json ops = nlohmann::json::object();
-    for (const auto& [op, bytes] : c->stats().bytes) ops[op] = bytes;
-    j[name] = ops;
+    const CommStats st = c->stats();
+    sent[name] = st.sent;
+    analytic[name] = st.analytic;
+    if (!st.uncounted_calls.empty()) uncounted[name] = st.uncounted_calls;
   }
-  return j;
+  return {{"sent", sent}, {"analytic", analytic}, {"uncounted_calls", uncounted}};
 }
 
 void Runtime::reset_comm_stats() { impl_->context->groups().reset_stats(); }

@@ -178,7 +178,14 @@ std::string render_report(const json& s) {
   body << bar_chart("Time per phase per rank (ms per step)", ranks, phase_cats, "ms");
   std::vector<std::string> axes;
   std::vector<std::pair<std::string, std::vector<double>>> op_cats;
-  const json comm = s.value("comm_bytes_rank0", json::object());
+  // comm_bytes_rank0 is {group: {transport: {op: bytes}}}: one bar per "transport op".
+  json comm = json::object();
+  const json sent = s.value("comm_bytes_rank0", json::object());
+  for (const auto& [axis, by_transport] : sent.items()) {
+    comm[axis] = json::object();
+    for (const auto& [transport, by_op] : by_transport.items())
+      for (const auto& [op, bytes] : by_op.items()) comm[axis][transport + " " + op] = bytes;
+  }
   std::vector<std::string> ops;
   for (const auto& [axis, by_op] : comm.items()) {
     axes.push_back(axis);
@@ -190,7 +197,7 @@ std::string render_report(const json& s) {
     for (const auto& [axis, by_op] : comm.items()) v.push_back(by_op.value(op, 0.0));
     op_cats.emplace_back(op, v);
   }
-  body << bar_chart("Bytes per communicator group (rank 0, whole run)", axes, op_cats, "B");
+  body << bar_chart("Bytes per communicator group (sent, by transport; rank 0, whole run)", axes, op_cats, "B");
 
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>smp run report</title>"

@@ -251,7 +251,10 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   summary["peak_activation_bytes"] = rt.gather_world(static_cast<double>(rec.peak_act));
   summary["memory_bytes"] = memory_account_json(rt, rec.peak_account);
   summary["phase_seconds"] = phases;
-  summary["comm_bytes_rank0"] = rt.comm_bytes();
+  const nlohmann::json comm = rt.comm_bytes();
+  summary["comm_bytes_rank0"] = comm["sent"];
+  summary["comm_bytes_analytic_rank0"] = comm["analytic"];
+  if (!comm["uncounted_calls"].empty()) summary["comm_uncounted_calls_rank0"] = comm["uncounted_calls"];
   summary["stages"] = rt.plan().to_json(rt.graph());
   return summary;
 }

@@ -576,7 +576,7 @@ void expect_traffic(const std::string& what, std::map<std::string, int64_t> want
                     std::map<std::string, int64_t> want_calls) {
   const smp::CommStats& st = g_comm->stats();
   std::map<std::string, int64_t> got_bytes, got_calls;
-  for (auto& [k, v] : st.bytes) if (v) got_bytes[k] = v;
+  for (auto& [k, v] : st.analytic) if (v) got_bytes[k] = v;
   for (auto& [k, v] : st.calls) if (v) got_calls[k] = v;
   for (auto it = want_bytes.begin(); it != want_bytes.end();) it = it->second ? std::next(it) : want_bytes.erase(it);
   for (auto it = want_calls.begin(); it != want_calls.end();) it = it->second ? std::next(it) : want_calls.erase(it);
@@ -600,7 +600,7 @@ void check_layer_traffic() {
     expect_traffic("transformer layer forward SP (2 all-gathers + 2 reduce-scatters)",
                    {{"allgather", 2 * allgather_bytes(act / g_t)}, {"reduce_scatter", 2 * reduce_scatter_bytes(act)}},
                    {{"allgather", 2}, {"reduce_scatter", 2}});
-  int64_t fwd = g_comm->stats().total_bytes();
+  int64_t fwd = g_comm->stats().total_analytic();
   expect(fwd == 2 * allreduce_bytes(act), "layer forward bytes equal with and without SP");
   g_comm->reset_stats();
   y.sum().backward();
