@@ -1,50 +1,39 @@
 #!/usr/bin/env python3
-"""The memory estimate against measured memory, GPT at a dozen layouts.
+"""The memory estimate against measured memory, GPT at every layout of
+bench/configs/memory-layouts.json (the ctest MemoryEstimate.EveryBenchmarkLayoutWithinTenPercent
+checks the same layouts on the test model).
 
 For each layout: `smp-launch --estimate-memory` (nothing trained), then the
 same job for 3 steps; the measured figure is each rank's memory account in
 summary.json (parameters + gradients + optimizer state, which the runtime
 counts from the tensors it holds, + the step's peak allocation on the
 executor thread, which LibTorch's allocator reports). Compared per rank with
-the estimate for its pp coordinate.
+the estimate for its pp coordinate; exits 1 naming every layout and rank
+outside the file's tolerance (after writing --out).
 
   python3 bench/memory_estimate.py [--build build] [--out bench/results/memory-estimate.json]
 """
 import argparse, json, os, subprocess, sys, tempfile
 
-LAYOUTS = [
-    ("serial", 1, []),
-    ("dp2", 2, ["parallel.dp=2"]),
-    ("dp2 zero1", 2, ["parallel.dp=2", "parallel.zero=1"]),
-    ("dp2 zero2", 2, ["parallel.dp=2", "parallel.zero=2"]),
-    ("dp2 zero3", 2, ["parallel.dp=2", "parallel.zero=3"]),
-    ("dp4 zero3 m2", 4, ["parallel.dp=4", "parallel.zero=3", "parallel.microbatches=2"]),
-    ("serial checkpoint", 1, ['memory.checkpoint=["transformer_layer"]']),
-    ("pp2 1f1b m4", 2, ["parallel.pp=2", "parallel.microbatches=4"]),
-    ("pp2 gpipe m4", 2, ["parallel.pp=2", "parallel.microbatches=4", "parallel.schedule=gpipe"]),
-    ("pp2 1f1b m8 checkpoint", 2, ["parallel.pp=2", "parallel.microbatches=8", 'memory.checkpoint=["transformer_layer"]']),
-    ("tp2", 2, ["parallel.tp=2"]),
-    ("pp2 x tp2 m4", 4, ["parallel.pp=2", "parallel.tp=2", "parallel.microbatches=4"]),
-    ("pp2 x dp2 zero2 m4", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero=2", "parallel.microbatches=4"]),
-    ("dp2 bf16 zero1", 2, ["parallel.dp=2", "parallel.zero=1", 'train.precision="bf16"']),
-    ("serial attention core", 1, ['memory.checkpoint_attention_core=["transformer_layer"]']),
-    ("dp2 bf16 zero3 attention core", 2, ["parallel.dp=2", "parallel.zero=3", 'train.precision="bf16"',
-                                          'memory.checkpoint_attention_core=["transformer_layer"]']),
-]
+HERE = os.path.dirname(__file__)
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
-    ap.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "configs", "gpt-bench.toml"))
+    ap.add_argument("--config", default=os.path.join(HERE, "configs", "gpt-bench.toml"))
+    ap.add_argument("--layouts", default=os.path.join(HERE, "configs", "memory-layouts.json"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--set", action="append", default=[], help="extra override for every job")
     a = ap.parse_args()
     launch = os.path.join(a.build, "bin", "smp-launch")
     plugin = os.path.join(a.build, "lib", "smp", "plugins", "gpt.so")
-    base = ["train.steps=3", "train.batch_size=16", "run.log_to_file=false", "run.threads=1"] + a.set
-    rows = []
-    for name, n, sets in LAYOUTS:
-        sets = base + sets
+    spec = json.load(open(a.layouts))
+    tolerance = spec["tolerance"]
+    base = ["train.steps=3", "run.log_to_file=false", "run.threads=1"] + spec["overrides"] + a.set
+    rows, outside = [], []
+    for layout in spec["layouts"]:
+        name, n = layout["name"], layout["nproc"]
+        sets = base + layout["overrides"]
         args = [launch, "--nproc-per-node", str(n), "--threads-per-rank", "1"]
         job = ["--plugin", plugin, "--config", a.config] + sum((["--set", s] for s in sets), [])
         est = subprocess.run(args + ["--estimate-memory"] + job, capture_output=True, text=True)
@@ -58,7 +47,9 @@ def main():
             summary = json.load(open(os.path.join(d, "summary.json")))
         acct = summary["memory_bytes"]
         world = summary["layout"]["world"]
-        # World rank -> pp coordinate (placement pp,dp,tp: pp slowest).
+        # World rank -> pp coordinate: the default placement (pp,dp,tp) puts pp slowest.
+        if not summary["layout"]["placement"].startswith("pp"):
+            sys.exit(f"{name}: placement {summary['layout']['placement']}: expected pp slowest")
         per_pp = world // summary["layout"]["pp"]
         worst = 0.0
         ranks = []
@@ -67,6 +58,8 @@ def main():
             m = {k: acct[k][r] for k in ("parameters", "gradients", "optimizer_state", "step_peak", "total")}
             err = e["total"] / m["total"] - 1
             worst = max(worst, abs(err))
+            if abs(err) > tolerance:
+                outside.append(f"{name} rank {r}: estimated {e['total']:.0f} B, measured {m['total']:.0f} B ({100*err:+.1f}%)")
             ranks.append({"rank": r, "measured": m, "estimated": {k: e[k] for k in m}, "relative_error": err})
         rows.append({"layout": name, "nproc": n, "sets": sets, "ranks": ranks, "worst_relative_error": worst})
         print(f"{name:28s} measured {max(x['measured']['total'] for x in ranks)/1e6:8.2f} MB  "
@@ -74,12 +67,15 @@ def main():
               f"(step peak measured {max(x['measured']['step_peak'] for x in ranks)/1e6:.2f} "
               f"est {max(x['estimated']['step_peak'] for x in ranks)/1e6:.2f})", flush=True)
     out = {"what": "smp-launch --estimate-memory vs the measured memory account (summary.json memory_bytes), per rank",
-           "config": a.config, "overrides": base, "rows": rows,
-           "worst_relative_error": max(r["worst_relative_error"] for r in rows)}
+           "config": a.config, "layouts": a.layouts, "overrides": base, "rows": rows,
+           "worst_relative_error": max(r["worst_relative_error"] for r in rows),
+           "tolerance": tolerance, "met": not outside}
     print(f"worst relative error over every rank of every layout: {100*out['worst_relative_error']:.1f}%")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
+    if outside:
+        sys.exit(f"outside +-{100*tolerance:.0f}%:\n  " + "\n  ".join(outside))
 
 if __name__ == "__main__":
     main()

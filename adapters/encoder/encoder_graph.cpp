@@ -129,7 +129,7 @@ EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s,
   if (weighted_mlm) loss_in.push_back("mlm_weights");
   g.node({"mlm.loss", "cross_entropy",
           {{"vocab", s.padded_vocab}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
-          loss_in, {"mlm_sum", "mlm_count"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V});
+          loss_in, {"mlm_sum", "mlm_count"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
   g.throughput_unit("tokens", sl);
   // Megatron's training FLOPs per sample (the decoder runs on every position;
   // BERT's pooler and classifier are negligible).

@@ -138,7 +138,7 @@ class GptAdapter : public smp::sdk::Adapter {
     // weigh every token the same whatever the microbatching.
     g.node({"loss", "cross_entropy", {{"vocab", padded_vocab_}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
             {"logits", "targets"},
-            {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V});
+            {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
     g.loss_sum("loss_sum", "loss_tokens");
     g.throughput_unit("tokens", sl);
     // Megatron's training FLOPs per sample without recomputation.

@@ -2,12 +2,14 @@
 // activation checkpointing changes nothing but memory (bitwise, dropout on);
 // ZeRO's bytes on the dp group equal the analytic count per stage; what each
 // stage shards shrinks by dp in the memory account; mixed precision with
-// sharded fp32 masters tracks the unsharded run; bad memory keys are refused by name.
+// sharded fp32 masters tracks the unsharded run; the memory estimate is within
+// 10% of the account at every benchmark layout; bad memory keys are refused by name.
 #include "job_runner.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 namespace smp::testing {
 namespace {
@@ -62,9 +64,9 @@ TEST(ActivationCheckpointing, IdenticalLossesAndParameters) {
 // dropout, its mask and the dropped probabilities: 3 fp32 [heads, s, s]
 // tensors. Recomputing it in backward saves exactly those on the step peak
 // (one stage: one microbatch in flight): layers x microbatch x 3 x heads/tp x
-// s^2 x 4 bytes. The memory estimate predicts it less one layer's core, which
-// it counts as recomputed at the peak (conservative: here the peak is at the
-// end of forward, before any recomputation).
+// s^2 x 4 bytes. The memory estimate predicts exactly that saving: its peak
+// is at the loss's backward, whose working set (two logits-sized tensors)
+// outweighs one recomputed core and the gradients flowing through a layer.
 TEST(ActivationCheckpointing, AttentionCoreOnlyIsIdenticalAndSmaller) {
   const std::vector<std::string> base = {"model.dropout=0.1", "train.steps=3"};
   const int64_t layers = 4, heads = 4, s = 16, microbatch = 8 / 4;  // gpt-equiv.toml
@@ -99,7 +101,7 @@ TEST(ActivationCheckpointing, AttentionCoreOnlyIsIdenticalAndSmaller) {
       ASSERT_NE(json_at, std::string::npos) << est.output;
       estimated[i] = nlohmann::json::parse(est.output.substr(json_at + 1))["per_pp_rank"][0]["step_peak"].get<double>();
     }
-    EXPECT_EQ(estimated[0] - estimated[1], expected - expected / layers) << "the estimate's attention-core hint";
+    EXPECT_EQ(estimated[0] - estimated[1], expected) << "the estimate's attention-core hint";
   }
 }
 
@@ -112,6 +114,13 @@ TEST(ActivationCheckpointing, AttentionCoreOnlyIsIdenticalAndSmaller) {
 //   zero 3: the reduce-scatter + per microbatch one gather of every module in
 //           forward and one in backward, plus one more of the tied embedding
 //           (used again as the LM head): 4 x (2 B + B_wte) / 2
+// Then what the transports counted. Gloo (comm.shm_mb = 0) runs these very
+// algorithms, so its socket bytes are the analytic count plus its message
+// headers. Shared memory agrees exactly for n = 2 on all-gather and
+// reduce-scatter; its all-reduce of the gradient buffers is not a ring: each
+// block is reduced by whichever rank claims it and written once into the
+// other's buffer, so rank 0's share is anywhere from 0 to B, and the group's
+// sum is (n-1) B, half a ring's.
 TEST(ShardedDataParallel, DpBytesEqualTheAnalyticCount) {
   const std::vector<std::string> one_step = {"train.steps=1", "train.val_batches=0"};
   JobResult serial = run_ok(1, one_step);
@@ -130,17 +139,47 @@ TEST(ShardedDataParallel, DpBytesEqualTheAnalyticCount) {
       {{"reduce_scatter", B / 2}, {"allgather", B / 2}},
       {{"reduce_scatter", B / 2}, {"allgather", 4 * (2 * B + B_wte) / 2}},
   };
-  for (int z = 0; z <= 3; ++z) {
-    SCOPED_TRACE("zero " + std::to_string(z));
-    JobResult r = run_ok(2, with(one_step, {"parallel.dp=2", "parallel.zero=" + std::to_string(z)}));
-    const auto& dp = r.summary["comm_bytes_rank0"]["dp"];
+  auto by_op = [](const nlohmann::json& ops) {
     std::map<std::string, int64_t> got;
-    for (auto it = dp.begin(); it != dp.end(); ++it) {
+    for (auto it = ops.begin(); it != ops.end(); ++it) {
       std::string op = it.key();
       op = op.substr(0, op.find('('));  // "reduce_scatter(sum)"
       got[op] += it.value().get<int64_t>();
     }
-    EXPECT_EQ(got, expected[z]) << dp.dump();
+    return got;
+  };
+  for (const char* transport : {"shm", "gloo"}) {
+    for (int z = 0; z <= 3; ++z) {
+      const bool gloo = std::string(transport) == "gloo";
+      if (gloo && (z == 1 || z == 3)) continue;  // zero 0 and 2 cover all-reduce, reduce-scatter and all-gather
+      SCOPED_TRACE(std::string(transport) + ", zero " + std::to_string(z));
+      std::vector<std::string> sets = with(one_step, {"parallel.dp=2", "parallel.zero=" + std::to_string(z)});
+      if (gloo) sets.push_back("comm.shm_mb=0");
+      JobResult r = run_ok(2, sets);
+      const auto& analytic = r.summary["comm_bytes_analytic_rank0"]["dp"];
+      EXPECT_EQ(by_op(analytic), expected[z]) << analytic.dump();
+      // One transport carries dp (rank 0 may have claimed no block of the
+      // shared-memory all-reduce, and then sent nothing at zero 0).
+      const auto& sent = r.summary["comm_bytes_rank0"]["dp"];
+      ASSERT_LE(sent.size(), 1u) << sent.dump();
+      ASSERT_TRUE(sent.empty() ? !gloo && z == 0 : sent.contains(transport)) << sent.dump();
+      const auto measured = sent.empty() ? std::map<std::string, int64_t>{} : by_op(sent[transport]);
+      for (const auto& [op, want] : expected[z]) {
+        const int64_t got = measured.count(op) ? measured.at(op) : 0;
+        std::printf("[ bytes ] %s zero %d %s: sent %lld, analytic %lld\n", transport, z, op.c_str(),
+                    static_cast<long long>(got), static_cast<long long>(want));
+        if (gloo) {
+          EXPECT_GE(got, want) << op << ": Gloo sent less than the algorithm moves";
+          EXPECT_LE(got, want + want / 100 + 65536) << op << ": more than the algorithm plus headers";
+        } else if (op == "allreduce") {
+          EXPECT_GE(got, 0) << op;
+          EXPECT_LE(got, want) << op << ": rank 0 wrote more than every block once";
+        } else {
+          EXPECT_EQ(got, want) << op;
+        }
+      }
+      for (const auto& [op, b] : measured) EXPECT_TRUE(expected[z].count(op)) << op << " in " << sent.dump();
+    }
   }
 }
 
@@ -221,41 +260,68 @@ TEST(ShardedDataParallel, Bf16WithShardedMastersEqualsBf16) {
   }
 }
 
+// The estimate's JSON: the last line of smp-launch --estimate-memory's output.
+nlohmann::json estimate_of(const JobResult& est) {
+  const auto json_at = est.output.rfind("\n{");
+  if (json_at == std::string::npos) return nullptr;
+  return nlohmann::json::parse(est.output.substr(json_at + 1));
+}
+
 // The estimate (smp-launch --estimate-memory) against the measured account of
-// the same job, per rank: within 10% (bench/memory_estimate.py does 16 layouts
-// on a larger model); and --device-memory decides, by exit code, whether it fits.
-TEST(MemoryEstimate, MatchesTheMeasuredAccountAndSaysWhetherItFits) {
-  for (const auto& [nproc, sets] : std::vector<std::pair<int, std::vector<std::string>>>{
-           {2, {"parallel.dp=2", "parallel.zero=1", "train.batch_size=16"}},
-           {2, {"parallel.pp=2", "train.batch_size=16", "memory.checkpoint=[\"transformer_layer\"]"}},
-           {1, {"train.precision=\"bf16\"", "train.batch_size=16",
-                "memory.checkpoint_attention_core=[\"transformer_layer\"]"}}}) {
+// the same job, every rank of every layout bench/memory_estimate.py runs on the
+// bench model (bench/configs/memory-layouts.json), here on the test model.
+// Batch 16: the step peak is mostly activations, not fixed overheads.
+TEST(MemoryEstimate, EveryBenchmarkLayoutWithinTenPercent) {
+  std::ifstream in(source_path("bench/configs/memory-layouts.json"));
+  ASSERT_TRUE(in.is_open()) << "bench/configs/memory-layouts.json";
+  const auto spec = nlohmann::json::parse(in);
+  const double tolerance = spec["tolerance"].get<double>();
+  // The bound the test's name promises: loosening it is a decision, not a data edit.
+  ASSERT_NEAR(tolerance, 0.10, 1e-12);
+  const auto common = spec["overrides"].get<std::vector<std::string>>();
+  for (const auto& layout : spec["layouts"]) {
+    const std::string name = layout["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const int nproc = layout["nproc"].get<int>();
+    const auto sets = with(common, layout["overrides"].get<std::vector<std::string>>());
     JobResult est = run_job(nproc, plugin_path("gpt"), gpt_config(), sets, {"--estimate-memory"});
     ASSERT_EQ(est.exit_code, 0) << est.output;
-    const std::string out = est.output;
-    const auto json_at = out.rfind("\n{");
-    ASSERT_NE(json_at, std::string::npos) << out;
-    const auto estimate = nlohmann::json::parse(out.substr(json_at + 1));
-    EXPECT_FALSE(est.summary.is_object()) << "the estimate must not train";
+    const auto estimate = estimate_of(est);
+    ASSERT_TRUE(estimate.is_object()) << est.output;
     JobResult job = run_ok(nproc, with(sets, {"train.steps=2", "run.dump_parameters=false"}));
-    const auto& account = job.summary["memory_bytes"]["total"];
+    ASSERT_TRUE(job.summary.is_object()) << job.output;
+    const auto& shape = job.summary["layout"];
+    // The default placement (pp,dp,tp) puts pp slowest: rank r is on stage r / (world / pp).
+    ASSERT_EQ(shape["placement"].get<std::string>().rfind("pp", 0), 0u) << shape.dump();
+    const int per_stage = nproc / shape["pp"].get<int>();
     for (int r = 0; r < nproc; ++r) {
-      const int pp_rank = job.summary["layout"]["pp"].get<int>() == 2 ? r : 0;
-      const double e = estimate["per_pp_rank"][pp_rank]["total"].get<double>(), m = account[r].get<double>();
-      std::printf("[ estimate ] %s rank %d: estimated %.0f, measured %.0f (%+.1f%%)\n", sets[0].c_str(), r, e, m,
+      const double e = estimate["per_pp_rank"][r / per_stage]["total"].get<double>();
+      const double m = job.summary["memory_bytes"]["total"][r].get<double>();
+      std::printf("[ estimate ] %-30s rank %d: estimated %.0f, measured %.0f (%+.1f%%)\n", name.c_str(), r, e, m,
                   100 * (e / m - 1));
-      EXPECT_NEAR(e / m, 1.0, 0.10) << "rank " << r << "\n" << out;
+      EXPECT_NEAR(e / m, 1.0, tolerance) << name << " rank " << r << "\n" << est.output;
     }
-    const double worst = estimate["max_total_bytes"].get<double>();
-    JobResult fits = run_job(nproc, plugin_path("gpt"), gpt_config(), sets,
-                             {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 1.01)) + "B"});
-    EXPECT_EQ(fits.exit_code, 0) << fits.output;
-    EXPECT_NE(fits.output.find(": fits"), std::string::npos) << fits.output;
-    JobResult too_big = run_job(nproc, plugin_path("gpt"), gpt_config(), sets,
-                                {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 0.99)) + "B"});
-    EXPECT_EQ(too_big.exit_code, 2) << too_big.output;
-    EXPECT_NE(too_big.output.find("DOES NOT FIT"), std::string::npos) << too_big.output;
   }
+}
+
+// --device-memory decides, by exit code, whether the estimate fits (one layout:
+// the decision does not depend on it).
+TEST(MemoryEstimate, SaysWhetherItFits) {
+  const std::vector<std::string> sets = {"parallel.dp=2", "parallel.zero=1", "train.batch_size=16"};
+  JobResult est = run_job(2, plugin_path("gpt"), gpt_config(), sets, {"--estimate-memory"});
+  ASSERT_EQ(est.exit_code, 0) << est.output;
+  const auto estimate = estimate_of(est);
+  ASSERT_TRUE(estimate.is_object()) << est.output;
+  EXPECT_FALSE(est.summary.is_object()) << "the estimate must not train";
+  const double worst = estimate["max_total_bytes"].get<double>();
+  JobResult fits = run_job(2, plugin_path("gpt"), gpt_config(), sets,
+                           {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 1.01)) + "B"});
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_NE(fits.output.find(": fits"), std::string::npos) << fits.output;
+  JobResult too_big = run_job(2, plugin_path("gpt"), gpt_config(), sets,
+                              {"--estimate-memory", "--device-memory", std::to_string(int64_t(worst * 0.99)) + "B"});
+  EXPECT_EQ(too_big.exit_code, 2) << too_big.output;
+  EXPECT_NE(too_big.output.find("DOES NOT FIT"), std::string::npos) << too_big.output;
   JobResult bad = run_job(1, plugin_path("gpt"), gpt_config(), {}, {"--estimate-memory", "--device-memory", "80XB"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("--device-memory: expected a size like 80GB, got '80XB'"), std::string::npos) << bad.output;

@@ -82,6 +82,13 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
   const StateBytes s = state_bytes(o);
   const auto acts = node_activations(graph, o);
   const double hidden = hidden_state_bytes(graph, o);
+  // The loss node keeps what it was given (a language model's logits, or
+  // their log-softmax); its backward makes that tensor's gradient and one
+  // more of its size, where a vocabulary larger than the hidden size makes
+  // them the step's largest.
+  const auto producers = graph.producers();
+  const auto loss_at = producers.find(graph.loss);
+  const int loss_node = loss_at == producers.end() ? -1 : loss_at->second;
   // A shared module's parameters are hinted on one of its nodes (GPT's tied
   // embedding: on the embedding, not the LM head); every rank holding the module counts them.
   std::map<std::string, double> module_elements;
@@ -109,6 +116,8 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
       // gradient flowing through the stage (about two hidden states) and the
       // activations of the checkpointed node it is recomputing.
       working[c] = recompute + 2 * hidden;
+      for (int idx : plan.nodes_of_stage[stage])
+        if (idx == loss_node) working[c] = std::max(working[c], 2 * acts[idx].full);
       // A stage that sends its output on keeps it until its gradient comes back
       // (no operation of the stage saved it): one more hidden state per value.
       if (stage + 1 < plan.num_stages()) kept[c] += hidden * static_cast<double>(plan.sent_after[stage].size());
@@ -144,7 +153,10 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
       }
     }
     m.offloaded = host_peak;
-    if (o.zero == 3) peak += 2 * largest_unit * o.compute_bytes;
+    // ZeRO-3: the unit in use, the one prefetched, and in backward the one
+    // before, held until its gradients are in (how long depends on the gradient
+    // reduction, so three is the bound, not always reached).
+    if (o.zero == 3) peak += 3 * largest_unit * o.compute_bytes;
     m.step_peak = peak;
     out.push_back(m);
   }

@@ -15,8 +15,11 @@
 //                    forwarded and not yet backwarded keeps its activations
 //                    (a checkpointed node only its input); a backward adds its
 //                    working set (the gradients flowing through the stage and
-//                    the recomputed node); under ZeRO-3 two units are gathered
-//                    (the one in use and the prefetched one). A node
+//                    the recomputed node; at the loss, twice what the loss
+//                    node keeps: its input's gradient and one temporary of
+//                    that size); under ZeRO-3 three units are gathered
+//                    (the one in use, the prefetched one and, in backward,
+//                    the one before until its gradients are in). A node
 //                    recomputing its attention core keeps its hint less the
 //                    core's (attention_core_bytes_hint); under 16-bit precision
 //                    a node keeps activation_fp32_extra_bytes_hint more.
