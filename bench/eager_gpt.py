@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch-eager peer for `smp-bench eager`: the benchmark GPT written as one
+"""The PyTorch-eager peers for `smp-bench eager`: the benchmark GPT written as one
 writes it in PyTorch (pre-LN blocks with separate q/k/v projections, causal
 softmax attention, GELU(tanh) MLP, final LN, LM head tied to the token
 embedding, token-mean cross entropy; torch.optim.AdamW with decay on dim >= 2
@@ -8,7 +8,19 @@ samples (the same splitmix64 offsets into the same bytes). One thread. Run with
 Debian's python3-torch (LibTorch 1.13, the version smp builds against):
 
   /usr/bin/python3 bench/eager_gpt.py --config bench/configs/gpt-bench.toml \
-      --set train.steps=12 --out summary.json
+      --set train.steps=12 --out summary.json [--fused-qkv]
+
+--fused-qkv is the leanest loop a user would write in plain eager PyTorch, as
+nanoGPT writes it: one Linear(h, 3h) for q, k and v, split three ways;
+zero_grad(set_to_none=True); F.scaled_dot_product_attention where torch has it
+(2.0 on; 1.13 has not, so there the explicit softmax attention of nanoGPT's
+non-flash path). Same model, initialisation scheme, AdamW and clipping as the
+default loop; no torch.compile.
+
+Timed step, both variants (as smp's Runtime::train_step and the plain LibTorch
+loop): zeroing the gradients, sampling the batch, forward, backward,
+clip_grad_norm_, AdamW and reading the loss. step_seconds is the mean over
+steps 2..N (the first step pays one-time costs).
 """
 import argparse
 import json
@@ -52,9 +64,10 @@ def read_bytes(path):
 
 
 class Gpt(torch.nn.Module):
-    def __init__(self, L, h, heads, s, V, ffn):
+    def __init__(self, L, h, heads, s, V, ffn, fused_qkv=False):
         super().__init__()
-        self.h, self.heads = h, heads
+        self.h, self.heads, self.fused_qkv = h, heads, fused_qkv
+        self.sdpa = fused_qkv and hasattr(F, "scaled_dot_product_attention")
         self.wte = torch.nn.Embedding(V, h)
         self.wpe = torch.nn.Embedding(s, h)
         torch.nn.init.normal_(self.wte.weight, std=0.02)
@@ -64,9 +77,15 @@ class Gpt(torch.nn.Module):
         for _ in range(L):
             b = torch.nn.Module()
             b.ln1, b.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
-            b.q, b.k, b.v, b.o = (torch.nn.Linear(h, h) for _ in range(4))
+            if fused_qkv:  # one [3h, h] weight, drawn as the three [h, h] ones are
+                b.qkv = torch.nn.Linear(h, 3 * h)
+                qkv = [b.qkv]
+            else:
+                b.q, b.k, b.v = (torch.nn.Linear(h, h) for _ in range(3))
+                qkv = [b.q, b.k, b.v]
+            b.o = torch.nn.Linear(h, h)
             b.fc, b.proj = torch.nn.Linear(h, ffn), torch.nn.Linear(ffn, h)
-            for lin, std in ((b.q, 0.02), (b.k, 0.02), (b.v, 0.02), (b.o, out_std), (b.fc, 0.02), (b.proj, out_std)):
+            for lin, std in [(m, 0.02) for m in qkv] + [(b.o, out_std), (b.fc, 0.02), (b.proj, out_std)]:
                 torch.nn.init.normal_(lin.weight, std=std)
                 torch.nn.init.zeros_(lin.bias)
             self.blocks.append(b)
@@ -77,7 +96,12 @@ class Gpt(torch.nn.Module):
         B, S, _ = x.shape
         hd = self.h // self.heads
         split = lambda t: t.view(B, S, self.heads, hd).transpose(1, 2)
-        q, k, v = split(b.q(x)), split(b.k(x)), split(b.v(x))
+        if self.fused_qkv:
+            q, k, v = (split(t) for t in b.qkv(x).split(self.h, dim=2))
+        else:
+            q, k, v = split(b.q(x)), split(b.k(x)), split(b.v(x))
+        if self.sdpa:
+            return b.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, self.h))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         probs = torch.softmax(scores.masked_fill(self.causal[:S, :S], -1e9), -1)
         return b.o((probs @ v).transpose(1, 2).reshape(B, S, self.h))
@@ -96,6 +120,8 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out")
+    ap.add_argument("--fused-qkv", action="store_true",
+                    help="the nanoGPT-style loop: one qkv projection, set_to_none zeroing, SDPA where torch has it")
     ap.add_argument("--profile-ops", metavar="FILE",
                     help="profile steps 3..N op by op (torch.autograd.profiler) and write them as smp's "
                          "run.profile_ops does: {steps, ops: [{name, calls, self_us, total_us} per step]}")
@@ -114,7 +140,7 @@ def main():
     split = int(len(data) * (1.0 - m.get("val_fraction", 0.1)))
     span = split - s - 1
     torch.manual_seed(seed)
-    model = Gpt(L, h, heads, s, V, ffn)
+    model = Gpt(L, h, heads, s, V, ffn, a.fused_qkv)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.1)},
@@ -137,7 +163,7 @@ def main():
             prof = torch.autograd.profiler.profile(use_kineto=False)
             prof.__enter__()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad(set_to_none=a.fused_qkv)
         offs = [splitmix(seed ^ splitmix(splitmix(step * 1000003 + i))) % (span + 1) for i in range(B)]
         rows = torch.stack([buf[o: o + s + 1] for o in offs]).long()
         loss = model(rows[:, :-1], rows[:, 1:])
@@ -159,7 +185,9 @@ def main():
     timed = seconds[1:] if steps > 1 else seconds
     step_s = sum(timed) / len(timed)
     out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,
-           "tokens_per_s": B * s / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__}
+           "tokens_per_s": B * s / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "variant": "fused-qkv" if a.fused_qkv else "separate-qkv",
+           "attention": "sdpa" if model.sdpa else "softmax"}
     text = json.dumps(out)
     if a.out:
         with open(a.out, "w") as f:

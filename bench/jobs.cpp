@@ -105,6 +105,7 @@ JobResult run_job(const Job& job) {
                                       : std::string("/usr/bin/python3 ") + quote(job.python_script)) +
            " --config " + quote(job.config);
     for (const auto& o : job.overrides) cmd += " --set " + quote(o);
+    for (const auto& a : job.python_args) cmd += " " + quote(a);
     cmd += " --out " + quote(run_dir + "/summary.json");
     if (job.profile_ops) {
       fs::create_directories(run_dir + "/ops");

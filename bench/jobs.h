@@ -36,8 +36,9 @@ struct Job {
   std::string plugin = "gpt";               // the smp job's adapter plugin
   std::string plain_command = "plain-run";  // the plain loop's subcommand (plain-ncf for NCF)
   // With plain: a Python script run by /usr/bin/python3 instead (the PyTorch-eager
-  // peer, bench/eager_gpt.py, same arguments and summary).
+  // peer, bench/eager_gpt.py, same arguments and summary), given python_args too.
   std::string python_script;
+  std::vector<std::string> python_args;
   // Profile steps 3..N op by op (smp: run.profile_ops; the eager script:
   // --profile-ops); the result lands in JobResult::op_profile.
   bool profile_ops = false;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds smp-bench (and what its jobs need) if needed, then runs the three
-# benchmarks and the two diagnostic probes, writing bench/results/*.json.
+# benchmarks, the comparison against PyTorch eager and the two diagnostic
+# probes, writing bench/results/*.json.
 #
 #   bench/run_all.sh
 #   BUILD=build GPT_REPEAT=8 bench/run_all.sh
@@ -35,4 +36,7 @@ echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 # Diagnostics used in the findings of docs/benchmarks.md.
 MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PAD_=268435456 "$BENCH" zb-probe --micro-batch 4 --layers 2 --reps 7 > "$OUT/zb-probe.json"
 "$BENCH" allreduce-probe --reps 7 > "$OUT/allreduce-probe.json"
+# Against two PyTorch-eager loops, last: it needs /usr/bin/python3 with
+# python3-torch. Its goals count only on the median of >= 10 interleaved pairs.
+"$BENCH" eager --repeat "${EAGER_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/eager.json"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
