@@ -121,6 +121,9 @@ std::vector<RankMemory> estimate_memory(const ModelGraph& graph, const StagePlan
       // A stage that sends its output on keeps it until its gradient comes back
       // (no operation of the stage saved it): one more hidden state per value.
       if (stage + 1 < plan.num_stages()) kept[c] += hidden * static_cast<double>(plan.sent_after[stage].size());
+      // A stage that received its input sends that input's gradient back from
+      // its backward: one more hidden state per value, held while it is sent.
+      if (stage > 0) working[c] += hidden * static_cast<double>(plan.sent_after[stage - 1].size());
     }
     double elements = 0, largest_unit = 0;
     for (const auto& [key, e] : units) {

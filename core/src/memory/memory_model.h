@@ -17,7 +17,8 @@
 //                    working set (the gradients flowing through the stage and
 //                    the recomputed node; at the loss, twice what the loss
 //                    node keeps: its input's gradient and one temporary of
-//                    that size); under ZeRO-3 three units are gathered
+//                    that size; on a stage fed by another, the gradient
+//                    it sends back); under ZeRO-3 three units are gathered
 //                    (the one in use, the prefetched one and, in backward,
 //                    the one before until its gradients are in). A node
 //                    recomputing its attention core keeps its hint less the
