@@ -23,9 +23,12 @@ set -euo pipefail
 
 # ---------------------------------------------------------------------------
 # Which tests leg 2 runs (ctest arguments). Empty: the whole suite, as leg 1.
-# To save time, e.g. (-LE slow) leaves out sdk_out_of_tree_test (it installs
-# smp and builds three CMake projects against it: minutes on 2 cores).
-ctest_subset=()
+# Leg 2 is about the other LibTorch (c10d, Gloo, autograd, DLPack, the ABI,
+# CUDA skips), so it leaves out what only repeats leg 1's arithmetic: the
+# adapters' learning tests, job-error messages and 18 of the 20 multi-rank
+# equivalence runs; it keeps ZeRO + pp + tp on 8 ranks and the injected
+# gradient-scale fault. An exclusion list: new tests run in both legs.
+ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence)\.|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd)')
 # ---------------------------------------------------------------------------
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
