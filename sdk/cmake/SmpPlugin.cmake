@@ -44,6 +44,12 @@ function(smp_add_plugin target)
   if(SMP_IN_TREE AND NOT ARG_NO_INSTALL AND NOT ARG_OUTPUT_DIRECTORY)
     smp_install_plugin(${target})
   endif()
+  # Inside smp's build every plugin reuses one precompiled ATen (see
+  # smp_plugin_pch in the top-level CMakeLists.txt); a source with options of
+  # its own opts out (SKIP_PRECOMPILE_HEADERS), as GCC would refuse the PCH.
+  if(SMP_IN_TREE AND TARGET smp_plugin_pch)
+    target_precompile_headers(${target} REUSE_FROM smp_plugin_pch)
+  endif()
 endfunction()
 
 function(smp_install_plugin target)
