@@ -31,7 +31,8 @@ for round in $(seq 1 "$ROUNDS"); do
     rows+=("{\"round\": $round, \"microbatches\": $m, \"shm_ms\": $shm, \"gloo_ms\": $gloo}")
   done
 done
-python3 - "$OUT" "$(IFS=,; echo "${rows[*]}")" <<'PY'
+commit=$(git -C "$HERE" describe --always --dirty --abbrev=12 2>/dev/null || echo "unknown (not a git checkout)")
+python3 - "$OUT" "$(IFS=,; echo "${rows[*]}")" "$commit" <<'PY'
 import json, statistics, sys, time
 rows = json.loads("[" + sys.argv[2] + "]")
 summary = {}
@@ -39,7 +40,7 @@ for m in sorted({r["microbatches"] for r in rows}):
     ratios = [r["shm_ms"] / r["gloo_ms"] for r in rows if r["microbatches"] == m]
     summary[f"m{m}"] = {"median_shm_over_gloo": statistics.median(ratios), "per_round": ratios}
 json.dump({"what": "pp=2 1F1B step time, pipeline sends through shared memory vs Gloo (comm.shm_mb 16 vs 0), "
-                   "interleaved rounds", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "interleaved rounds", "commit": sys.argv[3], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "rows": rows, "summary": summary}, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(summary))
 PY

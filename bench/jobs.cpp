@@ -247,7 +247,20 @@ json machine_json() {
       cpu = line.substr(line.find(':') + 2);
       break;
     }
-  return {{"host", host}, {"cpu", cpu}, {"cores", online_cores()}, {"load_1_5_15", l}, {"time", now_iso()}};
+  return {{"host", host}, {"cpu", cpu},       {"cores", online_cores()}, {"load_1_5_15", l},
+          {"time", now_iso()}, {"commit", source_commit()}};
+}
+
+std::string source_commit() {
+  const std::string cmd = "git -C '" + paths().source_dir + "' describe --always --dirty --abbrev=12 2>/dev/null";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[128];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.empty() ? "unknown (not a git checkout)" : out;
 }
 
 double gemm_peak_flops_1thread() {

@@ -13,9 +13,16 @@ outside the file's tolerance (after writing --out).
 
   python3 bench/memory_estimate.py [--build build] [--out bench/results/memory-estimate.json]
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, time, json, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(__file__)
+
+
+def source_commit():
+    """The source tree's commit (git describe --always --dirty): which code was measured."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown (not a git checkout)"
 
 def main():
     ap = argparse.ArgumentParser()
@@ -66,7 +73,8 @@ def main():
               f"estimated {max(x['estimated']['total'] for x in ranks)/1e6:8.2f} MB  worst rank error {100*worst:+.1f}%  "
               f"(step peak measured {max(x['measured']['step_peak'] for x in ranks)/1e6:.2f} "
               f"est {max(x['estimated']['step_peak'] for x in ranks)/1e6:.2f})", flush=True)
-    out = {"what": "smp-launch --estimate-memory vs the measured memory account (summary.json memory_bytes), per rank",
+    out = {"commit": source_commit(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "what": "smp-launch --estimate-memory vs the measured memory account (summary.json memory_bytes), per rank",
            "config": a.config, "layouts": a.layouts, "overrides": base, "rows": rows,
            "worst_relative_error": max(r["worst_relative_error"] for r in rows),
            "tolerance": tolerance, "met": not outside}

@@ -15,6 +15,19 @@
 // %g), a string, or a boolean ("yes"/"no"). The check is a test (CI), so a
 // figure edited by hand in the rendered file, or a result changed without
 // rendering again, fails it.
+//
+// A pointer step may select a list's element by a key instead of its index,
+// so that a figure does not move to another element when the list's order
+// changes:
+//
+//   {{op-profile.json:/shapes/0/ops/[name=aten::select]/smp_calls|%.0f}}
+//   {{pipeline-sim.json:/runs/1f1b/[measured_step_seconds=@/summary/1f1b/median_measured_step_seconds]/delivery_ms}}
+//
+// [key=value] is the one element (an object) whose member key equals value: a
+// string member compares with value's text; any other with value read as JSON
+// (a number, true, false, null). [key=@/pointer] compares with the value at
+// that pointer in the same file. No element, or more than one, is an error.
+// Values hold no '|' and no unbalanced '[' or ']'.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -69,14 +82,16 @@ class Renderer {
   std::string expand(const std::string& spec, const std::string& where) {
     std::string body = spec, fmt, fn;
     if (auto bar = body.find('|'); bar != std::string::npos) fmt = body.substr(bar + 1), body = body.substr(0, bar);
-    if (auto space = body.find(' '); space != std::string::npos) fn = body.substr(0, space), body = body.substr(space + 1);
+    // A function is the word before the file (a selector's value may hold spaces).
+    if (auto space = body.find(' '); space != std::string::npos && space < body.find(':'))
+      fn = body.substr(0, space), body = body.substr(space + 1);
     const auto colon = body.find(':');
     if (colon == std::string::npos) throw std::runtime_error(where + ": {{" + spec + "}}: expected file:/pointer");
     const std::string file = body.substr(0, colon), pointer = body.substr(colon + 1);
     const json& doc = load(file);
     json::json_pointer ptr;
     try {
-      ptr = json::json_pointer(pointer);
+      ptr = json::json_pointer(resolve(doc, pointer, file));
     } catch (const std::exception& e) {
       throw std::runtime_error(where + ": {{" + spec + "}}: " + e.what());
     }
@@ -127,6 +142,55 @@ class Renderer {
   }
 
  private:
+  // The pointer with every [key=value] step replaced by the index it selects.
+  static std::string resolve(const json& doc, const std::string& pointer, const std::string& file) {
+    std::string out;
+    size_t i = 0;
+    while (i < pointer.size()) {
+      if (pointer[i] != '/') return out + pointer.substr(i);  // json_pointer names the error
+      size_t end = ++i;
+      for (int depth = 0; end < pointer.size() && (depth > 0 || pointer[end] != '/'); ++end)
+        depth += pointer[end] == '[' ? 1 : pointer[end] == ']' ? -1 : 0;
+      const std::string step = pointer.substr(i, end - i);
+      i = end;
+      const size_t eq = step.find('=');
+      if (step.size() < 2 || step.front() != '[' || step.back() != ']' || eq == std::string::npos) {
+        out += "/" + step;
+        continue;
+      }
+      const std::string key = step.substr(1, eq - 1), text = step.substr(eq + 1, step.size() - eq - 2);
+      const json::json_pointer at(out);
+      if (!doc.contains(at) || !doc.at(at).is_array())
+        throw std::runtime_error(file + ": " + (out.empty() ? "/" : out) + " is not a list, for " + step);
+      // What a member must equal: as JSON (numbers compare as numbers), and as
+      // text for a string member.
+      json want;
+      std::string want_text = text;
+      if (text.rfind("@/", 0) == 0) {
+        const json::json_pointer ref(resolve(doc, text.substr(1), file));
+        if (!doc.contains(ref)) throw std::runtime_error(file + " has no " + text.substr(1) + ", for " + step);
+        want = doc.at(ref);
+        want_text = want.is_string() ? want.get<std::string>() : want.dump();
+      } else {
+        want = json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (want.is_discarded() || want.is_structured()) want = text;
+      }
+      const json& list = doc.at(at);
+      std::vector<size_t> hits;
+      for (size_t k = 0; k < list.size(); ++k) {
+        const json& e = list[k];
+        if (!e.is_object() || !e.contains(key)) continue;
+        const json& v = e.at(key);
+        if (v.is_string() ? v.get<std::string>() == want_text : v == want) hits.push_back(k);
+      }
+      if (hits.size() != 1)
+        throw std::runtime_error(file + ": " + std::to_string(hits.size()) + " elements of " + (out.empty() ? "/" : out) +
+                                 " match " + step + " (" + key + " = " + want.dump() + "); a selector must match one");
+      out += "/" + std::to_string(hits.front());
+    }
+    return out;
+  }
+
   const json& load(const std::string& file) {
     auto it = docs_.find(file);
     if (it != docs_.end()) return it->second;

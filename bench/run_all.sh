@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds smp-bench (and what its jobs need) if needed, then runs the three
-# benchmarks, the comparison against PyTorch eager and the two diagnostic
-# probes, writing bench/results/*.json.
+# Builds smp-bench (and what its jobs need) if needed, then runs every
+# benchmark whose results docs/benchmarks.md renders (all but the one-off A/B
+# comparisons of two commits, ab-*.json and *-ab.json), writing
+# bench/results/*.json. Targets count only on >= 10 interleaved pairs, so the
+# compared benchmarks run 10 repeats by default.
 #
 #   bench/run_all.sh
 #   BUILD=build GPT_REPEAT=8 bench/run_all.sh
@@ -9,7 +11,7 @@
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD:-$SRC/build-bench}"
-GPT_REPEAT="${GPT_REPEAT:-6}"     # plain vs smp differ by a few %: many back-to-back pairs
+GPT_REPEAT="${GPT_REPEAT:-10}"    # plain vs smp differ by a few %: many back-to-back pairs
 PIPE_REPEAT="${PIPE_REPEAT:-2}"
 TP_REPEAT="${TP_REPEAT:-3}"
 MAX_LOAD="${MAX_LOAD:-1.5}"
@@ -20,7 +22,7 @@ OUT="${OUT:-$SRC/bench/results}"
 if [[ ! -f "$BUILD/build.ninja" && ! -f "$BUILD/Makefile" ]]; then
   cmake -S "$SRC" -B "$BUILD" -G Ninja
 fi
-cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt smp_nn smp_tp smp_partition
+cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt bert roberta ncf smp_nn smp_tp smp_partition
 
 mkdir -p "$OUT"
 BENCH="$BUILD/bin/smp-bench"
@@ -39,4 +41,15 @@ MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PA
 # Against two PyTorch-eager loops, last: it needs /usr/bin/python3 with
 # python3-torch. Its goals count only on the median of >= 10 interleaved pairs.
 "$BENCH" eager --repeat "${EAGER_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/eager.json"
+# The other adapters against their plain loops, the schedule simulator against
+# traced runs, op-by-op profiles, ZeRO step times and the memory estimate.
+"$BENCH" ncf      --repeat "${MODEL_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/ncf.json"
+"$BENCH" bert     --repeat "${MODEL_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/bert.json"
+"$BENCH" roberta  --repeat "${MODEL_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/roberta.json"
+"$BENCH" pipeline-sim --repeat 7 "${wait_args[@]}" --out "$OUT/pipeline-sim.json"
+"$BENCH" op-profile "${wait_args[@]}" --out "$OUT/op-profile.json"
+python3 "$SRC/bench/zero_step_times.py" --build "$BUILD" --rounds 10 --out "$OUT/zero-step-times.json"
+python3 "$SRC/bench/memory_estimate.py" --build "$BUILD" --out "$OUT/memory-estimate.json"
+# Pipeline sends through shared memory against Gloo (writes bench/results/p2p-transport.json).
+ROUNDS="${P2P_ROUNDS:-10}" bash "$SRC/bench/ab_p2p_transport.sh" "$BUILD"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

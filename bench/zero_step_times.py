@@ -9,7 +9,7 @@ by zero 0's of the same round; the median of those paired ratios is reported.
 
   python3 bench/zero_step_times.py [--build build] [--rounds 6] [--out bench/results/zero-step-times.json]
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, time, json, os, statistics, subprocess, sys, tempfile
 
 VARIANTS = [
     ("zero0", ["parallel.zero=0"]),
@@ -29,6 +29,13 @@ def run(build, config, sets):
             sys.exit(f"job failed: {' '.join(sets)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
         s = json.load(open(os.path.join(d, "summary.json")))
         return s["step_seconds"], max(s["memory_bytes"]["total"])
+
+
+def source_commit():
+    """The source tree's commit (git describe --always --dirty): which code was measured."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown (not a git checkout)"
 
 def main():
     ap = argparse.ArgumentParser()
@@ -55,7 +62,8 @@ def main():
                      "memory_bytes_per_rank": memory[name]})
         print(f"{name:18s} median {1000 * statistics.median(times[name]):.0f} ms  ratio to zero0 "
               f"{statistics.median(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f})  memory {memory[name] / 1e6:.1f} MB")
-    out = {"what": "dp=2 step time, ZeRO stages and checkpointing vs zero 0, paired per round (median of ratios)",
+    out = {"commit": source_commit(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "what": "dp=2 step time, ZeRO stages and checkpointing vs zero 0, paired per round (median of ratios)",
            "config": a.config, "overrides": base, "rounds": a.rounds, "rows": rows}
     if a.out:
         with open(a.out, "w") as f:
