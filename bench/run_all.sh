@@ -22,7 +22,7 @@ OUT="${OUT:-$SRC/bench/results}"
 if [[ ! -f "$BUILD/build.ninja" && ! -f "$BUILD/Makefile" ]]; then
   cmake -S "$SRC" -B "$BUILD" -G Ninja
 fi
-cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt bert roberta ncf smp_nn smp_tp smp_partition
+cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt bert roberta ncf smp_nn smp_tp smp_partition smp_optim
 
 mkdir -p "$OUT"
 BENCH="$BUILD/bin/smp-bench"
