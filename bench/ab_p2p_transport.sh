@@ -31,7 +31,7 @@ for round in $(seq 1 "$ROUNDS"); do
     rows+=("{\"round\": $round, \"microbatches\": $m, \"shm_ms\": $shm, \"gloo_ms\": $gloo}")
   done
 done
-commit=$(git -C "$HERE" describe --always --dirty --abbrev=12 2>/dev/null || echo "unknown (not a git checkout)")
+commit=$(bash "$HERE/source_commit.sh")
 python3 - "$OUT" "$(IFS=,; echo "${rows[*]}")" "$commit" <<'PY'
 import json, statistics, sys, time
 rows = json.loads("[" + sys.argv[2] + "]")

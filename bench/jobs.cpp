@@ -252,7 +252,7 @@ json machine_json() {
 }
 
 std::string source_commit() {
-  const std::string cmd = "git -C '" + paths().source_dir + "' describe --always --dirty --abbrev=12 2>/dev/null";
+  const std::string cmd = "bash '" + paths().source_dir + "/bench/source_commit.sh' 2>/dev/null";
   std::string out;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[128];

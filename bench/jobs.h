@@ -83,8 +83,8 @@ int online_cores();
 // returns the load seen last. Prints what it waits for.
 double wait_for_quiet(double threshold, double max_wait_s);
 json machine_json();  // host, cpu, cores, load, time and the source commit
-// The source tree's commit (`git describe --always --dirty`): "-dirty" when
-// the working tree had changes, so a result says which code it measured.
+// The source tree's commit (bench/source_commit.sh: "-dirty" when tracked
+// files other than the results had changes), so a result says which code it measured.
 std::string source_commit();
 
 // Best-of-5 timed fp32 GEMM (n x n, n = 512 and 1024) on ONE intra-op thread: FLOP/s.

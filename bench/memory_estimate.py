@@ -19,10 +19,10 @@ HERE = os.path.dirname(__file__)
 
 
 def source_commit():
-    """The source tree's commit (git describe --always --dirty): which code was measured."""
+    """The source tree's commit (bench/source_commit.sh): which code was measured."""
     here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run(["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown (not a git checkout)"
+    r = subprocess.run(["bash", os.path.join(here, "source_commit.sh")], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
 
 def main():
     ap = argparse.ArgumentParser()
