@@ -66,13 +66,6 @@ int64_t CommStats::total_analytic() const {
   return t;
 }
 
-int64_t CommStats::total_sent() const {
-  int64_t t = 0;
-  for (const auto& [transport, ops] : sent)
-    for (const auto& [op, b] : ops) t += b;
-  return t;
-}
-
 namespace {
 
 std::string join(const std::vector<int>& v) {
@@ -540,9 +533,10 @@ class C10dCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(stats_mu_);
       stats_.uncounted_calls[via->name()][next_op_] += 1;
     } else if (gloo) {
-      // Bytes written so far belong to the ops already in flight, not this one.
+      // Bytes written so far belong to the ops already in flight (or, with
+      // none, to "unattributed"), not to this one.
       std::lock_guard<std::mutex> lock(stats_mu_);
-      if (!gloo_inflight_.empty()) settle_gloo();
+      settle_gloo();
     }
     std::shared_ptr<c10d_compat::PendingWork> pending;
     try {

@@ -35,7 +35,6 @@ struct CommStats {
   // Calls on a transport that keeps no byte count (NCCL), by transport then op.
   std::map<std::string, std::map<std::string, int64_t>> uncounted_calls;
   int64_t total_analytic() const;
-  int64_t total_sent() const;
 };
 
 // An outstanding asynchronous operation.
