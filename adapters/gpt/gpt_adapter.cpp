@@ -6,6 +6,7 @@
 #include <smp/sdk/plugin.hpp>
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <map>
@@ -98,18 +99,26 @@ class GptAdapter : public smp::sdk::Adapter {
     g.input("targets");
     // Cost hints per sample (forward FLOPs; fp32 bytes). FLOPs are Megatron's
     // counts; activations are what smp_nn's transformer_layer keeps for
-    // backward, measured (bench/results/memory-estimate.json): 16 s h + a s^2
-    // elements (Megatron's fp16 count without dropout is 16 s h + 2 a s^2: the
-    // softmax here keeps only its output), plus the dropout masks when p > 0.
-    const double act_bytes =
-        4.0 * (16.0 * sl * h + a * sl * sl + (dropout_ > 0 ? 2.0 * sl * h + 2.0 * a * sl * sl : 0.0));
-    // The softmax runs in fp32 whatever the compute dtype and keeps its fp32
-    // output; under bf16/fp16 its 16-bit copy (for the product with V) is kept
-    // too: 4 a s^2 bytes more. The attention core (recomputed when selectively
-    // checkpointed) is the a s^2 part: the softmax output and, with dropout, its
-    // mask and the dropped probabilities (the product with V keeps those).
-    const double fp32_extra = 4.0 * a * sl * sl;
-    const double core_bytes = 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
+    // backward, measured by the MemoryEstimate tests.
+    //
+    // The attention core takes one of two paths (smp_nn's attention_core):
+    //  - fused (LibTorch 2 without dropout; GPT has no padding mask):
+    //    scaled_dot_product_attention keeps its output and one fp32 log-sum-exp
+    //    per row, a s elements, never the [a, s, s] scores;
+    //  - math: the softmax runs in fp32 and keeps its fp32 output, a s^2
+    //    elements; under bf16/fp16 its 16-bit copy (for the product with V) is
+    //    kept too. With dropout, the mask and the dropped probabilities as well.
+    // Either way 16 s h elements more (Megatron's count without the scores and
+    // dropout), plus the dropout masks when p > 0. The core's own part is what
+    // selective checkpointing recomputes.
+#if TORCH_VERSION_MAJOR >= 2
+    const bool fused_core = dropout_ <= 0;
+#else
+    const bool fused_core = false;
+#endif
+    const double core_bytes = fused_core ? 4.0 * a * sl : 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
+    const double fp32_extra = fused_core ? 2.0 * a * sl : 4.0 * a * sl * sl;
+    const double act_bytes = 4.0 * (16.0 * sl * h + (dropout_ > 0 ? 2.0 * sl * h : 0.0)) + core_bytes;
     g.node({"wte", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
     g.node({"wpe", "position_embedding", {{"max_len", s.seq_len}, {"dim", s.hidden}, {"init_std", 0.01}},
