@@ -110,6 +110,12 @@ int main(int argc, char** argv) {
   bool trace = false;
   app.add_flag("--trace", trace,
                "write a timeline trace of run.trace_steps per rank to <run.dir>/trace/ (the same as --set run.trace=true)");
+  std::string resume;
+  auto* resume_opt = app.add_option("--resume", resume,
+                                    "continue from a checkpoint: without a value the newest in run.checkpoint_dir "
+                                    "(an error when there is none), else the checkpoint folder given "
+                                    "(the same as --set run.resume=...)")
+                         ->expected(0, 1);
   // Runs while parsing, before --config is required: the reference needs no job.
   app.add_flag_callback(
       "--config-reference",
@@ -120,6 +126,14 @@ int main(int argc, char** argv) {
       "print every job configuration key (type, default, accepted values, meaning) as markdown and exit");
   CLI11_PARSE(app, argc, argv);
   if (trace) overrides.insert(overrides.begin(), "run.trace=true");  // a later --set still decides
+  if (resume_opt->count() > 0) {
+    std::string quoted;  // a TOML basic string
+    for (char c : resume.empty() ? std::string("latest") : resume) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    overrides.insert(overrides.begin(), "run.resume=\"" + quoted + "\"");
+  }
   if (estimate_only) {
     try {
       return estimate(config_path, overrides, plugins, world_size, device_memory);

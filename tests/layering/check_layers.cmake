@@ -7,7 +7,7 @@ cmake_minimum_required(VERSION 3.25)
 
 # core/src's folders, lowest first: a folder includes "G/..." only for G at its
 # own position or below, so lower layers build and test without higher ones.
-set(SMP_LAYERS base mesh schedule comm plugin graph memory optim pipeline runtime train)
+set(SMP_LAYERS base mesh schedule comm plugin graph memory optim checkpoint pipeline runtime train)
 
 foreach(dir SRC_DIR INCLUDE_DIR)
   if(NOT IS_DIRECTORY "${${dir}}")

@@ -113,7 +113,21 @@
   X(trace_merge, "run.trace_merge", bool, None, false, Default,                                                    \
     "rank 0 also writes <run.dir>/trace.json, a track per rank")                                                   \
   X(profile_ops, "run.profile_ops", bool, None, false, Default,                                                    \
-    "every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json")
+    "every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json")            \
+  X(checkpoint_every, "run.checkpoint_every", int64_t, NonNegative, 0, Default,                                   \
+    "save a checkpoint every n steps and after the last one; 0 = never")                                           \
+  X(checkpoint_dir, "run.checkpoint_dir", std::string, None, "", Default,                                         \
+    "where checkpoints go (one folder per step and a `latest` pointer); \"\" = <run.dir>/checkpoints")             \
+  X(keep_checkpoints, "run.keep_checkpoints", int, NonNegative, 3, Default,                                       \
+    "the newest n checkpoints in run.checkpoint_dir are kept, older ones deleted; 0 = keep all")                   \
+  X(checkpoint_async, "run.checkpoint_async", bool, None, true, Default,                                          \
+    "write checkpoints in the background: the step waits only while the state is copied to host memory")           \
+  X(exit_after_steps, "run.exit_after_steps", int64_t, NonNegative, 0, Default,                                  \
+    "stop once this run has taken n steps (saving a checkpoint first when run.checkpoint_every > 0), as "          \
+    "Megatron's --exit-interval: the schedule still spans train.steps; 0 = run to train.steps")                    \
+  X(resume, "run.resume", std::string, None, "auto", Default,                                                     \
+    "auto: continue from the newest checkpoint in run.checkpoint_dir when there is one; never; latest: that "      \
+    "one, an error when there is none; or a checkpoint folder (any layout)")
 
 #define SMP_COMM_KEYS(X)                                                                                            \
   X(shm_mb, "comm.shm_mb", double, NonNegativeReal, 16.0, Default,                                                 \

@@ -185,6 +185,30 @@ class Runtime {
   // rank's, cloned) into this one: the next step is the one that runtime
   // would have taken. Throws naming the first entry missing, extra or unlike.
   void load_state(const std::vector<StateEntry>& entries);
+  // Checkpoints (docs/checkpoints.md): a folder of per-rank safetensors shards
+  // and a manifest, readable by any layout.
+  //   save: writes the folder `path` (replacing one of that name only once the
+  //     new one is complete); every rank calls it; returns when it is committed
+  //     on rank 0 and this rank's part is written on the others.
+  //   load: a checkpoint folder, or a folder of them (its `latest`), saved by
+  //     any layout of the same model; the next step is the one after the saved
+  //     step. Every rank calls it. Throws naming the file and tensor at fault.
+  //   save_checkpoint: run.checkpoint_dir/step-<N> with `latest` updated and
+  //     the newest run.keep_checkpoints kept; with run.checkpoint_async the
+  //     step blocks only for host copies (the next save or
+  //     wait_for_checkpoint waits for the writing).
+  //   resume: what run.resume asks for; returns the folder loaded, "" if none.
+  void save(const std::string& path);
+  void load(const std::string& path);
+  void save_checkpoint();
+  void wait_for_checkpoint();
+  std::string resume();
+  // Seconds the last save blocked training (host copies) and took in all
+  // (known once it is waited for).
+  double checkpoint_blocking_seconds() const;
+  double checkpoint_total_seconds() const;
+  std::string checkpoint_dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
+
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);
 

@@ -18,7 +18,7 @@ namespace smp {
 struct ModelBuilder::Adapter {
   const smp_model_adapter* table = nullptr;
   smp_adapter* instance = nullptr;
-  std::string plugin;
+  std::string name, plugin;
   ~Adapter() {
     if (instance) table->destroy(instance);
   }
@@ -37,6 +37,9 @@ ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const s
 }
 
 ModelBuilder::~ModelBuilder() = default;
+
+const std::string& ModelBuilder::adapter_name() const { return adapter_->name; }
+const std::string& ModelBuilder::adapter_plugin() const { return adapter_->plugin; }
 
 // Rules per axis, in the mesh's order (tp, the job's axes, ep). A job's own
 // axis must split something: otherwise its ranks would only repeat each other.
@@ -72,6 +75,7 @@ void ModelBuilder::create_adapter() {
   adapter_ = std::make_unique<Adapter>();
   adapter_->table = registry_.adapter(name);
   if (!adapter_->table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
+  adapter_->name = name;
   adapter_->plugin = registry_.provider(name);
   const std::string model_json = job_.model.dump(), parallel_json = job_.parallel_json.dump();
   smp_adapter_context ctx{};

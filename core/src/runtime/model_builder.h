@@ -47,6 +47,8 @@ class ModelBuilder {
   MemoryModelOptions memory_options() const;
 
   const PluginRegistry& registry() const { return registry_; }
+  const std::string& adapter_name() const;    // the adapter the graph came from
+  const std::string& adapter_plugin() const;  // and the plugin that provides it
   const ModelGraph& graph() const { return graph_; }
   // The loaded plugins' tables of the job, checked by their owners, by name
   // (what modules get as SMP_EXTENSION_JOB_TABLES).

@@ -11,6 +11,7 @@
 #include "base/device.h"
 #include "base/op_profile.h"
 #include "base/trace.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "memory/activation_offload.h"
@@ -26,7 +27,11 @@
 #include <c10/core/GradMode.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/filesystem.hpp>
+
 #include <chrono>
+#include <cstdio>
+#include <random>
 
 namespace smp {
 
@@ -41,6 +46,32 @@ struct Runtime::Impl {
   std::unique_ptr<ActivationOffload> offload;  // memory.offload: checkpointed inputs in host memory
   std::unique_ptr<Executor> executor;
   std::vector<std::pair<std::string, double>> last_metrics;  // of the last evaluate()
+  std::unique_ptr<CheckpointWriter> checkpoints;  // last: waits for its pending save first
+
+  // What a checkpoint's manifest says besides its tensors.
+  nlohmann::json checkpoint_info() const {
+    const DeviceMesh& mesh = context->mesh();
+    nlohmann::json layout = {{"pp", mesh.pp()},
+                             {"tp", mesh.tp()},
+                             {"dp", mesh.dp()},
+                             {"ep", mesh.ep()},
+                             {"world", mesh.world_size()},
+                             {"placement", mesh.order()},
+                             {"zero", job.memory.zero},
+                             {"virtual_stages", job.parallel.virtual_stages},
+                             {"precision", to_string(job.train.precision)}};
+    std::string version;
+    for (const auto& p : model->registry().plugins())
+      if (p.name == model->adapter_plugin()) version = p.version;
+    return {{"step", state->steps()},
+            {"adapter", {{"name", model->adapter_name()}, {"plugin", model->adapter_plugin()}, {"version", version}}},
+            {"model", job.model},
+            {"layout", layout},
+            {"config", config.to_json()},
+            {"seed", job.train.seed},
+            {"smp_version", SMP_VERSION},
+            {"torch_version", SMP_BUILD_TORCH_VERSION}};
+  }
 
   // The executor over this rank's stages.
   void make_executor() {
@@ -95,6 +126,16 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   s.state = std::make_unique<TrainState>(s.job, *s.context, *s.model);
   s.update = std::make_unique<OptimizerStep>(s.job.train);
   s.make_executor();
+  // The token names this run's temporary checkpoint folders (the same on every rank).
+  uint64_t token = 0;
+  if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
+  token = static_cast<uint64_t>(rt->gather_world(static_cast<double>(token)).at(0));
+  CheckpointWriter::Options o;
+  o.rank = s.context->mesh().rank();
+  o.world = s.context->mesh().world_size();
+  o.timeout_s = s.job.run.timeout_s;
+  o.token = token;
+  s.checkpoints = std::make_unique<CheckpointWriter>(o);
   return rt;
 }
 
@@ -237,6 +278,89 @@ std::vector<ParameterView> Runtime::gather_parameters() {
 }
 std::vector<StateEntry> Runtime::state_entries() const { return impl_->state->entries(); }
 void Runtime::load_state(const std::vector<StateEntry>& entries) { impl_->state->load(entries); }
+
+// ---- checkpoints ----
+
+void Runtime::save(const std::string& path) {
+  Impl& s = *impl_;
+  s.checkpoints->save(path, s.state->entries(), s.checkpoint_info(), /*async=*/false, /*keep=*/0,
+                      /*update_latest=*/false);
+}
+
+std::string Runtime::checkpoint_dir() const {
+  const RunConfig& run = impl_->job.run;
+  return run.checkpoint_dir.empty() ? (boost::filesystem::path(run.dir) / "checkpoints").string() : run.checkpoint_dir;
+}
+
+void Runtime::save_checkpoint() {
+  Impl& s = *impl_;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.state->steps()));
+  const std::string path = (boost::filesystem::path(checkpoint_dir()) / name).string();
+  s.checkpoints->save(path, s.state->entries(), s.checkpoint_info(), s.job.run.checkpoint_async,
+                      s.job.run.keep_checkpoints, /*update_latest=*/true);
+}
+
+void Runtime::wait_for_checkpoint() { impl_->checkpoints->wait(); }
+double Runtime::checkpoint_blocking_seconds() const { return impl_->checkpoints->last_blocking_seconds(); }
+double Runtime::checkpoint_total_seconds() const { return impl_->checkpoints->last_total_seconds(); }
+
+void Runtime::load(const std::string& path) {
+  Impl& s = *impl_;
+  const std::string folder = find_checkpoint(path);
+  if (folder.empty()) throw Error("checkpoint: " + path + " is neither a checkpoint nor a folder with a `latest` one");
+  const nlohmann::json manifest = read_manifest(folder);
+  const std::string saved_adapter = manifest["adapter"].value("name", "");
+  if (saved_adapter != s.model->adapter_name())
+    throw Error("checkpoint " + folder + " was saved by adapter '" + saved_adapter + "', this run's is '" +
+                s.model->adapter_name() + "'");
+  // Keys of [model] that differ: with any, a tensor whose shape differs is
+  // another model; with none, it can only be the layout's padding.
+  std::string changed;
+  const nlohmann::json& was = manifest["model"];
+  for (const auto& [k, v] : s.job.model.items())
+    if (!was.contains(k) || was[k] != v) changed += (changed.empty() ? "" : ", ") + ("model." + k);
+  for (const auto& [k, v] : was.items())
+    if (!s.job.model.contains(k)) changed += (changed.empty() ? "" : ", ") + ("model." + k);
+  try {
+    s.state->load_with([&](const std::vector<StateEntry>& live) { load_entries(folder, manifest, live, changed.empty()); });
+  } catch (const Error& e) {
+    if (changed.empty()) throw;
+    throw Error(std::string(e.what()) + "; the checkpoint's [model] differs in " + changed);
+  }
+  const bool rank0 = s.context->mesh().rank() == 0;
+  if (rank0) {
+    const auto& l = manifest["layout"];
+    spdlog::info("loaded checkpoint {} (step {}, saved at pp={} tp={} dp={} zero {}, {})", folder,
+                 manifest["step"].get<int64_t>(), l.value("pp", 0), l.value("tp", 0), l.value("dp", 0),
+                 l.value("zero", 0), l.value("precision", "?"));
+    if (!changed.empty()) spdlog::warn("checkpoint {}: [model] differs in {}", folder, changed);
+    const auto saved_seed = manifest.value("seed", s.job.train.seed);
+    if (saved_seed != s.job.train.seed)
+      spdlog::warn("checkpoint {} was saved with train.seed = {}, this run has {}: data order and dropout differ",
+                   folder, saved_seed, s.job.train.seed);
+  }
+}
+
+std::string Runtime::resume() {
+  const std::string& mode = impl_->job.run.resume;
+  if (mode == "never") return "";
+  const std::string dir = checkpoint_dir();
+  std::string folder;
+  if (mode == "auto" || mode == "latest") {
+    folder = find_checkpoint(dir);
+    if (folder.empty()) {
+      if (mode == "latest")
+        throw Error("run.resume = \"latest\": no checkpoint in " + dir + " (no `latest` there)");
+      return "";
+    }
+  } else {
+    folder = find_checkpoint(mode);
+    if (folder.empty()) throw Error("run.resume: '" + mode + "' is not a checkpoint folder nor holds a `latest` one");
+  }
+  load(folder);
+  return folder;
+}
 
 std::vector<double> Runtime::gather_world(double value) {
   const int world = impl_->context->mesh().world_size();

@@ -391,7 +391,7 @@ void TrainState::load(const std::vector<StateEntry>& saved) {
     if (it == given.end()) throw Error("train state: entry '" + e.name + "' (" + describe(e) + ") is missing");
     if (!same_slice(e, *it->second))
       throw Error("train state: entry '" + e.name + "' is " + describe(*it->second) + ", this rank holds " +
-                  describe(e) + " (loading into another layout is not supported yet)");
+                  describe(e) + " (checkpoints load into any layout: Runtime::load)");
   }
   for (const auto& e : saved)
     if (!mine.count(e.name)) throw Error("train state: entry '" + e.name + "' is not part of this rank's state");
@@ -399,10 +399,25 @@ void TrainState::load(const std::vector<StateEntry>& saved) {
   c10::NoGradGuard no_grad;
   for (const auto& e : live)
     if (!counters.count(e.name)) e.local.copy_(given.at(e.name)->local);
+  take_counters(given);
+}
+
+void TrainState::load_with(const std::function<void(const std::vector<StateEntry>&)>& fill) {
+  const std::vector<StateEntry> live = entries();
+  {
+    c10::NoGradGuard no_grad;
+    fill(live);
+  }
+  std::map<std::string, const StateEntry*> by_name;
+  for (const auto& e : live) by_name.emplace(e.name, &e);
+  take_counters(by_name);
+}
+
+void TrainState::take_counters(const std::map<std::string, const StateEntry*>& by_name) {
   // ZeRO-3: units gathered before the load hold the old values; the next use gathers the loaded shards.
   if (sharded_)
     for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
-  auto value = [&](const char* name) { return given.at(name)->local.item<double>(); };
+  auto value = [&](const char* name) { return by_name.at(name)->local.item<double>(); };
   steps_ = static_cast<int64_t>(value("train/step"));
   updates_ = static_cast<int64_t>(value("optim/step"));
   if (scaler_)

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,10 @@ class TrainState {
   // Copies `saved` (entries() of a runtime of the same job and layout) into
   // the live state. Throws naming the first entry missing, extra or unlike.
   void load(const std::vector<StateEntry>& saved);
+  // Lets `fill` write the live state in place: it gets entries() (views; the
+  // counters as 0-d copies whose values it may set), then the counters are
+  // taken from them. For loaders that assemble entries themselves (checkpoints).
+  void load_with(const std::function<void(const std::vector<StateEntry>&)>& fill);
 
   // This rank's modules by key.
   const std::map<std::string, std::shared_ptr<ModuleInstance>>& modules() const { return modules_; }
@@ -74,6 +79,7 @@ class TrainState {
   struct Trained;  // one trainable parameter as the state sees it
   void create_modules();
   void lay_out(const std::map<std::string, Communicator*>& tied);
+  void take_counters(const std::map<std::string, const StateEntry*>& by_name);
   void make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay);
   std::map<std::string, Communicator*> make_tied_groups();
 

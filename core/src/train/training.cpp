@@ -317,11 +317,27 @@ nlohmann::json run_training(Runtime& rt) {
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
+  const std::string resumed = rt.resume();
+  if (!resumed.empty()) {
+    metrics.write({{"event", "resume"}, {"checkpoint", resumed}, {"step", rt.steps_done()}});
+    if (rank0 && rt.steps_done() >= steps)
+      spdlog::info("the checkpoint is at step {}, train.steps = {}: nothing left to train", rt.steps_done(), steps);
+  }
+  const int64_t checkpoint_every = job.run.checkpoint_every;
+  nlohmann::json checkpoints = nlohmann::json::array();
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();
+  const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
   while (rt.steps_done() < steps) {
     StepResult r = rt.train_step();
     rec.add(r, steps);
+    const bool exiting = exit_after > 0 && r.step + 1 - first_step >= exit_after && r.step + 1 < steps;
+    if (checkpoint_every > 0 && ((r.step + 1) % checkpoint_every == 0 || r.step + 1 == steps || exiting)) {
+      rt.save_checkpoint();
+      checkpoints.push_back({{"step", r.step + 1}, {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
+      metrics.write({{"event", "checkpoint"}, {"step", r.step + 1}, {"dir", rt.checkpoint_dir()},
+                     {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
+    }
     if (r.skipped && rank0)
       spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
                    r.loss_scale);
@@ -347,6 +363,10 @@ nlohmann::json run_training(Runtime& rt) {
       if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
       metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
     }
+    if (exiting) {
+      if (rank0) spdlog::info("run.exit_after_steps = {}: stopping at step {} of {}", exit_after, r.step + 1, steps);
+      break;
+    }
   }
   if (val_batches > 0) {
     rec.val_loss = rt.evaluate(val_batches);
@@ -354,7 +374,9 @@ nlohmann::json run_training(Runtime& rt) {
     if (rank0) spdlog::info("validation loss {:.4f}{}", rec.val_loss, metrics_text(rt));
     metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
   }
+  rt.wait_for_checkpoint();  // the last save is committed before the run reports
   nlohmann::json summary = make_summary(rt, rec, peak_per_rank, gemm);
+  summary["checkpoints"] = {{"dir", rt.checkpoint_dir()}, {"saved", checkpoints}, {"resumed_from", resumed}};
   write_outputs(rt, summary);
   return summary;
 }

@@ -1,0 +1,509 @@
+#include "checkpoint/checkpoint.h"
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/safetensors.h"
+
+#include <smp/error.h>
+
+#include <ATen/ATen.h>
+#include <boost/filesystem.hpp>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+namespace smp {
+
+namespace fs = boost::filesystem;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+std::string rank_name(int rank, const char* ext) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "rank-%05d.%s", rank, ext);
+  return buf;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error("checkpoint: cannot open " + path + " to fsync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error("checkpoint: fsync of " + path + " failed");
+}
+
+// Written under a temporary name, fsynced, renamed into place: a reader sees
+// the old file or the whole new one.
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp.string(), std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw Error("checkpoint: writing " + tmp.string() + " failed (disk full?)");
+  }
+  fsync_path(tmp.string());
+  fs::rename(tmp, path);
+  fsync_path(path.parent_path().string());
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path.string());
+  if (!in) throw Error("checkpoint: cannot read " + path.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error("checkpoint: " + path.string() + " is not JSON (truncated?): " + e.what());
+  }
+}
+
+std::string token_hex(uint64_t token) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(token));
+  return buf;
+}
+
+// "step-00000100" -> 100; -1 for other names.
+int64_t step_of_folder(const std::string& name) {
+  static const std::regex re("step-([0-9]+)");
+  std::smatch m;
+  return std::regex_match(name, m, re) ? std::stoll(m[1].str()) : -1;
+}
+
+nlohmann::json slice_json(const StateEntry& e) {
+  return {{"offsets", e.offsets}, {"block_shape", e.block_shape}, {"flat_begin", e.flat_begin},
+          {"numel", e.local.numel()}};
+}
+
+}  // namespace
+
+// ---- saving ----
+
+struct CheckpointWriter::Job {
+  fs::path target, tmp;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // owned entries, host copies
+  nlohmann::json slices = nlohmann::json::array();          // one per owned entry
+  nlohmann::json info;
+  int keep = 0;
+  bool update_latest = false;
+  clock_type::time_point start;
+};
+
+CheckpointWriter::CheckpointWriter(Options o) : o_(o) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
+}
+
+void CheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void CheckpointWriter::save(const std::string& path, const std::vector<StateEntry>& entries, const nlohmann::json& info,
+                            bool async, int keep, bool update_latest) {
+  wait();
+  auto job = std::make_shared<Job>();
+  job->start = clock_type::now();
+  job->target = fs::absolute(fs::path(path));
+  job->tmp = job->target.string() + ".tmp-" + token_hex(o_.token);
+  job->info = info;
+  job->keep = keep;
+  job->update_latest = update_latest;
+  for (const StateEntry& e : entries) {
+    if (!e.owner) continue;
+    // A copy now (the step after this one changes the live tensors).
+    at::Tensor host = e.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    nlohmann::json s = slice_json(e);
+    s["name"] = e.name;
+    s["dtype"] = safetensors_dtype(host.scalar_type());
+    s["global_shape"] = e.global_shape;
+    s["crc32c"] = crc32c(0, host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size());
+    job->slices.push_back(s);
+    job->tensors.emplace_back(e.name, host);
+  }
+  blocking_s_ = seconds_since(job->start);
+  if (async) {
+    thread_ = std::thread([this, job] {
+      try {
+        run(job);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+  } else {
+    run(job);
+  }
+}
+
+void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
+  const fs::path& tmp = job->tmp;
+  try {
+    fs::create_directories(tmp);
+  } catch (const std::exception& e) {
+    throw Error("checkpoint: cannot create " + tmp.string() + ": " + e.what());
+  }
+  nlohmann::json index = {{"rank", o_.rank}, {"slices", job->slices}};
+  if (!job->tensors.empty()) {
+    const std::string file = rank_name(o_.rank, "safetensors");
+    const SafetensorsWritten w = write_safetensors((tmp / file).string(), job->tensors,
+                                                   {{"format", "smp-checkpoint"}, {"rank", std::to_string(o_.rank)}});
+    index["file"] = {{"name", file}, {"bytes", w.bytes}, {"crc32c", w.crc32c}};
+  }
+  // This rank's part is on disk: its index says so (renamed into place last).
+  write_file_atomic(tmp / rank_name(o_.rank, "json"), index.dump());
+  if (o_.rank != 0) {
+    total_s_ = seconds_since(job->start);
+    return;
+  }
+
+  // Rank 0 commits once every rank's index is there.
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o_.timeout_s);
+  std::vector<nlohmann::json> parts(o_.world);
+  for (int r = 0; r < o_.world; ++r) {
+    const fs::path p = tmp / rank_name(r, "json");
+    while (!fs::exists(p)) {
+      if (clock_type::now() > deadline) {
+        std::string missing;
+        for (int q = r; q < o_.world; ++q)
+          if (!fs::exists(tmp / rank_name(q, "json"))) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        throw Error("checkpoint: ranks " + missing + " did not write their part of " + job->target.string() +
+                    " within run.timeout_s = " + std::to_string(o_.timeout_s) +
+                    " s (is run.checkpoint_dir on a file system every node shares?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    parts[r] = read_json(p);
+  }
+  nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
+  for (const auto& part : parts) {
+    if (!part.contains("file")) continue;
+    const std::string file = part["file"]["name"].get<std::string>();
+    files.push_back({{"name", file}, {"rank", part["rank"]}, {"bytes", part["file"]["bytes"]},
+                     {"crc32c", part["file"]["crc32c"]}});
+    for (const auto& s : part["slices"]) {
+      const std::string name = s["name"].get<std::string>();
+      nlohmann::json& t = tensors[name];
+      if (t.is_null()) t = {{"dtype", s["dtype"]}, {"shape", s["global_shape"]}, {"slices", nlohmann::json::array()}};
+      if (t["dtype"] != s["dtype"] || t["shape"] != s["global_shape"])
+        throw Error("checkpoint: ranks disagree on tensor '" + name + "': " + t["dtype"].dump() + t["shape"].dump() +
+                    " and " + s["dtype"].dump() + s["global_shape"].dump());
+      t["slices"].push_back({{"file", file},
+                             {"offsets", s["offsets"]},
+                             {"block_shape", s["block_shape"]},
+                             {"flat_begin", s["flat_begin"]},
+                             {"numel", s["numel"]},
+                             {"crc32c", s["crc32c"]}});
+    }
+  }
+  nlohmann::json manifest = job->info;
+  manifest["format"] = "smp-checkpoint";
+  manifest["version"] = kCheckpointFormatVersion;
+  manifest["files"] = files;
+  manifest["tensors"] = tensors;
+  write_file_atomic(tmp / "manifest.json", manifest.dump(1));
+  for (int r = 0; r < o_.world; ++r) fs::remove(tmp / rank_name(r, "json"));
+  fsync_path(tmp.string());
+
+  // Into place; an older folder of the same name goes only once the new one is in.
+  const fs::path parent = job->target.parent_path();
+  fs::path replaced;
+  if (fs::exists(job->target)) {
+    replaced = job->target.string() + ".old-" + token_hex(o_.token);
+    fs::remove_all(replaced);
+    fs::rename(job->target, replaced);
+  }
+  fs::rename(tmp, job->target);
+  fsync_path(parent.string());
+  if (!replaced.empty()) fs::remove_all(replaced);
+  if (job->update_latest) write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
+
+  if (job->keep > 0) {
+    std::vector<std::pair<int64_t, fs::path>> committed;
+    for (const auto& d : fs::directory_iterator(parent)) {
+      const std::string name = d.path().filename().string();
+      const int64_t step = step_of_folder(name);
+      if (step >= 0 && fs::exists(d.path() / "manifest.json")) committed.emplace_back(step, d.path());
+      // A temporary folder of an earlier attempt (another token) that crashed.
+      else if (name.rfind("step-", 0) == 0 && name.find(".tmp-") != std::string::npos &&
+               name.find(token_hex(o_.token)) == std::string::npos)
+        fs::remove_all(d.path());
+    }
+    std::sort(committed.begin(), committed.end());
+    const int drop = static_cast<int>(committed.size()) - job->keep;
+    for (int i = 0; i < drop; ++i)
+      if (committed[i].second != job->target) fs::remove_all(committed[i].second);
+  }
+  total_s_ = seconds_since(job->start);
+  int64_t bytes = 0;
+  for (const auto& f : files) bytes += f["bytes"].get<int64_t>();
+  spdlog::info("checkpoint {}: {} tensors, {:.1f} MB in {} files, committed {:.2f} s after the step", job->target.string(),
+               tensors.size(), static_cast<double>(bytes) / 1e6, files.size(), total_s_);
+}
+
+// ---- finding and reading ----
+
+std::string find_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  if (fs::exists(p / "manifest.json")) return p.string();
+  if (fs::exists(p / "latest")) {
+    std::ifstream in((p / "latest").string());
+    std::string name;
+    std::getline(in, name);
+    const fs::path folder = p / name;
+    if (name.empty() || !fs::exists(folder / "manifest.json"))
+      throw Error("checkpoint: " + (p / "latest").string() + " names '" + name + "', which is not a checkpoint in " +
+                  p.string());
+    return folder.string();
+  }
+  return "";
+}
+
+nlohmann::json read_manifest(const std::string& folder) {
+  const fs::path path = fs::path(folder) / "manifest.json";
+  nlohmann::json m = read_json(path);
+  if (!m.is_object() || m.value("format", "") != "smp-checkpoint")
+    throw Error("checkpoint: " + path.string() + " is not an smp checkpoint manifest");
+  const int version = m.value("version", 0);
+  if (version > kCheckpointFormatVersion)
+    throw Error("checkpoint: " + path.string() + " is format version " + std::to_string(version) +
+                ", newer than this smp reads (" + std::to_string(kCheckpointFormatVersion) + "): upgrade smp");
+  if (version < 1) throw Error("checkpoint: " + path.string() + " has no valid format version");
+  return m;
+}
+
+std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest) {
+  std::vector<std::string> problems;
+  for (const auto& f : manifest["files"]) {
+    const fs::path path = fs::path(folder) / f["name"].get<std::string>();
+    if (!fs::exists(path)) {
+      problems.push_back(path.string() + ": missing");
+      continue;
+    }
+    const int64_t bytes = f["bytes"].get<int64_t>();
+    if (static_cast<int64_t>(fs::file_size(path)) != bytes) {
+      problems.push_back(path.string() + ": " + std::to_string(fs::file_size(path)) + " bytes, the manifest says " +
+                         std::to_string(bytes) + " (truncated?)");
+      continue;
+    }
+    std::ifstream in(path.string(), std::ios::binary);
+    std::vector<char> buf(1 << 20);
+    uint32_t crc = 0;
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      crc = crc32c(crc, buf.data(), static_cast<size_t>(in.gcount()));
+    }
+    if (crc != f["crc32c"].get<uint32_t>())
+      problems.push_back(path.string() + ": CRC-32C " + std::to_string(crc) + ", the manifest says " +
+                         f["crc32c"].dump() + " (corrupted)");
+  }
+  return problems;
+}
+
+// ---- loading ----
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return "[" + s + "]";
+}
+
+// The box [lo, lo + len) of `t` (a block-shaped tensor).
+at::Tensor box(at::Tensor t, const std::vector<int64_t>& lo, const std::vector<int64_t>& len) {
+  for (size_t d = 0; d < lo.size(); ++d) t = t.narrow(static_cast<int64_t>(d), lo[d], len[d]);
+  return t;
+}
+
+int64_t flat_index(const std::vector<int64_t>& at, const std::vector<int64_t>& shape) {
+  int64_t i = 0;
+  for (size_t d = 0; d < shape.size(); ++d) i = i * shape[d] + at[d];
+  return i;
+}
+
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+struct FileCache {
+  std::string folder;
+  std::map<std::string, int64_t> bytes;  // by file name, from the manifest
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> open;
+  const SafetensorsFile& get(const std::string& name) {
+    auto& f = open[name];
+    if (!f) {
+      const fs::path path = fs::path(folder) / name;
+      if (!fs::exists(path)) throw Error("checkpoint: shard " + path.string() + " is missing");
+      const auto it = bytes.find(name);
+      if (it != bytes.end() && static_cast<int64_t>(fs::file_size(path)) != it->second)
+        throw Error("checkpoint: " + path.string() + " has " + std::to_string(fs::file_size(path)) +
+                    " bytes, the manifest says " + std::to_string(it->second) + " (truncated or replaced)");
+      f = std::make_unique<SafetensorsFile>(path.string());
+    }
+    return *f;
+  }
+};
+
+// The saved tensor a live entry loads from: its own name when the dtypes
+// agree; else the fp32 masters <-> the parameters (a 16-bit run's masters into
+// an fp32 run's parameters, an fp32 run's parameters into a 16-bit run's
+// masters); else its own name, cast.
+const nlohmann::json* source_of(const nlohmann::json& tensors, const StateEntry& e, std::string& used) {
+  static const std::string model = "model/", master = "optim/master/";
+  const std::string& name = e.name;
+  const std::string dtype = safetensors_dtype(e.local.scalar_type());
+  auto pick = [&](const std::string& n) {
+    used = n;
+    return &tensors[n];
+  };
+  if (tensors.contains(name) && tensors[name]["dtype"] == dtype) return pick(name);
+  if (name.rfind(model, 0) == 0) {
+    const std::string m = master + name.substr(model.size());
+    if (tensors.contains(m) && tensors[m]["dtype"] == dtype) return pick(m);
+  }
+  if (name.rfind(master, 0) == 0) {
+    const std::string p = model + name.substr(master.size());
+    if (tensors.contains(p) && (tensors[p]["dtype"] == dtype || !tensors.contains(name))) return pick(p);
+  }
+  if (tensors.contains(name)) return pick(name);
+  return nullptr;
+}
+
+void load_entry(FileCache& files, const std::string& used, const nlohmann::json& saved, const StateEntry& live,
+                bool same_model) {
+  const std::string where = "checkpoint " + files.folder + ": tensor '" + used + "'";
+  const auto saved_shape = saved["shape"].get<std::vector<int64_t>>();
+  const at::ScalarType saved_dtype = scalar_type_of(saved["dtype"].get<std::string>());
+  if (live.global_shape.empty() && live.local.dim() == 0) {  // a counter
+    if (!saved_shape.empty()) throw Error(where + " is " + dims(saved_shape) + ", this run holds a scalar");
+    const auto& s = saved["slices"].at(0);
+    const SafetensorsFile& f = files.get(s["file"].get<std::string>());
+    at::Tensor v = at::empty({}, at::TensorOptions().dtype(saved_dtype));
+    f.read(used, 0, static_cast<int64_t>(v.element_size()), v.data_ptr());
+    if (s.contains("crc32c") && crc32c(0, v.data_ptr(), v.element_size()) != s["crc32c"].get<uint32_t>())
+      throw Error(where + " in " + (fs::path(files.folder) / s["file"].get<std::string>()).string() +
+                  " fails its CRC-32C (corrupted)");
+    live.local.copy_(v);
+    return;
+  }
+  if (saved_shape.size() != live.global_shape.size() || (!same_model && saved_shape != live.global_shape))
+    throw Error(where + " is " + dims(saved_shape) + ", this run's is " + dims(live.global_shape) +
+                " (another model shape)");
+  const std::vector<int64_t>& block = live.block_shape;
+  const size_t D = block.size();
+  const auto opts = at::TensorOptions().dtype(saved_dtype);
+  // The live block in the saved dtype: the live values (kept where the
+  // checkpoint has none: padding), overwritten by the saved slices.
+  at::Tensor values = at::zeros(block, opts);
+  at::Tensor covered = at::zeros(block, at::kBool);
+  const int64_t flat_begin = live.flat_begin < 0 ? 0 : live.flat_begin;
+  const int64_t flat_end = flat_begin + live.local.numel();
+  values.view(-1).slice(0, flat_begin, flat_end).copy_(live.local.detach().reshape(-1));
+  // Elements of the block that the saved tensor has (inside its global shape).
+  std::vector<int64_t> have_len(D);
+  for (size_t d = 0; d < D; ++d)
+    have_len[d] = std::max<int64_t>(0, std::min(block[d], saved_shape[d] - live.offsets[d]));
+  at::Tensor needed = at::zeros(block, at::kBool);
+  box(needed, std::vector<int64_t>(D, 0), have_len).fill_(true);
+  at::Tensor in_range = at::zeros({elements(block)}, at::kBool);
+  in_range.slice(0, flat_begin, flat_end).fill_(true);
+  needed &= in_range.view(block);
+
+  for (const auto& s : saved["slices"]) {
+    const auto s_off = s["offsets"].get<std::vector<int64_t>>();
+    const auto s_block = s["block_shape"].get<std::vector<int64_t>>();
+    const int64_t s_flat = s["flat_begin"].get<int64_t>();
+    const int64_t s_numel = s["numel"].get<int64_t>();
+    const int64_t s_begin = s_flat < 0 ? 0 : s_flat, s_end = s_begin + s_numel;
+    // The intersection of the two blocks, in global coordinates.
+    std::vector<int64_t> lo(D), hi(D);
+    bool empty = false;
+    for (size_t d = 0; d < D; ++d) {
+      lo[d] = std::max(live.offsets[d], s_off[d]);
+      hi[d] = std::min({live.offsets[d] + block[d], s_off[d] + s_block[d], saved_shape[d]});
+      empty = empty || hi[d] <= lo[d];
+    }
+    if (empty) continue;
+    // Its span of the saved block's row-major order, cut to what the slice holds.
+    std::vector<int64_t> first(D), last(D), len(D), in_live(D);
+    for (size_t d = 0; d < D; ++d) {
+      first[d] = lo[d] - s_off[d];
+      last[d] = hi[d] - 1 - s_off[d];
+      len[d] = hi[d] - lo[d];
+      in_live[d] = lo[d] - live.offsets[d];
+    }
+    const int64_t span_begin = std::max(flat_index(first, s_block), s_begin);
+    const int64_t span_end = std::min(flat_index(last, s_block) + 1, s_end);
+    if (span_end <= span_begin) continue;
+    const std::string file = s["file"].get<std::string>();
+    const SafetensorsFile& f = files.get(file);
+    const SafetensorsTensor& t = f.at(used);
+    if (t.dtype != saved_dtype || elements(t.shape) != s_numel)
+      throw Error(where + " in " + file + " is not what the manifest says (" + std::to_string(elements(t.shape)) +
+                  " elements of " + c10::toString(t.dtype) + ")");
+    at::Tensor flat = at::empty({elements(s_block)}, opts);
+    at::Tensor has = at::zeros({elements(s_block)}, at::kBool);
+    const int64_t es = static_cast<int64_t>(c10::elementSize(saved_dtype));
+    at::Tensor span = flat.slice(0, span_begin, span_end);
+    f.read(used, (span_begin - s_begin) * es, (span_end - s_begin) * es, span.data_ptr());
+    if (span_begin == s_begin && span_end == s_end && s.contains("crc32c") &&
+        crc32c(0, span.data_ptr(), static_cast<size_t>(span.numel() * es)) != s["crc32c"].get<uint32_t>())
+      throw Error(where + " in " + (fs::path(files.folder) / file).string() + " fails its CRC-32C (corrupted)");
+    has.slice(0, span_begin, span_end).fill_(true);
+    const at::Tensor src = box(flat.view(s_block), first, len), src_has = box(has.view(s_block), first, len);
+    at::Tensor dst = box(values, in_live, len), dst_has = box(covered, in_live, len);
+    dst.copy_(at::where(src_has, src, dst));
+    dst_has |= src_has;
+  }
+  const int64_t missing = (needed & ~covered).sum().item<int64_t>();
+  if (missing > 0)
+    throw Error(where + ": " + std::to_string(missing) + " of the elements this rank holds at " + dims(live.offsets) +
+                " " + dims(block) + " are in no file of the checkpoint (a missing shard?)");
+  live.local.copy_(values.view(-1).slice(0, flat_begin, flat_end).view(live.local.sizes()));
+}
+
+}  // namespace
+
+void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
+                  bool same_model) {
+  FileCache files;
+  files.folder = folder;
+  for (const auto& f : manifest["files"]) files.bytes[f["name"].get<std::string>()] = f["bytes"].get<int64_t>();
+  const nlohmann::json& tensors = manifest["tensors"];
+  c10::NoGradGuard no_grad;
+  for (const StateEntry& e : live) {
+    std::string used;
+    const nlohmann::json* saved = source_of(tensors, e, used);
+    if (!saved) {
+      if (e.name.rfind("loss_scaler/", 0) == 0) continue;  // a run without one: the scaler starts afresh
+      throw Error("checkpoint " + folder + " has no tensor '" + e.name + "' (saved by another optimizer or model?)");
+    }
+    load_entry(files, used, *saved, e, same_model);
+  }
+}
+
+}  // namespace smp

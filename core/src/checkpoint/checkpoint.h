@@ -1,0 +1,87 @@
+// Distributed checkpoints, independent of the layout that wrote them.
+//
+// A checkpoint is a folder: one safetensors shard per rank that owns values
+// (rank-<r>.safetensors; a tensor held by several ranks is written by its one
+// owner) and manifest.json, which lists every global tensor (name, global
+// shape, dtype) and which slice of it is in which file, with each file's size
+// and CRC-32C, plus the step, layout, resolved config and adapter. Loading
+// assembles each tensor a rank holds from the slices that overlap it, reading
+// only their byte spans, so any layout loads any other's checkpoint.
+//
+// Committing (rank 0, after every rank's part is on disk): write the folder
+// under a temporary name, fsync files and folder, rename it into place, then
+// update the `latest` pointer. A crash at any moment leaves earlier
+// checkpoints whole. See docs/checkpoints.md.
+#pragma once
+
+#include <smp/runtime.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace smp {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// Writes this rank's part of checkpoints, one at a time, in the background.
+class CheckpointWriter {
+ public:
+  struct Options {
+    int rank = 0, world = 1;
+    double timeout_s = 300;  // rank 0's wait for the other ranks' parts
+    uint64_t token = 0;      // the same on every rank of this run: names its temporary folders
+  };
+  explicit CheckpointWriter(Options o);
+  ~CheckpointWriter();  // waits for the pending save; its error is logged
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Saves `entries` (this rank's state) as the folder `path`. Waits for the
+  // previous save first; copies the owned entries to host memory before it
+  // returns; then writes (and on rank 0 commits) them, in the background when
+  // `async`. With `keep` > 0 (rank 0, after committing) the folder's parent
+  // keeps the newest `keep` step-* checkpoints and `latest` names this one.
+  void save(const std::string& path, const std::vector<StateEntry>& entries, const nlohmann::json& info, bool async,
+            int keep, bool update_latest);
+  // Waits for the pending save; rethrows its error.
+  void wait();
+  // Seconds the last save blocked the caller (host copies) and took in all.
+  double last_blocking_seconds() const { return blocking_s_; }
+  double last_total_seconds() const { return total_s_; }
+
+ private:
+  struct Job;
+  void run(const std::shared_ptr<Job>& job);
+  Options o_;
+  std::thread thread_;
+  std::exception_ptr error_;
+  double blocking_s_ = 0, total_s_ = 0;
+};
+
+// The checkpoint folder `path` names: itself when it holds manifest.json, else
+// (a checkpoint_dir) the folder its `latest` names; "" when neither exists.
+// Throws naming the path when `latest` names a folder that is not there.
+std::string find_checkpoint(const std::string& path);
+
+// manifest.json of a checkpoint folder, checked for its format and version.
+nlohmann::json read_manifest(const std::string& folder);
+
+// Fills this rank's live entries from the checkpoint (any layout). Counters
+// (0-d entries) get their values in `live[i].local`. `same_model`: whether the
+// [model] tables agree, so a global shape that differs can only be the
+// layout's padding (the common part loads, the rest keeps its values).
+// Throws naming the file and tensor on a missing, corrupt or unlike tensor.
+void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
+                  bool same_model);
+
+// Checks every file's size and CRC-32C against the manifest; returns the
+// problems found (empty: intact).
+std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest);
+
+}  // namespace smp

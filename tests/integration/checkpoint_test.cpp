@@ -1,0 +1,258 @@
+// Checkpoints end to end, through smp-launch: a job stopped after 2 of 4 steps
+// (run.exit_after_steps) and resumed from its checkpoint must continue exactly
+// as the job run whole (same layout: bit-identical losses and parameters;
+// another layout: equal within the equivalence tests' fp32 bounds), and every
+// bad checkpoint must be refused naming the file and tensor.
+#include "job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+namespace smp::testing {
+namespace {
+
+namespace fs = boost::filesystem;
+
+// The equivalence tests' bounds (equivalence_test.cpp): another layout sums in
+// another order.
+constexpr double kLossRtol = 2e-5;
+constexpr double kParamAtol = 2e-4;
+
+struct Model {
+  std::string plugin, config;
+};
+Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
+Model bert() { return {plugin_path("bert"), source_path("tests/integration/data/bert-equiv.toml")}; }
+Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
+
+const std::vector<std::string> kSteps = {"train.steps=4", "run.dump_parameters=true"};
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// A fresh folder for a job's run.dir.
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / fs::unique_path("smp-ckpt-" + name + "-%%%%-%%%%");
+  fs::create_directories(p);
+  return p.string();
+}
+
+// The job's 4 steps in one go.
+JobResult run_whole(const Model& m, int nproc, const std::vector<std::string>& sets) {
+  JobResult r = run_job(nproc, m.plugin, m.config, with(kSteps, sets));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r;
+}
+
+// The same job stopped after 2 steps (its checkpoint saved), in run_dir.
+JobResult run_first_half(const Model& m, int nproc, const std::vector<std::string>& sets, const std::string& run_dir) {
+  JobResult r = run_job(nproc, m.plugin, m.config,
+                        with(with(kSteps, sets), {"run.exit_after_steps=2", "run.checkpoint_every=3",
+                                                  "run.dir=" + run_dir}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stopping at step 2 of 4"), std::string::npos) << r.output;
+  return r;
+}
+
+// Every parameter exactly equal (tol 0) or within tol.
+std::string parameter_problems(const JobResult& a, const JobResult& b, double tol) {
+  std::string problem;
+  const auto pa = assemble_parameters(a.run_dir, 1e-6, &problem);
+  if (!problem.empty()) return problem;
+  const auto pb = assemble_parameters(b.run_dir, 1e-6, &problem);
+  if (!problem.empty()) return problem;
+  if (pa.size() != pb.size()) return std::to_string(pa.size()) + " parameters against " + std::to_string(pb.size());
+  std::string out;
+  double worst = 0;
+  for (const auto& [name, ta] : pa) {
+    if (!pb.count(name)) return "missing parameter " + name;
+    at::Tensor x = ta, y = pb.at(name);
+    // A vocabulary padded for a larger tp has more rows; the model is the common ones.
+    if (x.dim() > 0 && x.dim() == y.dim() && x.sizes().slice(1) == y.sizes().slice(1) && x.size(0) != y.size(0)) {
+      const int64_t rows = std::min(x.size(0), y.size(0));
+      x = x.narrow(0, 0, rows);
+      y = y.narrow(0, 0, rows);
+    }
+    if (x.sizes() != y.sizes()) return name + ": shapes differ";
+    const double d = (x - y).abs().max().item<double>();
+    worst = std::max(worst, d);
+    if (tol == 0 ? !at::equal(x, y) : d > tol) out += name + ": max |diff| " + std::to_string(d) + "\n";
+  }
+  std::printf("[ params ] max |diff| %.3g\n", worst);
+  return out;
+}
+
+// Same layout: steps 3 and 4 of the resumed run are those of the whole run, bit for bit.
+void expect_exact_resume(const Model& m, int nproc, const std::vector<std::string>& sets) {
+  const JobResult whole = run_whole(m, nproc, sets);
+  const std::string dir = fresh_dir("exact");
+  const JobResult first = run_first_half(m, nproc, sets, dir);
+  JobResult second = run_job(nproc, m.plugin, m.config, with(with(kSteps, sets), {"run.dir=" + dir}));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("loaded checkpoint"), std::string::npos) << second.output;
+  const auto all = losses_of(whole), tail = losses_of(second), head = losses_of(first);
+  ASSERT_EQ(all.size(), 4u);
+  ASSERT_EQ(head.size(), 2u);
+  ASSERT_EQ(tail.size(), 2u) << second.output;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(head[i], all[i]) << "step " << i + 1;
+    EXPECT_EQ(tail[i], all[i + 2]) << "step " << i + 3 << " after the resume";
+    EXPECT_EQ(second.summary["grad_norms"][i].get<double>(), whole.summary["grad_norms"][i + 2].get<double>());
+    EXPECT_EQ(second.summary["loss_scales"][i].get<double>(), whole.summary["loss_scales"][i + 2].get<double>());
+  }
+  EXPECT_EQ(second.summary["val_loss"].get<double>(), whole.summary["val_loss"].get<double>());
+  EXPECT_EQ(parameter_problems(second, whole, 0), "");
+}
+
+TEST(CheckpointResume, GptPipelineAndDataParallelIsExact) {
+  expect_exact_resume(gpt(), 4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2"});
+}
+
+TEST(CheckpointResume, GptTensorParallelWithSequenceParallelismIsExact) {
+  expect_exact_resume(gpt(), 2, {"parallel.tp=2", "tp.sequence_parallel=true"});
+}
+
+TEST(CheckpointResume, GptZero3IsExact) { expect_exact_resume(gpt(), 2, {"parallel.dp=2", "parallel.zero=3"}); }
+
+TEST(CheckpointResume, GptBf16IsExact) {
+  expect_exact_resume(gpt(), 2, {"parallel.dp=2", "parallel.zero=1", "train.precision=\"bf16\""});
+}
+
+// fp16 with a loss scale so high that the first step overflows and is skipped:
+// the scale, its good-step count and the skipped step are restored.
+TEST(CheckpointResume, GptFp16AfterASkippedStepIsExact) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "fp16 on the CPU needs LibTorch 2 (CI leg 2 runs this)";
+#endif
+  const std::vector<std::string> sets = {"train.precision=\"fp16\"", "train.initial_loss_scale=1e30",
+                                         "train.loss_scale_window=1"};
+  const JobResult whole = run_whole(gpt(), 1, sets);
+  ASSERT_GE(whole.summary["skipped_steps"].get<int64_t>(), 1) << "no step was skipped: the test shows nothing";
+  expect_exact_resume(gpt(), 1, sets);
+}
+
+TEST(CheckpointResume, BertIsExact) { expect_exact_resume(bert(), 2, {"parallel.dp=2"}); }
+TEST(CheckpointResume, NcfIsExact) { expect_exact_resume(ncf(), 2, {"parallel.pp=2"}); }
+
+// Saved on pp 2 x tp 2 (zero 1), resumed on other layouts: each continues as
+// the uninterrupted pp 2 x tp 2 run, within the equivalence bounds.
+TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4AndOneRank) {
+  const std::vector<std::string> saved_on = {"parallel.pp=2", "parallel.tp=2", "parallel.zero=1",
+                                             "parallel.microbatches=2"};
+  const JobResult whole = run_whole(gpt(), 4, saved_on);
+  const std::string dir = fresh_dir("reshard");
+  run_first_half(gpt(), 4, saved_on, dir);
+  const std::string checkpoint = (fs::path(dir) / "checkpoints" / "step-00000002").string();
+  ASSERT_TRUE(fs::exists(fs::path(checkpoint) / "manifest.json")) << checkpoint;
+  struct Target {
+    std::string name;
+    int nproc;
+    std::vector<std::string> sets;
+  };
+  for (const Target& t : std::vector<Target>{{"dp2 zero3", 2, {"parallel.dp=2", "parallel.zero=3"}},
+                                             {"pp4", 4, {"parallel.pp=4", "parallel.microbatches=2"}},
+                                             {"tp4 (vocabulary padded to 512)", 4, {"parallel.tp=4"}},
+                                             {"one rank", 1, {}}}) {
+    SCOPED_TRACE(t.name);
+    JobResult r = run_job(t.nproc, gpt().plugin, gpt().config,
+                          with(with(kSteps, t.sets), {"run.resume=" + quoted(checkpoint)}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("saved at pp=2 tp=2 dp=1 zero 1"), std::string::npos) << r.output;
+    const auto all = losses_of(whole), tail = losses_of(r);
+    ASSERT_EQ(tail.size(), 2u) << r.output;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
+    EXPECT_EQ(parameter_problems(r, whole, kParamAtol), "");
+  }
+}
+
+// ---- bad checkpoints ----
+
+// A saved checkpoint of the test GPT (2 ranks, dp 2) in a fresh folder; returns its path.
+std::string saved_checkpoint(const std::string& name) {
+  const std::string dir = fresh_dir(name);
+  run_first_half(gpt(), 2, {"parallel.dp=2"}, dir);
+  return (fs::path(dir) / "checkpoints" / "step-00000002").string();
+}
+
+JobResult resume_from(const std::string& checkpoint, const Model& m = gpt(), std::vector<std::string> sets = {}) {
+  return run_job(2, m.plugin, m.config, with(with(kSteps, {"parallel.dp=2"}), with(sets, {"run.resume=" + quoted(checkpoint)})));
+}
+
+void expect_refused(const JobResult& r, const std::vector<std::string>& said) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const auto& s : said) EXPECT_NE(r.output.find(s), std::string::npos) << "no '" << s << "' in\n" << r.output;
+}
+
+TEST(CheckpointErrors, EachBadCheckpointIsRefusedNamingFileAndTensor) {
+  const std::string good = saved_checkpoint("errors");
+  const fs::path shard = fs::path(good) / "rank-00000.safetensors";
+  auto copy_of = [&](const std::string& name) {
+    const fs::path to = fs::path(good).parent_path() / name;
+    fs::create_directories(to);
+    for (const auto& f : fs::directory_iterator(good)) fs::copy_file(f.path(), to / f.path().filename());
+    return to;
+  };
+  {
+    SCOPED_TRACE("a flipped byte");
+    const fs::path c = copy_of("corrupt");
+    std::fstream f((c / "rank-00000.safetensors").string(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char b = 0;
+    f.read(&b, 1);
+    f.seekp(-5, std::ios::end);
+    b = static_cast<char>(b ^ 0x40);
+    f.write(&b, 1);
+    f.close();
+    expect_refused(resume_from(c.string()), {"rank-00000.safetensors", "fails its CRC-32C (corrupted)", "tensor '"});
+  }
+  {
+    SCOPED_TRACE("a truncated shard");
+    const fs::path c = copy_of("truncated");
+    fs::resize_file(c / "rank-00000.safetensors", fs::file_size(shard) - 100);
+    expect_refused(resume_from(c.string()), {"rank-00000.safetensors", "truncated"});
+  }
+  {
+    SCOPED_TRACE("a missing shard");
+    const fs::path c = copy_of("missing");
+    fs::remove(c / "rank-00000.safetensors");
+    expect_refused(resume_from(c.string()), {"rank-00000.safetensors is missing"});
+  }
+  {
+    SCOPED_TRACE("another model shape");
+    expect_refused(resume_from(good, gpt(), {"model.hidden=64"}),
+                   {"another model shape", "model/", "model.hidden"});
+  }
+  {
+    SCOPED_TRACE("another adapter");
+    expect_refused(resume_from(good, bert()), {"was saved by adapter 'gpt'", "'bert'"});
+  }
+  {
+    SCOPED_TRACE("a newer format");
+    const fs::path c = copy_of("newer");
+    std::ifstream in((c / "manifest.json").string());
+    nlohmann::json m = nlohmann::json::parse(in);
+    in.close();
+    m["version"] = 99;
+    std::ofstream((c / "manifest.json").string()) << m.dump();
+    expect_refused(resume_from(c.string()), {"manifest.json", "format version 99", "upgrade smp"});
+  }
+  {
+    SCOPED_TRACE("no checkpoint where run.resume = latest looks");
+    JobResult r = run_job(1, gpt().plugin, gpt().config, {"run.resume=\"latest\""});
+    expect_refused(r, {"run.resume = \"latest\": no checkpoint in"});
+  }
+  {
+    SCOPED_TRACE("the good one still loads");
+    JobResult r = resume_from(good);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace smp::testing
