@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::PositiveNumber);
   app.add_option("--node-rank", o.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
   auto* addr = app.add_option("--master-addr", o.master_addr, "address of the node hosting rank 0 (default 127.0.0.1)");
-  auto* port = app.add_option("--master-port", o.master_port, "rendezvous port (default 29500; 0 picks a free one)")
+  auto* port = app.add_option("--master-port", o.master_port, "rendezvous port (default: MASTER_PORT, else a free one on a single node, else 29500; 0 picks a free one)")
                    ->check(CLI::Range(0, 65535));
   app.add_option("--max-restarts", o.max_restarts, "restart the local group up to K times after a failure")
       ->check(CLI::NonNegativeNumber);

@@ -161,7 +161,22 @@ class Supervisor {
       say("cannot create the log directory " + o_.log_dir + ": " + std::strerror(errno));
       return 1;
     }
+    // The port: --master-port, else MASTER_PORT, else on one node a free one
+    // (torchrun's standalone mode: two jobs on one machine do not collide),
+    // else 29500, which every node must agree on.
     int port = o_.master_port;
+    if (!o_.master_port_given) {
+      if (const auto env = getenv_str("MASTER_PORT")) {
+        try {
+          port = std::stoi(*env);
+        } catch (const std::exception&) {
+          say("MASTER_PORT='" + *env + "' is not a port number");
+          return 2;
+        }
+      } else if (o_.nnodes == 1) {
+        port = 0;
+      }
+    }
     if (port == 0) {
       if (o_.nnodes > 1) {
         say("--master-port 0 (pick a free port) only works with one node: every node must be given the same port");

@@ -10,9 +10,13 @@
 #include <boost/filesystem.hpp>
 #include <torch/version.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 namespace smp::testing {
 namespace {
@@ -169,6 +173,53 @@ TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4AndOneRank) {
       EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
     EXPECT_EQ(parameter_problems(r, whole, kParamAtol), "");
   }
+}
+
+// The pid of the smp-worker of `rank` whose command line names run_dir, or -1.
+pid_t worker_pid(const std::string& run_dir, int rank) {
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd((d.path() / "cmdline").string(), std::ios::binary);
+    const std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (args.find("smp-worker") == std::string::npos || args.find("run.dir=" + run_dir) == std::string::npos) continue;
+    std::ifstream env((d.path() / "environ").string(), std::ios::binary);
+    const std::string vars((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    if (vars.find(std::string("\0RANK=") + std::to_string(rank) + '\0') != std::string::npos ||
+        vars.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// A rank killed (SIGKILL) after the first checkpoint: smp-launch --max-restarts 1
+// starts the group again, which resumes from the newest checkpoint
+// (run.resume = "auto") and ends with the parameters of the run never killed.
+TEST(CheckpointRestart, AKilledRankRestartsFromTheLatestCheckpoint) {
+  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=120", "train.log_every=20",
+                                         "run.checkpoint_every=10", "run.dump_parameters=true"};
+  const JobResult whole = run_job(2, gpt().plugin, gpt().config, sets);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string dir = fresh_dir("restart");
+  JobResult killed;
+  std::thread job([&] {
+    killed = run_job(2, gpt().plugin, gpt().config, with(sets, {"run.dir=" + dir}), {"--max-restarts", "1"});
+  });
+  const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  pid_t victim = -1;
+  while (std::chrono::steady_clock::now() < deadline && victim < 0) {
+    if (fs::exists(latest)) victim = worker_pid(dir, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const bool sent = victim > 0 && ::kill(victim, SIGKILL) == 0;
+  job.join();
+  ASSERT_TRUE(sent) << "no rank 1 to kill after the first checkpoint\n" << killed.output;
+  ASSERT_EQ(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("restart 1 of 1"), std::string::npos) << killed.output;
+  EXPECT_NE(killed.output.find("loaded checkpoint"), std::string::npos) << killed.output;
+  EXPECT_EQ(parameter_problems(killed, whole, 0), "");
+  EXPECT_EQ(killed.summary["final_loss"].get<double>(), whole.summary["final_loss"].get<double>());
 }
 
 // ---- bad checkpoints ----

@@ -185,3 +185,23 @@ TEST(LaunchTest, SigtermToTheLauncherStopsEverything) {
 }
 
 }  // namespace
+
+// Without --master-port or MASTER_PORT a single-node launch picks a free port
+// (torchrun's standalone mode): two jobs started together on one machine both
+// finish, each on a port of its own.
+TEST(LaunchTest, TwoJobsOnOneMachineWithDefaultPortsBothFinish) {
+  auto job = [] {
+    return smp_test::start({SMP_LAUNCH_BIN, "--nproc-per-node", "2", "--worker", SMP_COMM_WORKER, "--mode", "loop",
+                            "--steps", "200"});
+  };
+  const auto a = job(), b = job();
+  const auto ra = smp_test::wait(a, 120), rb = smp_test::wait(b, 120);
+  EXPECT_EQ(ra.exit_code, 0) << ra.output;
+  EXPECT_EQ(rb.exit_code, 0) << rb.output;
+  auto port_of = [](const std::string& out) {
+    const auto at = out.find("smp-launch: MASTER_PORT=");
+    return at == std::string::npos ? std::string() : out.substr(at + 24, out.find('\n', at) - at - 24);
+  };
+  EXPECT_NE(port_of(ra.output), "") << ra.output;
+  EXPECT_NE(port_of(ra.output), port_of(rb.output)) << ra.output << rb.output;
+}
