@@ -11,11 +11,13 @@
 #include <torch/version.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace smp::testing {
@@ -220,6 +222,141 @@ TEST(CheckpointRestart, AKilledRankRestartsFromTheLatestCheckpoint) {
   EXPECT_NE(killed.output.find("loaded checkpoint"), std::string::npos) << killed.output;
   EXPECT_EQ(parameter_problems(killed, whole, 0), "");
   EXPECT_EQ(killed.summary["final_loss"].get<double>(), whole.summary["final_loss"].get<double>());
+}
+
+// ---- smp-checkpoint ----
+
+struct Command {
+  int exit_code = -1;
+  std::string output;
+};
+
+Command run_command(const std::string& cmd) {
+  Command r;
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof buf, pipe)) r.output += buf;
+  const int status = pipe ? pclose(pipe) : -1;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.output = "$ " + cmd + "\n" + r.output;
+  return r;
+}
+
+std::string tool() { return std::string(SMP_BIN_DIR) + "/smp-checkpoint"; }
+
+// export (smp's names, and GPT-2's) -> import -> run.init_from on another
+// layout: the parameters are the saved ones, bit for bit. The GPT-2 file has
+// transformers' names and shapes (read back by Python's safetensors where it is
+// installed).
+TEST(CheckpointTool, ExportImportRoundTripAndTheGpt2Layout) {
+  const JobResult saved = run_job(2, gpt().plugin, gpt().config,
+                                  {"parallel.tp=2", "train.steps=2", "run.checkpoint_every=2", "run.dump_parameters=true"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string ckpt = saved.run_dir + "/checkpoints", out = fresh_dir("export");
+  Command c = run_command(tool() + " inspect " + ckpt);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("step 2, adapter gpt"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("saved at pp=1 tp=2 dp=1"), std::string::npos) << c.output;
+  c = run_command(tool() + " verify " + ckpt);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  for (const std::string format : {"smp", "gpt2"}) {
+    SCOPED_TRACE(format);
+    const std::string file = out + "/" + format + ".safetensors", folder = out + "/imported-" + format;
+    c = run_command(tool() + " export " + ckpt + " " + file + " --format " + format);
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    c = run_command(tool() + " import " + file + " " + folder + " --adapter gpt");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    JobResult r = run_job(2, gpt().plugin, gpt().config,
+                          {"parallel.dp=2", "train.steps=0", "run.dump_parameters=true", "run.init_from=" + quoted(folder)});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("(run.init_from)"), std::string::npos) << r.output;
+    EXPECT_EQ(parameter_problems(r, saved, 0), "");
+  }
+  // The GPT-2 layout, read by an independent reader.
+  if (run_command("python3 -c 'import safetensors, torch'").exit_code != 0) {
+    std::printf("[ skipped ] the GPT-2 file's check with Python's safetensors: python3 with safetensors and torch "
+                "is not installed\n");
+    return;
+  }
+  const std::string script = out + "/check.py";
+  std::ofstream(script) << R"(import json, sys
+from safetensors import safe_open
+f = safe_open(sys.argv[1], "pt")
+cfg = json.load(open(sys.argv[2]))
+h, L, V, P = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"], cfg["n_positions"]
+want = {"transformer.wte.weight": [V, h], "transformer.wpe.weight": [P, h],
+        "transformer.ln_f.weight": [h], "transformer.ln_f.bias": [h]}
+for i in range(L):
+    p = "transformer.h.%d." % i
+    want.update({p + "ln_1.weight": [h], p + "ln_1.bias": [h], p + "ln_2.weight": [h], p + "ln_2.bias": [h],
+                 p + "attn.c_attn.weight": [h, 3 * h], p + "attn.c_attn.bias": [3 * h],
+                 p + "attn.c_proj.weight": [h, h], p + "attn.c_proj.bias": [h],
+                 p + "mlp.c_fc.weight": [h, cfg["n_inner"]], p + "mlp.c_fc.bias": [cfg["n_inner"]],
+                 p + "mlp.c_proj.weight": [cfg["n_inner"], h], p + "mlp.c_proj.bias": [h]})
+got = {k: list(f.get_tensor(k).shape) for k in f.keys()}
+assert got == want, (sorted(set(got.items()) ^ set(want.items())) if False else [k for k in set(got) | set(want) if got.get(k) != want.get(k)])
+assert (L, cfg["n_head"], h, V) == (4, 4, 32, 256), cfg
+print("gpt2 layout ok:", len(got), "tensors")
+)";
+  c = run_command("python3 " + script + " " + out + "/gpt2.safetensors " + out + "/config.json");
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("gpt2 layout ok: 52 tensors"), std::string::npos) << c.output;
+}
+
+// Ranks killed at random moments of a run that saves after every step (saves
+// run in the background, so most kills land while one is being written): 20
+// times, after which every committed checkpoint verifies, `latest` names one,
+// and the newest loads.
+TEST(CheckpointCrash, KillsDuringSavesLeaveEveryCommittedCheckpointLoadable) {
+  std::mt19937 rng(20261202);
+  const std::string dir = fresh_dir("crash");
+  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=400", "train.log_every=100",
+                                         "run.checkpoint_every=1", "run.keep_checkpoints=2", "run.dir=" + dir};
+  int killed = 0;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    JobResult r;
+    std::thread job([&] { r = run_job(2, gpt().plugin, gpt().config, sets); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    pid_t victim = -1;
+    const int rank = static_cast<int>(rng() % 2);
+    // Once this run committed a save (`latest` names another folder; each run
+    // resumes from the last one's), a random moment later.
+    const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
+    auto latest_name = [&] {
+      std::ifstream in(latest.string());
+      std::string n;
+      std::getline(in, n);
+      return n;
+    };
+    const std::string before = latest_name();
+    while (std::chrono::steady_clock::now() < deadline && victim < 0) {
+      const std::string now = latest_name();
+      if (!now.empty() && now != before) victim = worker_pid(dir, rank);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
+    if (victim > 0 && ::kill(victim, SIGKILL) == 0) ++killed;
+    job.join();
+    for (const auto& d : fs::directory_iterator(fs::path(dir) / "checkpoints")) {
+      const std::string name = d.path().filename().string();
+      // Committed names are exactly step-<N>; others are temporary or being deleted.
+      if (name.rfind("step-", 0) != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+      ASSERT_TRUE(fs::exists(d.path() / "manifest.json")) << d.path() << " is named like a committed checkpoint";
+      Command v = run_command(tool() + " verify " + d.path().string());
+      EXPECT_EQ(v.exit_code, 0) << v.output;
+    }
+  }
+  EXPECT_GE(killed, 15) << "most rounds must kill a rank";
+  std::ifstream latest((fs::path(dir) / "checkpoints" / "latest").string());
+  std::string name;
+  std::getline(latest, name);
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "checkpoints" / name / "manifest.json")) << "latest names '" << name << "'";
+  JobResult r = run_job(2, gpt().plugin, gpt().config,
+                        {"parallel.dp=2", "train.steps=400", "run.exit_after_steps=1", "run.resume=\"latest\"",
+                         "run.checkpoint_dir=" + quoted(dir + "/checkpoints")});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("loaded checkpoint"), std::string::npos) << r.output;
 }
 
 // ---- bad checkpoints ----

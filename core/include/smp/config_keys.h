@@ -127,7 +127,10 @@
     "Megatron's --exit-interval: the schedule still spans train.steps; 0 = run to train.steps")                    \
   X(resume, "run.resume", std::string, None, "auto", Default,                                                     \
     "auto: continue from the newest checkpoint in run.checkpoint_dir when there is one; never; latest: that "      \
-    "one, an error when there is none; or a checkpoint folder (any layout)")
+    "one, an error when there is none; or a checkpoint folder (any layout)")                                       \
+  X(init_from, "run.init_from", std::string, None, "", Default,                                                   \
+    "a checkpoint folder (e.g. from smp-checkpoint import) whose parameters start a run that does not resume; "    \
+    "its optimizer state and step are not used")
 
 #define SMP_COMM_KEYS(X)                                                                                            \
   X(shm_mb, "comm.shm_mb", double, NonNegativeReal, 16.0, Default,                                                 \

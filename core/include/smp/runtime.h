@@ -197,12 +197,16 @@ class Runtime {
   //     the newest run.keep_checkpoints kept; with run.checkpoint_async the
   //     step blocks only for host copies (the next save or
   //     wait_for_checkpoint waits for the writing).
-  //   resume: what run.resume asks for; returns the folder loaded, "" if none.
+  //   resume: what run.resume asks for; returns the folder loaded, "" if none
+  //     (then run.init_from, when given, sets the parameters).
+  //   init_from: the parameters (and fp32 masters) only, from a checkpoint
+  //     folder; the optimizer state and the step stay as they are.
   void save(const std::string& path);
   void load(const std::string& path);
   void save_checkpoint();
   void wait_for_checkpoint();
   std::string resume();
+  void init_from(const std::string& path);
   // Seconds the last save blocked training (host copies) and took in all
   // (known once it is waited for).
   double checkpoint_blocking_seconds() const;
@@ -215,6 +219,7 @@ class Runtime {
  private:
   struct Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
+  std::string resume_checkpoint(const std::string& mode);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -7,9 +7,11 @@
 
 #include <ATen/ATen.h>
 #include <boost/filesystem.hpp>
+#include <c10/core/GradMode.h>
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +83,15 @@ int64_t step_of_folder(const std::string& name) {
   static const std::regex re("step-([0-9]+)");
   std::smatch m;
   return std::regex_match(name, m, re) ? std::stoll(m[1].str()) : -1;
+}
+
+// Renamed out of the checkpoint names first: a deletion cut short by a crash
+// leaves a folder no reader takes for a checkpoint.
+void remove_folder(const fs::path& folder, const std::string& token) {
+  const fs::path doomed = folder.string() + ".deleting-" + token;
+  fs::rename(folder, doomed);
+  fsync_path(folder.parent_path().string());
+  fs::remove_all(doomed);
 }
 
 nlohmann::json slice_json(const StateEntry& e) {
@@ -226,17 +237,26 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   for (int r = 0; r < o_.world; ++r) fs::remove(tmp / rank_name(r, "json"));
   fsync_path(tmp.string());
 
-  // Into place; an older folder of the same name goes only once the new one is in.
+  // Into place. A folder of the same name (the step saved again) is swapped
+  // with the new one in one step where the file system can (renameat2's
+  // RENAME_EXCHANGE), else moved aside first; it goes once the new one is in.
   const fs::path parent = job->target.parent_path();
-  fs::path replaced;
   if (fs::exists(job->target)) {
-    replaced = job->target.string() + ".old-" + token_hex(o_.token);
-    fs::remove_all(replaced);
-    fs::rename(job->target, replaced);
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, job->target.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_path(parent.string());
+      remove_folder(tmp, token_hex(o_.token));
+    } else {
+      const fs::path replaced = job->target.string() + ".old-" + token_hex(o_.token);
+      fs::remove_all(replaced);
+      fs::rename(job->target, replaced);
+      fs::rename(tmp, job->target);
+      fsync_path(parent.string());
+      remove_folder(replaced, token_hex(o_.token));
+    }
+  } else {
+    fs::rename(tmp, job->target);
+    fsync_path(parent.string());
   }
-  fs::rename(tmp, job->target);
-  fsync_path(parent.string());
-  if (!replaced.empty()) fs::remove_all(replaced);
   if (job->update_latest) write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
 
   if (job->keep > 0) {
@@ -245,15 +265,17 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
       const std::string name = d.path().filename().string();
       const int64_t step = step_of_folder(name);
       if (step >= 0 && fs::exists(d.path() / "manifest.json")) committed.emplace_back(step, d.path());
-      // A temporary folder of an earlier attempt (another token) that crashed.
-      else if (name.rfind("step-", 0) == 0 && name.find(".tmp-") != std::string::npos &&
-               name.find(token_hex(o_.token)) == std::string::npos)
+      // What an earlier attempt (another token) left when it crashed: a
+      // temporary folder, or one it was deleting.
+      else if (name.rfind("step-", 0) == 0 && name.find(token_hex(o_.token)) == std::string::npos &&
+               (name.find(".tmp-") != std::string::npos || name.find(".deleting-") != std::string::npos ||
+                name.find(".old-") != std::string::npos))
         fs::remove_all(d.path());
     }
     std::sort(committed.begin(), committed.end());
     const int drop = static_cast<int>(committed.size()) - job->keep;
     for (int i = 0; i < drop; ++i)
-      if (committed[i].second != job->target) fs::remove_all(committed[i].second);
+      if (committed[i].second != job->target) remove_folder(committed[i].second, token_hex(o_.token));
   }
   total_s_ = seconds_since(job->start);
   int64_t bytes = 0;
@@ -504,6 +526,29 @@ void load_entries(const std::string& folder, const nlohmann::json& manifest, con
     }
     load_entry(files, used, *saved, e, same_model);
   }
+}
+
+StateEntry whole_tensor_entry(const std::string& name, const at::Tensor& t) {
+  StateEntry e;
+  e.name = name;
+  e.local = t;
+  e.owner = true;
+  if (t.dim() > 0) {
+    e.global_shape = t.sizes().vec();
+    e.block_shape = e.global_shape;
+    e.offsets.assign(e.global_shape.size(), 0);
+  }
+  return e;
+}
+
+at::Tensor read_global_tensor(const std::string& folder, const nlohmann::json& manifest, const std::string& name,
+                              at::ScalarType dtype) {
+  const auto& tensors = manifest["tensors"];
+  if (!tensors.contains(name)) throw Error("checkpoint " + folder + " has no tensor '" + name + "'");
+  const auto shape = tensors[name]["shape"].get<std::vector<int64_t>>();
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+  load_entries(folder, manifest, {whole_tensor_entry(name, out)}, false);
+  return out;
 }
 
 }  // namespace smp

@@ -80,6 +80,14 @@ nlohmann::json read_manifest(const std::string& folder);
 void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
                   bool same_model);
 
+// The whole global tensor `name` (e.g. "model/wte.weight") in `dtype`: the
+// fp32 masters for a parameter when the checkpoint has them and dtype is fp32.
+at::Tensor read_global_tensor(const std::string& folder, const nlohmann::json& manifest, const std::string& name,
+                              at::ScalarType dtype);
+
+// A StateEntry holding all of a global tensor (one rank's whole copy), owned.
+StateEntry whole_tensor_entry(const std::string& name, const at::Tensor& t);
+
 // Checks every file's size and CRC-32C against the manifest; returns the
 // problems found (empty: intact).
 std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest);

@@ -63,7 +63,11 @@ struct Runtime::Impl {
     std::string version;
     for (const auto& p : model->registry().plugins())
       if (p.name == model->adapter_plugin()) version = p.version;
+    nlohmann::json nodes = nlohmann::json::array();  // what tools need to name the tensors (smp-checkpoint export)
+    for (const auto& n : model->graph().nodes)
+      nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
     return {{"step", state->steps()},
+            {"graph", nodes},
             {"adapter", {{"name", model->adapter_name()}, {"plugin", model->adapter_plugin()}, {"version", version}}},
             {"model", job.model},
             {"layout", layout},
@@ -344,6 +348,12 @@ void Runtime::load(const std::string& path) {
 
 std::string Runtime::resume() {
   const std::string& mode = impl_->job.run.resume;
+  const std::string folder = resume_checkpoint(mode);
+  if (folder.empty() && !impl_->job.run.init_from.empty()) init_from(impl_->job.run.init_from);
+  return folder;
+}
+
+std::string Runtime::resume_checkpoint(const std::string& mode) {
   if (mode == "never") return "";
   const std::string dir = checkpoint_dir();
   std::string folder;
@@ -360,6 +370,27 @@ std::string Runtime::resume() {
   }
   load(folder);
   return folder;
+}
+
+void Runtime::init_from(const std::string& path) {
+  Impl& s = *impl_;
+  const std::string folder = find_checkpoint(path);
+  if (folder.empty()) throw Error("run.init_from: '" + path + "' is not a checkpoint folder nor holds a `latest` one");
+  const nlohmann::json manifest = read_manifest(folder);
+  const std::string saved_adapter = manifest.contains("adapter") ? manifest["adapter"].value("name", "") : "";
+  if (!saved_adapter.empty() && saved_adapter != s.model->adapter_name())
+    throw Error("run.init_from: " + folder + " holds parameters of adapter '" + saved_adapter + "', this run's is '" +
+                s.model->adapter_name() + "'");
+  // Shapes must match exactly unless the [model] tables agree (then a
+  // difference is the layout's vocabulary padding).
+  const bool same_model = manifest.contains("model") && manifest["model"] == s.job.model;
+  s.state->load_with([&](const std::vector<StateEntry>& live) {
+    std::vector<StateEntry> parameters;
+    for (const auto& e : live)
+      if (e.name.rfind("model/", 0) == 0 || e.name.rfind("optim/master/", 0) == 0) parameters.push_back(e);
+    load_entries(folder, manifest, parameters, same_model);
+  });
+  if (s.context->mesh().rank() == 0) spdlog::info("parameters from {} (run.init_from)", folder);
 }
 
 std::vector<double> Runtime::gather_world(double value) {
