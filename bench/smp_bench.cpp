@@ -9,6 +9,7 @@
 // per rank; numbers come from its <run.dir>/summary.json (step_seconds = mean step
 // time excluding the first step; the plain loop uses the same rule).
 #include "analytic.h"
+#include "checkpoint_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
 #include "plain_gpt.h"
@@ -880,6 +881,41 @@ int cmd_tp(const Common& c) {
 
 }  // namespace
 
+// ----------------------------------------------------------------------------- checkpoint
+int cmd_checkpoint(const Common& c, int save_every) {
+  const auto base = base_overrides(c);
+  json result = interleaved_header("checkpoint", c, base);
+  bench::CheckpointBenchOptions o;
+  o.config = c.config;
+  // A larger model than the bench's (hidden 512: about 13M parameters, 150 MB with AdamW's state),
+  // so that the files, not fixed costs, take the time; --set overrides it.
+  o.overrides = with_extra(with_extra({"model.hidden=512", "model.heads=8"}, base), {"parallel.dp=2", "parallel.zero=1"});
+  result["overrides"] = o.overrides;
+  o.repeat = c.repeat;
+  o.save_every = save_every;
+  o.quiet_cores = c.quiet_cores;
+  o.job_wait_s = c.job_wait_s;
+  result["layout"] = "dp 2, zero 1 (saved); loaded on dp 2 zero 1 and on tp 2";
+  result["method"] =
+      "Rounds, each running in turn: the job without saving, saving synchronously every save_every steps, saving "
+      "in the background (run.checkpoint_async), loading the last synchronous save on the same layout and on tp 2; "
+      "then the disk's sequential write throughput for files of the shards' sizes written at once (write + fsync, "
+      "one thread per file), in the same round. write_over_disk = checkpoint bytes / the median synchronous save "
+      "time / the disk's throughput. async stall per save = (steps 2..N and host copies of the async run - steps "
+      "2..N of the run without saves) / saves; against the median synchronous save. Load seconds: run.resume's "
+      "time in the worker (rank 0). Goals count on the median of >= 10 rounds.";
+  result["save_every"] = save_every;
+  result.update(bench::run_checkpoint_bench(o));
+  const auto& m = result["medians"];
+  std::cout << "\nsmp-bench checkpoint: " << c.repeat << " rounds, medians: sync save "
+            << fmt(m["sync_save_seconds"].get<double>(), 3) << " s, write at "
+            << fmt(100 * m["write_over_disk"].get<double>(), 1) << "% of the disk, async stall "
+            << fmt(100 * m["async_stall_over_sync_save"].get<double>(), 1) << "% of a sync save, resharded load x"
+            << fmt(m["load_resharded_over_same"].get<double>(), 2) << "\n";
+  finish(result, c);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   namespace fs = boost::filesystem;
   bench::Paths& P = bench::paths();
@@ -917,6 +953,12 @@ int main(int argc, char** argv) {
   add_common(op, oprof, 8, 8, P.source_dir + "/bench/results/op-profile.json");
   auto* bt = app.add_subcommand("bert", "the bert adapter on 1 rank vs a plain LibTorch BERT loop");
   add_common(bt, bert, 20, 16, P.source_dir + "/bench/results/bert.json");
+  Common ckpt;
+  int ckpt_every = 2;
+  ckpt.repeat = 10;  // its goals count only on the median of >= 10 rounds
+  auto* ck = app.add_subcommand("checkpoint", "save (sync, async) and load (same layout, resharded) times against the disk's write throughput");
+  add_common(ck, ckpt, 8, 8, P.source_dir + "/bench/results/checkpoint.json");
+  ck->add_option("--save-every", ckpt_every, "steps between saves")->capture_default_str();
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -966,7 +1008,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof, &dps})
+    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof, &dps, &ckpt})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
@@ -975,6 +1017,7 @@ int main(int argc, char** argv) {
     if (*dpsc) return cmd_dp_scaling(dps);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
+    if (*ck) return cmd_checkpoint(ckpt, ckpt_every);
     if (*ps) return cmd_pipeline_sim(psim, psim_m);
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
     if (*eg) return cmd_eager(eager);

@@ -211,6 +211,7 @@ class Runtime {
   // (known once it is waited for).
   double checkpoint_blocking_seconds() const;
   double checkpoint_total_seconds() const;
+  int64_t checkpoint_bytes() const;  // the last save's: all files on rank 0, this rank's elsewhere
   std::string checkpoint_dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
 
   // Elementwise sum across the world of per-rank values (for summaries).

@@ -11,6 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>  // renameat2
 #include <unistd.h>
 
@@ -144,19 +146,24 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   job->update_latest = update_latest;
   for (const StateEntry& e : entries) {
     if (!e.owner) continue;
-    // A copy now (the step after this one changes the live tensors).
-    at::Tensor host = e.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    // In the background: a copy now (the next step changes the live tensors).
+    // Synchronously: the live tensor itself where it is on the host already.
+    at::Tensor host = e.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/async).contiguous();
     nlohmann::json s = slice_json(e);
     s["name"] = e.name;
     s["dtype"] = safetensors_dtype(host.scalar_type());
     s["global_shape"] = e.global_shape;
-    s["crc32c"] = crc32c(0, host.data_ptr(), static_cast<size_t>(host.numel()) * host.element_size());
     job->slices.push_back(s);
     job->tensors.emplace_back(e.name, host);
   }
   blocking_s_ = seconds_since(job->start);
+  bytes_ = 0;
   if (async) {
     thread_ = std::thread([this, job] {
+      // The writer takes the CPU only when training leaves it idle: on a
+      // machine whose cores the ranks keep busy it must not slow the steps.
+      sched_param lowest{};
+      pthread_setschedparam(pthread_self(), SCHED_IDLE, &lowest);
       try {
         run(job);
       } catch (...) {
@@ -165,6 +172,7 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
     });
   } else {
     run(job);
+    blocking_s_ = seconds_since(job->start);  // a synchronous save blocks for all of it
   }
 }
 
@@ -175,12 +183,17 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   } catch (const std::exception& e) {
     throw Error("checkpoint: cannot create " + tmp.string() + ": " + e.what());
   }
+  for (size_t i = 0; i < job->tensors.size(); ++i) {  // here, not in save(): off the step's path
+    const at::Tensor& t = job->tensors[i].second;
+    job->slices[i]["crc32c"] = crc32c(0, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  }
   nlohmann::json index = {{"rank", o_.rank}, {"slices", job->slices}};
   if (!job->tensors.empty()) {
     const std::string file = rank_name(o_.rank, "safetensors");
     const SafetensorsWritten w = write_safetensors((tmp / file).string(), job->tensors,
                                                    {{"format", "smp-checkpoint"}, {"rank", std::to_string(o_.rank)}});
     index["file"] = {{"name", file}, {"bytes", w.bytes}, {"crc32c", w.crc32c}};
+    bytes_ = w.bytes;
   }
   // This rank's part is on disk: its index says so (renamed into place last).
   write_file_atomic(tmp / rank_name(o_.rank, "json"), index.dump());
@@ -280,6 +293,7 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   total_s_ = seconds_since(job->start);
   int64_t bytes = 0;
   for (const auto& f : files) bytes += f["bytes"].get<int64_t>();
+  bytes_ = bytes;
   spdlog::info("checkpoint {}: {} tensors, {:.1f} MB in {} files, committed {:.2f} s after the step", job->target.string(),
                tensors.size(), static_cast<double>(bytes) / 1e6, files.size(), total_s_);
 }

@@ -54,6 +54,8 @@ class CheckpointWriter {
   // Seconds the last save blocked the caller (host copies) and took in all.
   double last_blocking_seconds() const { return blocking_s_; }
   double last_total_seconds() const { return total_s_; }
+  // Bytes the last save wrote: every rank's files on rank 0, its own elsewhere.
+  int64_t last_bytes() const { return bytes_; }
 
  private:
   struct Job;
@@ -62,6 +64,7 @@ class CheckpointWriter {
   std::thread thread_;
   std::exception_ptr error_;
   double blocking_s_ = 0, total_s_ = 0;
+  int64_t bytes_ = 0;
 };
 
 // The checkpoint folder `path` names: itself when it holds manifest.json, else

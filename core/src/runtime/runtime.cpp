@@ -308,6 +308,7 @@ void Runtime::save_checkpoint() {
 void Runtime::wait_for_checkpoint() { impl_->checkpoints->wait(); }
 double Runtime::checkpoint_blocking_seconds() const { return impl_->checkpoints->last_blocking_seconds(); }
 double Runtime::checkpoint_total_seconds() const { return impl_->checkpoints->last_total_seconds(); }
+int64_t Runtime::checkpoint_bytes() const { return impl_->checkpoints->last_bytes(); }
 
 void Runtime::load(const std::string& path) {
   Impl& s = *impl_;

@@ -317,7 +317,9 @@ nlohmann::json run_training(Runtime& rt) {
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
+  const auto load_start = std::chrono::steady_clock::now();
   const std::string resumed = rt.resume();
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   if (!resumed.empty()) {
     metrics.write({{"event", "resume"}, {"checkpoint", resumed}, {"step", rt.steps_done()}});
     if (rank0 && rt.steps_done() >= steps)
@@ -376,7 +378,9 @@ nlohmann::json run_training(Runtime& rt) {
   }
   rt.wait_for_checkpoint();  // the last save is committed before the run reports
   nlohmann::json summary = make_summary(rt, rec, peak_per_rank, gemm);
-  summary["checkpoints"] = {{"dir", rt.checkpoint_dir()}, {"saved", checkpoints}, {"resumed_from", resumed}};
+  summary["checkpoints"] = {{"dir", rt.checkpoint_dir()},       {"saved", checkpoints},
+                            {"resumed_from", resumed},             {"load_seconds", load_seconds},
+                            {"last_bytes", rt.checkpoint_bytes()}, {"last_total_seconds", rt.checkpoint_total_seconds()}};
   write_outputs(rt, summary);
   return summary;
 }
