@@ -50,6 +50,8 @@ MALLOC_TRIM_THRESHOLD_=17179869184 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TOP_PA
 "$BENCH" op-profile "${wait_args[@]}" --out "$OUT/op-profile.json"
 python3 "$SRC/bench/zero_step_times.py" --build "$BUILD" --rounds 10 --out "$OUT/zero-step-times.json"
 python3 "$SRC/bench/memory_estimate.py" --build "$BUILD" --out "$OUT/memory-estimate.json"
+# Checkpoints: save and load times against the disk's write throughput, the async stall.
+"$BENCH" checkpoint --repeat "${CKPT_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/checkpoint.json"
 # Pipeline sends through shared memory against Gloo (writes bench/results/p2p-transport.json).
 ROUNDS="${P2P_ROUNDS:-10}" bash "$SRC/bench/ab_p2p_transport.sh" "$BUILD"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -22,6 +22,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -137,6 +139,12 @@ struct Rank {
   int log_fd = -1;
   bool exited = false;
   int code = 0, signal = 0;  // exit status
+  // Progress (SMP_HEARTBEAT_FD): the worker says its run.hang_timeout_s, then
+  // beats after each step; a rank silent for longer than that has hung.
+  int beat_fd = -1;
+  double hang_timeout_s = 0;
+  std::chrono::steady_clock::time_point last_beat;
+  std::string beat_partial;
 };
 
 class Supervisor {
@@ -256,7 +264,8 @@ class Supervisor {
     for (auto& r : ranks_) {
       if (r.out_fd >= 0) ::close(r.out_fd);
       if (r.log_fd >= 0) ::close(r.log_fd);
-      r.out_fd = r.log_fd = -1;
+      if (r.beat_fd >= 0) ::close(r.beat_fd);
+      r.out_fd = r.log_fd = r.beat_fd = -1;
     }
     if (first_failure_ >= 0) {
       const Rank& f = ranks_[first_failure_];
@@ -301,6 +310,11 @@ class Supervisor {
     };
     if (o_.threads_per_rank > 0) vars["OMP_NUM_THREADS"] = std::to_string(o_.threads_per_rank);
     else if (!getenv_str("OMP_NUM_THREADS") && o_.nproc_per_node > 1) vars["OMP_NUM_THREADS"] = "1";
+    int beat[2] = {-1, -1};
+    if (::pipe(beat) == 0) {
+      set_cloexec_nonblock(beat[0], true);
+      vars["SMP_HEARTBEAT_FD"] = std::to_string(beat[1]);
+    }
     std::vector<std::string> env = make_env(vars);
     std::vector<std::string> args = {o_.worker};
     args.insert(args.end(), o_.worker_args.begin(), o_.worker_args.end());
@@ -318,6 +332,7 @@ class Supervisor {
       ::sigprocmask(SIG_SETMASK, &old, nullptr);
       say(std::string("fork: ") + std::strerror(errno));
       if (fds[0] >= 0) ::close(fds[0]), ::close(fds[1]);
+      if (beat[0] >= 0) ::close(beat[0]), ::close(beat[1]);
       return false;
     }
     if (pid == 0) {
@@ -352,6 +367,11 @@ class Supervisor {
       ::close(fds[1]);
       r.out_fd = fds[0];
     }
+    if (beat[0] >= 0) {
+      ::close(beat[1]);
+      r.beat_fd = beat[0];
+      r.last_beat = Clock::now();
+    }
     r.pid = pid;
     r.running = true;
     return true;
@@ -377,6 +397,13 @@ class Supervisor {
           pfds.push_back({r.out_fd, POLLIN, 0});
           owners.push_back(&r);
         }
+      const size_t beats_from = pfds.size();
+      std::vector<Rank*> beaters;
+      for (auto& r : ranks_)
+        if (r.beat_fd >= 0) {
+          pfds.push_back({r.beat_fd, POLLIN, 0});
+          beaters.push_back(&r);
+        }
       int timeout_ms = 500;
       if (stopping_) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now()).count();
@@ -389,10 +416,13 @@ class Supervisor {
       }
       if (n > 0) {
         if (pfds[0].revents & POLLIN) handle_signals();
-        for (size_t i = 1; i < pfds.size(); ++i)
+        for (size_t i = 1; i < beats_from; ++i)
           if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*owners[i - 1], false);
+        for (size_t i = beats_from; i < pfds.size(); ++i)
+          if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_beats(*beaters[i - beats_from]);
       }
       reap();
+      check_progress();
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_ && live() > 0) {
         std::string who;
         for (const auto& r : ranks_)
@@ -403,6 +433,57 @@ class Supervisor {
         killed_ = true;
       }
     }
+  }
+
+  // "timeout <s>" and "beat" lines from a worker's heartbeat pipe.
+  void read_beats(Rank& r) {
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::read(r.beat_fd, buf, sizeof buf);
+      if (n > 0) {
+        r.beat_partial.append(buf, static_cast<size_t>(n));
+        size_t nl;
+        while ((nl = r.beat_partial.find('\n')) != std::string::npos) {
+          const std::string line = r.beat_partial.substr(0, nl);
+          r.beat_partial.erase(0, nl + 1);
+          if (line.rfind("timeout ", 0) == 0) r.hang_timeout_s = std::atof(line.c_str() + 8);
+          r.last_beat = Clock::now();
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {  // the worker closed it (exiting): no more checks
+        ::close(r.beat_fd);
+        r.beat_fd = -1;
+        r.hang_timeout_s = 0;
+      }
+      return;
+    }
+  }
+
+  // A rank silent for longer than its run.hang_timeout_s has hung: it fails the
+  // group like a rank that died (a restart if allowed). Its peers, waiting on
+  // it in a collective, go silent too: all silent ranks are named, the one
+  // silent longest first, and its last lines are shown.
+  void check_progress() {
+    if (stopping_) return;
+    std::vector<std::pair<double, size_t>> silent;  // seconds, rank index
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& r = ranks_[i];
+      if (!r.running || r.hang_timeout_s <= 0) continue;
+      const double s = std::chrono::duration<double>(Clock::now() - r.last_beat).count();
+      if (s > r.hang_timeout_s) silent.emplace_back(s, i);
+    }
+    if (silent.empty()) return;
+    std::sort(silent.rbegin(), silent.rend());
+    std::string who;
+    for (const auto& [s, i] : silent)
+      who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(ranks_[i].global) + " (pid " +
+             std::to_string(ranks_[i].pid) + ")";
+    const Rank& first = ranks_[silent.front().second];
+    if (first_failure_ < 0) first_failure_ = static_cast<int>(silent.front().second);
+    stop_all(who + " made no progress for " + fmt_seconds(std::floor(silent.front().first)) +
+             " (run.hang_timeout_s = " + fmt_seconds(first.hang_timeout_s) + "): treating the job as failed");
   }
 
   bool any_pipe_open() const {

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -187,8 +188,8 @@ pid_t worker_pid(const std::string& run_dir, int rank) {
     if (args.find("smp-worker") == std::string::npos || args.find("run.dir=" + run_dir) == std::string::npos) continue;
     std::ifstream env((d.path() / "environ").string(), std::ios::binary);
     const std::string vars((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    if (vars.find(std::string("\0RANK=") + std::to_string(rank) + '\0') != std::string::npos ||
-        vars.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0)
+    const std::string want = "RANK=" + std::to_string(rank) + '\0';  // the whole variable, not LOCAL_RANK
+    if (vars.find(std::string(1, '\0') + want) != std::string::npos || vars.rfind(want, 0) == 0)
       return static_cast<pid_t>(std::stol(name));
   }
   return -1;
@@ -222,6 +223,41 @@ TEST(CheckpointRestart, AKilledRankRestartsFromTheLatestCheckpoint) {
   EXPECT_NE(killed.output.find("loaded checkpoint"), std::string::npos) << killed.output;
   EXPECT_EQ(parameter_problems(killed, whole, 0), "");
   EXPECT_EQ(killed.summary["final_loss"].get<double>(), whole.summary["final_loss"].get<double>());
+}
+
+// A rank stopped (SIGSTOP) after the first checkpoint completes no more steps:
+// with run.hang_timeout_s smp-launch reports it, stops the group and, with
+// --max-restarts 1, starts it again from the checkpoint; the run ends with the
+// parameters of the run never stopped.
+TEST(CheckpointRestart, AHungRankIsReportedAndTheGroupResumes) {
+  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=120", "train.log_every=20",
+                                         "run.checkpoint_every=10", "run.dump_parameters=true"};
+  const JobResult whole = run_job(2, gpt().plugin, gpt().config, sets);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string dir = fresh_dir("hang");
+  JobResult hung;
+  std::thread job([&] {
+    hung = run_job(2, gpt().plugin, gpt().config, with(sets, {"run.dir=" + dir, "run.hang_timeout_s=3"}),
+                   {"--max-restarts", "1", "--kill-timeout", "2"});
+  });
+  const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  pid_t victim = -1;
+  while (std::chrono::steady_clock::now() < deadline && victim < 0) {
+    if (fs::exists(latest)) victim = worker_pid(dir, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const bool sent = victim > 0 && ::kill(victim, SIGSTOP) == 0;
+  job.join();
+  ASSERT_TRUE(sent) << "no rank 1 to stop after the first checkpoint\n" << hung.output;
+  ASSERT_EQ(hung.exit_code, 0) << hung.output;
+  EXPECT_NE(hung.output.find("rank 1 (pid " + std::to_string(victim) + ")"), std::string::npos) << hung.output;
+  EXPECT_NE(hung.output.find("made no progress for"), std::string::npos) << hung.output;
+  EXPECT_NE(hung.output.find("(run.hang_timeout_s = 3s): treating the job as failed"), std::string::npos)
+      << hung.output;
+  EXPECT_NE(hung.output.find("restart 1 of 1"), std::string::npos) << hung.output;
+  EXPECT_NE(hung.output.find("loaded checkpoint"), std::string::npos) << hung.output;
+  EXPECT_EQ(parameter_problems(hung, whole, 0), "");
 }
 
 // ---- smp-checkpoint ----
@@ -440,6 +476,31 @@ TEST(CheckpointErrors, EachBadCheckpointIsRefusedNamingFileAndTensor) {
     JobResult r = resume_from(good);
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
+}
+
+// A save that finds the disk full (a 1.2 MB tmpfs that holds one checkpoint of
+// the test model, not two) stops the job naming the file and the bytes it
+// needed; the checkpoint before stays committed, intact and `latest`.
+TEST(CheckpointErrors, AFullDiskStopsTheJobAndKeepsThePreviousCheckpoint) {
+  const std::string disk = fresh_dir("full-disk");
+  if (std::system(("mount -t tmpfs -o size=1200k tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)";
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount '" + dir + "'").c_str()); }
+  } unmount{disk};
+  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=4", "run.checkpoint_dir=" + quoted(disk)};
+  JobResult first = run_job(2, gpt().plugin, gpt().config,
+                            with(sets, {"run.exit_after_steps=2", "run.checkpoint_every=3"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  JobResult second = run_job(2, gpt().plugin, gpt().config, with(sets, {"run.checkpoint_every=1"}));
+  expect_refused(second, {"loaded checkpoint", disk + "/step-00000003", "No space left on device", "bytes"});
+  std::ifstream latest(disk + "/latest");
+  std::string name;
+  std::getline(latest, name);
+  EXPECT_EQ(name, "step-00000002");
+  Command v = run_command(tool() + " verify " + disk + "/step-00000002");
+  EXPECT_EQ(v.exit_code, 0) << v.output;
 }
 
 }  // namespace

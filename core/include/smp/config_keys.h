@@ -125,6 +125,9 @@
   X(exit_after_steps, "run.exit_after_steps", int64_t, NonNegative, 0, Default,                                  \
     "stop once this run has taken n steps (saving a checkpoint first when run.checkpoint_every > 0), as "          \
     "Megatron's --exit-interval: the schedule still spans train.steps; 0 = run to train.steps")                    \
+  X(hang_timeout_s, "run.hang_timeout_s", double, NonNegativeReal, 0.0, Default,                                 \
+    "under smp-launch: a rank that completes no step (or load, save, validation) for this long is reported "       \
+    "with its last lines and treated as failed (restarted with --max-restarts); 0 = never")                        \
   X(resume, "run.resume", std::string, None, "auto", Default,                                                     \
     "auto: continue from the newest checkpoint in run.checkpoint_dir when there is one; never; latest: that "      \
     "one, an error when there is none; or a checkpoint folder (any layout)")                                       \

@@ -5,6 +5,7 @@
 #include <smp/runtime.h>
 
 #include <smp/tracing.h>
+#include "train/heartbeat.h"
 #include "train/metrics_log.h"
 #include "train/run_report.h"
 
@@ -317,6 +318,7 @@ nlohmann::json run_training(Runtime& rt) {
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
+  Heartbeat heartbeat(job.run.hang_timeout_s);
   const auto load_start = std::chrono::steady_clock::now();
   const std::string resumed = rt.resume();
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -331,11 +333,14 @@ nlohmann::json run_training(Runtime& rt) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
   while (rt.steps_done() < steps) {
+    heartbeat.beat();
     StepResult r = rt.train_step();
+    heartbeat.beat();
     rec.add(r, steps);
     const bool exiting = exit_after > 0 && r.step + 1 - first_step >= exit_after && r.step + 1 < steps;
     if (checkpoint_every > 0 && ((r.step + 1) % checkpoint_every == 0 || r.step + 1 == steps || exiting)) {
       rt.save_checkpoint();
+      heartbeat.beat();
       checkpoints.push_back({{"step", r.step + 1}, {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
       metrics.write({{"event", "checkpoint"}, {"step", r.step + 1}, {"dir", rt.checkpoint_dir()},
                      {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
@@ -361,6 +366,7 @@ nlohmann::json run_training(Runtime& rt) {
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);
+      heartbeat.beat();
       rec.val_losses.push_back(validation_entry(rt, r.step + 1, v));
       if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
       metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
