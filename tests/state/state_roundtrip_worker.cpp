@@ -4,7 +4,8 @@
 // one more step, which must agree bit for bit (loss, gradient norm and every
 // state entry). Runtime C, fresh and loading nothing, must differ from A
 // after that step, so the check can fail. B and C join the job on the next
-// two ports after A's.
+// two ports after A's. With --through-disk DIR the copy goes through a
+// checkpoint instead: A saves it (Runtime::save), B loads it (Runtime::load).
 #include <smp/config.h>
 #include <smp/error.h>
 #include <smp/process_env.h>
@@ -46,10 +47,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> plugins, overrides;
   std::string config_path;
   int steps = 2;
+  std::string through_disk;
   app.add_option("--plugin", plugins)->required();
   app.add_option("--config", config_path)->required();
   app.add_option("--set", overrides);
   app.add_option("--steps", steps);
+  app.add_option("--through-disk", through_disk, "save and load the state as a checkpoint in this folder");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   auto create = [&](int port_offset) {
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
     auto a = create(0);
     for (int i = 0; i < steps; ++i) a->train_step();
     const std::vector<smp::StateEntry> saved = copy_of(a->state_entries());
+    if (!through_disk.empty()) a->save(through_disk);
     size_t sliced = 0;
     for (const auto& e : saved) sliced += e.flat_begin >= 0 || e.global_shape != e.block_shape;
     const smp::StepResult ra = a->train_step();
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
 
     auto b = create(1);
     b->gather_parameters();  // ZeRO-3: gathered copies of the old values must not outlive the load
-    b->load_state(saved);
+    if (through_disk.empty()) b->load_state(saved);
+    else b->load(through_disk);
     if (b->steps_done() != steps) throw smp::Error("runtime B is at step " + std::to_string(b->steps_done()));
     const smp::StepResult rb = b->train_step();
     const std::string diff = first_difference(after_a, b->state_entries());

@@ -7,6 +7,8 @@
 #include "proc_util.h"
 
 #include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
 #include <torch/version.h>
 
 #include <string>
@@ -18,10 +20,12 @@ using smp::testing::plugin_path;
 using smp::testing::run_job;
 using smp::testing::source_path;
 
-void round_trip(int nproc, const std::vector<std::string>& overrides) {
+// through_disk: the state goes through Runtime::save / Runtime::load in this folder.
+void round_trip(int nproc, const std::vector<std::string>& overrides, const std::string& through_disk = "") {
+  std::vector<std::string> launcher = {"--worker", SMP_STATE_WORKER};
+  if (!through_disk.empty()) launcher.insert(launcher.end(), {"--through-disk", through_disk});
   auto r = run_job(nproc, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
-                   smp::testing::with({"run.dump_parameters=false", "train.steps=6"}, overrides),
-                   {"--worker", SMP_STATE_WORKER});
+                   smp::testing::with({"run.dump_parameters=false", "train.steps=6"}, overrides), launcher);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < nproc; ++rank)
     EXPECT_TRUE(smp_test::contains(r.output, "rank " + std::to_string(rank) + ": state round trip identical"))
@@ -53,6 +57,18 @@ TEST(TrainStateRoundTrip, Zero3DataParallel) { round_trip(2, {"parallel.dp=2", "
 
 TEST(TrainStateRoundTrip, Zero2PipelineAndDataParallelBf16) {
   round_trip(4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=2", "train.precision=bf16"});
+}
+
+// The embedding API's checkpoints: Runtime::save, then Runtime::load in a fresh runtime.
+std::string fresh_folder() {
+  return (boost::filesystem::temp_directory_path() / boost::filesystem::unique_path("smp-state-ckpt-%%%%-%%%%"))
+      .string();
+}
+
+TEST(TrainStateRoundTrip, ThroughACheckpointOneRank) { round_trip(1, {}, fresh_folder()); }
+
+TEST(TrainStateRoundTrip, ThroughACheckpointZero2PipelineAndDataParallelBf16) {
+  round_trip(4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=2", "train.precision=bf16"}, fresh_folder());
 }
 
 }  // namespace
