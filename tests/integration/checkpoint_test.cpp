@@ -340,6 +340,58 @@ print("gpt2 layout ok:", len(got), "tensors")
   EXPECT_NE(c.output.find("gpt2 layout ok: 52 tensors"), std::string::npos) << c.output;
 }
 
+// Across precisions: a bf16 run's fp32 masters become an fp32 run's
+// parameters, and an fp32 run's parameters become a bf16 run's masters (its
+// bf16 parameters their rounding). Each loaded run trains no step and dumps
+// what it holds.
+TEST(CheckpointTool, MastersLoadAcrossPrecisions) {
+  auto saved = [](const std::string& precision) {
+    JobResult r = run_job(2, gpt().plugin, gpt().config,
+                          {"parallel.dp=2", "train.steps=2", "run.checkpoint_every=2", "run.dump_parameters=true",
+                           "train.precision=\"" + precision + "\""});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  auto loaded = [](const JobResult& from, const std::string& precision) {
+    JobResult r = run_job(2, gpt().plugin, gpt().config,
+                          {"parallel.dp=2", "train.steps=2", "run.dump_parameters=true",
+                           "train.precision=\"" + precision + "\"",
+                           "run.resume=" + quoted(from.run_dir + "/checkpoints")});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("loaded checkpoint"), std::string::npos) << r.output;
+    return r;
+  };
+  {
+    SCOPED_TRACE("bf16 -> fp32");
+    const JobResult bf16 = saved("bf16");
+    const JobResult fp32 = loaded(bf16, "fp32");
+    const std::string out = fresh_dir("masters") + "/masters.safetensors";
+    Command c = run_command(tool() + " export " + bf16.run_dir + "/checkpoints " + out);  // the fp32 masters
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    c = run_command(tool() + " import " + out + " " + out + ".ckpt --adapter gpt");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    JobResult masters = run_job(2, gpt().plugin, gpt().config,
+                                {"parallel.dp=2", "train.steps=0", "run.dump_parameters=true",
+                                 "run.init_from=" + quoted(out + ".ckpt")});
+    ASSERT_EQ(masters.exit_code, 0) << masters.output;
+    EXPECT_EQ(parameter_problems(fp32, masters, 0), "");
+    // And they are not the bf16 parameters (the check can fail).
+    EXPECT_NE(parameter_problems(fp32, bf16, 0), "");
+  }
+  {
+    SCOPED_TRACE("fp32 -> bf16");
+    const JobResult fp32 = saved("fp32");
+    const JobResult bf16 = loaded(fp32, "bf16");
+    std::string problem;
+    const auto want = assemble_parameters(fp32.run_dir, 1e-6, &problem);
+    const auto got = assemble_parameters(bf16.run_dir, 1e-6, &problem);
+    ASSERT_EQ(problem, "");
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [name, t] : want)
+      EXPECT_TRUE(at::equal(got.at(name), t.to(at::kBFloat16).to(t.scalar_type()))) << name;
+  }
+}
+
 // Ranks killed at random moments of a run that saves after every step (saves
 // run in the background, so most kills land while one is being written): 20
 // times, after which every committed checkpoint verifies, `latest` names one,
