@@ -149,7 +149,7 @@ TEST(CheckpointResume, NcfIsExact) { expect_exact_resume(ncf(), 2, {"parallel.pp
 
 // Saved on pp 2 x tp 2 (zero 1), resumed on other layouts: each continues as
 // the uninterrupted pp 2 x tp 2 run, within the equivalence bounds.
-TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4AndOneRank) {
+TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4InterleavedAndOneRank) {
   const std::vector<std::string> saved_on = {"parallel.pp=2", "parallel.tp=2", "parallel.zero=1",
                                              "parallel.microbatches=2"};
   const JobResult whole = run_whole(gpt(), 4, saved_on);
@@ -165,6 +165,9 @@ TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4AndOneRank) {
   for (const Target& t : std::vector<Target>{{"dp2 zero3", 2, {"parallel.dp=2", "parallel.zero=3"}},
                                              {"pp4", 4, {"parallel.pp=4", "parallel.microbatches=2"}},
                                              {"tp4 (vocabulary padded to 512)", 4, {"parallel.tp=4"}},
+                                             {"pp2 interleaved, 2 virtual stages", 2,
+                                              {"parallel.pp=2", "parallel.schedule=\"interleaved-1f1b\"",
+                                               "parallel.virtual_stages=2", "parallel.microbatches=2"}},
                                              {"one rank", 1, {}}}) {
     SCOPED_TRACE(t.name);
     JobResult r = run_job(t.nproc, gpt().plugin, gpt().config,
