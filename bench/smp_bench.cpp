@@ -898,7 +898,8 @@ int cmd_checkpoint(const Common& c, int save_every) {
   result["layout"] = "dp 2, zero 1 (saved); loaded on dp 2 zero 1 and on tp 2";
   result["method"] =
       "Rounds, each running in turn: the job without saving, saving synchronously every save_every steps, saving "
-      "in the background (run.checkpoint_async), loading the last synchronous save on the same layout and on tp 2; "
+      "in the background (run.checkpoint_async: host copies while the next step's forward and backward run, its "
+      "update waiting for them; the writing at SCHED_IDLE), loading the last synchronous save on the same layout and on tp 2; "
       "then the disk's sequential write throughput for files of the shards' sizes written at once (write + fsync, "
       "one thread per file), in the same round. write_over_disk = checkpoint bytes / the median synchronous save "
       "time / the disk's throughput. async stall per save = (steps 2..N and host copies of the async run - steps "

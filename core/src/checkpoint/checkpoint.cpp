@@ -146,22 +146,44 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   job->update_latest = update_latest;
   for (const StateEntry& e : entries) {
     if (!e.owner) continue;
-    // In the background: a copy now (the next step changes the live tensors).
     // Synchronously: the live tensor itself where it is on the host already.
-    at::Tensor host = e.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/async).contiguous();
+    // In the background: the live tensor, copied by the writer thread before
+    // anything changes it (wait_for_snapshot).
+    at::Tensor t = async ? e.local.detach() : e.local.detach().to(at::kCPU).contiguous();
     nlohmann::json s = slice_json(e);
     s["name"] = e.name;
-    s["dtype"] = safetensors_dtype(host.scalar_type());
+    s["dtype"] = safetensors_dtype(t.scalar_type());
     s["global_shape"] = e.global_shape;
     job->slices.push_back(s);
-    job->tensors.emplace_back(e.name, host);
+    job->tensors.emplace_back(e.name, t);
   }
-  blocking_s_ = seconds_since(job->start);
   bytes_ = 0;
   if (async) {
+    {
+      std::lock_guard<std::mutex> lock(snapshot_mutex_);
+      snapshot_pending_ = true;
+    }
     thread_ = std::thread([this, job] {
-      // The writer takes the CPU only when training leaves it idle: on a
-      // machine whose cores the ranks keep busy it must not slow the steps.
+      try {
+        // The copies first, at normal priority: the next step's forward and
+        // backward only read what is copied, its update waits for them.
+        for (auto& [name, t] : job->tensors) {
+          // From a GPU into pinned host memory (DMA); on the CPU a plain copy.
+          at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+          host.copy_(t);
+          t = host;
+        }
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(snapshot_mutex_);
+        snapshot_pending_ = false;
+      }
+      snapshot_done_.notify_all();
+      if (error_) return;
+      // Then the writing, taking the CPU only when training leaves it idle:
+      // on a machine whose cores the ranks keep busy it must not slow the steps.
       sched_param lowest{};
       pthread_setschedparam(pthread_self(), SCHED_IDLE, &lowest);
       try {
@@ -170,10 +192,19 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
         error_ = std::current_exception();
       }
     });
+    blocking_s_ = seconds_since(job->start);
   } else {
     run(job);
     blocking_s_ = seconds_since(job->start);  // a synchronous save blocks for all of it
   }
+}
+
+void CheckpointWriter::wait_for_snapshot() {
+  const auto t0 = clock_type::now();
+  std::unique_lock<std::mutex> lock(snapshot_mutex_);
+  if (!snapshot_pending_) return;
+  snapshot_done_.wait(lock, [this] { return !snapshot_pending_; });
+  blocking_s_ += seconds_since(t0);
 }
 
 void CheckpointWriter::run(const std::shared_ptr<Job>& job) {

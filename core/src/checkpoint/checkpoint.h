@@ -22,6 +22,8 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -43,14 +45,18 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Saves `entries` (this rank's state) as the folder `path`. Waits for the
-  // previous save first; copies the owned entries to host memory before it
-  // returns; then writes (and on rank 0 commits) them, in the background when
-  // `async`. With `keep` > 0 (rank 0, after committing) the folder's parent
+  // previous save first. Synchronously: writes (and on rank 0 commits) before
+  // it returns. With `async`: a background thread copies the owned entries to
+  // host memory (the caller calls wait_for_snapshot before anything changes
+  // them), then writes and commits. With `keep` > 0 (rank 0, after committing) the folder's parent
   // keeps the newest `keep` step-* checkpoints and `latest` names this one.
   void save(const std::string& path, const std::vector<StateEntry>& entries, const nlohmann::json& info, bool async,
             int keep, bool update_latest);
   // Waits for the pending save; rethrows its error.
   void wait();
+  // Waits until the pending background save has copied the state (before
+  // anything changes it: the optimizer's update).
+  void wait_for_snapshot();
   // Seconds the last save blocked the caller (host copies) and took in all.
   double last_blocking_seconds() const { return blocking_s_; }
   double last_total_seconds() const { return total_s_; }
@@ -63,6 +69,9 @@ class CheckpointWriter {
   Options o_;
   std::thread thread_;
   std::exception_ptr error_;
+  std::mutex snapshot_mutex_;
+  std::condition_variable snapshot_done_;
+  bool snapshot_pending_ = false;
   double blocking_s_ = 0, total_s_ = 0;
   int64_t bytes_ = 0;
 };

@@ -194,6 +194,7 @@ StepResult Runtime::train_step() {
     state.sync().finish_step();
   }
   out.phases.grad_sync = since(t1);
+  s.checkpoints->wait_for_snapshot();  // a background save's copies are taken before the update
   const OptimizerStepResult u =
       s.update->run(state, r.loss, out.loss_scale, s.context->mesh(), s.context->comm(Axis::World), device);
   out.phases.clip = u.clip_seconds;
@@ -281,7 +282,10 @@ std::vector<ParameterView> Runtime::gather_parameters() {
   return impl_->state->parameters();
 }
 std::vector<StateEntry> Runtime::state_entries() const { return impl_->state->entries(); }
-void Runtime::load_state(const std::vector<StateEntry>& entries) { impl_->state->load(entries); }
+void Runtime::load_state(const std::vector<StateEntry>& entries) {
+  impl_->checkpoints->wait_for_snapshot();
+  impl_->state->load(entries);
+}
 
 // ---- checkpoints ----
 
@@ -312,6 +316,7 @@ int64_t Runtime::checkpoint_bytes() const { return impl_->checkpoints->last_byte
 
 void Runtime::load(const std::string& path) {
   Impl& s = *impl_;
+  s.checkpoints->wait_for_snapshot();
   const std::string folder = find_checkpoint(path);
   if (folder.empty()) throw Error("checkpoint: " + path + " is neither a checkpoint nor a folder with a `latest` one");
   const nlohmann::json manifest = read_manifest(folder);
@@ -375,6 +380,7 @@ std::string Runtime::resume_checkpoint(const std::string& mode) {
 
 void Runtime::init_from(const std::string& path) {
   Impl& s = *impl_;
+  s.checkpoints->wait_for_snapshot();
   const std::string folder = find_checkpoint(path);
   if (folder.empty()) throw Error("run.init_from: '" + path + "' is not a checkpoint folder nor holds a `latest` one");
   const nlohmann::json manifest = read_manifest(folder);
