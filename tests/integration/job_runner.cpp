@@ -63,7 +63,8 @@ JobResult run_job(int nproc, const std::string& plugin, const std::string& confi
   std::string cmd;
   // The port is free when chosen, but a job of another test running at the same
   // time can take it before rank 0 binds it: then the rendezvous fails with
-  // EADDRINUSE before anything ran, and the job is started again on a new port.
+  // EADDRINUSE ("Address already in use") before anything ran, and the job is
+  // started again on a new port. (The state worker also uses the next two ports.)
   for (int attempt = 0; attempt < 3; ++attempt) {
     cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
           " --master-port " + std::to_string(find_free_port());
@@ -77,7 +78,9 @@ JobResult run_job(int nproc, const std::string& plugin, const std::string& confi
     while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
     int status = pipe ? pclose(pipe) : -1;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r.exit_code == 0 || r.output.find("EADDRINUSE") == std::string::npos) break;
+    if (r.exit_code == 0 || (r.output.find("EADDRINUSE") == std::string::npos &&
+                             r.output.find("Address already in use") == std::string::npos))
+      break;
   }
   std::ifstream in(r.run_dir + "/summary.json");
   if (in) r.summary = nlohmann::json::parse(in);
