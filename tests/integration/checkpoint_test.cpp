@@ -37,6 +37,7 @@ struct Model {
 Model gpt() { return {plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml")}; }
 Model bert() { return {plugin_path("bert"), source_path("tests/integration/data/bert-equiv.toml")}; }
 Model ncf() { return {plugin_path("ncf"), source_path("tests/integration/data/ncf-equiv.toml")}; }
+Model experts() { return {plugin_path("toy_experts"), source_path("tests/integration/data/experts-equiv.toml")}; }
 
 const std::vector<std::string> kSteps = {"train.steps=4", "run.dump_parameters=true"};
 
@@ -449,6 +450,34 @@ TEST(CheckpointCrash, KillsDuringSavesLeaveEveryCommittedCheckpointLoadable) {
                          "run.checkpoint_dir=" + quoted(dir + "/checkpoints")});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("loaded checkpoint"), std::string::npos) << r.output;
+}
+
+// Expert parallelism: experts split over ep (and sharded over edp under
+// ZeRO-3) load into a layout without ep, and the other way round.
+TEST(CheckpointReshard, ExpertParallelLoadsIntoOtherEpLayouts) {
+  struct Case {
+    std::string name;
+    int from_nproc;
+    std::vector<std::string> from;
+    int to_nproc;
+    std::vector<std::string> to;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"dp4 ep2 zero3 -> one rank", 4, {"parallel.dp=4", "parallel.ep=2", "parallel.zero=3"}, 1, {}},
+           {"dp2 -> dp4 ep4", 2, {"parallel.dp=2"}, 4, {"parallel.dp=4", "parallel.ep=4"}}}) {
+    SCOPED_TRACE(c.name);
+    const JobResult whole = run_whole(experts(), c.from_nproc, c.from);
+    const std::string dir = fresh_dir("ep");
+    run_first_half(experts(), c.from_nproc, c.from, dir);
+    JobResult r = run_job(c.to_nproc, experts().plugin, experts().config,
+                          with(with(kSteps, c.to), {"run.resume=" + quoted(dir + "/checkpoints")}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto all = losses_of(whole), tail = losses_of(r);
+    ASSERT_EQ(tail.size(), 2u) << r.output;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
+    EXPECT_EQ(parameter_problems(r, whole, kParamAtol), "");
+  }
 }
 
 // ---- bad checkpoints ----
