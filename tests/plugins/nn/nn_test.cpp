@@ -174,6 +174,29 @@ TEST_F(NnTest, LayerNorm) {
   });
 }
 
+TEST_F(NnTest, RmsNorm) {
+  smp_nn::RmsNorm m(Json{{"dim", 6}, {"eps", 1e-5}}, ctx(0));
+  EXPECT_EQ(m.parameters().size(), 1u);  // a weight, no bias
+  {  // a non-trivial weight, so that its gradient means something
+    c10::NoGradGuard g;
+    for (auto& p : m.parameters()) p.tensor.copy_(randn(p.tensor.sizes(), 8));
+  }
+  check_against(m, {randn({3, 5, 6}, 9).mul(3).add(1)}, [](Params& p, std::vector<Tensor>& in) {
+    return in[0] / (in[0].pow(2).mean({-1}, true) + 1e-5).sqrt() * p["weight"];
+  });
+}
+
+TEST_F(NnTest, RmsNormUnderBf16ReturnsBf16WithinItsRounding) {
+  smp_nn::RmsNorm m(Json{{"dim", 512}}, ctx(0));
+  for (auto& p : m.parameters()) p.tensor.set_data(p.tensor.detach().to(at::kBFloat16));
+  const Tensor x = randn({2, 512}, 3).mul(30).to(at::kBFloat16), x32 = x.to(at::kFloat);
+  const Tensor want = x32 / (x32.pow(2).mean({-1}, true) + 1e-5).sqrt();
+  const Tensor got = m.forward(Call{"forward", {x}})[0];
+  EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+  // Within bf16's rounding of the fp32 result (2^-8 relative).
+  EXPECT_LE(((got.to(at::kFloat) - want).abs() / want.abs().clamp_min(1e-3)).max().item<float>(), 1.0f / 256);
+}
+
 TEST_F(NnTest, Linear) {
   for (bool bias : {true, false}) {
     smp_nn::Linear m(Json{{"in", 6}, {"out", 4}, {"bias", bias}, {"init_std", 0.5}}, ctx(10));
@@ -592,11 +615,11 @@ const smp_plugin_descriptor* NnPlugin::desc_ = nullptr;
 TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(std::string(desc_->name), "smp_nn");
   EXPECT_EQ(desc_->n_rules, 0u);
-  for (const char* k : {"embedding", "position_embedding", "layer_norm", "linear", "attention", "mlp",
+  for (const char* k : {"embedding", "position_embedding", "layer_norm", "rms_norm", "linear", "attention", "mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
                         "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh"})
     EXPECT_NE(kind(k), nullptr) << k;
-  EXPECT_EQ(desc_->n_module_kinds, 20u);
+  EXPECT_EQ(desc_->n_module_kinds, 21u);
 }
 
 TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {

@@ -221,6 +221,7 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       {"transformer_layer", "parallel_transformer_layer"},
       {"position_embedding", "dist_position_embedding"},
       {"layer_norm", "dist_layer_norm"},
+      {"rms_norm", "dist_rms_norm"},
       {"dropout", "dist_dropout"},
       {"embedding_table", "sharded_embedding_table"},
       {"select", "dist_select"}};

@@ -75,6 +75,18 @@ struct LayerNormConfig {
   }
 };
 
+// rms_norm {dim, eps=1e-5} (Zhang & Sennrich 2019; Llama's norm: no mean, no bias)
+struct RmsNormConfig {
+  int64_t dim;
+  double eps;
+  static RmsNormConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"dim", "eps"}, node);
+    RmsNormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
+    require(r.eps > 0, node, "config key 'eps' must be > 0");
+    return r;
+  }
+};
+
 // linear {in, out, bias=true, init_std=0.02}; tp_mode, gather_output and
 // input_is_parallel are read by its tp kinds (see smp_tp).
 struct LinearConfig {

@@ -43,6 +43,9 @@ struct LinearParams {
 struct LayerNormParams {
   Tensor weight, bias;  // [dim]
 };
+struct RmsNormParams {
+  Tensor weight;  // [dim]
+};
 struct AttentionParams {
   LinearParams q, k, v, out;
 };
@@ -70,6 +73,7 @@ inline LinearParams init_linear(InitStream& s, int64_t in, int64_t out, bool bia
 inline LayerNormParams init_layer_norm(int64_t dim) {
   return {smp::sdk::init_constant({dim}, 1.0), smp::sdk::init_constant({dim}, 0.0)};
 }
+inline RmsNormParams init_rms_norm(int64_t dim) { return {smp::sdk::init_constant({dim}, 1.0)}; }
 inline AttentionParams init_attention(InitStream& s, const AttentionConfig& c, int rank = 0, int size = 1) {
   const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
   AttentionParams p;
@@ -102,6 +106,7 @@ inline void make_params(LinearParams& p) {
   if (p.bias.defined()) param(p.bias);
 }
 inline void make_params(LayerNormParams& p) { param(p.weight), param(p.bias); }
+inline void make_params(RmsNormParams& p) { param(p.weight); }
 inline void make_params(AttentionParams& p) { make_params(p.q), make_params(p.k), make_params(p.v), make_params(p.out); }
 inline void make_params(MlpParams& p) { make_params(p.fc), make_params(p.proj); }
 inline void make_params(TransformerLayerParams& p) {

@@ -6,6 +6,7 @@
 //                                                                     attend: x [b,s,dim] -> x W^T (+ b) [b,s,num]
 // position_embedding   {max_len, dim, init_std=0.01}                  forward: x [b,s,dim] -> x + P[:s]
 // layer_norm           {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim]
+// rms_norm             {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim] (no mean, no bias)
 // linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
 // attention            {hidden, heads, causal=true, dropout=0,        forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
 //                       init_std=0.02, out_init_std=init_std}
@@ -54,6 +55,11 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
                        bool tp_grad_sum = false) {
   out.push_back({prefix + "weight", p.weight, -1, tp_grad_sum});
   out.push_back({prefix + "bias", p.bias, -1, tp_grad_sum});
+}
+
+inline void add_params(std::vector<Param>& out, const std::string& prefix, const RmsNormParams& p,
+                       bool tp_grad_sum = false) {
+  out.push_back({prefix + "weight", p.weight, -1, tp_grad_sum});
 }
 
 // ---- serial math on full parameters (reused by tests) ----
@@ -175,6 +181,32 @@ class LayerNorm : public Module {
   std::string node_;
   LayerNormConfig c_;
   LayerNormParams p_;
+};
+
+class RmsNorm : public Module {
+ public:
+  RmsNorm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(RmsNormConfig::parse(cfg, node_)) {
+    p_ = init_rms_norm(c_.dim);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.dim)
+      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.dim) + ", got " +
+                            c10::str(call.inputs[0].sizes()));
+    return {rms_norm(call.inputs[0], p_, c_.eps)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "", p_);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  RmsNormConfig c_;
+  RmsNormParams p_;
 };
 
 class Linear : public Module {

@@ -56,6 +56,13 @@ inline std::vector<Tensor> qkv_projection(const Tensor& x, const LinearParams& q
 inline Tensor layer_norm(const Tensor& x, const LayerNormParams& p, double eps) {
   return at::layer_norm(x, {p.weight.size(0)}, p.weight, p.bias, eps);
 }
+// x / sqrt(mean(x^2) + eps) * weight, the statistic in fp32 whatever the
+// compute dtype (16-bit sums of squares over a long row lose the small terms).
+inline Tensor rms_norm(const Tensor& x, const RmsNormParams& p, double eps) {
+  const Tensor x32 = x.to(at::kFloat);
+  const Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * p.weight;
+}
 inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
 
 // Scaled dot-product attention over `heads_local` heads.

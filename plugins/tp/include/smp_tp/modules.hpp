@@ -461,6 +461,33 @@ class DistLayerNorm : public Module {
   LayerNormParams p_;
 };
 
+// rms_norm under tp: whole on every tp rank; under sequence parallelism each
+// rank normalises its own tokens, so the weight's gradient is summed over tp.
+class DistRmsNorm : public Module {
+ public:
+  DistRmsNorm(const Json& cfg, const ModuleContext& ctx)
+      : tp_(Tp::from(ctx)), c_(RmsNormConfig::parse(cfg, ctx.node_name)) {
+    p_ = init_rms_norm(c_.dim);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, tp_.node);
+    expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
+    expect_dim(call.inputs[0], call.inputs[0].dim(), c_.dim, tp_.node, "input");
+    return {rms_norm(call.inputs[0], p_, c_.eps)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "", p_, tp_.sp);
+    return out;
+  }
+
+ private:
+  Tp tp_;
+  RmsNormConfig c_;
+  RmsNormParams p_;
+};
+
 class DistDropout : public Module {
  public:
   DistDropout(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), p_(probability(cfg, "p", ctx.node_name)) {}
