@@ -356,6 +356,12 @@ void check_blocks() {
     compare("dist_layer_norm", s, d, {{x.mul(2).add(1)}, {act()}}, act());
   }
   {
+    Json c{{"dim", H}};
+    smp_nn::RmsNorm s(c, serial_ctx("rms", 38));
+    smp_tp::DistRmsNorm d(c, dist_ctx("rms", 38));
+    compare("dist_rms_norm", s, d, {{x.mul(2).add(1)}, {act()}}, act());
+  }
+  {
     Json c{{"max_len", 2 * S}, {"dim", H}};
     smp_nn::PositionEmbedding s(c, serial_ctx("wpe", 36));
     smp_tp::DistPositionEmbedding d(c, dist_ctx("wpe", 36));
