@@ -234,6 +234,22 @@ TEST_F(NnTest, Mlp) {
   check_against(m, {randn({2, 3, 8}, 17)}, [](Params& p, std::vector<Tensor>& in) { return ref_mlp(p, "", in[0]); });
 }
 
+TEST_F(NnTest, SwigluMlp) {
+  for (bool bias : {false, true}) {
+    smp_nn::SwigluMlp m(Json{{"hidden", 8}, {"ffn", 12}, {"bias", bias}, {"init_std", 0.3}}, ctx(18));
+    EXPECT_EQ(m.parameters().size(), bias ? 6u : 3u);
+    EXPECT_EQ(m.parameters()[0].name, "gate.weight");
+    EXPECT_EQ(m.parameters()[0].tensor.sizes(), at::IntArrayRef({12, 8}));
+    check_against(m, {randn({2, 3, 8}, 19)}, [bias](Params& p, std::vector<Tensor>& in) {
+      auto lin = [&](const std::string& n, const Tensor& x) {
+        return ref_linear(x, p[n + ".weight"], bias ? p[n + ".bias"] : Tensor());
+      };
+      const Tensor g = lin("gate", in[0]);
+      return lin("down", g * at::sigmoid(g) * lin("up", in[0]));
+    });
+  }
+}
+
 TEST_F(NnTest, TransformerLayer) {
   Json c{{"hidden", 16}, {"heads", 4}, {"ffn", 24}, {"init_std", 0.3}, {"out_init_std", 0.1}};
   smp_nn::TransformerLayer m(c, ctx(18));
@@ -615,11 +631,11 @@ const smp_plugin_descriptor* NnPlugin::desc_ = nullptr;
 TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(std::string(desc_->name), "smp_nn");
   EXPECT_EQ(desc_->n_rules, 0u);
-  for (const char* k : {"embedding", "position_embedding", "layer_norm", "rms_norm", "linear", "attention", "mlp",
+  for (const char* k : {"embedding", "position_embedding", "layer_norm", "rms_norm", "linear", "attention", "mlp", "swiglu_mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
                         "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh"})
     EXPECT_NE(kind(k), nullptr) << k;
-  EXPECT_EQ(desc_->n_module_kinds, 21u);
+  EXPECT_EQ(desc_->n_module_kinds, 22u);
 }
 
 TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {

@@ -208,7 +208,7 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
   std::vector<std::string> kinds;
   for (size_t i = 0; i < desc_->n_module_kinds; ++i) kinds.push_back(desc_->module_kinds[i]->name);
   for (const char* k : {"tp_linear", "column_parallel_linear", "row_parallel_linear", "vocab_parallel_embedding",
-                        "vocab_parallel_cross_entropy", "parallel_attention", "parallel_mlp",
+                        "vocab_parallel_cross_entropy", "parallel_attention", "parallel_mlp", "parallel_swiglu_mlp",
                         "parallel_transformer_layer", "dist_position_embedding", "dist_layer_norm", "dist_rms_norm", "dist_dropout",
                         "sharded_embedding_table", "dist_select"})
     EXPECT_NE(std::find(kinds.begin(), kinds.end(), k), kinds.end()) << k;
@@ -218,6 +218,7 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       {"cross_entropy", "vocab_parallel_cross_entropy"},
       {"attention", "parallel_attention"},
       {"mlp", "parallel_mlp"},
+      {"swiglu_mlp", "parallel_swiglu_mlp"},
       {"transformer_layer", "parallel_transformer_layer"},
       {"position_embedding", "dist_position_embedding"},
       {"layer_norm", "dist_layer_norm"},

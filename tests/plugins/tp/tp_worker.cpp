@@ -319,6 +319,12 @@ void check_blocks() {
     smp_tp::ParallelMlp d(mlp_cfg(), dist_ctx("mlp", 32));
     compare("parallel_mlp", s, d, {{x}, {act()}}, act());
   }
+  for (bool bias : {false, true}) {
+    const Json c{{"hidden", H}, {"ffn", 2 * H}, {"bias", bias}, {"init_std", 0.3}};
+    smp_nn::SwigluMlp s(c, serial_ctx("swiglu", 39));
+    smp_tp::ParallelSwigluMlp d(c, dist_ctx("swiglu", 39));
+    compare(std::string("parallel_swiglu_mlp") + (bias ? " with biases" : ""), s, d, {{x}, {act()}}, act());
+  }
   {
     smp_nn::TransformerLayer s(layer_cfg(), serial_ctx("blk", 33));
     smp_tp::ParallelTransformerLayer d(layer_cfg(), dist_ctx("blk", 33));

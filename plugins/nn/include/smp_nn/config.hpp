@@ -140,6 +140,25 @@ struct MlpConfig {
   }
 };
 
+// swiglu_mlp {hidden, ffn=4*hidden, bias=false, dropout=0, init_std=0.02, out_init_std=init_std}
+// (Shazeer 2020; Llama's MLP: down(silu(gate x) * up x))
+struct SwigluMlpConfig {
+  int64_t hidden, ffn;
+  bool bias;
+  double dropout, init_std, out_init_std;
+  static SwigluMlpConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"hidden", "ffn", "bias", "dropout", "init_std", "out_init_std"}, node);
+    SwigluMlpConfig r;
+    r.hidden = positive(c, "hidden", node);
+    r.ffn = positive(c, "ffn", node, 4 * r.hidden);
+    r.bias = config_get<bool>(c, "bias", node, false);
+    r.dropout = probability(c, "dropout", node);
+    r.init_std = stddev(c, "init_std", node, 0.02);
+    r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
+    return r;
+  }
+};
+
 // transformer_layer {hidden, heads, ffn=4*hidden, causal=true, dropout=0, init_std=0.02,
 //                    out_init_std=init_std, eps=1e-5}
 // transformer_layer {attention's and mlp's keys, eps = 1e-5, norm = "pre" (GPT-2:

@@ -52,6 +52,9 @@ struct AttentionParams {
 struct MlpParams {
   LinearParams fc, proj;
 };
+struct SwigluMlpParams {
+  LinearParams gate, up, down;
+};
 struct TransformerLayerParams {
   LayerNormParams ln1;
   AttentionParams attn;
@@ -90,6 +93,15 @@ inline MlpParams init_mlp(InitStream& s, const MlpConfig& c, int rank = 0, int s
   p.proj = init_linear(s, c.ffn, c.hidden, true, c.out_init_std, row, rank, size);
   return p;
 }
+// In this order from the node's stream: gate, up (column-split under tp), down (row-split).
+inline SwigluMlpParams init_swiglu_mlp(InitStream& s, const SwigluMlpConfig& c, int rank = 0, int size = 1) {
+  const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
+  SwigluMlpParams p;
+  p.gate = init_linear(s, c.hidden, c.ffn, c.bias, c.init_std, col, rank, size);
+  p.up = init_linear(s, c.hidden, c.ffn, c.bias, c.init_std, col, rank, size);
+  p.down = init_linear(s, c.ffn, c.hidden, c.bias, c.out_init_std, row, rank, size);
+  return p;
+}
 inline TransformerLayerParams init_transformer_layer(InitStream& s, const TransformerLayerConfig& c, int rank = 0,
                                                      int size = 1) {
   TransformerLayerParams p;
@@ -109,6 +121,7 @@ inline void make_params(LayerNormParams& p) { param(p.weight), param(p.bias); }
 inline void make_params(RmsNormParams& p) { param(p.weight); }
 inline void make_params(AttentionParams& p) { make_params(p.q), make_params(p.k), make_params(p.v), make_params(p.out); }
 inline void make_params(MlpParams& p) { make_params(p.fc), make_params(p.proj); }
+inline void make_params(SwigluMlpParams& p) { make_params(p.gate), make_params(p.up), make_params(p.down); }
 inline void make_params(TransformerLayerParams& p) {
   make_params(p.ln1), make_params(p.attn), make_params(p.ln2), make_params(p.mlp);
 }

@@ -7,6 +7,8 @@
 // position_embedding   {max_len, dim, init_std=0.01}                  forward: x [b,s,dim] -> x + P[:s]
 // layer_norm           {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim]
 // rms_norm             {dim, eps=1e-5}                                forward: x [...,dim] -> [...,dim] (no mean, no bias)
+// swiglu_mlp           {hidden, ffn=4*hidden, bias=false, dropout=0,  forward: x [...,h] -> down(silu(gate x) * up x)
+//                       init_std=0.02, out_init_std=init_std}
 // linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
 // attention            {hidden, heads, causal=true, dropout=0,        forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
 //                       init_std=0.02, out_init_std=init_std}
@@ -72,6 +74,13 @@ inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig&
 }
 inline Tensor mlp_forward(const MlpParams& p, const MlpConfig& c, const Tensor& x, bool training, uint64_t seed) {
   return dropout(linear(gelu_tanh(linear(x, p.fc)), p.proj), c.dropout, training, mix_seed(seed, kMlpOut));
+}
+// silu(gate) * up, the gated activation of a SwiGLU MLP.
+inline Tensor swiglu(const Tensor& gate, const Tensor& up) { return at::silu(gate) * up; }
+inline Tensor swiglu_mlp_forward(const SwigluMlpParams& p, const SwigluMlpConfig& c, const Tensor& x, bool training,
+                                 uint64_t seed) {
+  return dropout(linear(swiglu(linear(x, p.gate), linear(x, p.up)), p.down), c.dropout, training,
+                 mix_seed(seed, kMlpOut));
 }
 inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const TransformerLayerConfig& c,
                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
@@ -289,6 +298,33 @@ class Mlp : public Module {
   std::string node_;
   MlpConfig c_;
   MlpParams p_;
+};
+
+class SwigluMlp : public Module {
+ public:
+  SwigluMlp(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(SwigluMlpConfig::parse(cfg, node_)) {
+    InitStream gen(ctx.init_seed);
+    p_ = init_swiglu_mlp(gen, c_);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 1, node_, call.method);
+    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.hidden)
+      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.hidden) +
+                            ", got " + c10::str(call.inputs[0].sizes()));
+    return {swiglu_mlp_forward(p_, c_, call.inputs[0], call.training, call.rng_seed)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "gate.", p_.gate), add_params(out, "up.", p_.up), add_params(out, "down.", p_.down);
+    return out;
+  }
+
+ private:
+  std::string node_;
+  SwigluMlpConfig c_;
+  SwigluMlpParams p_;
 };
 
 class TransformerLayer : public Module {

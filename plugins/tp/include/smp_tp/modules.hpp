@@ -131,6 +131,15 @@ inline Tensor parallel_mlp_forward(const MlpParams& p, const MlpConfig& c, const
   return tp_dropout(y, c.dropout, training, mix_seed(seed, kMlpOut), tp);
 }
 
+// gate and up column-parallel (this rank's ffn columns), down row-parallel.
+inline Tensor parallel_swiglu_mlp_forward(const SwigluMlpParams& p, const SwigluMlpConfig& c, const Tp& tp,
+                                          const Tensor& x, bool training, uint64_t seed) {
+  const Tensor xf = tp.enter(x);
+  Tensor y = tp.exit(at::linear(swiglu(linear(xf, p.gate), linear(xf, p.up)), p.down.weight));
+  if (p.down.bias.defined()) y = y + p.down.bias;
+  return tp_dropout(y, c.dropout, training, mix_seed(seed, kMlpOut), tp);
+}
+
 class ParallelAttention : public Module {
  public:
   ParallelAttention(const Json& cfg, const ModuleContext& ctx)
@@ -184,6 +193,34 @@ class ParallelMlp : public Module {
   Tp tp_;
   MlpConfig c_;
   MlpParams p_;
+};
+
+class ParallelSwigluMlp : public Module {
+ public:
+  ParallelSwigluMlp(const Json& cfg, const ModuleContext& ctx)
+      : tp_(Tp::from(ctx)), c_(SwigluMlpConfig::parse(cfg, ctx.node_name)) {
+    tp_.divisible(c_.ffn, "ffn");
+    InitStream gen(ctx.init_seed);
+    p_ = init_swiglu_mlp(gen, c_, tp_.rank, tp_.size);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const Call& call) override {
+    expect_method(call.method, tp_.node);
+    expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
+    expect_dim(call.inputs[0], call.inputs[0].dim(), c_.hidden, tp_.node, "input");
+    return {parallel_swiglu_mlp_forward(p_, c_, tp_, call.inputs[0], call.training, call.rng_seed)};
+  }
+  std::vector<Param> parameters() override {
+    std::vector<Param> out;
+    add_params(out, "gate.", p_.gate, 0, 0), add_params(out, "up.", p_.up, 0, 0);
+    add_params(out, "down.", p_.down, 1, -1, tp_.sp);
+    return out;
+  }
+
+ private:
+  Tp tp_;
+  SwigluMlpConfig c_;
+  SwigluMlpParams p_;
 };
 
 // Pre-LN GPT-2 block; under SP the layer norms and residual adds run on the local

@@ -46,6 +46,7 @@ inline int64_t ffn_of(const Json& c, const char* kind) {
   return c.contains("ffn") ? get(c, "ffn", kind) : 4 * get(c, "hidden", kind);
 }
 inline void mlp(const Json& c, int tp) { divides("mlp", "ffn", ffn_of(c, "mlp"), tp); }
+inline void swiglu_mlp(const Json& c, int tp) { divides("swiglu_mlp", "ffn", ffn_of(c, "swiglu_mlp"), tp); }
 inline void transformer_layer(const Json& c, int tp) {
   divides("transformer_layer", "heads", get(c, "heads", "transformer_layer"), tp);
   divides("transformer_layer", "ffn", ffn_of(c, "transformer_layer"), tp);
