@@ -228,6 +228,49 @@ TEST_F(NnTest, AttentionBidirectionalWithPadding) {
   });
 }
 
+// Rotary embedding by its definition: each pair (x_i, x_{i+d/2}) of a head at
+// position p turned by the angle p * base^(-2i/d).
+Tensor ref_rotary(const Tensor& t, int64_t heads, double base) {
+  const int64_t b = t.size(0), s = t.size(1), d = t.size(2) / heads;
+  Tensor out = t.clone();
+  for (int64_t p = 0; p < s; ++p)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double a = static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+        const Tensor x1 = t.select(1, p).select(1, h * d + i), x2 = t.select(1, p).select(1, h * d + i + d / 2);
+        out.select(1, p).select(1, h * d + i).copy_(x1 * std::cos(a) - x2 * std::sin(a));
+        out.select(1, p).select(1, h * d + i + d / 2).copy_(x2 * std::cos(a) + x1 * std::sin(a));
+      }
+  return out;
+}
+
+TEST_F(NnTest, AttentionWithRotaryEmbedding) {
+  const int64_t heads = 2;
+  smp_nn::Attention m(Json{{"hidden", 8}, {"heads", heads}, {"rope_base", 100.0}, {"init_std", 0.5}}, ctx(20));
+  check_against(m, {randn({2, 5, 8}, 21)}, [&](Params& p, std::vector<Tensor>& in) {
+    const Tensor x = in[0];
+    const int64_t b = x.size(0), s = x.size(1), d = 8 / heads;
+    const Tensor q = ref_rotary(ref_linear(x, p["q.weight"], p["q.bias"]), heads, 100.0);
+    const Tensor k = ref_rotary(ref_linear(x, p["k.weight"], p["k.bias"]), heads, 100.0);
+    const Tensor v = ref_linear(x, p["v.weight"], p["v.bias"]);
+    const Tensor allowed = at::ones({s, s}, at::kBool).tril();
+    std::vector<Tensor> outs;
+    for (int64_t i = 0; i < heads; ++i) {
+      Tensor sc = at::bmm(q.narrow(2, i * d, d), k.narrow(2, i * d, d).transpose(1, 2)) / std::sqrt(double(d));
+      sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+      outs.push_back(at::bmm(at::softmax(sc, -1), v.narrow(2, i * d, d)));
+    }
+    (void)b;
+    return ref_linear(at::cat(outs, -1), p["out.weight"], p["out.bias"]);
+  });
+  // Scores see only relative positions: the same tokens shifted by one give the
+  // same last-row scores (checked on q.k of the rotated projections).
+  const Tensor t = randn({1, 4, 8}, 22);
+  const Tensor a = ref_rotary(t, heads, 100.0), b2 = ref_rotary(at::cat({randn({1, 1, 8}, 23), t}, 1), heads, 100.0);
+  EXPECT_TRUE(close((a.select(1, 3) * a.select(1, 1)).narrow(-1, 0, 4).sum(), (b2.select(1, 4) * b2.select(1, 2)).narrow(-1, 0, 4).sum()));
+  EXPECT_TRUE(close(smp_nn::rotary(t, heads, 4, 100.0), a));
+}
+
 TEST_F(NnTest, Mlp) {
   smp_nn::Mlp m(Json{{"hidden", 8}, {"init_std", 0.3}}, ctx(16));  // ffn defaults to 4 * hidden
   EXPECT_EQ(m.parameters()[0].tensor.sizes(), at::IntArrayRef({32, 8}));

@@ -314,6 +314,13 @@ void check_blocks() {
     Io io = causal ? Io{{x, pad_mask()}, {act(), Lay::Full}} : Io{{x}, {act()}};
     compare(std::string("parallel_attention ") + (causal ? "causal+padding" : "bidirectional"), s, d, io, act());
   }
+  {  // rotary embedding: each rank turns its own heads by the whole sequence's positions
+    Json c = attention_cfg();
+    c["rope_base"] = 1000.0;
+    smp_nn::Attention s(c, serial_ctx("attn", 40));
+    smp_tp::ParallelAttention d(c, dist_ctx("attn", 40));
+    compare("parallel_attention with rope", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
+  }
   {
     smp_nn::Mlp s(mlp_cfg(), serial_ctx("mlp", 32));
     smp_tp::ParallelMlp d(mlp_cfg(), dist_ctx("mlp", 32));

@@ -105,12 +105,14 @@ struct AttentionConfig {
   int64_t hidden, heads;
   bool causal;
   double dropout, init_std, out_init_std;
+  double rope_base = 0;  // rotary position embedding of q and k with this base; 0 = none
   // Not a config key: set from the module context when the memory manager asks
   // (memory.checkpoint_attention_core): the core's activations are recomputed in backward.
   bool recompute_core = false;
   int64_t head_dim() const { return hidden / heads; }
   static AttentionConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
-    if (check_keys) expect_node_keys(c, {"hidden", "heads", "causal", "dropout", "init_std", "out_init_std"}, node);
+    if (check_keys)
+      expect_node_keys(c, {"hidden", "heads", "causal", "dropout", "init_std", "out_init_std", "rope_base"}, node);
     AttentionConfig r;
     r.hidden = positive(c, "hidden", node);
     r.heads = positive(c, "heads", node);
@@ -120,6 +122,10 @@ struct AttentionConfig {
     r.dropout = probability(c, "dropout", node);
     r.init_std = stddev(c, "init_std", node, 0.02);
     r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
+    r.rope_base = config_get<double>(c, "rope_base", node, 0.0);
+    require(r.rope_base >= 0, node, "config key 'rope_base' must be >= 0 (0: no rotary embedding)");
+    require(r.rope_base == 0 || r.head_dim() % 2 == 0, node,
+            "rotary embedding (rope_base) needs an even head size, got " + std::to_string(r.head_dim()));
     return r;
   }
 };
@@ -169,8 +175,8 @@ struct TransformerLayerConfig {
   double eps;
   bool post_norm = false;
   static TransformerLayerConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps", "norm"},
-                     node);
+    expect_node_keys(
+        c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps", "norm", "rope_base"}, node);
     TransformerLayerConfig r{AttentionConfig::parse(c, node, false), MlpConfig::parse(c, node, false),
                              config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");

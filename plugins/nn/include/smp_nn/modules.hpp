@@ -11,7 +11,8 @@
 //                       init_std=0.02, out_init_std=init_std}
 // linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
 // attention            {hidden, heads, causal=true, dropout=0,        forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
-//                       init_std=0.02, out_init_std=init_std}
+//                       init_std=0.02, out_init_std=init_std,
+//                       rope_base=0 (rotary q and k with this base; 0 = none)
 // mlp                  {hidden, ffn=4h, dropout=0, init_std, out_init_std}  forward: x [...,h] -> [...,h]
 // transformer_layer    {hidden, heads, ffn=4h, causal=true, dropout=0,       forward: x [b,s,h] (, pad mask) -> [b,s,h]
 //                       init_std, out_init_std, eps=1e-5}
@@ -67,7 +68,9 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 // ---- serial math on full parameters (reused by tests) ----
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed) {
-  const std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
+  std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
+  if (c.rope_base > 0)
+    for (int i : {0, 1}) qkv[i] = rotary(qkv[i], c.heads, c.head_dim(), c.rope_base);
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
   return dropout(linear(ctx, p.out), c.dropout, training, mix_seed(seed, kAttnOut));

@@ -65,6 +65,22 @@ inline Tensor rms_norm(const Tensor& x, const RmsNormParams& p, double eps) {
 }
 inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
 
+// Rotary position embedding (Su et al. 2021) of t [b, s, heads * head_dim]: in
+// each head, the pair (x_i, x_{i + d/2}) at position p turns by p * base^(-2i/d)
+// (the rotate-half layout of GPT-NeoX and Hugging Face's Llama). Angles in fp64,
+// cos and sin in t's dtype.
+inline Tensor rotary(const Tensor& t, int64_t heads, int64_t head_dim, double base) {
+  const int64_t b = t.size(0), s = t.size(1), half = head_dim / 2;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(t.device());
+  const Tensor inv_freq = at::pow(base, at::arange(0, half, f64).mul(-2.0 / static_cast<double>(head_dim)));
+  const Tensor angles = at::outer(at::arange(s, f64), inv_freq);  // [s, d/2]
+  const Tensor cos = at::cat({angles.cos(), angles.cos()}, -1).to(t.scalar_type()).view({1, s, 1, head_dim});
+  const Tensor sin = at::cat({angles.sin(), angles.sin()}, -1).to(t.scalar_type()).view({1, s, 1, head_dim});
+  const Tensor x = t.reshape({b, s, heads, head_dim});
+  const Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+  return (x * cos + rotated * sin).reshape({b, s, heads * head_dim});
+}
+
 // Scaled dot-product attention over `heads_local` heads.
 //   q, k, v: [b, s, heads_local * head_dim] (heads contiguous along the last dim)
 //   pad_mask: undefined or [b, s], nonzero = keep; combined with the causal mask.

@@ -118,7 +118,9 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
                                          const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
-  const std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v);  // this rank's heads of each
+  std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v);  // this rank's heads of each
+  if (c.rope_base > 0)  // positions are whole here: under SP the input was gathered first
+    for (int i : {0, 1}) qkv[i] = rotary(qkv[i], nl, c.head_dim(), c.rope_base);
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], nl, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, tp.rank * nl);
   Tensor y = tp.exit(at::linear(ctx, p.out.weight)) + p.out.bias;
