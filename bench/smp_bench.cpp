@@ -887,8 +887,8 @@ int cmd_checkpoint(const Common& c, int save_every) {
   json result = interleaved_header("checkpoint", c, base);
   bench::CheckpointBenchOptions o;
   o.config = c.config;
-  // A larger model than the bench's (hidden 512: about 13M parameters, 150 MB with AdamW's state),
-  // so that the files, not fixed costs, take the time; --set overrides it.
+  // A wider model than the bench's (hidden 512), so that the files, not fixed
+  // costs, take the time; --set overrides it.
   o.overrides = with_extra(with_extra({"model.hidden=512", "model.heads=8"}, base), {"parallel.dp=2", "parallel.zero=1"});
   result["overrides"] = o.overrides;
   o.repeat = c.repeat;
