@@ -200,29 +200,40 @@ pid_t worker_pid(const std::string& run_dir, int rank) {
   return -1;
 }
 
+// The job of 120 steps with a checkpoint every 10, run whole.
+const std::vector<std::string> kRestartJob = {"parallel.dp=2", "train.steps=120", "train.log_every=20",
+                                              "run.checkpoint_every=10", "run.dump_parameters=true"};
+
+// Runs the job in run_dir with `extra` settings and launcher args, sends
+// `signal` to rank 1 once the first checkpoint is committed, and returns the
+// job's result; *victim is the pid signalled (-1: none was).
+JobResult signal_rank_after_first_checkpoint(const std::string& run_dir, const std::vector<std::string>& extra,
+                                            const std::vector<std::string>& launcher, int signal, pid_t* victim) {
+  JobResult r;
+  std::thread job([&] { r = run_job(2, gpt().plugin, gpt().config, with(kRestartJob, extra), launcher); });
+  const fs::path latest = fs::path(run_dir) / "checkpoints" / "latest";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  *victim = -1;
+  while (std::chrono::steady_clock::now() < deadline && *victim < 0) {
+    if (fs::exists(latest)) *victim = worker_pid(run_dir, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (*victim > 0 && ::kill(*victim, signal) != 0) *victim = -1;
+  job.join();
+  return r;
+}
+
 // A rank killed (SIGKILL) after the first checkpoint: smp-launch --max-restarts 1
 // starts the group again, which resumes from the newest checkpoint
 // (run.resume = "auto") and ends with the parameters of the run never killed.
 TEST(CheckpointRestart, AKilledRankRestartsFromTheLatestCheckpoint) {
-  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=120", "train.log_every=20",
-                                         "run.checkpoint_every=10", "run.dump_parameters=true"};
-  const JobResult whole = run_job(2, gpt().plugin, gpt().config, sets);
+  const JobResult whole = run_job(2, gpt().plugin, gpt().config, kRestartJob);
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const std::string dir = fresh_dir("restart");
-  JobResult killed;
-  std::thread job([&] {
-    killed = run_job(2, gpt().plugin, gpt().config, with(sets, {"run.dir=" + dir}), {"--max-restarts", "1"});
-  });
-  const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   pid_t victim = -1;
-  while (std::chrono::steady_clock::now() < deadline && victim < 0) {
-    if (fs::exists(latest)) victim = worker_pid(dir, 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  const bool sent = victim > 0 && ::kill(victim, SIGKILL) == 0;
-  job.join();
-  ASSERT_TRUE(sent) << "no rank 1 to kill after the first checkpoint\n" << killed.output;
+  const JobResult killed =
+      signal_rank_after_first_checkpoint(dir, {"run.dir=" + dir}, {"--max-restarts", "1"}, SIGKILL, &victim);
+  ASSERT_GT(victim, 0) << "no rank 1 to kill after the first checkpoint\n" << killed.output;
   ASSERT_EQ(killed.exit_code, 0) << killed.output;
   EXPECT_NE(killed.output.find("restart 1 of 1"), std::string::npos) << killed.output;
   EXPECT_NE(killed.output.find("loaded checkpoint"), std::string::npos) << killed.output;
@@ -235,26 +246,14 @@ TEST(CheckpointRestart, AKilledRankRestartsFromTheLatestCheckpoint) {
 // --max-restarts 1, starts it again from the checkpoint; the run ends with the
 // parameters of the run never stopped.
 TEST(CheckpointRestart, AHungRankIsReportedAndTheGroupResumes) {
-  const std::vector<std::string> sets = {"parallel.dp=2", "train.steps=120", "train.log_every=20",
-                                         "run.checkpoint_every=10", "run.dump_parameters=true"};
-  const JobResult whole = run_job(2, gpt().plugin, gpt().config, sets);
+  const JobResult whole = run_job(2, gpt().plugin, gpt().config, kRestartJob);
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const std::string dir = fresh_dir("hang");
-  JobResult hung;
-  std::thread job([&] {
-    hung = run_job(2, gpt().plugin, gpt().config, with(sets, {"run.dir=" + dir, "run.hang_timeout_s=3"}),
-                   {"--max-restarts", "1", "--kill-timeout", "2"});
-  });
-  const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   pid_t victim = -1;
-  while (std::chrono::steady_clock::now() < deadline && victim < 0) {
-    if (fs::exists(latest)) victim = worker_pid(dir, 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  const bool sent = victim > 0 && ::kill(victim, SIGSTOP) == 0;
-  job.join();
-  ASSERT_TRUE(sent) << "no rank 1 to stop after the first checkpoint\n" << hung.output;
+  const JobResult hung = signal_rank_after_first_checkpoint(dir, {"run.dir=" + dir, "run.hang_timeout_s=3"},
+                                                            {"--max-restarts", "1", "--kill-timeout", "2"},
+                                                            SIGSTOP, &victim);
+  ASSERT_GT(victim, 0) << "no rank 1 to stop after the first checkpoint\n" << hung.output;
   ASSERT_EQ(hung.exit_code, 0) << hung.output;
   EXPECT_NE(hung.output.find("rank 1 (pid " + std::to_string(victim) + ")"), std::string::npos) << hung.output;
   EXPECT_NE(hung.output.find("made no progress for"), std::string::npos) << hung.output;

@@ -63,25 +63,14 @@ struct PositionEmbeddingConfig {
   }
 };
 
-// layer_norm {dim, eps=1e-5}
-struct LayerNormConfig {
+// layer_norm and rms_norm {dim, eps=1e-5} (rms_norm: Zhang & Sennrich 2019,
+// Llama's norm: no mean, no bias)
+struct NormConfig {
   int64_t dim;
   double eps;
-  static LayerNormConfig parse(const Json& c, const std::string& node) {
+  static NormConfig parse(const Json& c, const std::string& node) {
     expect_node_keys(c, {"dim", "eps"}, node);
-    LayerNormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
-    require(r.eps > 0, node, "config key 'eps' must be > 0");
-    return r;
-  }
-};
-
-// rms_norm {dim, eps=1e-5} (Zhang & Sennrich 2019; Llama's norm: no mean, no bias)
-struct RmsNormConfig {
-  int64_t dim;
-  double eps;
-  static RmsNormConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(c, {"dim", "eps"}, node);
-    RmsNormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
+    NormConfig r{positive(c, "dim", node), config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");
     return r;
   }

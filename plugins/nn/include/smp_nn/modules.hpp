@@ -169,10 +169,13 @@ class PositionEmbedding : public Module {
   Tensor weight_;
 };
 
-class LayerNorm : public Module {
+// A normalisation over the last dimension (layer_norm, rms_norm): its
+// parameters from Init(dim), applied by Apply with the config's eps.
+template <class Params, Params (*Init)(int64_t), Tensor (*Apply)(const Tensor&, const Params&, double)>
+class Norm : public Module {
  public:
-  LayerNorm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(LayerNormConfig::parse(cfg, node_)) {
-    p_ = init_layer_norm(c_.dim);
+  Norm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(NormConfig::parse(cfg, node_)) {
+    p_ = Init(c_.dim);
     make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -181,7 +184,7 @@ class LayerNorm : public Module {
     if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.dim)
       throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.dim) + ", got " +
                             c10::str(call.inputs[0].sizes()));
-    return {layer_norm(call.inputs[0], p_, c_.eps)};
+    return {Apply(call.inputs[0], p_, c_.eps)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -191,35 +194,11 @@ class LayerNorm : public Module {
 
  private:
   std::string node_;
-  LayerNormConfig c_;
-  LayerNormParams p_;
+  NormConfig c_;
+  Params p_;
 };
-
-class RmsNorm : public Module {
- public:
-  RmsNorm(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(RmsNormConfig::parse(cfg, node_)) {
-    p_ = init_rms_norm(c_.dim);
-    make_params(p_);
-  }
-  std::vector<Tensor> forward(const Call& call) override {
-    expect_method(call.method, node_);
-    expect_inputs(call.inputs, 1, 1, node_, call.method);
-    if (call.inputs[0].dim() < 1 || call.inputs[0].size(-1) != c_.dim)
-      throw smp::sdk::Error("node '" + node_ + "': input last dim must be " + std::to_string(c_.dim) + ", got " +
-                            c10::str(call.inputs[0].sizes()));
-    return {rms_norm(call.inputs[0], p_, c_.eps)};
-  }
-  std::vector<Param> parameters() override {
-    std::vector<Param> out;
-    add_params(out, "", p_);
-    return out;
-  }
-
- private:
-  std::string node_;
-  RmsNormConfig c_;
-  RmsNormParams p_;
-};
+using LayerNorm = Norm<LayerNormParams, init_layer_norm, layer_norm>;
+using RmsNorm = Norm<RmsNormParams, init_rms_norm, rms_norm>;
 
 class Linear : public Module {
  public:

@@ -475,18 +475,21 @@ class DistPositionEmbedding : public Module {
   Tensor weight_;
 };
 
-class DistLayerNorm : public Module {
+// A norm under tp (dist_layer_norm, dist_rms_norm): whole on every tp rank;
+// under sequence parallelism each rank normalises its own tokens, so the
+// parameters' gradients are summed over tp.
+template <class Params, Params (*Init)(int64_t), Tensor (*Apply)(const Tensor&, const Params&, double)>
+class DistNorm : public Module {
  public:
-  DistLayerNorm(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(LayerNormConfig::parse(cfg, ctx.node_name)) {
-    p_ = init_layer_norm(c_.dim);
+  DistNorm(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), c_(NormConfig::parse(cfg, ctx.node_name)) {
+    p_ = Init(c_.dim);
     make_params(p_);
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
     expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
     expect_dim(call.inputs[0], call.inputs[0].dim(), c_.dim, tp_.node, "input");
-    return {layer_norm(call.inputs[0], p_, c_.eps)};
+    return {Apply(call.inputs[0], p_, c_.eps)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -496,36 +499,11 @@ class DistLayerNorm : public Module {
 
  private:
   Tp tp_;
-  LayerNormConfig c_;
-  LayerNormParams p_;
+  NormConfig c_;
+  Params p_;
 };
-
-// rms_norm under tp: whole on every tp rank; under sequence parallelism each
-// rank normalises its own tokens, so the weight's gradient is summed over tp.
-class DistRmsNorm : public Module {
- public:
-  DistRmsNorm(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(RmsNormConfig::parse(cfg, ctx.node_name)) {
-    p_ = init_rms_norm(c_.dim);
-    make_params(p_);
-  }
-  std::vector<Tensor> forward(const Call& call) override {
-    expect_method(call.method, tp_.node);
-    expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
-    expect_dim(call.inputs[0], call.inputs[0].dim(), c_.dim, tp_.node, "input");
-    return {rms_norm(call.inputs[0], p_, c_.eps)};
-  }
-  std::vector<Param> parameters() override {
-    std::vector<Param> out;
-    add_params(out, "", p_, tp_.sp);
-    return out;
-  }
-
- private:
-  Tp tp_;
-  RmsNormConfig c_;
-  RmsNormParams p_;
-};
+using DistLayerNorm = DistNorm<LayerNormParams, init_layer_norm, layer_norm>;
+using DistRmsNorm = DistNorm<RmsNormParams, init_rms_norm, rms_norm>;
 
 class DistDropout : public Module {
  public:
