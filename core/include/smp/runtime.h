@@ -207,8 +207,9 @@ class Runtime {
   void wait_for_checkpoint();
   std::string resume();
   void init_from(const std::string& path);
-  // Seconds the last save blocked training (host copies) and took in all
-  // (known once it is waited for).
+  // Seconds the last save call blocked its caller (a background save's host
+  // copies are waited for in the next step instead) and took in all (known
+  // once it is waited for).
   double checkpoint_blocking_seconds() const;
   double checkpoint_total_seconds() const;
   int64_t checkpoint_bytes() const;  // the last save's: all files on rank 0, this rank's elsewhere

@@ -107,7 +107,7 @@ nlohmann::json slice_json(const StateEntry& e) {
 
 struct CheckpointWriter::Job {
   fs::path target, tmp;
-  std::vector<std::pair<std::string, at::Tensor>> tensors;  // owned entries, host copies
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // owned entries (async: live until the snapshot copies them)
   nlohmann::json slices = nlohmann::json::array();          // one per owned entry
   nlohmann::json info;
   int keep = 0;
@@ -200,11 +200,8 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
 }
 
 void CheckpointWriter::wait_for_snapshot() {
-  const auto t0 = clock_type::now();
   std::unique_lock<std::mutex> lock(snapshot_mutex_);
-  if (!snapshot_pending_) return;
   snapshot_done_.wait(lock, [this] { return !snapshot_pending_; });
-  blocking_s_ += seconds_since(t0);
 }
 
 void CheckpointWriter::run(const std::shared_ptr<Job>& job) {

@@ -57,7 +57,8 @@ class CheckpointWriter {
   // Waits until the pending background save has copied the state (before
   // anything changes it: the optimizer's update).
   void wait_for_snapshot();
-  // Seconds the last save blocked the caller (host copies) and took in all.
+  // Seconds the last save() call blocked its caller (a background save's
+  // copies are waited for in the next step, by wait_for_snapshot) and took in all.
   double last_blocking_seconds() const { return blocking_s_; }
   double last_total_seconds() const { return total_s_; }
   // Bytes the last save wrote: every rank's files on rank 0, its own elsewhere.

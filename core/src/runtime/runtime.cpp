@@ -314,41 +314,65 @@ double Runtime::checkpoint_blocking_seconds() const { return impl_->checkpoints-
 double Runtime::checkpoint_total_seconds() const { return impl_->checkpoints->last_total_seconds(); }
 int64_t Runtime::checkpoint_bytes() const { return impl_->checkpoints->last_bytes(); }
 
+namespace {
+
+// A checkpoint this run may take values from: its folder and manifest, and the
+// keys of [model] that differ from this run's ("" when the tables agree; then a
+// tensor whose shape differs can only be the layout's vocabulary padding).
+// Manifests written by `smp-checkpoint import` have no [model] or layout.
+struct OpenedCheckpoint {
+  std::string folder;
+  nlohmann::json manifest;
+  std::string changed;
+};
+
+// require_adapter: a checkpoint that names no adapter is refused too (a resume
+// needs the whole state of this adapter; run.init_from takes imported files).
+OpenedCheckpoint open_checkpoint(const std::string& path, const std::string& what, const std::string& adapter,
+                                 bool require_adapter, const nlohmann::json& model) {
+  OpenedCheckpoint c;
+  c.folder = find_checkpoint(path);
+  if (c.folder.empty()) throw Error(what + ": '" + path + "' is not a checkpoint folder nor holds a `latest` one");
+  c.manifest = read_manifest(c.folder);
+  const std::string saved = c.manifest.value("/adapter/name"_json_pointer, std::string());
+  if ((require_adapter || !saved.empty()) && saved != adapter)
+    throw Error(what + ": checkpoint " + c.folder + " was saved by adapter '" + saved + "', this run's is '" +
+                adapter + "'");
+  const nlohmann::json was = c.manifest.value("model", nlohmann::json());
+  if (!was.is_object()) {
+    c.changed = "(not recorded)";
+    return c;
+  }
+  for (const auto& [k, v] : model.items())
+    if (!was.contains(k) || was[k] != v) c.changed += (c.changed.empty() ? "" : ", ") + ("model." + k);
+  for (const auto& [k, v] : was.items())
+    if (!model.contains(k)) c.changed += (c.changed.empty() ? "" : ", ") + ("model." + k);
+  return c;
+}
+
+}  // namespace
+
 void Runtime::load(const std::string& path) {
   Impl& s = *impl_;
   s.checkpoints->wait_for_snapshot();
-  const std::string folder = find_checkpoint(path);
-  if (folder.empty()) throw Error("checkpoint: " + path + " is neither a checkpoint nor a folder with a `latest` one");
-  const nlohmann::json manifest = read_manifest(folder);
-  const std::string saved_adapter = manifest["adapter"].value("name", "");
-  if (saved_adapter != s.model->adapter_name())
-    throw Error("checkpoint " + folder + " was saved by adapter '" + saved_adapter + "', this run's is '" +
-                s.model->adapter_name() + "'");
-  // Keys of [model] that differ: with any, a tensor whose shape differs is
-  // another model; with none, it can only be the layout's padding.
-  std::string changed;
-  const nlohmann::json& was = manifest["model"];
-  for (const auto& [k, v] : s.job.model.items())
-    if (!was.contains(k) || was[k] != v) changed += (changed.empty() ? "" : ", ") + ("model." + k);
-  for (const auto& [k, v] : was.items())
-    if (!s.job.model.contains(k)) changed += (changed.empty() ? "" : ", ") + ("model." + k);
+  const OpenedCheckpoint c = open_checkpoint(path, "checkpoint", s.model->adapter_name(), true, s.job.model);
   try {
-    s.state->load_with([&](const std::vector<StateEntry>& live) { load_entries(folder, manifest, live, changed.empty()); });
+    s.state->load_with(
+        [&](const std::vector<StateEntry>& live) { load_entries(c.folder, c.manifest, live, c.changed.empty()); });
   } catch (const Error& e) {
-    if (changed.empty()) throw;
-    throw Error(std::string(e.what()) + "; the checkpoint's [model] differs in " + changed);
+    if (c.changed.empty()) throw;
+    throw Error(std::string(e.what()) + "; the checkpoint's [model] differs in " + c.changed);
   }
-  const bool rank0 = s.context->mesh().rank() == 0;
-  if (rank0) {
-    const auto& l = manifest["layout"];
-    spdlog::info("loaded checkpoint {} (step {}, saved at pp={} tp={} dp={} zero {}, {})", folder,
-                 manifest["step"].get<int64_t>(), l.value("pp", 0), l.value("tp", 0), l.value("dp", 0),
+  if (s.context->mesh().rank() == 0) {
+    const nlohmann::json l = c.manifest.value("layout", nlohmann::json::object());
+    spdlog::info("loaded checkpoint {} (step {}, saved at pp={} tp={} dp={} zero {}, {})", c.folder,
+                 c.manifest.value("step", int64_t{0}), l.value("pp", 0), l.value("tp", 0), l.value("dp", 0),
                  l.value("zero", 0), l.value("precision", "?"));
-    if (!changed.empty()) spdlog::warn("checkpoint {}: [model] differs in {}", folder, changed);
-    const auto saved_seed = manifest.value("seed", s.job.train.seed);
+    if (!c.changed.empty()) spdlog::warn("checkpoint {}: [model] differs in {}", c.folder, c.changed);
+    const auto saved_seed = c.manifest.value("seed", s.job.train.seed);
     if (saved_seed != s.job.train.seed)
       spdlog::warn("checkpoint {} was saved with train.seed = {}, this run has {}: data order and dropout differ",
-                   folder, saved_seed, s.job.train.seed);
+                   c.folder, saved_seed, s.job.train.seed);
   }
 }
 
@@ -381,23 +405,14 @@ std::string Runtime::resume_checkpoint(const std::string& mode) {
 void Runtime::init_from(const std::string& path) {
   Impl& s = *impl_;
   s.checkpoints->wait_for_snapshot();
-  const std::string folder = find_checkpoint(path);
-  if (folder.empty()) throw Error("run.init_from: '" + path + "' is not a checkpoint folder nor holds a `latest` one");
-  const nlohmann::json manifest = read_manifest(folder);
-  const std::string saved_adapter = manifest.contains("adapter") ? manifest["adapter"].value("name", "") : "";
-  if (!saved_adapter.empty() && saved_adapter != s.model->adapter_name())
-    throw Error("run.init_from: " + folder + " holds parameters of adapter '" + saved_adapter + "', this run's is '" +
-                s.model->adapter_name() + "'");
-  // Shapes must match exactly unless the [model] tables agree (then a
-  // difference is the layout's vocabulary padding).
-  const bool same_model = manifest.contains("model") && manifest["model"] == s.job.model;
+  const OpenedCheckpoint c = open_checkpoint(path, "run.init_from", s.model->adapter_name(), false, s.job.model);
   s.state->load_with([&](const std::vector<StateEntry>& live) {
     std::vector<StateEntry> parameters;
     for (const auto& e : live)
       if (e.name.rfind("model/", 0) == 0 || e.name.rfind("optim/master/", 0) == 0) parameters.push_back(e);
-    load_entries(folder, manifest, parameters, same_model);
+    load_entries(c.folder, c.manifest, parameters, c.changed.empty());
   });
-  if (s.context->mesh().rank() == 0) spdlog::info("parameters from {} (run.init_from)", folder);
+  if (s.context->mesh().rank() == 0) spdlog::info("parameters from {} (run.init_from)", c.folder);
 }
 
 std::vector<double> Runtime::gather_world(double value) {

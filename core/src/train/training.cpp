@@ -322,6 +322,7 @@ nlohmann::json run_training(Runtime& rt) {
   const auto load_start = std::chrono::steady_clock::now();
   const std::string resumed = rt.resume();
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  heartbeat.beat();
   if (!resumed.empty()) {
     metrics.write({{"event", "resume"}, {"checkpoint", resumed}, {"step", rt.steps_done()}});
     if (rank0 && rt.steps_done() >= steps)
@@ -333,7 +334,6 @@ nlohmann::json run_training(Runtime& rt) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
   while (rt.steps_done() < steps) {
-    heartbeat.beat();
     StepResult r = rt.train_step();
     heartbeat.beat();
     rec.add(r, steps);
