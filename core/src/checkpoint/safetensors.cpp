@@ -108,9 +108,10 @@ SafetensorsWritten write_safetensors(const std::string& path,
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  Fd f;
-  f.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw Error("checkpoint: cannot open " + path_ + ": " + system_error(errno));
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error("checkpoint: cannot open " + path_ + ": " + system_error(errno));
+  Fd f;  // closes it if the header is refused (no destructor runs then)
+  f.fd = fd_;
   struct stat st{};
   if (::fstat(f.fd, &st) != 0) throw Error("checkpoint: cannot stat " + path_ + ": " + system_error(errno));
   size_ = st.st_size;
@@ -158,6 +159,11 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       throw Error("checkpoint: " + path_ + ": tensor '" + name + "': " + e.what());
     }
   }
+  f.fd = -1;  // kept open for read()
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 const SafetensorsTensor& SafetensorsFile::at(const std::string& name) const {
@@ -171,13 +177,10 @@ void SafetensorsFile::read(const std::string& name, int64_t begin, int64_t end, 
   if (begin < 0 || end < begin || t.begin + end > t.end)
     throw Error("checkpoint: " + path_ + ": bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
                 ") outside tensor '" + name + "'");
-  Fd f;
-  f.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw Error("checkpoint: cannot open " + path_ + ": " + system_error(errno));
   char* p = static_cast<char*>(out);
   int64_t at_byte = t.begin + begin, left = end - begin;
   while (left > 0) {
-    const ssize_t r = ::pread(f.fd, p, static_cast<size_t>(left), at_byte);
+    const ssize_t r = ::pread(fd_, p, static_cast<size_t>(left), at_byte);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) throw Error("checkpoint: " + path_ + ": reading tensor '" + name + "' failed (truncated?)");
     p += r;

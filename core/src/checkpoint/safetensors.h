@@ -39,7 +39,10 @@ struct SafetensorsTensor {
 // of the size its dtype and shape make. Throws naming the file and tensor.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(std::string path);
+  explicit SafetensorsFile(std::string path);  // opens it once; read() reads through that descriptor
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   const std::string& path() const { return path_; }
   const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -49,6 +52,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
+  int fd_ = -1;
   int64_t size_ = 0;
   std::map<std::string, SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
