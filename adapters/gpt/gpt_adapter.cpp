@@ -1,6 +1,11 @@
-// The GPT-2 model adapter: token + learned position embeddings, pre-LN blocks,
-// final layer norm, LM head tied to the token embedding; byte-level text data.
-// It only describes the model: the layers come from the smp_nn / smp_tp kinds.
+// The GPT model adapter, two architectures (model.arch):
+//   gpt2:  token + learned position embeddings, pre-LN blocks (LayerNorm, GELU
+//          MLP, biases), final LayerNorm, LM head tied to the token embedding;
+//   llama: token embedding, pre-norm blocks with RMSNorm, rotary positions,
+//          grouped-query attention and a SwiGLU MLP, no biases, final RMSNorm,
+//          an untied LM head.
+// Byte-level text data. It only describes the model: the layers come from the
+// smp_nn / smp_tp kinds.
 #include "text_dataset.h"
 
 #include <smp/sdk/plugin.hpp>
@@ -19,6 +24,9 @@ using smp::sdk::Json;
 
 struct Shape {
   int64_t layers, hidden, heads, seq_len, vocab;
+  bool llama = false;
+  int64_t kv_heads = 0;  // 0: heads
+  int64_t ffn = 0;       // 0: 4 * hidden
 };
 
 // Named sizes, from tiny up to GPT-3 175B (the large ones are for planning and dry runs).
@@ -34,6 +42,12 @@ const std::map<std::string, Shape>& presets() {
       {"gpt3-6.7b", {32, 4096, 32, 2048, 50257}},
       {"gpt3-13b", {40, 5120, 40, 2048, 50257}},
       {"gpt3-175b", {96, 12288, 96, 2048, 50257}},
+      // Llama-shaped (model.arch = "llama" follows from the preset).
+      {"llama-tiny", {2, 64, 4, 64, 256, true, 2, 176}},
+      {"llama-small", {4, 256, 8, 128, 256, true, 4, 704}},
+      {"llama2-7b", {32, 4096, 32, 4096, 32000, true, 32, 11008}},
+      {"llama3-8b", {32, 4096, 32, 8192, 128256, true, 8, 14336}},
+      {"llama3-70b", {80, 8192, 64, 8192, 128256, true, 8, 28672}},
   };
   return p;
 }
@@ -42,8 +56,9 @@ class GptAdapter : public smp::sdk::Adapter {
  public:
   GptAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
     const uint64_t seed = ctx.seed;
-    smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "vocab_multiple",
-                                      "dropout", "data", "val_fraction", "ffn", "mask_fraction"},
+    smp::sdk::expect_model_keys(cfg, {"preset", "arch", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab",
+                                      "vocab_multiple", "dropout", "data", "val_fraction", "ffn", "mask_fraction",
+                                      "rope_base", "tie_embeddings"},
                                 "gpt");
     Shape s{};
     if (cfg.contains("preset")) {
@@ -63,8 +78,23 @@ class GptAdapter : public smp::sdk::Adapter {
     s.heads = smp::sdk::model_positive(cfg, "heads", s.heads);
     s.seq_len = smp::sdk::model_positive(cfg, "seq_len", s.seq_len);
     s.vocab = smp::sdk::model_positive(cfg, "vocab", s.vocab);
+    const std::string arch = smp::sdk::model_get<std::string>(cfg, "arch", s.llama ? "llama" : "gpt2");
+    if (arch != "gpt2" && arch != "llama")
+      throw Error("model.arch: expected \"gpt2\" or \"llama\", got \"" + arch + "\"");
+    s.llama = arch == "llama";
+    s.kv_heads = smp::sdk::model_positive(cfg, "kv_heads", s.kv_heads ? s.kv_heads : s.heads);
+    if (!s.llama && s.kv_heads != s.heads)
+      throw Error("model.kv_heads: grouped-query attention is part of model.arch = \"llama\" (gpt2 has kv_heads = heads)");
+    if (s.heads % s.kv_heads != 0)
+      throw Error("model.heads (" + std::to_string(s.heads) + ") must be divisible by model.kv_heads (" +
+                  std::to_string(s.kv_heads) + ")");
+    rope_base_ = smp::sdk::model_get<double>(cfg, "rope_base", s.llama ? 10000.0 : 0.0);
+    if (!s.llama && rope_base_ != 0)
+      throw Error("model.rope_base: rotary positions are part of model.arch = \"llama\" (gpt2 learns positions)");
+    if (s.llama && rope_base_ <= 0) throw Error("model.rope_base: must be > 0, got " + std::to_string(rope_base_));
+    tie_ = smp::sdk::model_get<bool>(cfg, "tie_embeddings", !s.llama);
     shape_ = s;
-    ffn_ = smp::sdk::model_positive(cfg, "ffn", 4 * s.hidden);
+    ffn_ = smp::sdk::model_positive(cfg, "ffn", s.ffn ? s.ffn : 4 * s.hidden);
     dropout_ = smp::sdk::model_get<double>(cfg, "dropout", 0.0);
     mask_fraction_ = smp::sdk::model_get<double>(cfg, "mask_fraction", 0.0);
     if (mask_fraction_ < 0 || mask_fraction_ >= 1)
@@ -91,12 +121,44 @@ class GptAdapter : public smp::sdk::Adapter {
   }
 
   void describe(smp::sdk::GraphBuilder& g) override {
+    g.input("tokens");
+    g.input("targets");
+    std::string x = shape_.llama ? describe_llama(g) : describe_gpt2(g);
+    const Shape& s = shape_;
+    const double h = static_cast<double>(s.hidden), sl = static_cast<double>(s.seq_len),
+                 V = static_cast<double>(padded_vocab_);
+    if (tie_)
+      g.node({"lm_head", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {x}, {"logits"},
+              "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * h});  // keeps its input; the loss keeps the logits' log-softmax
+    else
+      g.node({"lm_head", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {x}, {"logits"},
+              "attend", "", 2.0 * sl * h * V, 4.0 * V * h, 4.0 * sl * h});
+    // The loss is a sum over the tokens that count (masked targets do not) with
+    // their count: the core divides by the step's tokens once, so masked batches
+    // weigh every token the same whatever the microbatching.
+    g.node({"loss", "cross_entropy", {{"vocab", padded_vocab_}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
+            {"logits", "targets"},
+            {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
+    g.loss_sum("loss_sum", "loss_tokens");
+    g.throughput_unit("tokens", sl);
+  }
+
+  std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
+    at::Tensor tokens = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
+    at::Tensor targets = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
+    data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
+                targets.data_ptr<int64_t>());
+    if (mask_fraction_ > 0) mask_targets(r, targets);
+    return {tokens, targets};
+  }
+
+ private:
+  // GPT-2's embeddings and blocks; returns the final norm's output.
+  std::string describe_gpt2(smp::sdk::GraphBuilder& g) {
     const Shape& s = shape_;
     const double h = static_cast<double>(s.hidden), sl = static_cast<double>(s.seq_len),
                  V = static_cast<double>(padded_vocab_), L = static_cast<double>(s.layers),
                  a = static_cast<double>(s.heads);
-    g.input("tokens");
-    g.input("targets");
     // Cost hints per sample (forward FLOPs; fp32 bytes). FLOPs are Megatron's
     // counts; activations are what smp_nn's transformer_layer keeps for
     // backward, measured by the MemoryEstimate tests.
@@ -140,30 +202,55 @@ class GptAdapter : public smp::sdk::Adapter {
       x = y;
     }
     g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
-    g.node({"lm_head", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"hf"}, {"logits"},
-            "attend", "wte", 2.0 * sl * h * V, 0.0, 4.0 * sl * h});  // keeps its input; the loss keeps the logits' log-softmax
-    // The loss is a sum over the tokens that count (masked targets do not) with
-    // their count: the core divides by the step's tokens once, so masked batches
-    // weigh every token the same whatever the microbatching.
-    g.node({"loss", "cross_entropy", {{"vocab", padded_vocab_}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
-            {"logits", "targets"},
-            {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
-    g.loss_sum("loss_sum", "loss_tokens");
-    g.throughput_unit("tokens", sl);
     // Megatron's training FLOPs per sample without recomputation.
     g.flops_per_sample(72.0 * sl * L * h * h * (1.0 + sl / (6.0 * h) + V / (12.0 * L * h)));
+    return "hf";
   }
 
-  std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
-    at::Tensor tokens = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
-    at::Tensor targets = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
-    data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
-                targets.data_ptr<int64_t>());
-    if (mask_fraction_ > 0) mask_targets(r, targets);
-    return {tokens, targets};
+  // Llama's embedding and blocks (no position embedding: rotary q and k in
+  // every attention); returns the final RMSNorm's output.
+  std::string describe_llama(smp::sdk::GraphBuilder& g) {
+    const Shape& s = shape_;
+    const double h = static_cast<double>(s.hidden), sl = static_cast<double>(s.seq_len),
+                 V = static_cast<double>(padded_vocab_), L = static_cast<double>(s.layers),
+                 a = static_cast<double>(s.heads), f = static_cast<double>(ffn_),
+                 kvd = h * static_cast<double>(s.kv_heads) / a;
+    g.node({"wte", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"h0"},
+            "", tie_ ? "wte" : "", 0.0, 4.0 * V * h, 4.0 * sl * h});
+    std::string x = "h0";
+    if (dropout_ > 0) {
+      g.node({"drop", "dropout", {{"p", dropout_}}, {x}, {"h0d"}, "", "", sl * h, 0, 4.0 * sl * h});
+      x = "h0d";
+    }
+#if TORCH_VERSION_MAJOR >= 2
+    const bool fused_core = dropout_ <= 0;
+#else
+    const bool fused_core = false;
+#endif
+    const double core_bytes = fused_core ? 4.0 * a * sl : 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
+    const double fp32_extra = fused_core ? 2.0 * a * sl : 4.0 * a * sl * sl;
+    // Kept for backward per sample (elements): the norms' inputs and fp32
+    // statistics, q, rotated q and k, v (expanded to every head), the context,
+    // the MLP's input, gate, up, silu(gate) and product, the residuals.
+    const double act_bytes = 4.0 * sl * (12.0 * h + 4.0 * kvd + 4.0 * f) + core_bytes;
+    const double out_std = 0.02 / std::sqrt(2.0 * L);
+    const double layer_params = 2.0 * h * h + 2.0 * h * kvd + 3.0 * h * f + 2.0 * h;
+    const double layer_flops = 2.0 * sl * (layer_params - 2.0 * h) + 4.0 * sl * sl * h;
+    for (int64_t i = 0; i < s.layers; ++i) {
+      std::string y = "h" + std::to_string(i + 1);
+      Json cfg{{"hidden", s.hidden}, {"heads", s.heads}, {"kv_heads", s.kv_heads}, {"ffn", ffn_},
+               {"causal", true}, {"dropout", dropout_}, {"init_std", 0.02}, {"out_init_std", out_std},
+               {"norm_type", "rms_norm"}, {"mlp", "swiglu"}, {"bias", false}, {"rope_base", rope_base_}};
+      g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", layer_flops,
+              4.0 * layer_params, act_bytes, fp32_extra, core_bytes});
+      x = y;
+    }
+    g.node({"norm_f", "rms_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 4.0 * sl * h, 4.0 * h, 8.0 * sl * h});
+    // Training FLOPs: three times the forward GEMMs and attention.
+    g.flops_per_sample(3.0 * (L * layer_flops + 2.0 * sl * h * V));
+    return "hf";
   }
 
- private:
   // Padding-like masking: each target is ignored (-100) with probability
   // mask_fraction, drawn per (split, step, global sample) so every layout masks
   // the same tokens, and microbatches end up with different token counts.
@@ -179,6 +266,8 @@ class GptAdapter : public smp::sdk::Adapter {
   Shape shape_{};
   int64_t padded_vocab_ = 0;
   int64_t ffn_ = 0;
+  double rope_base_ = 0;
+  bool tie_ = true;
   double dropout_ = 0;
   double mask_fraction_ = 0;
   std::unique_ptr<TextDataset> data_;

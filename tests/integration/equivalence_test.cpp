@@ -156,6 +156,20 @@ TEST(GptEquivalence, TensorAndDataParallel) {
                            });
 }
 
+// model.arch = "llama": RMSNorm, rotary positions, grouped-query attention
+// (2 kv heads: split over tp 2, whole on every rank of tp 4), SwiGLU, no biases,
+// an untied head.
+TEST(GptEquivalence, LlamaArchUnderPipelineTensorAndDataParallel) {
+  expect_equivalent(gpt(),
+                    {
+                        {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
+                        {"tp4 (kv heads replicated)", 4, {"parallel.tp=4"}},
+                        {"pp2 x dp2 zero1", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=1"}},
+                        {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
+                    },
+                    {"model.arch=llama", "model.kv_heads=2", "model.ffn=48"});
+}
+
 // Sequence parallelism is smp_tp's setting, in its own table ([tp], ABI 2.5's
 // plugin tables): given there it reaches the tensor-parallel layers, whose tp
 // collectives then reduce-scatter and all-gather activations; without it they

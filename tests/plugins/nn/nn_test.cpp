@@ -108,8 +108,9 @@ Tensor ref_attention(Params& p, const std::string& pre, const Tensor& x, int64_t
   if (causal) allowed = allowed.logical_and(at::ones({s, s}, at::kBool).tril());
   if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).unsqueeze(1));
   std::vector<Tensor> outs;
+  const int64_t group = heads / (k.size(2) / d);  // query heads per kv head (grouped-query attention)
   for (int64_t i = 0; i < heads; ++i) {
-    Tensor qi = q.narrow(2, i * d, d), ki = k.narrow(2, i * d, d), vi = v.narrow(2, i * d, d);
+    Tensor qi = q.narrow(2, i * d, d), ki = k.narrow(2, i / group * d, d), vi = v.narrow(2, i / group * d, d);
     Tensor sc = at::bmm(qi, ki.transpose(1, 2)) / std::sqrt(double(d));
     sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
     outs.push_back(at::bmm(at::softmax(sc, -1), vi));
@@ -304,6 +305,70 @@ TEST_F(NnTest, TransformerLayer) {
 }
 
 std::string error_of(const std::function<void()>& f);
+
+// Grouped-query attention by its definition: query head i attends with kv head
+// i / (heads / kv_heads); k and v have kv_heads * head_dim rows.
+TEST_F(NnTest, GroupedQueryAttention) {
+  for (int64_t kv : {1, 2}) {
+    smp_nn::Attention m(Json{{"hidden", 16}, {"heads", 4}, {"kv_heads", kv}, {"bias", false}, {"init_std", 0.4}},
+                        ctx(24));
+    auto params = m.parameters();
+    ASSERT_EQ(params.size(), 4u);  // no biases
+    EXPECT_EQ(params[1].name, "k.weight");
+    EXPECT_EQ(params[1].tensor.sizes(), at::IntArrayRef({kv * 4, 16}));
+    Tensor mask = pad_mask(2, 5);
+    check_against(m, {randn({2, 5, 16}, 25), mask}, [&](Params& p, std::vector<Tensor>& x) {
+      return ref_attention(p, "", x[0], 4, true, mask);
+    });
+  }
+  EXPECT_NE(error_of([&] { smp_nn::Attention(Json{{"hidden", 16}, {"heads", 4}, {"kv_heads", 3}}, ctx(0)); })
+                .find("heads 4 not divisible by kv_heads 3"),
+            std::string::npos);
+}
+
+// Llama's block: RMSNorm, attention with rotary q/k and grouped kv heads,
+// SwiGLU, no biases; pre-norm residuals.
+TEST_F(NnTest, LlamaTransformerLayer) {
+  Json c{{"hidden", 16}, {"heads", 4}, {"kv_heads", 2}, {"ffn", 24}, {"init_std", 0.3}, {"out_init_std", 0.1},
+         {"norm_type", "rms_norm"}, {"mlp", "swiglu"}, {"bias", false}, {"rope_base", 500.0}};
+  smp_nn::TransformerLayer m(c, ctx(26));
+  std::vector<std::string> names;
+  for (auto& p : m.parameters()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"ln1.weight", "attn.q.weight", "attn.k.weight", "attn.v.weight",
+                                             "attn.out.weight", "ln2.weight", "mlp.gate.weight", "mlp.up.weight",
+                                             "mlp.down.weight"}));
+  {  // non-trivial norm weights, so that their gradients mean something
+    c10::NoGradGuard g;
+    for (auto& p : m.parameters())
+      if (p.name.find("ln") == 0) p.tensor.copy_(randn(p.tensor.sizes(), 27).add(1));
+  }
+  check_against(m, {randn({2, 6, 16}, 28)}, [&](Params& p, std::vector<Tensor>& in) {
+    auto rms = [&](const Tensor& x, const std::string& w) {
+      return x / (x.pow(2).mean({-1}, true) + 1e-5).sqrt() * p[w];
+    };
+    auto attn = [&](const Tensor& x) {
+      const int64_t s = x.size(1), d = 4;
+      const Tensor q = ref_rotary(ref_linear(x, p["attn.q.weight"]), 4, 500.0);
+      const Tensor k = ref_rotary(ref_linear(x, p["attn.k.weight"]), 2, 500.0);
+      const Tensor v = ref_linear(x, p["attn.v.weight"]);
+      const Tensor allowed = at::ones({s, s}, at::kBool).tril();
+      std::vector<Tensor> outs;
+      for (int64_t i = 0; i < 4; ++i) {
+        Tensor sc = at::bmm(q.narrow(2, i * d, d), k.narrow(2, i / 2 * d, d).transpose(1, 2)) / 2.0;
+        sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+        outs.push_back(at::bmm(at::softmax(sc, -1), v.narrow(2, i / 2 * d, d)));
+      }
+      return ref_linear(at::cat(outs, -1), p["attn.out.weight"]);
+    };
+    auto mlp = [&](const Tensor& x) {
+      const Tensor g = ref_linear(x, p["mlp.gate.weight"]);
+      return ref_linear(g * at::sigmoid(g) * ref_linear(x, p["mlp.up.weight"]), p["mlp.down.weight"]);
+    };
+    const Tensor h = in[0] + attn(rms(in[0], "ln1.weight"));
+    return h + mlp(rms(h, "ln2.weight"));
+  });
+}
+
 
 TEST_F(NnTest, CrossEntropy) {
   Tensor logits = randn({2, 5, 7}, 20).mul(2);

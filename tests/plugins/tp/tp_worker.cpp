@@ -135,8 +135,10 @@ void compare_params(const std::string& name, Module& S, Module& D, bool values =
     Tensor g = grad_or_zero(p.tensor).clone();
     if (p.tp_grad_sum) g_comm->allreduce(g)->wait();
     close(name + " grad " + pn, g, param_slice(grad_or_zero(s), p.shard_dim));
-    // Under SP every replicated parameter of these kinds sees only its sequence slice.
-    expect(p.tp_grad_sum == (g_sp && p.shard_dim < 0), name + ": tp_grad_sum of " + pn);
+    // Under SP every replicated parameter of these kinds sees only its sequence
+    // slice; replicated kv heads (grouped-query attention) only their query heads.
+    const bool kv = pn.rfind("k.") == pn.size() - 8 || pn.rfind("v.") == pn.size() - 8;  // "[..]k.weight"
+    expect(p.tp_grad_sum == (p.shard_dim < 0 && (g_sp || kv)), name + ": tp_grad_sum of " + pn);
   }
 }
 
@@ -320,6 +322,22 @@ void check_blocks() {
     smp_nn::Attention s(c, serial_ctx("attn", 40));
     smp_tp::ParallelAttention d(c, dist_ctx("attn", 40));
     compare("parallel_attention with rope", s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
+  }
+  // Grouped-query attention: 2 kv heads split over tp 2 and replicate over tp 4
+  // (their gradients then partial sums); 1 kv head (multi-query) replicates.
+  for (int64_t kv : {2, 1}) {
+    Json c = attention_cfg();
+    c["kv_heads"] = kv, c["rope_base"] = 1000.0, c["bias"] = false;
+    smp_nn::Attention s(c, serial_ctx("attn", 41));
+    smp_tp::ParallelAttention d(c, dist_ctx("attn", 41));
+    compare("parallel_attention kv_heads " + std::to_string(kv), s, d, {{x, pad_mask()}, {act(), Lay::Full}}, act());
+  }
+  {  // Llama's block
+    Json c = layer_cfg();
+    c["kv_heads"] = 2, c["rope_base"] = 1000.0, c["bias"] = false, c["norm_type"] = "rms_norm", c["mlp"] = "swiglu";
+    smp_nn::TransformerLayer s(c, serial_ctx("blk", 42));
+    smp_tp::ParallelTransformerLayer d(c, dist_ctx("blk", 42));
+    compare("parallel_transformer_layer llama", s, d, {{x}, {act()}}, act());
   }
   {
     smp_nn::Mlp s(mlp_cfg(), serial_ctx("mlp", 32));

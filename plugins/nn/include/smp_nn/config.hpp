@@ -89,25 +89,36 @@ struct LinearConfig {
   }
 };
 
-// attention {hidden, heads, causal=true, dropout=0, init_std=0.02, out_init_std=init_std}
+// attention {hidden, heads, kv_heads=heads, causal=true, dropout=0, init_std=0.02,
+//            out_init_std=init_std, bias=true, rope_base=0}
+// kv_heads < heads is grouped-query attention (Ainslie et al. 2023): k and v
+// have kv_heads heads, each shared by heads / kv_heads consecutive query heads.
 struct AttentionConfig {
-  int64_t hidden, heads;
-  bool causal;
+  int64_t hidden, heads, kv_heads;
+  bool causal, bias = true;
   double dropout, init_std, out_init_std;
   double rope_base = 0;  // rotary position embedding of q and k with this base; 0 = none
   // Not a config key: set from the module context when the memory manager asks
   // (memory.checkpoint_attention_core): the core's activations are recomputed in backward.
   bool recompute_core = false;
   int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_dim() const { return kv_heads * head_dim(); }
+  int64_t group() const { return heads / kv_heads; }  // query heads per kv head
   static AttentionConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
     if (check_keys)
-      expect_node_keys(c, {"hidden", "heads", "causal", "dropout", "init_std", "out_init_std", "rope_base"}, node);
+      expect_node_keys(c, {"hidden", "heads", "kv_heads", "causal", "dropout", "init_std", "out_init_std", "bias",
+                           "rope_base"},
+                       node);
     AttentionConfig r;
     r.hidden = positive(c, "hidden", node);
     r.heads = positive(c, "heads", node);
     require(r.hidden % r.heads == 0, node,
             "hidden " + std::to_string(r.hidden) + " not divisible by heads " + std::to_string(r.heads));
+    r.kv_heads = positive(c, "kv_heads", node, r.heads);
+    require(r.heads % r.kv_heads == 0, node,
+            "heads " + std::to_string(r.heads) + " not divisible by kv_heads " + std::to_string(r.kv_heads));
     r.causal = config_get<bool>(c, "causal", node, true);
+    r.bias = config_get<bool>(c, "bias", node, true);
     r.dropout = probability(c, "dropout", node);
     r.init_std = stddev(c, "init_std", node, 0.02);
     r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
@@ -119,15 +130,17 @@ struct AttentionConfig {
   }
 };
 
-// mlp {hidden, ffn=4*hidden, dropout=0, init_std=0.02, out_init_std=init_std}
+// mlp {hidden, ffn=4*hidden, bias=true, dropout=0, init_std=0.02, out_init_std=init_std}
 struct MlpConfig {
   int64_t hidden, ffn;
   double dropout, init_std, out_init_std;
+  bool bias = true;
   static MlpConfig parse(const Json& c, const std::string& node, bool check_keys = true) {
-    if (check_keys) expect_node_keys(c, {"hidden", "ffn", "dropout", "init_std", "out_init_std"}, node);
+    if (check_keys) expect_node_keys(c, {"hidden", "ffn", "bias", "dropout", "init_std", "out_init_std"}, node);
     MlpConfig r;
     r.hidden = positive(c, "hidden", node);
     r.ffn = positive(c, "ffn", node, 4 * r.hidden);
+    r.bias = config_get<bool>(c, "bias", node, true);
     r.dropout = probability(c, "dropout", node);
     r.init_std = stddev(c, "init_std", node, 0.02);
     r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
@@ -154,24 +167,38 @@ struct SwigluMlpConfig {
   }
 };
 
-// transformer_layer {hidden, heads, ffn=4*hidden, causal=true, dropout=0, init_std=0.02,
-//                    out_init_std=init_std, eps=1e-5}
-// transformer_layer {attention's and mlp's keys, eps = 1e-5, norm = "pre" (GPT-2:
-//                    x + f(LN(x))) | "post" (BERT: LN(x + f(x)))}
+// transformer_layer {attention's and mlp's keys, eps = 1e-5,
+//                    norm = "pre" (GPT-2: x + f(N(x))) | "post" (BERT: N(x + f(x))),
+//                    norm_type = "layer_norm" | "rms_norm", mlp = "gelu" | "swiglu"}
+// Llama's block: norm_type "rms_norm", mlp "swiglu", bias false, rope_base, kv_heads.
 struct TransformerLayerConfig {
   AttentionConfig attn;
   MlpConfig mlp;
   double eps;
   bool post_norm = false;
+  bool rms = false;     // norm_type = "rms_norm" (the norms have no bias)
+  bool swiglu = false;  // mlp = "swiglu"
+  SwigluMlpConfig swiglu_mlp() const {
+    return {mlp.hidden, mlp.ffn, mlp.bias, mlp.dropout, mlp.init_std, mlp.out_init_std};
+  }
   static TransformerLayerConfig parse(const Json& c, const std::string& node) {
-    expect_node_keys(
-        c, {"hidden", "heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps", "norm", "rope_base"}, node);
+    expect_node_keys(c, {"hidden", "heads", "kv_heads", "ffn", "causal", "dropout", "init_std", "out_init_std", "eps",
+                         "norm", "norm_type", "mlp", "bias", "rope_base"},
+                     node);
     TransformerLayerConfig r{AttentionConfig::parse(c, node, false), MlpConfig::parse(c, node, false),
                              config_get<double>(c, "eps", node, 1e-5)};
     require(r.eps > 0, node, "config key 'eps' must be > 0");
     const std::string norm = config_get<std::string>(c, "norm", node, "pre");
     require(norm == "pre" || norm == "post", node, "config key 'norm' must be \"pre\" or \"post\", got \"" + norm + "\"");
     r.post_norm = norm == "post";
+    const std::string type = config_get<std::string>(c, "norm_type", node, "layer_norm");
+    require(type == "layer_norm" || type == "rms_norm", node,
+            "config key 'norm_type' must be \"layer_norm\" or \"rms_norm\", got \"" + type + "\"");
+    r.rms = type == "rms_norm";
+    const std::string mlp = config_get<std::string>(c, "mlp", node, "gelu");
+    require(mlp == "gelu" || mlp == "swiglu", node,
+            "config key 'mlp' must be \"gelu\" or \"swiglu\", got \"" + mlp + "\"");
+    r.swiglu = mlp == "swiglu";
     return r;
   }
 };

@@ -55,11 +55,14 @@ struct MlpParams {
 struct SwigluMlpParams {
   LinearParams gate, up, down;
 };
+// The norms' bias is undefined under norm_type "rms_norm"; mlp or swiglu is
+// set by the config's mlp.
 struct TransformerLayerParams {
   LayerNormParams ln1;
   AttentionParams attn;
   LayerNormParams ln2;
   MlpParams mlp;
+  SwigluMlpParams swiglu;
 };
 
 // Not yet requires_grad tensors: full, or part `rank` of `size` (tp).
@@ -77,20 +80,23 @@ inline LayerNormParams init_layer_norm(int64_t dim) {
   return {smp::sdk::init_constant({dim}, 1.0), smp::sdk::init_constant({dim}, 0.0)};
 }
 inline RmsNormParams init_rms_norm(int64_t dim) { return {smp::sdk::init_constant({dim}, 1.0)}; }
+// Under tp, k and v split by heads when kv_heads divides tp and are whole on
+// every rank otherwise (Megatron's rule for grouped-query attention).
+inline bool kv_split(const AttentionConfig& c, int size) { return size > 1 && c.kv_heads % size == 0; }
 inline AttentionParams init_attention(InitStream& s, const AttentionConfig& c, int rank = 0, int size = 1) {
-  const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
+  const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1, kv = kv_split(c, size) ? 0 : -1;
   AttentionParams p;
-  p.q = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
-  p.k = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
-  p.v = init_linear(s, c.hidden, c.hidden, true, c.init_std, col, rank, size);
-  p.out = init_linear(s, c.hidden, c.hidden, true, c.out_init_std, row, rank, size);
+  p.q = init_linear(s, c.hidden, c.hidden, c.bias, c.init_std, col, rank, size);
+  p.k = init_linear(s, c.hidden, c.kv_dim(), c.bias, c.init_std, kv, rank, size);
+  p.v = init_linear(s, c.hidden, c.kv_dim(), c.bias, c.init_std, kv, rank, size);
+  p.out = init_linear(s, c.hidden, c.hidden, c.bias, c.out_init_std, row, rank, size);
   return p;
 }
 inline MlpParams init_mlp(InitStream& s, const MlpConfig& c, int rank = 0, int size = 1) {
   const int col = size > 1 ? 0 : -1, row = size > 1 ? 1 : -1;
   MlpParams p;
-  p.fc = init_linear(s, c.hidden, c.ffn, true, c.init_std, col, rank, size);
-  p.proj = init_linear(s, c.ffn, c.hidden, true, c.out_init_std, row, rank, size);
+  p.fc = init_linear(s, c.hidden, c.ffn, c.bias, c.init_std, col, rank, size);
+  p.proj = init_linear(s, c.ffn, c.hidden, c.bias, c.out_init_std, row, rank, size);
   return p;
 }
 // In this order from the node's stream: gate, up (column-split under tp), down (row-split).
@@ -105,10 +111,12 @@ inline SwigluMlpParams init_swiglu_mlp(InitStream& s, const SwigluMlpConfig& c, 
 inline TransformerLayerParams init_transformer_layer(InitStream& s, const TransformerLayerConfig& c, int rank = 0,
                                                      int size = 1) {
   TransformerLayerParams p;
-  p.ln1 = init_layer_norm(c.attn.hidden);
+  auto norm = [&] { return c.rms ? LayerNormParams{init_rms_norm(c.attn.hidden).weight, {}} : init_layer_norm(c.attn.hidden); };
+  p.ln1 = norm();
   p.attn = init_attention(s, c.attn, rank, size);
-  p.ln2 = init_layer_norm(c.attn.hidden);
-  p.mlp = init_mlp(s, c.mlp, rank, size);
+  p.ln2 = norm();
+  if (c.swiglu) p.swiglu = init_swiglu_mlp(s, c.swiglu_mlp(), rank, size);
+  else p.mlp = init_mlp(s, c.mlp, rank, size);
   return p;
 }
 
@@ -117,13 +125,18 @@ inline void make_params(LinearParams& p) {
   param(p.weight);
   if (p.bias.defined()) param(p.bias);
 }
-inline void make_params(LayerNormParams& p) { param(p.weight), param(p.bias); }
+inline void make_params(LayerNormParams& p) {
+  param(p.weight);
+  if (p.bias.defined()) param(p.bias);
+}
 inline void make_params(RmsNormParams& p) { param(p.weight); }
 inline void make_params(AttentionParams& p) { make_params(p.q), make_params(p.k), make_params(p.v), make_params(p.out); }
 inline void make_params(MlpParams& p) { make_params(p.fc), make_params(p.proj); }
 inline void make_params(SwigluMlpParams& p) { make_params(p.gate), make_params(p.up), make_params(p.down); }
 inline void make_params(TransformerLayerParams& p) {
-  make_params(p.ln1), make_params(p.attn), make_params(p.ln2), make_params(p.mlp);
+  make_params(p.ln1), make_params(p.attn), make_params(p.ln2);
+  if (p.swiglu.gate.weight.defined()) make_params(p.swiglu);
+  else make_params(p.mlp);
 }
 
 }  // namespace smp_nn

@@ -57,7 +57,7 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 inline void add_params(std::vector<Param>& out, const std::string& prefix, const LayerNormParams& p,
                        bool tp_grad_sum = false) {
   out.push_back({prefix + "weight", p.weight, -1, tp_grad_sum});
-  out.push_back({prefix + "bias", p.bias, -1, tp_grad_sum});
+  if (p.bias.defined()) out.push_back({prefix + "bias", p.bias, -1, tp_grad_sum});
 }
 
 inline void add_params(std::vector<Param>& out, const std::string& prefix, const RmsNormParams& p,
@@ -69,8 +69,11 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed) {
   std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
-  if (c.rope_base > 0)
-    for (int i : {0, 1}) qkv[i] = rotary(qkv[i], c.heads, c.head_dim(), c.rope_base);
+  if (c.rope_base > 0) {
+    qkv[0] = rotary(qkv[0], c.heads, c.head_dim(), c.rope_base);
+    qkv[1] = rotary(qkv[1], c.kv_heads, c.head_dim(), c.rope_base);
+  }
+  for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], c.kv_heads, 0, 0, c.heads, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
   return dropout(linear(ctx, p.out), c.dropout, training, mix_seed(seed, kAttnOut));
@@ -89,8 +92,11 @@ inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const T
                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
   return transformer_block(
       c.post_norm, x, [&](const Tensor& t) { return attention_forward(p.attn, c.attn, t, pad_mask, training, seed); },
-      [&](const Tensor& t) { return mlp_forward(p.mlp, c.mlp, t, training, seed); },
-      [&](const Tensor& t) { return layer_norm(t, p.ln1, c.eps); }, [&](const Tensor& t) { return layer_norm(t, p.ln2, c.eps); });
+      [&](const Tensor& t) {
+        return c.swiglu ? swiglu_mlp_forward(p.swiglu, c.swiglu_mlp(), t, training, seed)
+                        : mlp_forward(p.mlp, c.mlp, t, training, seed);
+      },
+      [&](const Tensor& t) { return block_norm(t, p.ln1, c.eps); }, [&](const Tensor& t) { return block_norm(t, p.ln2, c.eps); });
 }
 
 class Embedding : public Module {
@@ -331,7 +337,11 @@ class TransformerLayer : public Module {
     add_params(out, "attn.q.", p_.attn.q), add_params(out, "attn.k.", p_.attn.k);
     add_params(out, "attn.v.", p_.attn.v), add_params(out, "attn.out.", p_.attn.out);
     add_params(out, "ln2.", p_.ln2);
-    add_params(out, "mlp.fc.", p_.mlp.fc), add_params(out, "mlp.proj.", p_.mlp.proj);
+    if (c_.swiglu)
+      add_params(out, "mlp.gate.", p_.swiglu.gate), add_params(out, "mlp.up.", p_.swiglu.up),
+          add_params(out, "mlp.down.", p_.swiglu.down);
+    else
+      add_params(out, "mlp.fc.", p_.mlp.fc), add_params(out, "mlp.proj.", p_.mlp.proj);
     return out;
   }
 

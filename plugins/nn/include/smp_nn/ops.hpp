@@ -81,6 +81,24 @@ inline Tensor rotary(const Tensor& t, int64_t heads, int64_t head_dim, double ba
   return (x * cos + rotated * sin).reshape({b, s, heads * head_dim});
 }
 
+// Grouped-query attention: the k or v heads that query heads [first_q,
+// first_q + n_q) use, one per query head, from t [b, s, kv_local * head_dim]
+// holding kv heads [kv_offset, kv_offset + kv_local). Query head j uses kv head
+// j / group. t itself when every query head has its own.
+inline Tensor kv_for_heads(const Tensor& t, int64_t kv_local, int64_t kv_offset, int64_t first_q, int64_t n_q,
+                           int64_t group, int64_t head_dim) {
+  if (group == 1 && kv_local == n_q) return t;
+  const Tensor idx = at::arange(first_q, first_q + n_q, at::TensorOptions().dtype(at::kLong).device(t.device()))
+                         .div(group, "floor")
+                         .sub(kv_offset);
+  const int64_t b = t.size(0), s = t.size(1);
+  return t.reshape({b, s, kv_local, head_dim}).index_select(2, idx).reshape({b, s, n_q * head_dim});
+}
+// A transformer layer's norm: LayerNorm, or RMSNorm when it has no bias.
+inline Tensor block_norm(const Tensor& x, const LayerNormParams& p, double eps) {
+  return p.bias.defined() ? layer_norm(x, p, eps) : rms_norm(x, RmsNormParams{p.weight}, eps);
+}
+
 // Scaled dot-product attention over `heads_local` heads.
 //   q, k, v: [b, s, heads_local * head_dim] (heads contiguous along the last dim)
 //   pad_mask: undefined or [b, s], nonzero = keep; combined with the causal mask.

@@ -105,12 +105,33 @@ inline Tensor tp_dropout(const Tensor& y, double p, bool training, uint64_t seed
   return dropout(y, p, training, seed, full, 1, tp.seq_offset(y.size(1)));
 }
 
-inline void add_attention_params(std::vector<Param>& out, const std::string& prefix, const AttentionParams& p, bool sp) {
-  add_params(out, prefix + "q.", p.q, 0, 0), add_params(out, prefix + "k.", p.k, 0, 0);
-  add_params(out, prefix + "v.", p.v, 0, 0), add_params(out, prefix + "out.", p.out, 1, -1, sp);
+// k and v are split by heads when kv_heads divides tp; otherwise every rank
+// holds them whole and uses only its query heads' share, so their gradients
+// are partial sums over tp.
+inline void add_attention_params(std::vector<Param>& out, const std::string& prefix, const AttentionParams& p,
+                                 const AttentionConfig& c, const Tp& tp) {
+  add_params(out, prefix + "q.", p.q, 0, 0);
+  for (auto [name, kv] : {std::pair<const char*, const LinearParams*>{"k.", &p.k}, {"v.", &p.v}}) {
+    if (kv_split(c, tp.size)) {
+      add_params(out, prefix + name, *kv, 0, 0);
+      continue;
+    }
+    out.push_back({prefix + name + "weight", kv->weight, -1, tp.size > 1});
+    if (kv->bias.defined()) out.push_back({prefix + name + "bias", kv->bias, -1, tp.size > 1});
+  }
+  add_params(out, prefix + "out.", p.out, 1, -1, tp.sp);
 }
 inline void add_mlp_params(std::vector<Param>& out, const std::string& prefix, const MlpParams& p, bool sp) {
   add_params(out, prefix + "fc.", p.fc, 0, 0), add_params(out, prefix + "proj.", p.proj, 1, -1, sp);
+}
+inline void add_swiglu_params(std::vector<Param>& out, const std::string& prefix, const SwigluMlpParams& p, bool sp) {
+  add_params(out, prefix + "gate.", p.gate, 0, 0), add_params(out, prefix + "up.", p.up, 0, 0);
+  add_params(out, prefix + "down.", p.down, 1, -1, sp);
+}
+// A row-parallel output: the partial products summed over tp, then the bias.
+inline Tensor row_exit(const Tp& tp, const Tensor& partial, const Tensor& bias) {
+  Tensor y = tp.exit(partial);
+  return bias.defined() ? y + bias : y;
 }
 
 // ---- the parallel blocks (x laid out per tp) ----
@@ -118,18 +139,23 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
                                          const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
+  const bool split = kv_split(c, tp.size);
+  const int64_t kvl = split ? c.kv_heads / tp.size : c.kv_heads, kv_offset = split ? tp.rank * kvl : 0;
   std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v);  // this rank's heads of each
-  if (c.rope_base > 0)  // positions are whole here: under SP the input was gathered first
-    for (int i : {0, 1}) qkv[i] = rotary(qkv[i], nl, c.head_dim(), c.rope_base);
+  if (c.rope_base > 0) {  // positions are whole here: under SP the input was gathered first
+    qkv[0] = rotary(qkv[0], nl, c.head_dim(), c.rope_base);
+    qkv[1] = rotary(qkv[1], kvl, c.head_dim(), c.rope_base);
+  }
+  for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], nl, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, tp.rank * nl);
-  Tensor y = tp.exit(at::linear(ctx, p.out.weight)) + p.out.bias;
+  Tensor y = row_exit(tp, at::linear(ctx, p.out.weight), p.out.bias);
   return tp_dropout(y, c.dropout, training, mix_seed(seed, kAttnOut), tp);
 }
 inline Tensor parallel_mlp_forward(const MlpParams& p, const MlpConfig& c, const Tp& tp, const Tensor& x,
                                    bool training, uint64_t seed) {
   Tensor h = gelu_tanh(linear(tp.enter(x), p.fc));
-  Tensor y = tp.exit(at::linear(h, p.proj.weight)) + p.proj.bias;
+  Tensor y = row_exit(tp, at::linear(h, p.proj.weight), p.proj.bias);
   return tp_dropout(y, c.dropout, training, mix_seed(seed, kMlpOut), tp);
 }
 
@@ -137,8 +163,7 @@ inline Tensor parallel_mlp_forward(const MlpParams& p, const MlpConfig& c, const
 inline Tensor parallel_swiglu_mlp_forward(const SwigluMlpParams& p, const SwigluMlpConfig& c, const Tp& tp,
                                           const Tensor& x, bool training, uint64_t seed) {
   const Tensor xf = tp.enter(x);
-  Tensor y = tp.exit(at::linear(swiglu(linear(xf, p.gate), linear(xf, p.up)), p.down.weight));
-  if (p.down.bias.defined()) y = y + p.down.bias;
+  Tensor y = row_exit(tp, at::linear(swiglu(linear(xf, p.gate), linear(xf, p.up)), p.down.weight), p.down.bias);
   return tp_dropout(y, c.dropout, training, mix_seed(seed, kMlpOut), tp);
 }
 
@@ -161,7 +186,7 @@ class ParallelAttention : public Module {
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
-    add_attention_params(out, "", p_, tp_.sp);
+    add_attention_params(out, "", p_, c_, tp_);
     return out;
   }
 
@@ -214,8 +239,7 @@ class ParallelSwigluMlp : public Module {
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
-    add_params(out, "gate.", p_.gate, 0, 0), add_params(out, "up.", p_.up, 0, 0);
-    add_params(out, "down.", p_.down, 1, -1, tp_.sp);
+    add_swiglu_params(out, "", p_, tp_.sp);
     return out;
   }
 
@@ -250,16 +274,20 @@ class ParallelTransformerLayer : public Module {
         [&](const Tensor& t) {
           return parallel_attention_forward(p_.attn, c_.attn, tp_, t, mask, call.training, call.rng_seed);
         },
-        [&](const Tensor& t) { return parallel_mlp_forward(p_.mlp, c_.mlp, tp_, t, call.training, call.rng_seed); },
-        [&](const Tensor& t) { return layer_norm(t, p_.ln1, c_.eps); },
-        [&](const Tensor& t) { return layer_norm(t, p_.ln2, c_.eps); })};
+        [&](const Tensor& t) {
+          return c_.swiglu ? parallel_swiglu_mlp_forward(p_.swiglu, c_.swiglu_mlp(), tp_, t, call.training, call.rng_seed)
+                           : parallel_mlp_forward(p_.mlp, c_.mlp, tp_, t, call.training, call.rng_seed);
+        },
+        [&](const Tensor& t) { return block_norm(t, p_.ln1, c_.eps); },
+        [&](const Tensor& t) { return block_norm(t, p_.ln2, c_.eps); })};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
     add_params(out, "ln1.", p_.ln1, tp_.sp);
-    add_attention_params(out, "attn.", p_.attn, tp_.sp);
+    add_attention_params(out, "attn.", p_.attn, c_.attn, tp_);
     add_params(out, "ln2.", p_.ln2, tp_.sp);
-    add_mlp_params(out, "mlp.", p_.mlp, tp_.sp);
+    if (c_.swiglu) add_swiglu_params(out, "mlp.", p_.swiglu, tp_.sp);
+    else add_mlp_params(out, "mlp.", p_.mlp, tp_.sp);
     return out;
   }
 
