@@ -1,5 +1,6 @@
 // smp_nn.so: the serial module kinds (see include/smp_nn/modules.hpp for configs and methods).
 #include <smp_nn/modules.hpp>
+#include <smp_nn/moe.hpp>
 
 #include <smp/sdk/plugin.hpp>
 
@@ -31,4 +32,6 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .module<BceWithLogits>("bce_with_logits")
                .module<RankingMetrics>("ranking_metrics")
                .module<Select>("select")
-               .module<Tanh>("tanh"))
+               .module<Tanh>("tanh")
+               .module<Moe>("moe")
+               .module<MoeLoss>("moe_loss"))

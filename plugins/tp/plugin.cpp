@@ -1,6 +1,7 @@
 // smp_tp.so: Megatron-style tensor-parallel kinds and the rules that map the smp_nn
 // kinds onto them (see include/smp_tp/modules.hpp). Uses only the SDK.
 #include <smp_tp/modules.hpp>
+#include <smp_tp/moe.hpp>
 #include <smp_tp/rules.hpp>
 
 #include <smp/sdk/plugin.hpp>
@@ -28,6 +29,7 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .module<DistDropout>("dist_dropout")
                .module<ShardedEmbeddingTable>("sharded_embedding_table", kDeferredInit)
                .module<DistSelect>("dist_select")
+               .module<ParallelMoe>("parallel_moe")
                // The last two numbers: the fractions of parameter and activation bytes split
                // over tp, for the memory model. Megatron's layers keep the layer norms and the
                // inputs of their column-parallel GEMMs whole (without sequence parallelism):
@@ -46,4 +48,9 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .tp_rule("rms_norm", "dist_rms_norm", nullptr, 0.0, 0.0)
                .tp_rule("dropout", "dist_dropout", nullptr, 0.0, 0.0)
                .tp_rule("embedding_table", "sharded_embedding_table", &rules::embedding_table, 1.0, 1.0)
-               .tp_rule("select", "dist_select", nullptr, 0.0, 0.0))
+               .tp_rule("select", "dist_select", nullptr, 0.0, 0.0)
+               // moe: the experts split over ep (the router is a rounding error);
+               // over tp their ffn under expert_tp, else the tokens.
+               .tp_rule("moe", "parallel_moe", &rules::moe_tp, 1.0, 1.0)
+               .rule("ep", "moe", "parallel_moe", &rules::moe_ep)
+               .rule("ep", "parallel_moe", "parallel_moe", &rules::moe_ep))

@@ -112,11 +112,15 @@ std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir
   for (auto& [name, ps] : pieces) {
     if (ps.front().ep_shard_dim >= 0) {  // an expert: dp ranks [0, ep) hold its ep slices
       const int ep_size = ps.front().ep_size, dim = ps.front().ep_shard_dim;
-      std::vector<at::Tensor> slices(ep_size);
+      const int tp_size = ps.front().tp_size, tp_dim = ps.front().shard_dim;  // expert tensor parallelism
+      std::vector<std::vector<at::Tensor>> parts(ep_size, std::vector<at::Tensor>(tp_size));
       for (auto& p : ps)
-        if (p.dp < ep_size && p.tp == 0) slices[p.ep] = p.t;
+        if (p.dp < ep_size) parts[p.ep][p.tp] = p.t;
+      std::vector<at::Tensor> slices(ep_size);
+      for (int e = 0; e < ep_size; ++e)
+        slices[e] = tp_dim >= 0 ? at::cat(parts[e], tp_dim) : parts[e][0];
       for (auto& p : ps) {
-        const at::Tensor& expect = slices[p.ep];
+        const at::Tensor& expect = tp_dim >= 0 ? parts[p.ep][p.tp] : slices[p.ep];
         if (!expect.defined() || expect.sizes() != p.t.sizes()) {
           note(name + ": expert slice shapes differ");
           continue;

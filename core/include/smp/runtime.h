@@ -112,6 +112,9 @@ struct StepResult {
   bool skipped = false;
   StepPhases phases;
   MemoryAccount memory;
+  // The graph's metrics (graph.metric) over this step's training microbatches
+  // on every rank: sum / count, in the order the adapter declared them.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 class Runtime {
@@ -217,6 +220,8 @@ class Runtime {
 
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);
+  // Every rank's `values` (the same count on each), rank after rank.
+  std::vector<std::vector<double>> gather_world(const std::vector<double>& values);
 
  private:
   struct Impl;

@@ -46,7 +46,8 @@ OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
 }
 
 OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local, double loss_scale,
-                                       const DeviceMesh& mesh, Communicator& world, const c10::Device& device) const {
+                                       const DeviceMesh& mesh, Communicator& world, const c10::Device& device,
+                                       std::vector<double>* metric_sums) const {
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   OptimizerStepResult out;
@@ -67,8 +68,10 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
       if (counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat).to(at::kDouble));
     norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
   }
-  // One all-reduce over the world: the squared norm and the loss sums.
+  // One all-reduce over the world: the squared norm, the loss sums and the metrics.
+  if (metric_sums) norm_sq.insert(norm_sq.end(), metric_sums->begin(), metric_sums->end());
   out.loss = sum_over_world(local, norm_sq, mesh, world);
+  if (metric_sums) std::copy(norm_sq.begin() + 1, norm_sq.end(), metric_sums->begin());
   // .grad holds the gradient of the summed loss: the mean's gradient is
   // grad_scale times that. Clipping joins the same factor, which the optimizer
   // applies as it reads .grad. Under fp16 the loss scale joins it too; the

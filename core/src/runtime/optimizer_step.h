@@ -32,8 +32,10 @@ class OptimizerStep {
  public:
   explicit OptimizerStep(const TrainConfig& train);
   // After GradientSync::finish_step; loss_scale is the one the step ran with.
+  // metric_sums (optional): summed over the world in the same all-reduce.
   OptimizerStepResult run(TrainState& state, const LossSums& local, double loss_scale, const DeviceMesh& mesh,
-                          Communicator& world, const c10::Device& device) const;
+                          Communicator& world, const c10::Device& device,
+                          std::vector<double>* metric_sums = nullptr) const;
 
  private:
   LrSchedule lr_;

@@ -195,8 +195,17 @@ StepResult Runtime::train_step() {
   }
   out.phases.grad_sync = since(t1);
   s.checkpoints->wait_for_snapshot();  // a background save's copies are taken before the update
-  const OptimizerStepResult u =
-      s.update->run(state, r.loss, out.loss_scale, s.context->mesh(), s.context->comm(Axis::World), device);
+  // The graph's metrics, counted once per group of model-axis replicas.
+  const auto& metrics = s.model->graph().metrics;
+  std::vector<double> metric_sums(2 * metrics.size(), 0.0);
+  if (s.context->mesh().at_model_origin())
+    for (size_t k = 0; k < metrics.size(); ++k)
+      metric_sums[2 * k] = r.metrics[k].first, metric_sums[2 * k + 1] = r.metrics[k].second;
+  const OptimizerStepResult u = s.update->run(state, r.loss, out.loss_scale, s.context->mesh(),
+                                              s.context->comm(Axis::World), device, &metric_sums);
+  for (size_t k = 0; k < metrics.size(); ++k)
+    out.metrics.emplace_back(metrics[k].name,
+                             metric_sums[2 * k + 1] > 0 ? metric_sums[2 * k] / metric_sums[2 * k + 1] : 0.0);
   out.phases.clip = u.clip_seconds;
   out.phases.optimizer = u.optimizer_seconds;
   out.step = state.steps();
@@ -413,6 +422,17 @@ void Runtime::init_from(const std::string& path) {
     load_entries(c.folder, c.manifest, parameters, c.changed.empty());
   });
   if (s.context->mesh().rank() == 0) spdlog::info("parameters from {} (run.init_from)", c.folder);
+}
+
+std::vector<std::vector<double>> Runtime::gather_world(const std::vector<double>& values) {
+  const int world = impl_->context->mesh().world_size();
+  const int64_t n = static_cast<int64_t>(values.size());
+  at::Tensor in = at::tensor(values, at::kDouble);
+  at::Tensor out = at::empty({world * n}, at::kDouble);
+  if (n > 0) impl_->context->comm(Axis::World).allgather(in, out)->wait();
+  std::vector<std::vector<double>> v(world);
+  for (int i = 0; i < world; ++i) v[i].assign(out.data_ptr<double>() + i * n, out.data_ptr<double>() + (i + 1) * n);
+  return v;
 }
 
 std::vector<double> Runtime::gather_world(double value) {

@@ -162,6 +162,7 @@ struct RunRecord {
   nlohmann::json losses = nlohmann::json::array(), val_losses = nlohmann::json::array();
   nlohmann::json loss_scales = nlohmann::json::array();
   nlohmann::json grad_norms = nlohmann::json::array();  // before clipping, every step
+  nlohmann::json metrics = nlohmann::json::object();    // the graph's metrics, every step
   int64_t skipped = 0, timed_steps = 0, peak_act = 0;
   double train_seconds = 0, last_loss = 0, val_loss = std::nan("");
   std::vector<double> step_seconds_each;  // rank 0's, for the report
@@ -172,6 +173,7 @@ struct RunRecord {
     losses.push_back(r.loss);
     loss_scales.push_back(r.loss_scale);
     grad_norms.push_back(r.grad_norm);
+    for (const auto& [name, value] : r.metrics) metrics[name].push_back(value);
     step_seconds_each.push_back(r.seconds);
     skipped += r.skipped ? 1 : 0;
     last_loss = r.loss;
@@ -229,6 +231,7 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   summary["losses"] = rec.losses;
   summary["loss_scales"] = rec.loss_scales;
   summary["grad_norms"] = rec.grad_norms;
+  summary["train_metrics"] = rec.metrics;
   summary["skipped_steps"] = rec.skipped;
   summary["final_loss"] = rec.last_loss;
   summary["val_loss"] = rec.val_loss;
@@ -255,6 +258,24 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   const nlohmann::json comm = rt.comm_bytes();
   summary["comm_bytes_rank0"] = comm["sent"];
   summary["comm_bytes_analytic_rank0"] = comm["analytic"];
+  {  // every rank's analytic bytes per axis and op (those any rank sent)
+    std::vector<std::pair<std::string, std::string>> keys;
+    std::vector<double> mine;
+    for (const auto& [axis, ops] : comm["analytic"].items())
+      for (const char* op : {"allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "send"}) {
+        keys.emplace_back(axis, op);
+        mine.push_back(ops.value(op, 0.0));
+      }
+    const auto all = rt.gather_world(mine);
+    nlohmann::json per_rank = nlohmann::json::object();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<double> v;
+      bool any = false;
+      for (const auto& r : all) v.push_back(r[i]), any = any || r[i] != 0;
+      if (any) per_rank[keys[i].first][keys[i].second] = v;
+    }
+    summary["comm_bytes_analytic_per_rank"] = per_rank;
+  }
   if (!comm["uncounted_calls"].empty()) summary["comm_uncounted_calls_rank0"] = comm["uncounted_calls"];
   summary["stages"] = rt.plan().to_json(rt.graph());
   return summary;
@@ -359,10 +380,17 @@ nlohmann::json run_training(Runtime& rt) {
                    100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
                    human(r.memory.optimizer_state), human(r.memory.step_peak), human(r.memory.activations),
                    human(r.memory.send_buffers), 1000 * r.seconds, eta);
-      metrics.write({{"event", "step"}, {"step", r.step + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                     {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
-                     {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
-                     {"loss_scale", r.loss_scale}});
+      if (!r.metrics.empty()) {
+        std::string line;
+        for (const auto& [name, value] : r.metrics) line += fmt::format("{}{} {:.4g}", line.empty() ? "" : " | ", name, value);
+        spdlog::info("step {}/{} metrics | {}", r.step + 1, steps, line);
+      }
+      nlohmann::json entry{{"event", "step"}, {"step", r.step + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                           {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
+                           {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
+                           {"loss_scale", r.loss_scale}};
+      for (const auto& [name, value] : r.metrics) entry[name] = value;
+      metrics.write(entry);
     }
     if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
       double v = rt.evaluate(val_batches);

@@ -51,6 +51,20 @@ inline void transformer_layer(const Json& c, int tp) {
   divides("transformer_layer", "heads", get(c, "heads", "transformer_layer"), tp);
   divides("transformer_layer", "ffn", ffn_of(c, "transformer_layer"), tp);
 }
+// moe: experts split over ep; under tp with expert_tp (the default) each
+// expert's ffn, and the shared experts' ffn always.
+inline void moe_tp(const Json& c, int tp) {
+  const int64_t ffn = ffn_of(c, "moe");
+  if (smp::sdk::config_get<bool>(c, "expert_tp", "moe (tp rule)", true)) divides("moe", "ffn (expert_tp)", ffn, tp);
+  const int64_t shared = smp::sdk::config_get<int64_t>(c, "shared_experts", "moe (tp rule)", 0);
+  if (shared > 0) divides("moe", "shared experts' ffn", shared * ffn, tp);
+}
+inline void moe_ep(const Json& c, int ep) {
+  const int64_t e = get(c, "experts", "moe");
+  if (e % ep != 0)
+    throw smp::sdk::Error("moe: experts " + std::to_string(e) + " not divisible by ep " + std::to_string(ep));
+}
+
 // cross_entropy has no rule check: logits split over the vocabulary come from a
 // vocabulary-parallel producer, whose rule checks the split; whole logits (vocab
 // given and matching, e.g. a replicated 2-class head) need none.

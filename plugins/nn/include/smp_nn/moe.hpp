@@ -1,0 +1,405 @@
+// A mixture-of-experts MLP (Shazeer et al. 2017; Switch, GShard, Mixtral,
+// DeepSeek-MoE), written once for the serial kind (smp_nn's moe: every expert
+// here) and the expert-parallel kind (smp_tp's parallel_moe: experts over ep,
+// optionally split over tp).
+//
+// Per token: router logits (fp32), top-k experts with gates (softmax over the
+// k chosen logits, or softmax first and the chosen probabilities), optional
+// capacity dropping, then the chosen experts' MLPs as grouped GEMMs over the
+// tokens sorted by expert, weighted by the gates and summed; plus optional
+// shared experts that see every token (DeepSeek-MoE).
+//
+// Statistics and capacity are per sequence (GShard's group = one sample), not
+// per microbatch: a sample is never split between data-parallel ranks or
+// microbatches, so every layout routes, drops and balances exactly as the
+// serial run does. Under tp a sequence split over ranks sums its statistics
+// over tp first.
+#pragma once
+
+#include <smp_nn/ops.hpp>
+
+#include <smp/sdk/collectives.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace smp_nn {
+
+// moe {hidden, experts, top_k=2, ffn=4*hidden (each expert's), mlp="swiglu"|"gelu",
+//      capacity_factor=0 (0: dropless), router="topk_softmax"|"softmax_topk",
+//      router_jitter=0, aux_loss_weight=0.01, z_loss_weight=0, shared_experts=0,
+//      init_std=0.02, out_init_std=init_std, expert_tp=true (read by parallel_moe)}
+struct MoeConfig {
+  int64_t hidden, experts, top_k, ffn, shared_experts;
+  bool swiglu, softmax_first, expert_tp;
+  double capacity_factor, jitter, aux_weight, z_weight, init_std, out_init_std;
+  static MoeConfig parse(const Json& c, const std::string& node) {
+    expect_node_keys(c, {"hidden", "experts", "top_k", "ffn", "mlp", "capacity_factor", "router", "router_jitter",
+                         "aux_loss_weight", "z_loss_weight", "shared_experts", "init_std", "out_init_std", "expert_tp"},
+                     node);
+    MoeConfig r;
+    r.hidden = positive(c, "hidden", node);
+    r.experts = positive(c, "experts", node);
+    r.top_k = positive(c, "top_k", node, 2);
+    require(r.top_k <= r.experts, node,
+            "top_k " + std::to_string(r.top_k) + " exceeds experts " + std::to_string(r.experts));
+    r.ffn = positive(c, "ffn", node, 4 * r.hidden);
+    const std::string mlp = config_get<std::string>(c, "mlp", node, "swiglu");
+    require(mlp == "swiglu" || mlp == "gelu", node, "config key 'mlp' must be \"swiglu\" or \"gelu\", got \"" + mlp + "\"");
+    r.swiglu = mlp == "swiglu";
+    const std::string router = config_get<std::string>(c, "router", node, "topk_softmax");
+    require(router == "topk_softmax" || router == "softmax_topk", node,
+            "config key 'router' must be \"topk_softmax\" or \"softmax_topk\", got \"" + router + "\"");
+    r.softmax_first = router == "softmax_topk";
+    r.capacity_factor = config_get<double>(c, "capacity_factor", node, 0.0);
+    require(r.capacity_factor >= 0, node, "config key 'capacity_factor' must be >= 0 (0: dropless)");
+    r.jitter = probability(c, "router_jitter", node);
+    r.aux_weight = config_get<double>(c, "aux_loss_weight", node, 0.01);
+    r.z_weight = config_get<double>(c, "z_loss_weight", node, 0.0);
+    require(r.aux_weight >= 0 && r.z_weight >= 0, node, "aux_loss_weight and z_loss_weight must be >= 0");
+    r.shared_experts = config_get<int64_t>(c, "shared_experts", node, 0);
+    require(r.shared_experts >= 0, node, "config key 'shared_experts' must be >= 0");
+    r.init_std = stddev(c, "init_std", node, 0.02);
+    r.out_init_std = stddev(c, "out_init_std", node, r.init_std);
+    r.expert_tp = config_get<bool>(c, "expert_tp", node, true);
+    return r;
+  }
+  // Tokens one expert may take from one sequence of s tokens (capacity_factor > 0).
+  int64_t capacity(int64_t s) const {
+    return static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(s * top_k) / static_cast<double>(experts)));
+  }
+  SwigluMlpConfig shared() const { return {hidden, shared_experts * ffn, false, 0.0, init_std, out_init_std}; }
+};
+
+// The statistics vector a moe node adds to its second input and outputs (a
+// chain through the model's moe layers, pipeline stages included); moe_loss
+// turns it into the loss term and the metrics. Element 0 is differentiable.
+enum MoeStat : int64_t {
+  kMoeLoss = 0,      // aux_loss_weight * s * sum of sequence aux losses + z_loss_weight * sum of lse^2
+  kMoeAux,           // sum over sequences (and layers) of the Switch aux loss (1 = balanced)
+  kMoeAuxCount,      // sequences x layers
+  kMoeZ,             // sum over tokens of logsumexp(logits)^2
+  kMoeZCount,        // tokens x layers
+  kMoeDropped,       // (token, expert) assignments dropped by capacity
+  kMoeAssigned,      // assignments (tokens x top_k)
+  kMoeLoadMax,       // sum of the busiest expert's assignments
+  kMoeLoadMean,      // sum of the mean assignments per expert
+  kMoeA2aBytes,      // forward all-to-all bytes this rank sent to other ep ranks (rows and counts)
+  kMoeA2aMs,         // forward all-to-all milliseconds on this rank
+  kMoeMicrobatches,  // 1 per microbatch (set by the first layer)
+  kMoeStats
+};
+
+// Experts' parameters: [E_local, f_local, h] in (gate and up, or fc) and
+// [E_local, h, f_local] out; the router [E, h] is whole everywhere.
+struct MoeParams {
+  Tensor router, gate, up, down;  // gelu: gate is fc, up undefined
+  SwigluMlpParams shared;
+};
+
+// Draws from the node's stream, in order: router [E, h], gate (fc) [E, f, h],
+// up [E, f, h] (swiglu), down [E, h, f], then the shared experts as a
+// swiglu_mlp of ffn shared_experts * ffn (tp-split like one). Experts
+// [e0, e0 + n) and, under expert tp, ffn part tp_rank of tp_size are kept.
+inline MoeParams init_moe(InitStream& s, const MoeConfig& c, int64_t e0, int64_t n, int tp_rank = 0, int tp_size = 1,
+                          bool split_ffn = false) {
+  const Slice experts{0, e0, n};
+  auto ffn_part = [&](const Tensor& t, int64_t dim) {
+    if (!split_ffn || tp_size == 1) return t;
+    const int64_t f = t.size(dim) / tp_size;
+    return t.narrow(dim, tp_rank * f, f).contiguous();
+  };
+  MoeParams p;
+  p.router = normal(s, {c.experts, c.hidden}, c.init_std);
+  p.gate = ffn_part(normal(s, {c.experts, c.ffn, c.hidden}, c.init_std, experts), 1);
+  if (c.swiglu) p.up = ffn_part(normal(s, {c.experts, c.ffn, c.hidden}, c.init_std, experts), 1);
+  p.down = ffn_part(normal(s, {c.experts, c.hidden, c.ffn}, c.out_init_std, experts), 2);
+  if (c.shared_experts > 0) p.shared = init_swiglu_mlp(s, c.shared(), tp_rank, tp_size);
+  return p;
+}
+inline void make_params(MoeParams& p) {
+  param(p.router), param(p.gate), param(p.down);
+  if (p.up.defined()) param(p.up);
+  if (p.shared.gate.weight.defined()) make_params(p.shared);
+}
+
+namespace detail {
+// y[rows of group g] = x[rows of group g] W_g^T for groups of consecutive rows.
+inline Tensor grouped_mm_rows(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, bool transpose_w) {
+  const int64_t out = transpose_w ? w.size(1) : w.size(2);
+  Tensor y = at::empty({x.size(0), out}, x.options());
+  int64_t row = 0;
+  for (size_t g = 0; g < counts.size(); ++g) {
+    if (counts[g] == 0) continue;
+    Tensor yg = y.narrow(0, row, counts[g]);
+    at::mm_out(yg, x.narrow(0, row, counts[g]), transpose_w ? w[g].t() : w[g]);
+    row += counts[g];
+  }
+  return y;
+}
+struct GroupedMm : torch::autograd::Function<GroupedMm> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w,
+                        std::vector<int64_t> counts) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["counts"] = counts;
+    return grouped_mm_rows(x, w, counts, true);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1];
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const Tensor gy = g[0].contiguous();
+    Tensor gx = grouped_mm_rows(gy, w, counts, false);  // dX_g = dY_g W_g
+    Tensor gw = at::zeros_like(w);
+    int64_t row = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      if (counts[e] == 0) continue;
+      Tensor gwe = gw[e];
+      at::mm_out(gwe, gy.narrow(0, row, counts[e]).t(), x.narrow(0, row, counts[e]));  // dW_g = dY_g^T X_g
+      row += counts[e];
+    }
+    return {gx, gw, Tensor()};
+  }
+};
+}  // namespace detail
+
+// The grouped GEMM of MoE experts: x [N, in] with rows sorted by group
+// (counts[g] rows for group g), w [G, out, in] -> [N, out], one GEMM per
+// non-empty group into its rows of one output, and the same in backward (no
+// gathers, masks or per-expert copies).
+inline Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts) {
+  return detail::GroupedMm::apply(x.contiguous(), w, counts);
+}
+
+// The experts' MLP on rows sorted by local expert. Under expert tp the
+// result is this rank's partial sum (its ffn columns).
+inline Tensor experts_mlp(const MoeParams& p, const MoeConfig& c, const Tensor& x, const std::vector<int64_t>& counts) {
+  if (!c.swiglu) return grouped_mm(gelu_tanh(grouped_mm(x, p.gate, counts)), p.down, counts);
+  const int64_t f = p.gate.size(1);
+  const Tensor h = grouped_mm(x, at::cat({p.gate, p.up}, 1), counts);
+  return grouped_mm(at::silu(h.narrow(1, 0, f)) * h.narrow(1, f, f), p.down, counts);
+}
+
+// Where this rank's tokens sit in their sequences, and the group (tp) that
+// holds the rest of each sequence when it is split.
+struct TokenSlice {
+  smp::sdk::Comm tp;      // used when split
+  bool split = false;     // this rank holds [offset, offset + s_local) of every sequence
+  int64_t offset = 0, full_seq = 0;
+};
+
+struct Routing {
+  Tensor experts;  // [b, s', k] int64
+  Tensor gates;    // [b, s', k] fp32, differentiable
+  Tensor keep;     // [b, s', k] bool, undefined when dropless
+  Tensor stats;    // [kMoeStats] fp32, element kMoeLoss differentiable
+};
+
+inline Routing route(const Tensor& x, const Tensor& router, const MoeConfig& c, const TokenSlice& ts, bool training,
+                     uint64_t seed) {
+  const int64_t b = x.size(0), sl = x.size(1), E = c.experts, k = c.top_k, S = ts.full_seq;
+  Tensor xr = x.to(at::kFloat);
+  if (training && c.jitter > 0) {  // multiplicative noise (Switch), drawn for whole sequences
+    at::Generator gen = smp::sdk::init_generator(seed);
+    Tensor noise = at::empty({b, S, x.size(2)}, at::kFloat).uniform_(1.0 - c.jitter, 1.0 + c.jitter, gen);
+    xr = xr * noise.narrow(1, ts.offset, sl).to(x.device());
+  }
+  const Tensor logits = at::linear(xr, router.to(at::kFloat));  // [b, s', E]
+  const Tensor probs = at::softmax(logits, -1);
+  Routing r;
+  if (c.softmax_first) {
+    auto [v, i] = probs.topk(k, -1);
+    r.gates = v, r.experts = i;
+  } else {
+    auto [v, i] = logits.topk(k, -1);
+    r.gates = at::softmax(v, -1), r.experts = i;
+  }
+  auto tp_sum = [&](Tensor t) {  // a plain sum over the sequence's ranks
+    if (ts.split) ts.tp.allreduce(t);
+    return t;
+  };
+  // Switch's load-balancing loss per sequence: E / (S^2 k) * sum_e P_e c_e with
+  // P_e the summed router probabilities and c_e the assignments to e.
+  const Tensor oh = at::one_hot(r.experts.reshape({b, sl * k}), E);         // [b, s'k, E]
+  const Tensor counts = tp_sum(oh.sum(1).to(at::kFloat));                 // [b, E]
+  Tensor P = probs.sum(1);                                                // [b, E]
+  if (ts.split) P = smp::sdk::reduce_from_region(P, ts.tp);
+  const Tensor aux = (P * counts).sum() * (static_cast<double>(E) / static_cast<double>(S * S * k));
+  Tensor z = at::logsumexp(logits, -1).pow(2).sum();
+  if (ts.split) z = smp::sdk::reduce_from_region(z, ts.tp);
+  const Tensor loss = aux * (c.aux_weight * static_cast<double>(S)) + z * c.z_weight;
+
+  double dropped = 0;
+  if (c.capacity_factor > 0) {
+    // An assignment's place in its (sequence, expert) queue, tokens in order,
+    // a token's k choices in order; the ranks before this one in the sequence first.
+    Tensor pos = (oh.cumsum(1) - 1).mul(oh).sum(-1);  // [b, s'k]
+    if (ts.split) {
+      const Tensor all = ts.tp.allgather(oh.sum(1).unsqueeze(0).contiguous());  // [tp, b, E]
+      const int rank = ts.tp.rank();
+      const Tensor before = rank > 0 ? all.narrow(0, 0, rank).sum(0) : at::zeros_like(all[0]);
+      pos = pos + before.gather(1, r.experts.reshape({b, sl * k}));
+    }
+    r.keep = pos.lt(c.capacity(S)).reshape({b, sl, k});
+    dropped = tp_sum(r.keep.logical_not().sum().to(at::kFloat).reshape({1})).item<double>();
+  }
+  const Tensor load = counts.sum(0);  // [E] over the microbatch
+  const double tokens = static_cast<double>(b * S);
+  Tensor stats = at::zeros({kMoeStats}, at::kFloat);
+  auto st = stats.accessor<float, 1>();
+  st[kMoeAux] = aux.item<float>();
+  st[kMoeAuxCount] = static_cast<float>(b);
+  st[kMoeZ] = z.item<float>();
+  st[kMoeZCount] = static_cast<float>(tokens);
+  st[kMoeDropped] = static_cast<float>(dropped);
+  st[kMoeAssigned] = static_cast<float>(tokens * k);
+  st[kMoeLoadMax] = load.max().item<float>();
+  st[kMoeLoadMean] = static_cast<float>(tokens * k / E);
+  // Element 0 carries the loss with its gradient.
+  r.stats = at::cat({loss.reshape({1}), stats.narrow(0, 1, kMoeStats - 1).to(x.device())});
+  return r;
+}
+
+// Moves each kept (token, expert) assignment's row to the ep rank holding the
+// expert, runs `experts` on the rows sorted by local expert, and returns the
+// gate-weighted sum per token [N, h]. x [N, h]; experts, gates, keep [N, k].
+// a2a_bytes / a2a_ms: what this rank's forward all-to-alls sent and took.
+using ExpertsFn = std::function<Tensor(const Tensor& rows, const std::vector<int64_t>& counts)>;
+inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Tensor& gates, const Tensor& keep,
+                               int64_t num_experts, const smp::sdk::Comm& ep, const ExpertsFn& fn, double* a2a_bytes,
+                               double* a2a_ms) {
+  const int64_t N = x.size(0), k = experts.size(1);
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(x.device());
+  Tensor e = experts.reshape({-1}), tok = at::arange(N, lng).repeat_interleave(k), g = gates.reshape({-1});
+  if (keep.defined()) {
+    const Tensor sel = keep.reshape({-1}).nonzero().squeeze(1);
+    e = e.index_select(0, sel), tok = tok.index_select(0, sel), g = g.index_select(0, sel);
+  }
+  const Tensor order = std::get<1>(e.sort(/*stable=*/true, 0, false));
+  const Tensor tok_sorted = tok.index_select(0, order);
+  const Tensor counts_t = at::bincount(e.index_select(0, order).cpu(), {}, num_experts);
+  const std::vector<int64_t> counts(counts_t.data_ptr<int64_t>(), counts_t.data_ptr<int64_t>() + num_experts);
+  const Tensor xs = x.index_select(0, tok_sorted);
+  Tensor ys;
+  const int n = ep.size();
+  if (n == 1) {
+    ys = fn(xs, counts);
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t local = num_experts / n;
+    // Counts first: how many rows of each local expert every rank sends here.
+    const std::vector<int64_t> per_rank(static_cast<size_t>(n), local);
+    const Tensor recv_t = ep.alltoall(counts_t, per_rank, per_rank);  // [n * local], source-major
+    std::vector<int64_t> send(static_cast<size_t>(n), 0), recv(static_cast<size_t>(n), 0), mine(static_cast<size_t>(local), 0);
+    const int64_t* rc = recv_t.data_ptr<int64_t>();
+    for (int j = 0; j < n; ++j)
+      for (int64_t l = 0; l < local; ++l) {
+        send[j] += counts[j * local + l];
+        recv[j] += rc[j * local + l];
+        mine[l] += rc[j * local + l];
+      }
+    const Tensor xr = smp::sdk::all_to_all(xs, ep, send, recv);
+    // Received rows come source-major; the experts want them expert-major.
+    const Tensor row_expert = at::arange(local).repeat({n}).repeat_interleave(recv_t).to(x.device());
+    const Tensor perm = std::get<1>(row_expert.sort(/*stable=*/true, 0, false));
+    const Tensor ye = fn(xr.index_select(0, perm), mine);
+    const Tensor yr = at::empty_like(ye).index_copy(0, perm, ye);
+    ys = smp::sdk::all_to_all(yr, ep, recv, send);
+    int64_t remote = 0, remote_back = 0;
+    for (int j = 0; j < n; ++j)
+      if (j != ep.rank()) remote += send[j], remote_back += recv[j];
+    const double row_bytes = static_cast<double>(x.size(1) * x.element_size());
+    *a2a_bytes += static_cast<double>(remote + remote_back) * row_bytes + static_cast<double>((n - 1) * local * 8);
+    *a2a_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ys = ys * g.index_select(0, order).unsqueeze(1).to(ys.scalar_type());
+  return at::zeros({N, ys.size(1)}, ys.options()).index_add(0, tok_sorted, ys);
+}
+
+// The stats chain: the previous layers' (or none) plus this layer's.
+inline Tensor chain_stats(const std::vector<Tensor>& inputs, Tensor mine) {
+  if (inputs.size() > 1) return inputs[1] + mine;
+  auto one = at::zeros({kMoeStats}, mine.options().dtype(at::kFloat).requires_grad(false));
+  one[kMoeMicrobatches] = 1.0;
+  return mine + one;
+}
+inline Tensor a2a_stats(double bytes, double ms, const at::TensorOptions& o) {
+  Tensor t = at::zeros({kMoeStats}, at::kFloat);
+  t[kMoeA2aBytes] = bytes, t[kMoeA2aMs] = ms;
+  return t.to(o.device());
+}
+
+// The serial kind: every expert on this rank.
+//   forward: x [b, s, h] (, stats [kMoeStats]) -> y [b, s, h], stats
+class Moe : public smp::sdk::Module {
+ public:
+  Moe(const Json& cfg, const smp::sdk::ModuleContext& ctx) : node_(ctx.node_name), c_(MoeConfig::parse(cfg, node_)) {
+    InitStream gen(ctx.init_seed);
+    p_ = init_moe(gen, c_, 0, c_.experts);
+    make_params(p_);
+  }
+  std::vector<Tensor> forward(const smp::sdk::Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 1, 2, node_, call.method);
+    const Tensor& x = call.inputs[0];
+    expect_dim(x, 3, c_.hidden, node_, "input");
+    const int64_t b = x.size(0), s = x.size(1), h = x.size(2);
+    TokenSlice ts;
+    ts.full_seq = s;
+    Routing r = route(x, p_.router, c_, ts, call.training, call.rng_seed);
+    double mb = 0, ms = 0;
+    const int64_t k = c_.top_k;
+    Tensor y = dispatch_combine(
+        x.reshape({b * s, h}), r.experts.reshape({b * s, k}), r.gates.reshape({b * s, k}),
+        r.keep.defined() ? r.keep.reshape({b * s, k}) : Tensor(), c_.experts, smp::sdk::Comm(),
+        [&](const Tensor& rows, const std::vector<int64_t>& counts) { return experts_mlp(p_, c_, rows, counts); }, &mb,
+        &ms);
+    y = y.reshape({b, s, h});
+    if (c_.shared_experts > 0) y = y + swiglu_mlp_forward(p_.shared, c_.shared(), x, call.training, call.rng_seed);
+    return {y, chain_stats(call.inputs, r.stats)};
+  }
+  std::vector<smp::sdk::Param> parameters() override {
+    std::vector<smp::sdk::Param> out{{"router.weight", p_.router, -1, false}, {"experts.gate", p_.gate, -1, false}};
+    if (p_.up.defined()) out.push_back({"experts.up", p_.up, -1, false});
+    out.push_back({"experts.down", p_.down, -1, false});
+    if (p_.shared.gate.weight.defined()) {
+      out.push_back({"shared.gate.weight", p_.shared.gate.weight, -1, false});
+      out.push_back({"shared.up.weight", p_.shared.up.weight, -1, false});
+      out.push_back({"shared.down.weight", p_.shared.down.weight, -1, false});
+    }
+    return out;
+  }
+
+ private:
+  std::string node_;
+  MoeConfig c_;
+  MoeParams p_;
+};
+
+// moe_loss {}: forward: loss_sum, stats -> loss_sum + stats[0] (in training;
+// a validation loss is the model's alone), then stats[1..] as scalars, for
+// graph.loss_sum and graph.metric (see MoeStat).
+class MoeLoss : public smp::sdk::Module {
+ public:
+  MoeLoss(const Json& cfg, const smp::sdk::ModuleContext& ctx) : node_(ctx.node_name) { expect_node_keys(cfg, {}, node_); }
+  std::vector<Tensor> forward(const smp::sdk::Call& call) override {
+    expect_method(call.method, node_);
+    expect_inputs(call.inputs, 2, 2, node_, call.method);
+    const Tensor &loss = call.inputs[0], &stats = call.inputs[1];
+    if (stats.dim() != 1 || stats.size(0) != kMoeStats)
+      throw smp::sdk::Error("node '" + node_ + "': stats must be the [" + std::to_string(kMoeStats) +
+                            "] vector a moe node outputs, got " + c10::str(stats.sizes()));
+    std::vector<Tensor> out{call.training ? loss + stats[kMoeLoss].to(loss.scalar_type()) : loss};
+    for (int64_t i = 1; i < kMoeStats; ++i) out.push_back(stats[i].detach());
+    return out;
+  }
+
+ private:
+  std::string node_;
+};
+
+}  // namespace smp_nn
