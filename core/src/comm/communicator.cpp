@@ -450,8 +450,15 @@ class C10dCommunicator final : public Communicator {
       return done(name);
     }
     Staged si = stage(in), so = stage(out);
-    return submit(name, [&] { return backend_for(in).alltoall(si.t, so.t, is, os); }, write_back(out, so, si.t),
-                  &backend_for(in));
+    // Moving rows needs no arithmetic: bf16 travels as bytes (a row of h
+    // values as 2h), which every backend has (Gloo of LibTorch 1.13 has no bf16).
+    auto bits = [](const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kByte) : t; };
+    return submit(name,
+                  [&] {
+                    at::Tensor i = bits(si.t), o = bits(so.t);
+                    return backend_for(in).alltoall(i, o, is, os);
+                  },
+                  write_back(out, so, si.t), &backend_for(in));
   }
 
   std::shared_ptr<Work> broadcast(at::Tensor& t, int root) override {

@@ -2,6 +2,7 @@
 // gradients), init determinism and order, dropout determinism, and bad-config errors
 // (directly and through the plugin's C ABI).
 #include <smp_nn/modules.hpp>
+#include <smp_nn/moe.hpp>
 
 #include "plugin/host_api.h"
 
@@ -305,6 +306,106 @@ TEST_F(NnTest, TransformerLayer) {
 }
 
 std::string error_of(const std::function<void()>& f);
+
+// The MoE layer against a per-token loop over the chosen experts: outputs,
+// the loss term (Switch aux per sequence + z) and every gradient, for both
+// router orders, with and without capacity dropping, and shared experts.
+TEST_F(NnTest, MoeMatchesAPerTokenLoopOverItsExperts) {
+  const int64_t b = 2, s = 6, h = 8, E = 4, k = 2, f = 12;
+  for (const char* router : {"topk_softmax", "softmax_topk"})
+    for (double cf : {0.0, 1.0}) {
+      SCOPED_TRACE(std::string(router) + " capacity " + std::to_string(cf));
+      Json c{{"hidden", h}, {"experts", E}, {"top_k", k}, {"ffn", f}, {"router", router}, {"capacity_factor", cf},
+             {"aux_loss_weight", 0.1}, {"z_loss_weight", 0.01}, {"shared_experts", 1}, {"init_std", 0.5}};
+      smp_nn::Moe m(c, ctx(30));
+      auto params = m.parameters();
+      Params rp;
+      for (auto& p : params) rp[p.name] = p.tensor.detach().clone().requires_grad_(true);
+      const Tensor x = randn({b, s, h}, 31), xr = x.clone().requires_grad_(true), xm = x.clone().requires_grad_(true);
+      auto outs = m.forward(Call{"forward", {xm}, true});
+      // Reference.
+      const Tensor logits = at::matmul(xr, rp["router.weight"].t());  // [b, s, E]
+      const Tensor probs = at::softmax(logits, -1);
+      std::vector<Tensor> rows;
+      const int64_t cap = static_cast<int64_t>(std::ceil(cf * s * k / E));
+      int64_t dropped = 0;
+      auto expert = [&](int64_t e, const Tensor& t) {
+        const Tensor g = at::matmul(t, rp["experts.gate"][e].t()), u = at::matmul(t, rp["experts.up"][e].t());
+        return at::matmul(g * at::sigmoid(g) * u, rp["experts.down"][e].t());
+      };
+      for (int64_t i = 0; i < b; ++i) {
+        std::vector<int64_t> queue(E, 0);
+        for (int64_t t = 0; t < s; ++t) {
+          const Tensor xt = xr[i][t];
+          auto [lv, li] = logits[i][t].topk(k);
+          auto [pv, pi] = probs[i][t].topk(k);
+          const bool first = std::string(router) == "softmax_topk";
+          const Tensor gates = first ? pv : at::softmax(lv, -1);
+          const Tensor idx = first ? pi : li;
+          Tensor y = at::zeros({h});
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t e = idx[j].item<int64_t>();
+            if (cf > 0 && queue[e]++ >= cap) {
+              ++dropped;
+              continue;
+            }
+            y = y + gates[j] * expert(e, xt);
+          }
+          const Tensor sg = at::matmul(xt, rp["shared.gate.weight"].t()), su = at::matmul(xt, rp["shared.up.weight"].t());
+          rows.push_back(y + at::matmul(sg * at::sigmoid(sg) * su, rp["shared.down.weight"].t()));
+        }
+      }
+      const Tensor yref = at::stack(rows).reshape({b, s, h});
+      // Switch aux per sequence, z over tokens.
+      Tensor aux = at::zeros({});
+      for (int64_t i = 0; i < b; ++i) {
+        const bool first = std::string(router) == "softmax_topk";
+        const Tensor idx = std::get<1>((first ? probs[i] : logits[i]).topk(k, -1));  // [s, k]
+        const Tensor counts = at::one_hot(idx, E).sum(at::IntArrayRef{0, 1}).to(at::kFloat);
+        aux = aux + (probs[i].sum(0) * counts).sum() * (double(E) / double(s * s * k));
+      }
+      const Tensor z = at::logsumexp(logits, -1).pow(2).sum();
+      const Tensor loss_ref = aux * (0.1 * s) + z * 0.01;
+      EXPECT_TRUE(close(outs[0], yref)) << "output";
+      const Tensor stats = outs[1];
+      ASSERT_EQ(stats.size(0), smp_nn::kMoeStats);
+      EXPECT_TRUE(close(stats[smp_nn::kMoeLoss], loss_ref)) << "loss term";
+      EXPECT_NEAR(stats[smp_nn::kMoeAux].item<double>(), aux.item<double>(), 1e-5);
+      EXPECT_NEAR(stats[smp_nn::kMoeZ].item<double>(), z.item<double>(), 1e-4);
+      EXPECT_EQ(stats[smp_nn::kMoeDropped].item<double>(), static_cast<double>(dropped));
+      EXPECT_EQ(stats[smp_nn::kMoeAssigned].item<double>(), static_cast<double>(b * s * k));
+      if (cf > 0) EXPECT_GT(dropped, 0) << "capacity 1 should turn some assignments away";
+      const Tensor w = randn({b, s, h}, 32);
+      ((outs[0] * w).sum() + stats[smp_nn::kMoeLoss]).backward();
+      ((yref * w).sum() + loss_ref).backward();
+      EXPECT_TRUE(close(xm.grad(), xr.grad())) << "grad of the input";
+      for (auto& p : params) EXPECT_TRUE(close(p.tensor.grad(), rp[p.name].grad())) << "grad of " << p.name;
+    }
+}
+
+// The grouped GEMM: uneven groups (one empty), forward and both gradients
+// against one matmul per group.
+TEST_F(NnTest, GroupedGemmMatchesOneMatmulPerGroup) {
+  const std::vector<int64_t> counts{3, 0, 5, 1};
+  const Tensor x = randn({9, 6}, 40).requires_grad_(true), w = randn({4, 7, 6}, 41).requires_grad_(true);
+  const Tensor xr = x.detach().clone().requires_grad_(true), wr = w.detach().clone().requires_grad_(true);
+  const Tensor y = smp_nn::grouped_mm(x, w, counts);
+  std::vector<Tensor> parts;
+  int64_t row = 0;
+  for (size_t g = 0; g < counts.size(); ++g) {
+    parts.push_back(at::matmul(xr.narrow(0, row, counts[g]), wr[g].t()));
+    row += counts[g];
+  }
+  const Tensor yr = at::cat(parts);
+  EXPECT_TRUE(close(y, yr));
+  const Tensor gy = randn({9, 7}, 42);
+  (y * gy).sum().backward();
+  (yr * gy).sum().backward();
+  EXPECT_TRUE(close(x.grad(), xr.grad()));
+  EXPECT_TRUE(close(w.grad(), wr.grad()));
+  EXPECT_EQ(w.grad()[1].abs().sum().item<double>(), 0.0);  // the empty group
+}
+
 
 // Grouped-query attention by its definition: query head i attends with kv head
 // i / (heads / kv_heads); k and v have kv_heads * head_dim rows.
