@@ -10,6 +10,7 @@
 // time excluding the first step; the plain loop uses the same rule).
 #include "analytic.h"
 #include "checkpoint_bench.h"
+#include "moe_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
 #include "plain_gpt.h"
@@ -917,6 +918,28 @@ int cmd_checkpoint(const Common& c, int save_every) {
   return 0;
 }
 
+// ----------------------------------------------------------------------------- moe
+int cmd_moe(const Common& c, bool quality) {
+  const auto base = base_overrides(c);
+  json result = interleaved_header("moe", c, base);
+  bench::MoeBenchOptions o;
+  o.config = c.config;
+  o.overrides = base;
+  o.repeat = c.repeat;
+  o.quality = quality;
+  o.quiet_cores = c.quiet_cores;
+  o.job_wait_s = c.job_wait_s;
+  result["method"] =
+      "Interleaved pairs (each job once per round, back to back). ep: the moe bench model on 2 ranks at dp 2 with "
+      "ep 1 (experts replicated, no all-to-all) and ep 2; ratio = ep2 / ep1 step time. eager: one smp rank against "
+      "bench/eager_moe.py (the same model as one writes it in PyTorch, Mixtral's loop over experts) under Debian's "
+      "python3-torch, one thread each; ratio = smp / eager tokens/s; goal >= 1.1 on the median of >= 10 pairs. "
+      "grouped_gemm and quality: see their own method fields.";
+  result.update(bench::run_moe_bench(o));
+  finish(result, c);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   namespace fs = boost::filesystem;
   bench::Paths& P = bench::paths();
@@ -960,6 +983,12 @@ int main(int argc, char** argv) {
   auto* ck = app.add_subcommand("checkpoint", "save (sync, async) and load (same layout, resharded) times against the disk's write throughput");
   add_common(ck, ckpt, 8, 8, P.source_dir + "/bench/results/checkpoint.json");
   ck->add_option("--save-every", ckpt_every, "steps between saves")->capture_default_str();
+  Common moe;
+  bool moe_quality = true;
+  moe.repeat = 10;  // its goal counts only on the median of >= 10 interleaved pairs
+  auto* mo = app.add_subcommand("moe", "MoE: ep 2 vs ep 1 on 2 ranks with the all-to-all share, 1 rank vs PyTorch eager, grouped GEMM vs a loop, preset vs its dense twin");
+  add_common(mo, moe, 12, 16, P.source_dir + "/bench/results/moe.json");
+  mo->add_option("--quality", moe_quality, "also train configs/moe-small.toml and its dense twin (minutes)")->capture_default_str();
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -1014,11 +1043,16 @@ int main(int argc, char** argv) {
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
     if (roberta.config.empty()) roberta.config = P.source_dir + "/bench/configs/encoder-bench.toml";
+    if (moe.config.empty()) moe.config = P.source_dir + "/bench/configs/moe-bench.toml";
     if (*g) return cmd_gpt(gpt);
     if (*dpsc) return cmd_dp_scaling(dps);
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
     if (*ck) return cmd_checkpoint(ckpt, ckpt_every);
+    if (*mo) {
+      require_python_torch("moe");
+      return cmd_moe(moe, moe_quality);
+    }
     if (*ps) return cmd_pipeline_sim(psim, psim_m);
     if (*nc) return cmd_adapter(ncf, "ncf", "plain-ncf", "interactions");
     if (*eg) return cmd_eager(eager);

@@ -31,7 +31,8 @@ struct Shape {
 const std::map<std::string, Shape>& presets() {
   static const std::map<std::string, Shape> p{
       {"tiny", {2, 64, 4, 2, 64, 256, 176, 4, 2, 128, 0, 1, 0}},
-      {"small", {4, 128, 4, 2, 128, 256, 352, 8, 2, 256, 0, 1, 0}},
+      // Fine-grained experts (DeepSeek-MoE): 16 of ffn 128, top 4.
+      {"small", {4, 128, 4, 2, 128, 256, 352, 16, 4, 128, 0, 1, 0}},
       // Mixtral 8x7B (Jiang et al. 2024), at a 4096-token context.
       {"mixtral-8x7b", {32, 4096, 32, 8, 4096, 32000, 14336, 8, 2, 14336, 0, 1, 0}},
       // DeepSeek-MoE 16B (Dai et al. 2024): 64 fine-grained experts, 6 routed
@@ -158,7 +159,8 @@ class MoeAdapter : public smp::sdk::Adapter {
     if (any_moe) {
       g.node({"moe_loss", "moe_loss", Json::object(), {"ce_sum", stats},
               {"loss_sum", "aux", "aux_n", "z", "z_n", "dropped", "assigned", "load_max", "load_mean", "a2a_bytes",
-               "a2a_ms", "microbatches"}});
+               "a2a_ms", "microbatches"},
+              "", "", 16.0, 0, 64.0});
       g.metric("moe_load", "load_max", "load_mean");
       g.metric("moe_dropped", "dropped", "assigned");
       g.metric("moe_aux", "aux", "aux_n");

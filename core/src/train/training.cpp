@@ -258,12 +258,14 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   const nlohmann::json comm = rt.comm_bytes();
   summary["comm_bytes_rank0"] = comm["sent"];
   summary["comm_bytes_analytic_rank0"] = comm["analytic"];
-  {  // every rank's analytic bytes per axis and op (those any rank sent)
+  {  // every rank's analytic bytes per axis and op (those any rank sent); the
+     // mesh's axes, which every rank has (its groups differ)
     std::vector<std::pair<std::string, std::string>> keys;
     std::vector<double> mine;
-    for (const auto& [axis, ops] : comm["analytic"].items())
+    for (const Axis& a : rt.mesh().axes())
       for (const char* op : {"allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "send"}) {
-        keys.emplace_back(axis, op);
+        keys.emplace_back(a.name(), op);
+        const auto ops = comm["analytic"].value(a.name(), nlohmann::json::object());
         mine.push_back(ops.value(op, 0.0));
       }
     const auto all = rt.gather_world(mine);

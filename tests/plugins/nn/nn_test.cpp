@@ -842,9 +842,10 @@ TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(desc_->n_rules, 0u);
   for (const char* k : {"embedding", "position_embedding", "layer_norm", "rms_norm", "linear", "attention", "mlp", "swiglu_mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
-                        "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh"})
+                        "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh", "moe",
+                        "moe_loss"})
     EXPECT_NE(kind(k), nullptr) << k;
-  EXPECT_EQ(desc_->n_module_kinds, 22u);
+  EXPECT_EQ(desc_->n_module_kinds, 24u);
 }
 
 TEST_F(NnPlugin, CreateForwardAndErrorsThroughTheAbi) {

@@ -210,7 +210,7 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
   for (const char* k : {"tp_linear", "column_parallel_linear", "row_parallel_linear", "vocab_parallel_embedding",
                         "vocab_parallel_cross_entropy", "parallel_attention", "parallel_mlp", "parallel_swiglu_mlp",
                         "parallel_transformer_layer", "dist_position_embedding", "dist_layer_norm", "dist_rms_norm", "dist_dropout",
-                        "sharded_embedding_table", "dist_select"})
+                        "sharded_embedding_table", "dist_select", "parallel_moe"})
     EXPECT_NE(std::find(kinds.begin(), kinds.end(), k), kinds.end()) << k;
   const std::vector<std::pair<std::string, std::string>> want = {
       {"linear", "tp_linear"},
@@ -225,8 +225,17 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       {"rms_norm", "dist_rms_norm"},
       {"dropout", "dist_dropout"},
       {"embedding_table", "sharded_embedding_table"},
-      {"select", "dist_select"}};
-  EXPECT_EQ(desc_->n_rules, want.size());
+      {"select", "dist_select"},
+      {"moe", "parallel_moe"}};
+  // And on ep: moe -> parallel_moe, and parallel_moe (after the tp rule) stays.
+  size_t ep_rules = 0;
+  for (size_t i = 0; i < desc_->n_rules; ++i)
+    if (std::string(desc_->rules[i]->axis) == "ep") {
+      ++ep_rules;
+      EXPECT_EQ(std::string(desc_->rules[i]->dist_kind), "parallel_moe");
+    }
+  EXPECT_EQ(ep_rules, 2u);
+  EXPECT_EQ(desc_->n_rules, want.size() + ep_rules);
   for (auto& [k, d] : want) {
     const smp_rule* r = rule(k);
     ASSERT_NE(r, nullptr) << k;

@@ -9,10 +9,12 @@
 //   embedding / embedding_table: weight [num, dim] ~ N(0, init_std)
 //   position_embedding:          weight [max_len, dim] ~ N(0, init_std)
 //   linear:                      weight [out, in] ~ N(0, init_std); bias [out] = 0
-//   attention:                   q.weight, k.weight, v.weight ~ N(0, init_std) (each [h, h],
-//                                rows grouped by head), out.weight [h, h] ~ N(0, out_init_std)
+//   attention:                   q.weight [h, h], k.weight, v.weight [kv_heads * head_dim, h]
+//                                ~ N(0, init_std) (rows grouped by head), out.weight [h, h] ~ N(0, out_init_std)
 //   mlp:                         fc.weight [ffn, h] ~ N(0, init_std), proj.weight [h, ffn] ~ N(0, out_init_std)
-//   transformer_layer:           ln1, attention (as above), ln2, mlp (as above), one stream
+//   swiglu_mlp:                  gate.weight, up.weight [ffn, h] ~ N(0, init_std), down.weight ~ N(0, out_init_std)
+//   transformer_layer:           ln1, attention (as above), ln2, mlp or swiglu_mlp (as above), one stream
+//   moe:                         see moe.hpp
 // The sharded initialisers take (rank, size) of tp: column-parallel weights
 // (q, k, v, fc) split their rows and biases, row-parallel ones (out, proj) their
 // columns, with the bias whole.

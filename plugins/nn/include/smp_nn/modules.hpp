@@ -10,12 +10,15 @@
 // swiglu_mlp           {hidden, ffn=4*hidden, bias=false, dropout=0,  forward: x [...,h] -> down(silu(gate x) * up x)
 //                       init_std=0.02, out_init_std=init_std}
 // linear               {in, out, bias=true, init_std=0.02}            forward: x [...,in] -> [...,out]
-// attention            {hidden, heads, causal=true, dropout=0,        forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
-//                       init_std=0.02, out_init_std=init_std,
-//                       rope_base=0 (rotary q and k with this base; 0 = none)
+// attention            {hidden, heads, kv_heads=heads, causal=true,   forward: x [b,s,h] (, pad mask [b,s]) -> [b,s,h]
+//                       dropout=0, init_std=0.02, out_init_std=init_std,
+//                       bias=true, rope_base=0 (rotary q and k with this base; 0 = none)}
 // mlp                  {hidden, ffn=4h, dropout=0, init_std, out_init_std}  forward: x [...,h] -> [...,h]
-// transformer_layer    {hidden, heads, ffn=4h, causal=true, dropout=0,       forward: x [b,s,h] (, pad mask) -> [b,s,h]
-//                       init_std, out_init_std, eps=1e-5}
+// transformer_layer    {hidden, heads, kv_heads, ffn=4h, causal=true,        forward: x [b,s,h] (, pad mask) -> [b,s,h]
+//                       dropout=0, init_std, out_init_std, eps=1e-5, bias,
+//                       norm="pre"|"post", norm_type="layer_norm"|"rms_norm",
+//                       mlp="gelu"|"swiglu", rope_base}
+// moe, moe_loss        see moe.hpp (a mixture of experts and its loss and metrics)
 // cross_entropy        {ignore_index=-100, vocab (optional),           forward: logits [b,s,V], targets [b,s] (, weights [b,s])
 //                       real_vocab (optional), reduction="mean"|"sum"}    -> scalar mean, or (sum, count) with reduction "sum"
 // add                  {}                                             forward: x1..xn -> sum

@@ -16,7 +16,7 @@
 // over tp first.
 #pragma once
 
-#include <smp_nn/ops.hpp>
+#include <smp_nn/modules.hpp>
 
 #include <smp/sdk/collectives.hpp>
 
@@ -165,6 +165,25 @@ struct GroupedMm : torch::autograd::Function<GroupedMm> {
     return {gx, gw, Tensor()};
   }
 };
+// The rows an all-to-all already delivered (`received`), joined to the graph
+// of the rows sent (x): backward sends the gradient back by the reverse
+// all-to-all. Lets the forward exchange run while other work computes.
+struct DeliveredAllToAll : torch::autograd::Function<DeliveredAllToAll> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& /*x*/, const Tensor& received,
+                        int64_t comm, std::vector<int64_t> in_splits, std::vector<int64_t> out_splits) {
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["in_splits"] = in_splits;
+    ctx->saved_data["out_splits"] = out_splits;
+    return received.view_as(received);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const smp::sdk::Comm comm(reinterpret_cast<smp_comm*>(ctx->saved_data["comm"].toInt()));
+    return {comm.alltoall(g[0].contiguous(), ctx->saved_data["out_splits"].toIntVector(),
+                          ctx->saved_data["in_splits"].toIntVector()),
+            Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
 }  // namespace detail
 
 // The grouped GEMM of MoE experts: x [N, in] with rows sorted by group
@@ -179,9 +198,7 @@ inline Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int
 // result is this rank's partial sum (its ffn columns).
 inline Tensor experts_mlp(const MoeParams& p, const MoeConfig& c, const Tensor& x, const std::vector<int64_t>& counts) {
   if (!c.swiglu) return grouped_mm(gelu_tanh(grouped_mm(x, p.gate, counts)), p.down, counts);
-  const int64_t f = p.gate.size(1);
-  const Tensor h = grouped_mm(x, at::cat({p.gate, p.up}, 1), counts);
-  return grouped_mm(at::silu(h.narrow(1, 0, f)) * h.narrow(1, f, f), p.down, counts);
+  return grouped_mm(at::silu(grouped_mm(x, p.gate, counts)) * grouped_mm(x, p.up, counts), p.down, counts);
 }
 
 // Where this rank's tokens sit in their sequences, and the group (tp) that
@@ -267,11 +284,13 @@ inline Routing route(const Tensor& x, const Tensor& router, const MoeConfig& c, 
 // Moves each kept (token, expert) assignment's row to the ep rank holding the
 // expert, runs `experts` on the rows sorted by local expert, and returns the
 // gate-weighted sum per token [N, h]. x [N, h]; experts, gates, keep [N, k].
-// a2a_bytes / a2a_ms: what this rank's forward all-to-alls sent and took.
+// `overlap` (optional) runs while the rows travel (the shared experts).
+// a2a_bytes / a2a_ms: what this rank's forward all-to-alls sent, and the time
+// it spent in them (waiting, not overlapped).
 using ExpertsFn = std::function<Tensor(const Tensor& rows, const std::vector<int64_t>& counts)>;
 inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Tensor& gates, const Tensor& keep,
                                int64_t num_experts, const smp::sdk::Comm& ep, const ExpertsFn& fn, double* a2a_bytes,
-                               double* a2a_ms) {
+                               double* a2a_ms, const std::function<void()>& overlap = {}) {
   const int64_t N = x.size(0), k = experts.size(1);
   const auto lng = at::TensorOptions().dtype(at::kLong).device(x.device());
   Tensor e = experts.reshape({-1}), tok = at::arange(N, lng).repeat_interleave(k), g = gates.reshape({-1});
@@ -287,9 +306,12 @@ inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Ten
   Tensor ys;
   const int n = ep.size();
   if (n == 1) {
+    if (overlap) overlap();
     ys = fn(xs, counts);
   } else {
-    const auto t0 = std::chrono::steady_clock::now();
+    using clock = std::chrono::steady_clock;
+    auto since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
+    auto t0 = clock::now();
     const int64_t local = num_experts / n;
     // Counts first: how many rows of each local expert every rank sends here.
     const std::vector<int64_t> per_rank(static_cast<size_t>(n), local);
@@ -302,19 +324,31 @@ inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Ten
         recv[j] += rc[j * local + l];
         mine[l] += rc[j * local + l];
       }
-    const Tensor xr = smp::sdk::all_to_all(xs, ep, send, recv);
+    // The rows, asynchronously: `overlap` computes meanwhile.
+    int64_t rows_in = 0;
+    for (int64_t r : recv) rows_in += r;
+    const Tensor sent = xs.detach().contiguous();
+    Tensor received = at::empty({rows_in, xs.size(1)}, xs.options().requires_grad(false));
+    smp::sdk::Event rows = ep.alltoall_async(sent, received, send, recv);
+    *a2a_ms += since(t0);  // the counts exchange and the launch
+    if (overlap) overlap();
+    t0 = clock::now();
+    rows.wait();
+    *a2a_ms += since(t0);
+    const Tensor xr = detail::DeliveredAllToAll::apply(xs, received, smp::sdk::comm_id(ep), send, recv);
     // Received rows come source-major; the experts want them expert-major.
     const Tensor row_expert = at::arange(local).repeat({n}).repeat_interleave(recv_t).to(x.device());
     const Tensor perm = std::get<1>(row_expert.sort(/*stable=*/true, 0, false));
     const Tensor ye = fn(xr.index_select(0, perm), mine);
     const Tensor yr = at::empty_like(ye).index_copy(0, perm, ye);
+    t0 = clock::now();
     ys = smp::sdk::all_to_all(yr, ep, recv, send);
+    *a2a_ms += since(t0);
     int64_t remote = 0, remote_back = 0;
     for (int j = 0; j < n; ++j)
       if (j != ep.rank()) remote += send[j], remote_back += recv[j];
     const double row_bytes = static_cast<double>(x.size(1) * x.element_size());
     *a2a_bytes += static_cast<double>(remote + remote_back) * row_bytes + static_cast<double>((n - 1) * local * 8);
-    *a2a_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   ys = ys * g.index_select(0, order).unsqueeze(1).to(ys.scalar_type());
   return at::zeros({N, ys.size(1)}, ys.options()).index_add(0, tok_sorted, ys);

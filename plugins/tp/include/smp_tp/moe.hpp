@@ -65,13 +65,19 @@ class ParallelMoe : public Module {
     }
     Routing r = route(xt, p_.router, c_, ts, call.training, call.rng_seed);
     double mb = 0, ms = 0;
+    // The shared experts compute while the routed rows travel.
+    Tensor shared;
+    auto shared_experts = [&] {
+      if (c_.shared_experts > 0)
+        shared = parallel_swiglu_mlp_forward(p_.shared, c_.shared(), tp_, x, call.training, call.rng_seed);
+    };
     auto run = [&](const Tensor& tokens, const Tensor& experts, const Tensor& gates, const Tensor& keep) {
       const int64_t s = tokens.size(1);
       return dispatch_combine(
                  tokens.reshape({b * s, h}), experts.reshape({b * s, k}), gates.reshape({b * s, k}),
                  keep.defined() ? keep.reshape({b * s, k}) : Tensor(), c_.experts, ep_,
                  [&](const Tensor& rows, const std::vector<int64_t>& counts) { return experts_mlp(p_, c_, rows, counts); },
-                 &mb, &ms)
+                 &mb, &ms, shared_experts)
           .reshape({b, s, h});
     };
     Tensor y;
@@ -90,8 +96,7 @@ class ParallelMoe : public Module {
       y = run(xt, r.experts, r.gates, r.keep);
       if (split_ && !tp_.sp) y = smp::sdk::gather_from_region(y, tp, 1);
     }
-    if (c_.shared_experts > 0)
-      y = y + parallel_swiglu_mlp_forward(p_.shared, c_.shared(), tp_, x, call.training, call.rng_seed);
+    if (shared.defined()) y = y + shared;
     return {y, chain_stats(call.inputs, r.stats + a2a_stats(mb, ms, x.options()))};
   }
 
