@@ -139,11 +139,13 @@ class MoeAdapter : public smp::sdk::Adapter {
       std::vector<std::string> in{p + ".m_in"};
       if (!stats.empty()) in.push_back(stats);
       const std::string next = p + ".stats";
-      // Router, k routed experts and the shared ones per token; the rows moved
-      // and the experts' intermediate values kept for backward.
+      // Router, k routed experts and the shared ones per token. Kept for
+      // backward per token: the router's probabilities, k rows of h each as
+      // sorted, as received (the all-to-all's buffers), as computed, as sent
+      // back and gated (5 k h), and the experts' four ffn-wide values.
       const double moe_params = E * h + 3.0 * E * h * ef + 3.0 * h * sf;
       const double moe_flops = 2.0 * sl * h * E + 6.0 * sl * h * (k * ef + sf);
-      const double moe_act = 4.0 * sl * (E * 2.0 + k * (3.0 * h + 4.0 * ef) + 2.0 * h + 4.0 * sf);
+      const double moe_act = 4.0 * sl * (E * 2.0 + k * (5.0 * h + 4.0 * ef) + 2.0 * h + 4.0 * sf);
       g.node({p + ".moe", "moe", mc, in, {p + ".m_out", next}, "", "", moe_flops, 4.0 * moe_params, moe_act});
       stats = next;
       g.node({p + ".res2", "add", Json::object(), {p + ".mid", p + ".m_out"}, {y}, "", "", sl * h, 0, 0});

@@ -49,8 +49,11 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .tp_rule("dropout", "dist_dropout", nullptr, 0.0, 0.0)
                .tp_rule("embedding_table", "sharded_embedding_table", &rules::embedding_table, 1.0, 1.0)
                .tp_rule("select", "dist_select", nullptr, 0.0, 0.0)
-               // moe: the experts split over ep (the router is a rounding error);
-               // over tp their ffn under expert_tp, else the tokens.
-               .tp_rule("moe", "parallel_moe", &rules::moe_tp, 1.0, 1.0)
-               .rule("ep", "moe", "parallel_moe", &rules::moe_ep)
-               .rule("ep", "parallel_moe", "parallel_moe", &rules::moe_ep))
+               // moe: the experts split over ep (the router is a rounding error),
+               // not the activations: ep splits dp, whose share of the batch the
+               // estimate already takes. Over tp the experts' ffn (expert_tp): of a
+               // token's kept values the ffn-wide ones, not the rows moved (the
+               // moe adapter's hint: about 0.4 of them).
+               .tp_rule("moe", "parallel_moe", &rules::moe_tp, 1.0, 0.4)
+               .rule("ep", "moe", "parallel_moe", &rules::moe_ep, 1.0, 0.0)
+               .rule("ep", "parallel_moe", "parallel_moe", &rules::moe_ep, 1.0, 0.0))
