@@ -63,6 +63,33 @@ def read_bytes(path):
     return open(path, "rb").read()
 
 
+def lr_schedule(lr, min_lr, warmup, steps):
+    """Linear warm-up, then cosine to min_lr (smp's schedule)."""
+    def lr_at(step):
+        if warmup > 0 and step < warmup:
+            return lr * (step + 1) / warmup
+        if steps <= warmup:
+            return lr
+        p = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
+        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
+    return lr_at
+
+
+def write_summary(path, losses, seconds, tokens_per_step, extra):
+    """The summary smp-bench reads: step_seconds is the mean over steps 2..N."""
+    timed = seconds[1:] if len(seconds) > 1 else seconds
+    step_s = sum(timed) / len(timed)
+    out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,
+           "tokens_per_s": tokens_per_step / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    out.update(extra)
+    text = json.dumps(out)
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+
+
 class Gpt(torch.nn.Module):
     def __init__(self, L, h, heads, s, V, ffn, fused_qkv=False):
         super().__init__()
@@ -147,14 +174,7 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
 
-    def lr_at(step):
-        if warmup > 0 and step < warmup:
-            return lr * (step + 1) / warmup
-        if steps <= warmup:
-            return lr
-        p = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
-        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
-
+    lr_at = lr_schedule(lr, min_lr, warmup, steps)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     losses, seconds = [], []
     prof = None
@@ -182,18 +202,8 @@ def main():
         ops.sort(key=lambda o: -o["self_us"])
         with open(a.profile_ops, "w") as f:
             json.dump({"steps": n, "per": "step", "ops": ops}, f, indent=1)
-    timed = seconds[1:] if steps > 1 else seconds
-    step_s = sum(timed) / len(timed)
-    out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,
-           "tokens_per_s": B * s / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "variant": "fused-qkv" if a.fused_qkv else "separate-qkv",
-           "attention": "sdpa" if model.sdpa else "softmax"}
-    text = json.dumps(out)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+    write_summary(a.out, losses, seconds, B * s, {"variant": "fused-qkv" if a.fused_qkv else "separate-qkv",
+                                                  "attention": "sdpa" if model.sdpa else "softmax"})
 
 
 if __name__ == "__main__":

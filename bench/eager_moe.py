@@ -15,7 +15,6 @@ Timed step: zeroing, sampling the batch, forward, backward, clipping, AdamW,
 reading the loss; step_seconds is the mean over steps 2..N.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -25,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eager_gpt import load_config, read_bytes, splitmix  # noqa: E402
+from eager_gpt import load_config, lr_schedule, read_bytes, splitmix, write_summary  # noqa: E402
 
 
 class RmsNorm(torch.nn.Module):
@@ -158,12 +157,7 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
 
-    def lr_at(step):
-        if warmup > 0 and step < warmup:
-            return lr * (step + 1) / warmup
-        p = min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
-        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
-
+    lr_at = lr_schedule(lr, min_lr, warmup, steps)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     losses, seconds = [], []
     for step in range(steps):
@@ -179,16 +173,7 @@ def main():
         opt.step()
         losses.append(loss.item())
         seconds.append(time.perf_counter() - t0)
-    timed = seconds[1:] if steps > 1 else seconds
-    step_s = sum(timed) / len(timed)
-    out = {"losses": losses, "final_loss": losses[-1], "step_seconds": step_s, "step_seconds_each": seconds,
-           "tokens_per_s": B * s / step_s, "threads": torch.get_num_threads(), "torch": torch.__version__}
-    text = json.dumps(out)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+    write_summary(a.out, losses, seconds, B * s, {})
 
 
 if __name__ == "__main__":

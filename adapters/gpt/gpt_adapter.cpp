@@ -153,6 +153,18 @@ class GptAdapter : public smp::sdk::Adapter {
   }
 
  private:
+  // The attention core's bytes kept per sample (fp32) and the fp32 extra of
+  // 16-bit runs, by the path it takes (see describe_gpt2).
+  std::pair<double, double> attention_core_bytes(double a, double sl) const {
+#if TORCH_VERSION_MAJOR >= 2
+    const bool fused_core = dropout_ <= 0;
+#else
+    const bool fused_core = false;
+#endif
+    return {fused_core ? 4.0 * a * sl : 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0),
+            fused_core ? 2.0 * a * sl : 4.0 * a * sl * sl};
+  }
+
   // GPT-2's embeddings and blocks; returns the final norm's output.
   std::string describe_gpt2(smp::sdk::GraphBuilder& g) {
     const Shape& s = shape_;
@@ -173,13 +185,7 @@ class GptAdapter : public smp::sdk::Adapter {
     // Either way 16 s h elements more (Megatron's count without the scores and
     // dropout), plus the dropout masks when p > 0. The core's own part is what
     // selective checkpointing recomputes.
-#if TORCH_VERSION_MAJOR >= 2
-    const bool fused_core = dropout_ <= 0;
-#else
-    const bool fused_core = false;
-#endif
-    const double core_bytes = fused_core ? 4.0 * a * sl : 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
-    const double fp32_extra = fused_core ? 2.0 * a * sl : 4.0 * a * sl * sl;
+    const auto [core_bytes, fp32_extra] = attention_core_bytes(a, sl);
     const double act_bytes = 4.0 * (16.0 * sl * h + (dropout_ > 0 ? 2.0 * sl * h : 0.0)) + core_bytes;
     g.node({"wte", "embedding", {{"num", padded_vocab_}, {"dim", s.hidden}, {"init_std", 0.02}}, {"tokens"}, {"tok_emb"},
             "", "wte", 0.0, 4.0 * V * h, 4.0 * sl * h});
@@ -222,13 +228,7 @@ class GptAdapter : public smp::sdk::Adapter {
       g.node({"drop", "dropout", {{"p", dropout_}}, {x}, {"h0d"}, "", "", sl * h, 0, 4.0 * sl * h});
       x = "h0d";
     }
-#if TORCH_VERSION_MAJOR >= 2
-    const bool fused_core = dropout_ <= 0;
-#else
-    const bool fused_core = false;
-#endif
-    const double core_bytes = fused_core ? 4.0 * a * sl : 4.0 * a * sl * sl * (dropout_ > 0 ? 3.0 : 1.0);
-    const double fp32_extra = fused_core ? 2.0 * a * sl : 4.0 * a * sl * sl;
+    const auto [core_bytes, fp32_extra] = attention_core_bytes(a, sl);
     // Kept for backward per sample (elements): the norms' inputs and fp32
     // statistics, q, rotated q and k, v (expanded to every head), the context,
     // the MLP's input, gate, up, silu(gate) and product, the residuals.
