@@ -63,6 +63,15 @@ def read_bytes(path):
     return open(path, "rb").read()
 
 
+def adamw(model, t, lr):
+    """AdamW as smp's: weight decay on tensors of dim >= 2 only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.1)},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
+
+
 def lr_schedule(lr, min_lr, warmup, steps):
     """Linear warm-up, then cosine to min_lr (smp's schedule)."""
     def lr_at(step):
@@ -168,11 +177,7 @@ def main():
     span = split - s - 1
     torch.manual_seed(seed)
     model = Gpt(L, h, heads, s, V, ffn, a.fused_qkv)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.1)},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
+    opt = adamw(model, t, lr)
 
     lr_at = lr_schedule(lr, min_lr, warmup, steps)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)

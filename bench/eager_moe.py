@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eager_gpt import load_config, lr_schedule, read_bytes, splitmix, write_summary  # noqa: E402
+from eager_gpt import adamw, load_config, lr_schedule, read_bytes, splitmix, write_summary  # noqa: E402
 
 
 class RmsNorm(torch.nn.Module):
@@ -151,11 +151,7 @@ def main():
     span = int(len(data) * (1.0 - m.get("val_fraction", 0.1))) - s - 1
     torch.manual_seed(seed)
     model = MoeModel(m)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.1)},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(t.get("beta1", 0.9), t.get("beta2", 0.95)), eps=t.get("eps", 1e-8))
+    opt = adamw(model, t, lr)
 
     lr_at = lr_schedule(lr, min_lr, warmup, steps)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
