@@ -102,7 +102,6 @@ class GptAdapter : public smp::sdk::Adapter {
     if (s.hidden % s.heads != 0)
       throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                   std::to_string(s.heads) + ")");
-    if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
     // The embedding and the logits are padded as Megatron does; the padded
     // classes never appear in the data and are masked out of the loss.
     padded_vocab_ =
@@ -113,11 +112,10 @@ class GptAdapter : public smp::sdk::Adapter {
                         " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
     const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed);
-    smp::sdk::log(SMP_LOG_INFO, "gpt",
-                  "data " + data + ": " + std::to_string(data_->train_bytes()) + " train / " +
-                      std::to_string(data_->val_bytes()) + " validation bytes, unigram entropy " +
-                      std::to_string(data_->unigram_entropy()) + " nats");
+    if (!TextDataset::is_prepared(data) && s.vocab < 256)
+      throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
+    data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed, s.vocab);
+    smp::sdk::log(SMP_LOG_INFO, "gpt", data_->describe(data));
   }
 
   void describe(smp::sdk::GraphBuilder& g) override {

@@ -2,6 +2,8 @@
 
 #include <smp/sdk/text_files.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -18,14 +20,47 @@ uint64_t splitmix(uint64_t x) {
 
 }  // namespace
 
-TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed)
-    : seq_len_(seq_len), seed_(seed) {
-  for (const auto& f : smp::sdk::read_text_files(path)) bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
+bool TextDataset::is_prepared(const std::string& path) {
+  auto ends = [&](const char* ext) { return path.size() > 4 && path.compare(path.size() - 4, 4, ext) == 0; };
+  struct stat st {};
+  return ends(".idx") || ends(".bin") || ::stat((path + ".idx").c_str(), &st) == 0;
+}
+
+TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab)
+    : seq_len_(seq_len), seed_(seed), vocab_(vocab) {
   if (val_fraction < 0 || val_fraction >= 1)
     throw smp::sdk::Error("model.val_fraction: expected a number in [0, 1), got " + std::to_string(val_fraction));
-  split_ = static_cast<int64_t>(static_cast<double>(bytes_.size()) * (1.0 - val_fraction));
   const int64_t need = seq_len + 2;
-  if (split_ < need || (val_fraction > 0 && val_bytes() < need))
+  if (is_prepared(path)) {
+    try {
+      prepared_ = std::make_unique<smp::sdk::IndexedDataset>(path);
+    } catch (const smp::sdk::Error& e) {
+      throw smp::sdk::Error(std::string("model.data: ") + e.what());
+    }
+    const auto& d = *prepared_;
+    size_ = d.total_tokens();
+    // Split by documents: the validation split starts at a document's first token.
+    const int64_t docs = d.documents();
+    const int64_t first_val = std::min(docs, static_cast<int64_t>(std::ceil(static_cast<double>(docs) * (1.0 - val_fraction))));
+    const int64_t seq = d.document_start(first_val);
+    split_ = seq < d.sequences() ? d.offset(seq) / smp::sdk::token_bytes(d.type()) : size_;
+    // Every id must be one of the model's: a scan of the mapped tokens (memory bandwidth).
+    for (int64_t i = 0; i < size_; ++i)
+      if (const int64_t v = token(i); v < 0 || v >= vocab_)
+        throw smp::sdk::Error("model.data: " + d.bin_path() + ": token " + std::to_string(v) + " at token offset " +
+                              std::to_string(i) + " is outside the model's vocabulary [0, " + std::to_string(vocab_) +
+                              ") (model.vocab)");
+    if (split_ < need || (val_fraction > 0 && val_tokens() < need))
+      throw smp::sdk::Error("model.data: " + d.prefix() + " has " + std::to_string(docs) + " documents of " +
+                            std::to_string(size_) + " tokens: " + std::to_string(split_) + " train / " +
+                            std::to_string(val_tokens()) + " validation, too few for model.seq_len = " +
+                            std::to_string(seq_len) + " in both splits (val_fraction " + std::to_string(val_fraction) + ")");
+    return;
+  }
+  for (const auto& f : smp::sdk::read_text_files(path)) bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
+  size_ = static_cast<int64_t>(bytes_.size());
+  split_ = static_cast<int64_t>(static_cast<double>(bytes_.size()) * (1.0 - val_fraction));
+  if (split_ < need || (val_fraction > 0 && val_tokens() < need))
     throw smp::sdk::Error("model.data: " + path + " has " + std::to_string(bytes_.size()) +
                           " bytes, too few for model.seq_len = " + std::to_string(seq_len) + " in both splits");
 }
@@ -33,22 +68,28 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
 void TextDataset::fill(bool validation, int64_t step, int64_t first, int64_t count, int64_t* tokens,
                        int64_t* targets) const {
   const int64_t begin = validation ? split_ : 0;
-  const int64_t end = validation ? static_cast<int64_t>(bytes_.size()) : split_;
+  const int64_t end = validation ? size_ : split_;
   const uint64_t range = static_cast<uint64_t>(end - begin - seq_len_ - 1);
   for (int64_t i = 0; i < count; ++i) {
     uint64_t h = splitmix(seed_ ^ splitmix((validation ? 0x5eedULL : 0ULL) ^ splitmix(static_cast<uint64_t>(step) * 1000003ULL +
                                                                                         static_cast<uint64_t>(first + i))));
     int64_t off = begin + static_cast<int64_t>(h % (range + 1));
     for (int64_t t = 0; t < seq_len_; ++t) {
-      tokens[i * seq_len_ + t] = bytes_[off + t];
-      targets[i * seq_len_ + t] = bytes_[off + t + 1];
+      tokens[i * seq_len_ + t] = token(off + t);
+      targets[i * seq_len_ + t] = token(off + t + 1);
     }
+
   }
 }
 
 double TextDataset::unigram_entropy() const {
-  std::vector<double> counts(256, 0);
-  for (int64_t i = 0; i < split_; ++i) counts[bytes_[i]] += 1;
+  std::vector<double> counts;
+  for (int64_t i = 0; i < split_; ++i) {
+    const int64_t v = token(i);
+    if (v < 0) continue;
+    if (static_cast<size_t>(v) >= counts.size()) counts.resize(static_cast<size_t>(v) + 1, 0.0);
+    counts[static_cast<size_t>(v)] += 1;
+  }
   double h = 0;
   for (double c : counts)
     if (c > 0) {
@@ -56,6 +97,13 @@ double TextDataset::unigram_entropy() const {
       h -= p * std::log(p);
     }
   return h;
+}
+
+std::string TextDataset::describe(const std::string& path) const {
+  const char* unit = prepared_ ? " tokens" : " bytes";
+  return "data " + path + (prepared_ ? " (prepared, " + std::to_string(prepared_->documents()) + " documents)" : "") +
+         ": " + std::to_string(train_tokens()) + " train / " + std::to_string(val_tokens()) + " validation" + unit +
+         ", unigram entropy " + std::to_string(unigram_entropy()) + " nats";
 }
 
 }  // namespace gpt

@@ -72,7 +72,6 @@ class MoeAdapter : public smp::sdk::Adapter {
                   std::to_string(s.heads) + "), and model.heads by model.kv_heads (" + std::to_string(s.kv_heads) + ")");
     if (s.top_k > s.experts)
       throw Error("model.top_k (" + std::to_string(s.top_k) + ") exceeds model.experts (" + std::to_string(s.experts) + ")");
-    if (s.vocab < 256) throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
     shape_ = s;
     // The moe nodes' own keys, passed through (smp_nn's moe checks their values).
     router_ = Json::object();
@@ -83,11 +82,10 @@ class MoeAdapter : public smp::sdk::Adapter {
     padded_vocab_ = smp::sdk::padded_vocab(s.vocab, smp::sdk::model_positive(cfg, "vocab_multiple", 128), ctx.tp());
     const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    data_ = std::make_unique<gpt::TextDataset>(data, val, s.seq_len, ctx.seed);
-    smp::sdk::log(SMP_LOG_INFO, "moe",
-                  "data " + data + ": " + std::to_string(data_->train_bytes()) + " train / " +
-                      std::to_string(data_->val_bytes()) + " validation bytes, unigram entropy " +
-                      std::to_string(data_->unigram_entropy()) + " nats");
+    if (!gpt::TextDataset::is_prepared(data) && s.vocab < 256)
+      throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
+    data_ = std::make_unique<gpt::TextDataset>(data, val, s.seq_len, ctx.seed, s.vocab);
+    smp::sdk::log(SMP_LOG_INFO, "moe", data_->describe(data));
   }
 
   bool is_moe_layer(int64_t i) const {

@@ -1,0 +1,191 @@
+// smp-data: prepares training data.
+//
+//   smp-data prepare --input PATH [PATH ...] --output-prefix P [--json-key text]
+//                    [--tokenizer bytes] [--workers N]
+//
+// Text files, folders of them (regular files in name order) or JSON-lines
+// files (--json-key: one document per line, its text under that key) become
+// a dataset in Megatron's indexed format (<P>.bin, <P>.idx; MMIDIDX version 1,
+// uint16 tokens when the vocabulary fits, int32 otherwise), one sequence per
+// document followed by the end-of-document token. Tokenizing runs on
+// --workers threads; the documents keep their input order. A progress line
+// on stderr shows bytes, documents, tokens/s and the time left. Invalid UTF-8
+// is counted and reported, not fatal. Nothing is left behind on an error.
+#include <smp/sdk/indexed_dataset.hpp>
+#include <smp/sdk/text_files.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace {
+
+using smp::sdk::Error;
+
+struct Document {
+  std::string text, origin;  // origin: "file" or "file:line"
+};
+
+// The byte tokenizer: ids 0..255 are the bytes, 256 ends a document.
+struct ByteTokenizer {
+  static constexpr int64_t kEod = 256;
+  int64_t vocab() const { return 257; }
+  std::vector<int64_t> encode(const std::string& text) const {
+    std::vector<int64_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  }
+};
+
+// Bytes that are not part of a well-formed UTF-8 sequence.
+int64_t invalid_utf8(const std::string& s) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = n > 0 && i + static_cast<size_t>(n) <= s.size();
+    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) == 0x2;
+    if (ok) {
+      i += static_cast<size_t>(n);
+    } else {
+      ++bad, ++i;
+    }
+  }
+  return bad;
+}
+
+std::vector<Document> read_documents(const std::vector<std::string>& inputs, const std::string& json_key) {
+  std::vector<Document> docs;
+  for (const auto& input : inputs)
+    for (auto& f : smp::sdk::read_text_files(input, "input")) {
+      if (json_key.empty()) {
+        docs.push_back({std::move(f.bytes), f.path});
+        continue;
+      }
+      std::istringstream lines(f.bytes);
+      std::string line;
+      for (int64_t n = 1; std::getline(lines, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = f.path + ":" + std::to_string(n);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const std::exception& e) {
+          throw Error(where + ": not a JSON object: " + e.what());
+        }
+        if (!j.is_object() || !j.contains(json_key) || !j[json_key].is_string())
+          throw Error(where + ": no string under the key '" + json_key + "' (--json-key)");
+        docs.push_back({j[json_key].get<std::string>(), where});
+      }
+    }
+  if (docs.empty()) throw Error("the inputs hold no documents");
+  return docs;
+}
+
+int prepare(const std::vector<std::string>& inputs, const std::string& prefix, const std::string& json_key,
+            const std::string& tokenizer, int workers) {
+  if (tokenizer != "bytes")
+    throw Error("--tokenizer: '" + tokenizer + "' is not known (known: bytes)");
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const std::vector<Document> docs = read_documents(inputs, json_key);
+  int64_t total_bytes = 0;
+  for (const auto& d : docs) total_bytes += static_cast<int64_t>(d.text.size());
+  const ByteTokenizer tok;
+  smp::sdk::IndexedDatasetWriter writer(prefix, smp::sdk::token_type_for(tok.vocab()));
+  // Workers tokenize blocks of documents; the writer takes the blocks in order.
+  const int64_t n = static_cast<int64_t>(docs.size()), block = 256;
+  const int64_t blocks = (n + block - 1) / block;
+  std::vector<std::vector<std::vector<int64_t>>> done(static_cast<size_t>(blocks));
+  std::vector<std::atomic<bool>> ready(static_cast<size_t>(blocks));
+  std::atomic<int64_t> next{0}, bad_utf8{0};
+  auto work = [&] {
+    for (int64_t b; (b = next++) < blocks;) {
+      auto& out = done[static_cast<size_t>(b)];
+      for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+        bad_utf8 += invalid_utf8(docs[static_cast<size_t>(i)].text);
+        out.push_back(tok.encode(docs[static_cast<size_t>(i)].text));
+        out.back().push_back(ByteTokenizer::kEod);
+      }
+      ready[static_cast<size_t>(b)].store(true, std::memory_order_release);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 0; w < std::max(1, workers); ++w) pool.emplace_back(work);
+  int64_t written_bytes = 0;
+  auto last_print = clock::now();
+  try {
+    for (int64_t b = 0; b < blocks; ++b) {
+      while (!ready[static_cast<size_t>(b)].load(std::memory_order_acquire)) std::this_thread::yield();
+      auto& out = done[static_cast<size_t>(b)];
+      for (size_t i = 0; i < out.size(); ++i) {
+        writer.add_document(out[i]);
+        written_bytes += static_cast<int64_t>(docs[static_cast<size_t>(b * block) + i].text.size());
+      }
+      out.clear();
+      out.shrink_to_fit();
+      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      if (std::chrono::duration<double>(clock::now() - last_print).count() > 0.5 || b + 1 == blocks) {
+        last_print = clock::now();
+        const double frac = total_bytes ? static_cast<double>(written_bytes) / static_cast<double>(total_bytes) : 1.0;
+        std::fprintf(stderr, "\rprepare: %.1f / %.1f MB, %lld documents, %.2fM tokens/s, %.0f s left   ",
+                     static_cast<double>(written_bytes) / 1e6, static_cast<double>(total_bytes) / 1e6,
+                     static_cast<long long>(writer.documents()), static_cast<double>(writer.tokens()) / s / 1e6,
+                     frac > 0 ? s / frac - s : 0.0);
+      }
+    }
+  } catch (...) {
+    for (auto& t : pool) t.join();
+    throw;
+  }
+  for (auto& t : pool) t.join();
+  writer.finish();
+  const double s = std::chrono::duration<double>(clock::now() - t0).count();
+  std::fprintf(stderr, "\n");
+  std::cout << nlohmann::json{{"prefix", prefix},
+                              {"documents", writer.documents()},
+                              {"tokens", writer.tokens()},
+                              {"bytes", total_bytes},
+                              {"tokenizer", tokenizer},
+                              {"vocab", tok.vocab()},
+                              {"eod", ByteTokenizer::kEod},
+                              {"invalid_utf8_bytes", bad_utf8.load()},
+                              {"workers", std::max(1, workers)},
+                              {"seconds", s}}
+                   .dump()
+            << "\n";
+  if (bad_utf8 > 0)
+    std::cerr << "smp-data prepare: " << bad_utf8.load() << " bytes of the input are not valid UTF-8 (kept as bytes)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"smp-data: prepare training data in Megatron's indexed format"};
+  app.require_subcommand(1);
+  std::vector<std::string> inputs;
+  std::string prefix, json_key, tokenizer = "bytes";
+  int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto* p = app.add_subcommand("prepare", "text, folders or JSON lines -> <prefix>.bin / <prefix>.idx");
+  p->add_option("--input", inputs, "text files, folders of them, or JSON-lines files (with --json-key)")->required();
+  p->add_option("--output-prefix", prefix, "write <prefix>.bin and <prefix>.idx")->required();
+  p->add_option("--json-key", json_key, "the inputs are JSON lines; each line's text is under this key");
+  p->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end of document 256)")->capture_default_str();
+  p->add_option("--workers", workers, "tokenizing threads")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*p) return prepare(inputs, prefix, json_key, tokenizer, workers);
+  } catch (const std::exception& e) {
+    std::cerr << "\nsmp-data: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
