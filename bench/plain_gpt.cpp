@@ -168,7 +168,7 @@ nlohmann::json run_plain_gpt(const PlainOptions& o) {
     const auto t0 = Clock::now();
     for (auto& p : params)
       if (p.grad().defined()) p.mutable_grad().zero_();
-    data.fill(false, step, 0, B, tokens.data_ptr<int64_t>(), targets.data_ptr<int64_t>());
+    data.fill(false, step, B, 0, B, tokens.data_ptr<int64_t>(), targets.data_ptr<int64_t>());
     Tensor loss = model.loss(tokens, targets, smp_ce, mask_per_call);
     const auto t1 = Clock::now();
     loss.backward();

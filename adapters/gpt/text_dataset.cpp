@@ -44,6 +44,19 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
     const int64_t first_val = std::min(docs, static_cast<int64_t>(std::ceil(static_cast<double>(docs) * (1.0 - val_fraction))));
     const int64_t seq = d.document_start(first_val);
     split_ = seq < d.sequences() ? d.offset(seq) / smp::sdk::token_bytes(d.type()) : size_;
+    // The training documents' token ranges (a document's sequences lie back to back).
+    const int64_t elem = smp::sdk::token_bytes(d.type());
+    for (int64_t doc = 0; doc < first_val; ++doc) {
+      const int64_t s0 = d.document_start(doc), s1 = d.document_start(doc + 1);
+      int64_t len = 0;
+      for (int64_t q = s0; q < s1; ++q) len += d.length(q);
+      if (len == 0) continue;
+      doc_begin_.push_back(d.offset(s0) / elem);
+      doc_len_.push_back(len);
+    }
+    int64_t train_tokens = 0;
+    for (int64_t len : doc_len_) train_tokens += len;
+    samples_per_epoch_ = (train_tokens - 1) / seq_len;
     // Every id must be one of the model's: a scan of the mapped tokens (memory bandwidth).
     for (int64_t i = 0; i < size_; ++i)
       if (const int64_t v = token(i); v < 0 || v >= vocab_)
@@ -65,8 +78,62 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
                           " bytes, too few for model.seq_len = " + std::to_string(seq_len) + " in both splits");
 }
 
-void TextDataset::fill(bool validation, int64_t step, int64_t first, int64_t count, int64_t* tokens,
-                       int64_t* targets) const {
+// A seeded permutation of [0, n) (Fisher-Yates over splitmix draws).
+static std::vector<int64_t> permutation(int64_t n, uint64_t key) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  for (int64_t i = n - 1; i > 0; --i) {
+    key = splitmix(key);
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(key % static_cast<uint64_t>(i + 1))]);
+  }
+  return p;
+}
+
+const TextDataset::Epoch& TextDataset::epoch(int64_t e) const {
+  if (epoch_.index == e) return epoch_;
+  Epoch ep;
+  ep.index = e;
+  const uint64_t key = splitmix(seed_ ^ splitmix(0xd0c5ULL + static_cast<uint64_t>(e)));
+  ep.docs = permutation(static_cast<int64_t>(doc_len_.size()), key);
+  int64_t end = 0;
+  for (int64_t doc : ep.docs) ep.ends.push_back(end += doc_len_[static_cast<size_t>(doc)]);
+  ep.samples = permutation(samples_per_epoch_, splitmix(key ^ 0x5a3b1e5ULL));
+  epoch_ = std::move(ep);
+  return epoch_;
+}
+
+int64_t TextDataset::stream_token(const Epoch& ep, int64_t p) const {
+  const size_t j = static_cast<size_t>(std::upper_bound(ep.ends.begin(), ep.ends.end(), p) - ep.ends.begin());
+  const int64_t before = j ? ep.ends[j - 1] : 0;
+  return token(doc_begin_[static_cast<size_t>(ep.docs[j])] + (p - before));
+}
+
+std::pair<int64_t, int64_t> TextDataset::sample_of(int64_t g) const {
+  std::lock_guard<std::mutex> lock(epoch_mutex_);
+  const Epoch& ep = epoch(g / samples_per_epoch_);
+  return {ep.index, ep.samples[static_cast<size_t>(g % samples_per_epoch_)]};
+}
+
+void TextDataset::fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count,
+                       int64_t* tokens, int64_t* targets) const {
+  if (prepared_) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t g = step * global_batch + first + i;
+      int64_t* tk = tokens + i * seq_len_;
+      int64_t* tg = targets + i * seq_len_;
+      if (validation) {  // the validation split in order, window after window
+        const int64_t windows = (val_tokens() - 1) / seq_len_;
+        const int64_t start = split_ + (g % windows) * seq_len_;
+        for (int64_t t = 0; t < seq_len_; ++t) tk[t] = token(start + t), tg[t] = token(start + t + 1);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(epoch_mutex_);
+      const Epoch& ep = epoch(g / samples_per_epoch_);
+      const int64_t start = ep.samples[static_cast<size_t>(g % samples_per_epoch_)] * seq_len_;
+      for (int64_t t = 0; t < seq_len_; ++t) tk[t] = stream_token(ep, start + t), tg[t] = stream_token(ep, start + t + 1);
+    }
+    return;
+  }
   const int64_t begin = validation ? split_ : 0;
   const int64_t end = validation ? size_ : split_;
   const uint64_t range = static_cast<uint64_t>(end - begin - seq_len_ - 1);

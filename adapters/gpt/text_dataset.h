@@ -1,14 +1,22 @@
 // Language-model data for the decoder adapters: deterministic samples per
 // (split, step, global sample index), whatever the parallel layout. Either
-// raw text, byte-level (a file, or a folder's regular files), or a prepared
-// dataset in Megatron's indexed format (<prefix>.bin / <prefix>.idx, written
-// by smp-data prepare or Megatron's preprocess_data.py), memory-mapped: each
-// rank reads only the windows it samples.
+// raw text, byte-level (a file, or a folder's regular files: windows at
+// seeded random offsets), or a prepared dataset in Megatron's indexed format
+// (<prefix>.bin / <prefix>.idx, written by smp-data prepare or Megatron's
+// preprocess_data.py), memory-mapped: each rank reads only the windows it
+// samples. Prepared training samples follow Megatron's GPTDataset: each
+// epoch shuffles the training documents (seeded by the epoch), concatenates
+// them and cuts seq_len + 1 token windows (one token of overlap) whose order
+// is shuffled too; global sample g = step x global batch + its index is
+// sample g mod n of epoch g / n. The position is the step, which a
+// checkpoint keeps: a resumed run reads exactly the next samples.
+
 #pragma once
 
 #include <smp/sdk/indexed_dataset.hpp>
 
 #include <cstdint>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +33,14 @@ class TextDataset {
 
   // Fills tokens[i*seq_len ..] and targets (shifted by one) for samples
   // [first, first+count) of the given step's global batch.
-  void fill(bool validation, int64_t step, int64_t first, int64_t count, int64_t* tokens, int64_t* targets) const;
+  void fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count, int64_t* tokens,
+            int64_t* targets) const;
+
+  // Prepared data: training samples per epoch, and where global sample g's
+  // window starts (its epoch and its place in that epoch's token stream, in
+  // units of seq_len).
+  int64_t samples_per_epoch() const { return samples_per_epoch_; }
+  std::pair<int64_t, int64_t> sample_of(int64_t g) const;
 
   bool prepared() const { return prepared_ != nullptr; }
   int64_t train_tokens() const { return split_; }
@@ -39,6 +54,18 @@ class TextDataset {
 
  private:
   int64_t token(int64_t i) const { return prepared_ ? prepared_->token_at(i) : bytes_[static_cast<size_t>(i)]; }
+  // One epoch's shuffled documents (prefix sums of their lengths) and samples.
+  struct Epoch {
+    int64_t index = -1;
+    std::vector<int64_t> docs, ends, samples;
+  };
+  const Epoch& epoch(int64_t e) const;  // cached: the one asked last
+  // The token at position p of epoch e's stream of shuffled documents.
+  int64_t stream_token(const Epoch& ep, int64_t p) const;
+  std::vector<int64_t> doc_begin_, doc_len_;  // training documents' token ranges
+  int64_t samples_per_epoch_ = 0;
+  mutable std::mutex epoch_mutex_;
+  mutable Epoch epoch_;
   std::vector<uint8_t> bytes_;
   std::unique_ptr<smp::sdk::IndexedDataset> prepared_;
   int64_t size_ = 0, split_ = 0;

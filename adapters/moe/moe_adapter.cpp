@@ -180,7 +180,7 @@ class MoeAdapter : public smp::sdk::Adapter {
   std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
     at::Tensor tokens = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
     at::Tensor targets = at::empty({r.num_samples, shape_.seq_len}, at::kLong);
-    data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
+    data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.global_batch, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
                 targets.data_ptr<int64_t>());
     return {tokens, targets};
   }

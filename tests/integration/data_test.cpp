@@ -2,6 +2,7 @@
 // back byte for byte; a dataset written by an independent writer of the
 // format (a short Python script) reads and trains; every bad input is named.
 #include "job_runner.h"
+#include "text_dataset.h"
 
 #include <smp/sdk/indexed_dataset.hpp>
 
@@ -9,6 +10,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -157,4 +159,66 @@ TEST(PreparedData, EachBadInputIsNamed) {
   std::tie(code, out) = sh(tool() + " prepare --input " + (d / "nowhere").string() + " --output-prefix " + (d / "n").string());
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("no such file or folder"), std::string::npos) << out;
+}
+
+// Megatron's GPTDataset order: each epoch a seeded shuffle of the documents,
+// cut into windows, the windows shuffled; every window once per epoch.
+TEST(PreparedData, EachEpochVisitsEverySampleOnce) {
+  const fs::path d = fresh("epochs");
+  auto [code, out] = sh(tool() + " prepare --input /usr/share/common-licenses --output-prefix " + (d / "lic").string());
+  ASSERT_EQ(code, 0) << out;
+  const int64_t seq = 64;
+  gpt::TextDataset ds((d / "lic").string(), 0.1, seq, 1234, 257);
+  const int64_t n = ds.samples_per_epoch();
+  ASSERT_GT(n, 100);
+  EXPECT_EQ(n, (ds.train_tokens() - 1) / seq) << "documents split train/validation whole";
+  std::vector<std::vector<int64_t>> order(2);
+  for (int64_t e = 0; e < 2; ++e) {
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int64_t g = e * n; g < (e + 1) * n; ++g) {
+      const auto [epoch, k] = ds.sample_of(g);
+      ASSERT_EQ(epoch, e);
+      ASSERT_TRUE(k >= 0 && k < n);
+      ++seen[static_cast<size_t>(k)];
+      order[static_cast<size_t>(e)].push_back(k);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n) << "epoch " << e << ": every sample exactly once";
+  }
+  EXPECT_NE(order[0], order[1]) << "each epoch has its own order";
+  // A window is seq + 1 consecutive tokens: targets are the tokens shifted by one.
+  std::vector<int64_t> tokens(static_cast<size_t>(4 * seq)), targets(tokens.size());
+  ds.fill(false, 3, 4, 0, 4, tokens.data(), targets.data());
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t t = 0; t + 1 < seq; ++t)
+      ASSERT_EQ(targets[static_cast<size_t>(i * seq + t)], tokens[static_cast<size_t>(i * seq + t + 1)]);
+}
+
+// The same samples whatever the layout, and a resumed run reads exactly the
+// samples the uninterrupted run reads next (the position is the step).
+TEST(PreparedData, SameSamplesInEveryLayoutAndAcrossAResume) {
+  const fs::path d = fresh("layouts");
+  auto [code, out] = sh(tool() + " prepare --input /usr/share/common-licenses --output-prefix " + (d / "lic").string());
+  ASSERT_EQ(code, 0) << out;
+  const std::string data = (d / "lic").string();
+  const auto serial = train(data);
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  const auto want = serial.summary["losses"].get<std::vector<double>>();
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"parallel.pp=2", "parallel.dp=2"}, {"parallel.tp=2", "parallel.dp=2"}}) {
+    auto r = run_job(4, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
+                     {"model.data=\"" + data + "\"", "model.vocab=257", "train.steps=8", layout[0], layout[1]});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LT(smp::testing::worst_relative(r.summary["losses"].get<std::vector<double>>(), want), 2e-5)
+        << layout[0] << " " << layout[1];
+  }
+  // Stop after 4 steps with a checkpoint, resume, compare steps 5..8.
+  const std::string run = (d / "run").string();
+  auto first = train(data, {"run.dir=" + run, "run.checkpoint_every=4", "run.exit_after_steps=4"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto resumed = train(data, {"run.dir=" + run, "run.checkpoint_every=4"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto got = resumed.summary["losses"].get<std::vector<double>>();
+  ASSERT_GE(got.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(got[got.size() - 4 + i], want[4 + i]) << "step " << 5 + i << " after the resume";
 }
