@@ -110,12 +110,12 @@ class GptAdapter : public smp::sdk::Adapter {
       smp::sdk::log(SMP_LOG_INFO, "gpt",
                     "vocabulary " + std::to_string(s.vocab) + " padded to " + std::to_string(padded_vocab_) +
                         " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
-    const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
+    const Json data = cfg.contains("data") ? cfg.at("data") : Json("/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    if (!TextDataset::is_prepared(data) && s.vocab < 256)
+    if (data.is_string() && !TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
       throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
-    data_ = std::make_unique<TextDataset>(data, val, s.seq_len, seed, s.vocab);
-    smp::sdk::log(SMP_LOG_INFO, "gpt", data_->describe(data));
+    data_ = open_lm_data(data, val, s.seq_len, seed, s.vocab);
+    smp::sdk::log(SMP_LOG_INFO, "gpt", data_->describe());
   }
 
   void describe(smp::sdk::GraphBuilder& g) override {
@@ -268,7 +268,7 @@ class GptAdapter : public smp::sdk::Adapter {
   bool tie_ = true;
   double dropout_ = 0;
   double mask_fraction_ = 0;
-  std::unique_ptr<TextDataset> data_;
+  std::unique_ptr<LmData> data_;
 };
 
 }  // namespace gpt

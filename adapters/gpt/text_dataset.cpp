@@ -27,7 +27,7 @@ bool TextDataset::is_prepared(const std::string& path) {
 }
 
 TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab)
-    : seq_len_(seq_len), seed_(seed), vocab_(vocab) {
+    : path_(path), seq_len_(seq_len), seed_(seed), vocab_(vocab) {
   if (val_fraction < 0 || val_fraction >= 1)
     throw smp::sdk::Error("model.val_fraction: expected a number in [0, 1), got " + std::to_string(val_fraction));
   const int64_t need = seq_len + 2;
@@ -108,6 +108,19 @@ int64_t TextDataset::stream_token(const Epoch& ep, int64_t p) const {
   return token(doc_begin_[static_cast<size_t>(ep.docs[j])] + (p - before));
 }
 
+void TextDataset::sample(bool validation, int64_t g, int64_t* tk, int64_t* tg) const {
+  if (validation) {  // the validation split in order, window after window
+    const int64_t windows = (val_tokens() - 1) / seq_len_;
+    const int64_t start = split_ + (g % windows) * seq_len_;
+    for (int64_t t = 0; t < seq_len_; ++t) tk[t] = token(start + t), tg[t] = token(start + t + 1);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(epoch_mutex_);
+  const Epoch& ep = epoch(g / samples_per_epoch_);
+  const int64_t start = ep.samples[static_cast<size_t>(g % samples_per_epoch_)] * seq_len_;
+  for (int64_t t = 0; t < seq_len_; ++t) tk[t] = stream_token(ep, start + t), tg[t] = stream_token(ep, start + t + 1);
+}
+
 std::pair<int64_t, int64_t> TextDataset::sample_of(int64_t g) const {
   std::lock_guard<std::mutex> lock(epoch_mutex_);
   const Epoch& ep = epoch(g / samples_per_epoch_);
@@ -117,21 +130,8 @@ std::pair<int64_t, int64_t> TextDataset::sample_of(int64_t g) const {
 void TextDataset::fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count,
                        int64_t* tokens, int64_t* targets) const {
   if (prepared_) {
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t g = step * global_batch + first + i;
-      int64_t* tk = tokens + i * seq_len_;
-      int64_t* tg = targets + i * seq_len_;
-      if (validation) {  // the validation split in order, window after window
-        const int64_t windows = (val_tokens() - 1) / seq_len_;
-        const int64_t start = split_ + (g % windows) * seq_len_;
-        for (int64_t t = 0; t < seq_len_; ++t) tk[t] = token(start + t), tg[t] = token(start + t + 1);
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(epoch_mutex_);
-      const Epoch& ep = epoch(g / samples_per_epoch_);
-      const int64_t start = ep.samples[static_cast<size_t>(g % samples_per_epoch_)] * seq_len_;
-      for (int64_t t = 0; t < seq_len_; ++t) tk[t] = stream_token(ep, start + t), tg[t] = stream_token(ep, start + t + 1);
-    }
+    for (int64_t i = 0; i < count; ++i)
+      sample(validation, step * global_batch + first + i, tokens + i * seq_len_, targets + i * seq_len_);
     return;
   }
   const int64_t begin = validation ? split_ : 0;
@@ -171,6 +171,95 @@ std::string TextDataset::describe(const std::string& path) const {
   return "data " + path + (prepared_ ? " (prepared, " + std::to_string(prepared_->documents()) + " documents)" : "") +
          ": " + std::to_string(train_tokens()) + " train / " + std::to_string(val_tokens()) + " validation" + unit +
          ", unigram entropy " + std::to_string(unigram_entropy()) + " nats";
+}
+
+namespace {
+
+// Megatron's BlendedDataset: sample i goes to the dataset furthest below its
+// share (weight x (i + 1) - taken so far; the first on ties), and is that
+// dataset's next sample. A function of the index alone, so every layout and
+// a resumed run draw the same.
+class BlendedDataset : public LmData {
+ public:
+  BlendedDataset(std::vector<std::unique_ptr<TextDataset>> parts, std::vector<double> weights,
+                 std::vector<std::string> paths)
+      : parts_(std::move(parts)), weights_(std::move(weights)), paths_(std::move(paths)) {}
+  void fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count, int64_t* tokens,
+            int64_t* targets) const override {
+    const int64_t seq = seq_len();
+    for (int64_t i = 0; i < count; ++i) {
+      const auto [d, k] = pick(validation, step * global_batch + first + i);
+      parts_[static_cast<size_t>(d)]->sample(validation, k, tokens + i * seq, targets + i * seq);
+    }
+  }
+  std::string describe() const override {
+    std::string out = "blending " + std::to_string(parts_.size()) + " datasets:";
+    for (size_t j = 0; j < parts_.size(); ++j)
+      out += "\n  weight " + std::to_string(weights_[j]) + ": " + parts_[j]->describe(paths_[j]);
+    return out;
+  }
+  // Which dataset sample g of a split comes from, and its index there.
+  std::pair<int64_t, int64_t> pick(bool validation, int64_t g) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& t = table_[validation ? 1 : 0];
+    while (static_cast<int64_t>(t.which.size()) <= g) {
+      const double i = static_cast<double>(t.which.size());
+      size_t best = 0;
+      double best_error = -1e300;
+      for (size_t j = 0; j < weights_.size(); ++j) {
+        const double error = weights_[j] * (i + 1) - static_cast<double>(t.taken[j]);
+        if (error > best_error) best = j, best_error = error;
+      }
+      t.which.push_back(static_cast<int32_t>(best));
+      t.index.push_back(t.taken[best]++);
+    }
+    return {t.which[static_cast<size_t>(g)], t.index[static_cast<size_t>(g)]};
+  }
+
+ private:
+  int64_t seq_len() const { return parts_.front()->seq_len(); }
+  struct Table {
+    std::vector<int32_t> which;
+    std::vector<int64_t> index, taken;
+  };
+  std::vector<std::unique_ptr<TextDataset>> parts_;
+  std::vector<double> weights_;
+  std::vector<std::string> paths_;
+  mutable std::mutex mutex_;
+  mutable Table table_[2] = {{{}, {}, std::vector<int64_t>(weights_.size(), 0)},
+                             {{}, {}, std::vector<int64_t>(weights_.size(), 0)}};
+};
+
+}  // namespace
+
+std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_fraction, int64_t seq_len, uint64_t seed,
+                                     int64_t vocab) {
+  if (data.is_string()) return std::make_unique<TextDataset>(data.get<std::string>(), val_fraction, seq_len, seed, vocab);
+  if (!data.is_array() || data.empty())
+    throw smp::sdk::Error("model.data: expected a path or an array of { path = \"...\", weight = w } tables, got " +
+                          data.dump());
+  std::vector<std::unique_ptr<TextDataset>> parts;
+  std::vector<double> weights;
+  std::vector<std::string> paths;
+  double total = 0;
+  for (size_t j = 0; j < data.size(); ++j) {
+    const auto& e = data[j];
+    const std::string where = "model.data[" + std::to_string(j) + "]";
+    if (!e.is_object() || !e.contains("path") || !e["path"].is_string() || !e.contains("weight") ||
+        !e["weight"].is_number() || e["weight"].get<double>() <= 0 || e.size() != 2)
+      throw smp::sdk::Error(where + ": expected { path = \"...\", weight = w > 0 } and nothing else, got " + e.dump());
+    const std::string path = e["path"].get<std::string>();
+    if (!TextDataset::is_prepared(path))
+      throw smp::sdk::Error(where + ": blending needs prepared datasets; " + path +
+                            " is not one (write it with smp-data prepare)");
+    // Each part draws from a seed of its own: two copies of one dataset are two streams.
+    parts.push_back(std::make_unique<TextDataset>(path, val_fraction, seq_len, splitmix(seed ^ (0xb1e7dULL + j)), vocab));
+    weights.push_back(e["weight"].get<double>());
+    paths.push_back(path);
+    total += weights.back();
+  }
+  for (double& w : weights) w /= total;
+  return std::make_unique<BlendedDataset>(std::move(parts), std::move(weights), std::move(paths));
 }
 
 }  // namespace gpt

@@ -15,6 +15,8 @@
 
 #include <smp/sdk/indexed_dataset.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <mutex>
 #include <memory>
@@ -23,7 +25,24 @@
 
 namespace gpt {
 
-class TextDataset {
+// What the adapters sample from: one dataset, or several blended by weight.
+class LmData {
+ public:
+  virtual ~LmData() = default;
+  // Fills tokens[i*seq_len ..] and targets (shifted by one) for samples
+  // [first, first+count) of the given step's global batch.
+  virtual void fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count,
+                    int64_t* tokens, int64_t* targets) const = 0;
+  // The log line: sizes, splits, the unigram baseline.
+  virtual std::string describe() const = 0;
+};
+
+// model.data: a path (text or a prepared prefix), or an array of
+// { path = "...", weight = w } tables of prepared datasets blended by weight.
+std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_fraction, int64_t seq_len, uint64_t seed,
+                                     int64_t vocab);
+
+class TextDataset : public LmData {
  public:
   // path: a file or folder of text, or a prepared dataset's prefix (or its
   // .idx / .bin). The last val_fraction of the bytes (text) or of the
@@ -34,7 +53,10 @@ class TextDataset {
   // Fills tokens[i*seq_len ..] and targets (shifted by one) for samples
   // [first, first+count) of the given step's global batch.
   void fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count, int64_t* tokens,
-            int64_t* targets) const;
+            int64_t* targets) const override;
+  std::string describe() const override { return describe(path_); }
+  // Prepared data: global sample g of a split into tokens[0, seq_len) and targets.
+  void sample(bool validation, int64_t g, int64_t* tokens, int64_t* targets) const;
 
   // Prepared data: training samples per epoch, and where global sample g's
   // window starts (its epoch and its place in that epoch's token stream, in
@@ -43,6 +65,7 @@ class TextDataset {
   std::pair<int64_t, int64_t> sample_of(int64_t g) const;
 
   bool prepared() const { return prepared_ != nullptr; }
+  int64_t seq_len() const { return seq_len_; }
   int64_t train_tokens() const { return split_; }
   int64_t val_tokens() const { return size_ - split_; }
   // Unigram entropy of the training tokens (nats): the loss a model without context reaches.
@@ -53,6 +76,7 @@ class TextDataset {
   static bool is_prepared(const std::string& path);
 
  private:
+  std::string path_;
   int64_t token(int64_t i) const { return prepared_ ? prepared_->token_at(i) : bytes_[static_cast<size_t>(i)]; }
   // One epoch's shuffled documents (prefix sums of their lengths) and samples.
   struct Epoch {

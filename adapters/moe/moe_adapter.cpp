@@ -80,12 +80,12 @@ class MoeAdapter : public smp::sdk::Adapter {
     rope_base_ = smp::sdk::model_get<double>(cfg, "rope_base", 10000.0);
     if (rope_base_ <= 0) throw Error("model.rope_base: must be > 0, got " + std::to_string(rope_base_));
     padded_vocab_ = smp::sdk::padded_vocab(s.vocab, smp::sdk::model_positive(cfg, "vocab_multiple", 128), ctx.tp());
-    const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
+    const Json data = cfg.contains("data") ? cfg.at("data") : Json("/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    if (!gpt::TextDataset::is_prepared(data) && s.vocab < 256)
+    if (data.is_string() && !gpt::TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
       throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
-    data_ = std::make_unique<gpt::TextDataset>(data, val, s.seq_len, ctx.seed, s.vocab);
-    smp::sdk::log(SMP_LOG_INFO, "moe", data_->describe(data));
+    data_ = gpt::open_lm_data(data, val, s.seq_len, ctx.seed, s.vocab);
+    smp::sdk::log(SMP_LOG_INFO, "moe", data_->describe());
   }
 
   bool is_moe_layer(int64_t i) const {
@@ -190,7 +190,7 @@ class MoeAdapter : public smp::sdk::Adapter {
   Json router_;
   double rope_base_ = 10000.0;
   int64_t padded_vocab_ = 0;
-  std::unique_ptr<gpt::TextDataset> data_;
+  std::unique_ptr<gpt::LmData> data_;
 };
 
 }  // namespace moe

@@ -222,3 +222,54 @@ TEST(PreparedData, SameSamplesInEveryLayoutAndAcrossAResume) {
   for (size_t i = 0; i < 4; ++i)
     EXPECT_EQ(got[got.size() - 4 + i], want[4 + i]) << "step " << 5 + i << " after the resume";
 }
+
+// Blending by weight (Megatron's BlendedDataset): the shares of 10k samples
+// within 2% of the weights; a job on a blend trains; a raw-text part is refused.
+TEST(PreparedData, BlendingDrawsEachDatasetByItsWeight) {
+  const fs::path d = fresh("blend");
+  write(d / "a.txt", std::string(20000, 'a'));
+  write(d / "b.txt", std::string(20000, 'b'));
+  write(d / "a2.txt", std::string(20000, 'a'));
+  write(d / "b2.txt", std::string(20000, 'b'));
+  for (const char* part : {"a", "b"}) {
+    auto [code, out] = sh(tool() + " prepare --input " + (d / (std::string(part) + ".txt")).string() + " " +
+                          (d / (std::string(part) + "2.txt")).string() + " --output-prefix " + (d / part).string());
+    ASSERT_EQ(code, 0) << out;
+  }
+  const nlohmann::json blend = nlohmann::json::array(
+      {{{"path", (d / "a").string()}, {"weight", 0.7}}, {{"path", (d / "b").string()}, {"weight", 0.3}}});
+  auto data = gpt::open_lm_data(blend, 0.5, 16, 1234, 257);
+  const int64_t n = 10000;
+  std::vector<int64_t> tokens(static_cast<size_t>(n * 16)), targets(tokens.size());
+  data->fill(false, 0, n, 0, n, tokens.data(), targets.data());
+  int64_t from_a = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = tokens[static_cast<size_t>(i * 16)] == 256 ? tokens[static_cast<size_t>(i * 16 + 1)]
+                                                                  : tokens[static_cast<size_t>(i * 16)];
+    ASSERT_TRUE(t == 'a' || t == 'b') << t;
+    from_a += t == 'a';
+  }
+  EXPECT_NEAR(static_cast<double>(from_a) / n, 0.7, 0.02);
+  // The same samples however the batch is cut into requests (layouts, microbatches).
+  std::vector<int64_t> again(tokens.size()), again_t(tokens.size());
+  for (int64_t first = 0; first < n; first += 1000)
+    data->fill(false, 0, n, first, 1000, again.data() + first * 16, again_t.data() + first * 16);
+  EXPECT_EQ(again, tokens);
+  // A job on the blend.
+  const std::string value = "[{ path = \"" + (d / "a").string() + "\", weight = 0.7 }, { path = \"" +
+                            (d / "b").string() + "\", weight = 0.3 }]";
+  auto r = run_job(1, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
+                   {"model.data=" + value, "model.vocab=257", "train.steps=4", "model.val_fraction=0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("blending 2 datasets"), std::string::npos) << r.output;
+  // Raw text cannot be blended.
+  const nlohmann::json raw = nlohmann::json::array(
+      {{{"path", (d / "a").string()}, {"weight", 1}}, {{"path", (d / "b.txt").string()}, {"weight", 1}}});
+  try {
+    gpt::open_lm_data(raw, 0.5, 16, 1, 257);
+    ADD_FAILURE() << "a raw-text part was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("model.data[1]: blending needs prepared datasets"), std::string::npos)
+        << e.what();
+  }
+}
