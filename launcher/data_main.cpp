@@ -1,7 +1,14 @@
 // smp-data: prepares training data.
 //
 //   smp-data prepare --input PATH [PATH ...] --output-prefix P [--json-key text]
-//                    [--tokenizer bytes] [--workers N]
+//                    [--tokenizer bytes|sentencepiece --tokenizer-model M.model] [--workers N]
+//   smp-data tokenizer --type bpe|unigram --vocab N --input PATH [PATH ...] --output-prefix M
+//   smp-data decode --tokenizer-model M.model --prefix P --document D   (a document's text, to stdout)
+//
+// `tokenizer` trains a SentencePiece model (M.model, M.vocab) on text files or
+// folders; `prepare --tokenizer sentencepiece` encodes with any .model file
+// (T5's, Llama-2's, or one trained here), its end-of-sentence piece ending
+// each document.
 //
 // Text files, folders of them (regular files in name order) or JSON-lines
 // files (--json-key: one document per line, its text under that key) become
@@ -25,6 +32,11 @@
 #include <iostream>
 #include <thread>
 
+#ifdef SMP_HAVE_SENTENCEPIECE
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#endif
+
 namespace {
 
 using smp::sdk::Error;
@@ -33,16 +45,67 @@ struct Document {
   std::string text, origin;  // origin: "file" or "file:line"
 };
 
+// A tokenizer: ids for a document's text, the vocabulary and the end id.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;  // thread-safe
+  virtual int64_t vocab() const = 0;
+  virtual int64_t eod() const = 0;
+};
+
 // The byte tokenizer: ids 0..255 are the bytes, 256 ends a document.
-struct ByteTokenizer {
-  static constexpr int64_t kEod = 256;
-  int64_t vocab() const { return 257; }
-  std::vector<int64_t> encode(const std::string& text) const {
+class ByteTokenizer : public Tokenizer {
+ public:
+  int64_t vocab() const override { return 257; }
+  int64_t eod() const override { return 256; }
+  std::vector<int64_t> encode(const std::string& text) const override {
     std::vector<int64_t> ids(text.size());
     for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
     return ids;
   }
 };
+
+#ifdef SMP_HAVE_SENTENCEPIECE
+// A SentencePiece model; its end-of-sentence piece ends a document.
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& model) {
+    const auto status = sp_.Load(model);
+    if (!status.ok()) throw Error("--tokenizer-model " + model + ": not a SentencePiece model: " + status.ToString());
+    if (sp_.eos_id() < 0)
+      throw Error("--tokenizer-model " + model + ": the model has no end-of-sentence piece to end documents with");
+  }
+  int64_t vocab() const override { return sp_.GetPieceSize(); }
+  int64_t eod() const override { return sp_.eos_id(); }
+  std::vector<int64_t> encode(const std::string& text) const override {
+    std::vector<int> ids;
+    const auto status = sp_.Encode(text, &ids);
+    if (!status.ok()) throw Error("SentencePiece encode failed: " + status.ToString());
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+};
+#endif
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& model) {
+  if (kind == "bytes") {
+    if (!model.empty()) throw Error("--tokenizer-model: the bytes tokenizer takes no model");
+    return std::make_unique<ByteTokenizer>();
+  }
+  if (kind == "sentencepiece") {
+    if (model.empty()) throw Error("--tokenizer sentencepiece needs --tokenizer-model M.model");
+#ifdef SMP_HAVE_SENTENCEPIECE
+    return std::make_unique<SentencePieceTokenizer>(model);
+#else
+    throw Error("--tokenizer sentencepiece: this smp-data was built without SentencePiece "
+                "(install libsentencepiece-dev and rebuild)");
+#endif
+  }
+  throw Error("--tokenizer: '" + kind + "' is not known (known: bytes, sentencepiece)");
+}
 
 // Bytes that are not part of a well-formed UTF-8 sequence.
 int64_t invalid_utf8(const std::string& s) {
@@ -90,15 +153,14 @@ std::vector<Document> read_documents(const std::vector<std::string>& inputs, con
 }
 
 int prepare(const std::vector<std::string>& inputs, const std::string& prefix, const std::string& json_key,
-            const std::string& tokenizer, int workers) {
-  if (tokenizer != "bytes")
-    throw Error("--tokenizer: '" + tokenizer + "' is not known (known: bytes)");
+            const std::string& tokenizer, const std::string& model, int workers) {
+  const std::unique_ptr<Tokenizer> tok_ptr = make_tokenizer(tokenizer, model);
+  const Tokenizer& tok = *tok_ptr;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const std::vector<Document> docs = read_documents(inputs, json_key);
   int64_t total_bytes = 0;
   for (const auto& d : docs) total_bytes += static_cast<int64_t>(d.text.size());
-  const ByteTokenizer tok;
   smp::sdk::IndexedDatasetWriter writer(prefix, smp::sdk::token_type_for(tok.vocab()));
   // Workers tokenize blocks of documents; the writer takes the blocks in order.
   const int64_t n = static_cast<int64_t>(docs.size()), block = 256;
@@ -112,7 +174,7 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
       for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
         bad_utf8 += invalid_utf8(docs[static_cast<size_t>(i)].text);
         out.push_back(tok.encode(docs[static_cast<size_t>(i)].text));
-        out.back().push_back(ByteTokenizer::kEod);
+        out.back().push_back(tok.eod());
       }
       ready[static_cast<size_t>(b)].store(true, std::memory_order_release);
     }
@@ -155,7 +217,7 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
                               {"bytes", total_bytes},
                               {"tokenizer", tokenizer},
                               {"vocab", tok.vocab()},
-                              {"eod", ByteTokenizer::kEod},
+                              {"eod", tok.eod()},
                               {"invalid_utf8_bytes", bad_utf8.load()},
                               {"workers", std::max(1, workers)},
                               {"seconds", s}}
@@ -164,6 +226,54 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
   if (bad_utf8 > 0)
     std::cerr << "smp-data prepare: " << bad_utf8.load() << " bytes of the input are not valid UTF-8 (kept as bytes)\n";
   return 0;
+}
+
+int train_tokenizer(const std::vector<std::string>& inputs, const std::string& prefix, const std::string& type,
+                    int vocab) {
+  if (type != "bpe" && type != "unigram") throw Error("--type: '" + type + "' is not known (known: bpe, unigram)");
+#ifdef SMP_HAVE_SENTENCEPIECE
+  std::string files;
+  for (const auto& input : inputs)
+    for (const auto& f : smp::sdk::read_text_files(input, "input")) files += (files.empty() ? "" : ",") + f.path;
+  const std::string args = "--input=" + files + " --model_prefix=" + prefix + " --model_type=" + type +
+                           " --vocab_size=" + std::to_string(vocab) +
+                           " --character_coverage=1.0 --byte_fallback=true --minloglevel=1"
+                           // Text decodes back to itself: no normalization, every space kept.
+                           " --normalization_rule_name=identity --remove_extra_whitespaces=false"
+                           " --split_by_whitespace=true --max_sentence_length=1000000";
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+  if (!status.ok()) throw Error("SentencePiece training failed: " + status.ToString());
+  std::cout << nlohmann::json{{"model", prefix + ".model"}, {"type", type}, {"vocab", vocab}}.dump() << "\n";
+  return 0;
+#else
+  (void)inputs, (void)prefix, (void)vocab;
+  throw Error("tokenizer: this smp-data was built without SentencePiece (install libsentencepiece-dev and rebuild)");
+#endif
+}
+
+// A prepared document's text: its ids decoded, the end-of-document id dropped.
+int decode(const std::string& model, const std::string& prefix, int64_t doc) {
+#ifdef SMP_HAVE_SENTENCEPIECE
+  sentencepiece::SentencePieceProcessor sp;
+  if (const auto s = sp.Load(model); !s.ok())
+    throw Error("--tokenizer-model " + model + ": not a SentencePiece model: " + s.ToString());
+  smp::sdk::IndexedDataset ds(prefix);
+  if (doc < 0 || doc >= ds.documents())
+    throw Error("--document " + std::to_string(doc) + ": " + prefix + " has " + std::to_string(ds.documents()));
+  std::vector<int> ids;
+  for (int64_t q = ds.document_start(doc); q < ds.document_start(doc + 1); ++q) {
+    const int64_t first = ds.offset(q) / smp::sdk::token_bytes(ds.type());
+    for (int64_t i = 0; i < ds.length(q); ++i) ids.push_back(static_cast<int>(ds.token_at(first + i)));
+  }
+  if (!ids.empty() && ids.back() == sp.eos_id()) ids.pop_back();
+  std::string text;
+  if (const auto s = sp.Decode(ids, &text); !s.ok()) throw Error("decode failed: " + s.ToString());
+  std::cout << text;
+  return 0;
+#else
+  (void)model, (void)prefix, (void)doc;
+  throw Error("decode: this smp-data was built without SentencePiece (install libsentencepiece-dev and rebuild)");
+#endif
 }
 
 }  // namespace
@@ -178,11 +288,30 @@ int main(int argc, char** argv) {
   p->add_option("--input", inputs, "text files, folders of them, or JSON-lines files (with --json-key)")->required();
   p->add_option("--output-prefix", prefix, "write <prefix>.bin and <prefix>.idx")->required();
   p->add_option("--json-key", json_key, "the inputs are JSON lines; each line's text is under this key");
-  p->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end of document 256)")->capture_default_str();
+  std::string model;
+  p->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end of document 256) or sentencepiece")
+      ->capture_default_str();
+  p->add_option("--tokenizer-model", model, "the SentencePiece .model file (--tokenizer sentencepiece)");
   p->add_option("--workers", workers, "tokenizing threads")->capture_default_str();
+  std::vector<std::string> t_inputs;
+  std::string t_prefix, t_type = "unigram";
+  int t_vocab = 8000;
+  auto* t = app.add_subcommand("tokenizer", "train a SentencePiece model (<prefix>.model, <prefix>.vocab)");
+  t->add_option("--input", t_inputs, "text files or folders")->required();
+  t->add_option("--output-prefix", t_prefix, "write <prefix>.model and <prefix>.vocab")->required();
+  t->add_option("--type", t_type, "bpe or unigram")->capture_default_str();
+  t->add_option("--vocab", t_vocab, "vocabulary size")->capture_default_str();
+  std::string d_model, d_prefix;
+  int64_t d_doc = 0;
+  auto* dc = app.add_subcommand("decode", "print a prepared document's text (SentencePiece)");
+  dc->add_option("--tokenizer-model", d_model, "the SentencePiece .model file")->required();
+  dc->add_option("--prefix", d_prefix, "the prepared dataset")->required();
+  dc->add_option("--document", d_doc, "the document's index")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*p) return prepare(inputs, prefix, json_key, tokenizer, workers);
+    if (*dc) return decode(d_model, d_prefix, d_doc);
+    if (*p) return prepare(inputs, prefix, json_key, tokenizer, model, workers);
+    if (*t) return train_tokenizer(t_inputs, t_prefix, t_type, t_vocab);
   } catch (const std::exception& e) {
     std::cerr << "\nsmp-data: error: " << e.what() << "\n";
     return 1;

@@ -77,6 +77,7 @@ packages=(
   libspdlog-dev libtomlplusplus-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev
   libopenblas0-openmp   # LibTorch's GEMM is ~15x slower on the reference BLAS
+  libsentencepiece-dev sentencepiece   # smp-data's SentencePiece tokenizer; spm_encode
   "${SMP_CORPUS_PACKAGES[@]}"
 )
 case $torch_kind in
