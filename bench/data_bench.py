@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--copies", type=int, default=40)
-    ap.add_argument("--vocab", type=int, default=4000)
+    ap.add_argument("--vocab", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--out")
     a = ap.parse_args()
