@@ -22,7 +22,7 @@ OUT="${OUT:-$SRC/bench/results}"
 if [[ ! -f "$BUILD/build.ninja" && ! -f "$BUILD/Makefile" ]]; then
   cmake -S "$SRC" -B "$BUILD" -G Ninja
 fi
-cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker gpt moe bert roberta ncf smp_nn smp_tp smp_partition smp_optim
+cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker smp-data gpt moe bert roberta ncf smp_nn smp_tp smp_partition smp_optim
 
 mkdir -p "$OUT"
 BENCH="$BUILD/bin/smp-bench"
@@ -54,6 +54,8 @@ python3 "$SRC/bench/memory_estimate.py" --build "$BUILD" --out "$OUT/memory-esti
 "$BENCH" checkpoint --repeat "${CKPT_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/checkpoint.json"
 # MoE: ep 2 vs ep 1, one rank vs a PyTorch-eager MoE, grouped GEMM, the preset vs its dense twin.
 "$BENCH" moe --repeat "${MOE_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/moe.json"
+# Prepared data: smp-data prepare against spm_encode, the data share of the step, SentencePiece vs bytes.
+python3 "$SRC/bench/data_bench.py" --build "$BUILD" --rounds 5 --out "$OUT/data.json"
 # Pipeline sends through shared memory against Gloo (writes bench/results/p2p-transport.json).
 ROUNDS="${P2P_ROUNDS:-10}" bash "$SRC/bench/ab_p2p_transport.sh" "$BUILD"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
