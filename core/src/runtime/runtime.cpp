@@ -168,6 +168,19 @@ nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std
   return out;
 }
 
+namespace {
+
+// The graph's metrics from their summed (sum, count) pairs: sum / count, 0 without counts.
+std::vector<std::pair<std::string, double>> metric_values(const std::vector<ModelGraph::Metric>& metrics,
+                                                          const std::vector<double>& sums) {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < metrics.size(); ++k)
+    out.emplace_back(metrics[k].name, sums[2 * k + 1] > 0 ? sums[2 * k] / sums[2 * k + 1] : 0.0);
+  return out;
+}
+
+}  // namespace
+
 StepResult Runtime::train_step() {
   Impl& s = *impl_;
   TrainState& state = *s.state;
@@ -203,9 +216,7 @@ StepResult Runtime::train_step() {
       metric_sums[2 * k] = r.metrics[k].first, metric_sums[2 * k + 1] = r.metrics[k].second;
   const OptimizerStepResult u = s.update->run(state, r.loss, out.loss_scale, s.context->mesh(),
                                               s.context->comm(Axis::World), device, &metric_sums);
-  for (size_t k = 0; k < metrics.size(); ++k)
-    out.metrics.emplace_back(metrics[k].name,
-                             metric_sums[2 * k + 1] > 0 ? metric_sums[2 * k] / metric_sums[2 * k + 1] : 0.0);
+  out.metrics = metric_values(metrics, metric_sums);
   out.phases.clip = u.clip_seconds;
   out.phases.optimizer = u.optimizer_seconds;
   out.step = state.steps();
@@ -242,9 +253,7 @@ double Runtime::evaluate(int batches) {
   const DeviceMesh& mesh = s.context->mesh();
   if (!mesh.at_model_origin()) std::fill(sums.begin(), sums.end(), 0.0);  // once per model-axis group
   const double mean = LossNormalizer::mean(sum_over_world(local, sums, mesh, s.context->comm(Axis::World)));
-  s.last_metrics.clear();
-  for (size_t k = 0; k < metrics.size(); ++k)
-    s.last_metrics.emplace_back(metrics[k].name, sums[2 * k + 1] > 0 ? sums[2 * k] / sums[2 * k + 1] : 0.0);
+  s.last_metrics = metric_values(metrics, sums);
   return mean;
 }
 
@@ -436,12 +445,8 @@ std::vector<std::vector<double>> Runtime::gather_world(const std::vector<double>
 }
 
 std::vector<double> Runtime::gather_world(double value) {
-  const int world = impl_->context->mesh().world_size();
-  at::Tensor in = at::full({1}, value, at::kDouble);
-  at::Tensor out = at::empty({world}, at::kDouble);
-  impl_->context->comm(Axis::World).allgather(in, out)->wait();
-  std::vector<double> v(world);
-  for (int i = 0; i < world; ++i) v[i] = out[i].item<double>();
+  std::vector<double> v;
+  for (const auto& rank : gather_world(std::vector<double>{value})) v.push_back(rank[0]);
   return v;
 }
 

@@ -176,12 +176,12 @@ struct DeliveredAllToAll : torch::autograd::Function<DeliveredAllToAll> {
     ctx->saved_data["out_splits"] = out_splits;
     return received.view_as(received);
   }
+  // The SDK's all-to-all backward (same saved data), with no gradient for `received`.
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
-    const smp::sdk::Comm comm(reinterpret_cast<smp_comm*>(ctx->saved_data["comm"].toInt()));
-    return {comm.alltoall(g[0].contiguous(), ctx->saved_data["out_splits"].toIntVector(),
-                          ctx->saved_data["in_splits"].toIntVector()),
-            Tensor(), Tensor(), Tensor(), Tensor()};
+    torch::autograd::variable_list grads = smp::sdk::detail::AllToAll::backward(ctx, {g[0].contiguous()});
+    grads.insert(grads.begin() + 1, Tensor());
+    return grads;
   }
 };
 }  // namespace detail
@@ -242,7 +242,8 @@ inline Routing route(const Tensor& x, const Tensor& router, const MoeConfig& c, 
   // Switch's load-balancing loss per sequence: E / (S^2 k) * sum_e P_e c_e with
   // P_e the summed router probabilities and c_e the assignments to e.
   const Tensor oh = at::one_hot(r.experts.reshape({b, sl * k}), E);         // [b, s'k, E]
-  const Tensor counts = tp_sum(oh.sum(1).to(at::kFloat));                 // [b, E]
+  const Tensor local_counts = oh.sum(1);                                  // [b, E], this rank's tokens
+  const Tensor counts = tp_sum(local_counts.to(at::kFloat));              // [b, E], the whole sequences
   Tensor P = probs.sum(1);                                                // [b, E]
   if (ts.split) P = smp::sdk::reduce_from_region(P, ts.tp);
   const Tensor aux = (P * counts).sum() * (static_cast<double>(E) / static_cast<double>(S * S * k));
@@ -256,7 +257,7 @@ inline Routing route(const Tensor& x, const Tensor& router, const MoeConfig& c, 
     // a token's k choices in order; the ranks before this one in the sequence first.
     Tensor pos = (oh.cumsum(1) - 1).mul(oh).sum(-1);  // [b, s'k]
     if (ts.split) {
-      const Tensor all = ts.tp.allgather(oh.sum(1).unsqueeze(0).contiguous());  // [tp, b, E]
+      const Tensor all = ts.tp.allgather(local_counts.unsqueeze(0).contiguous());  // [tp, b, E]
       const int rank = ts.tp.rank();
       const Tensor before = rank > 0 ? all.narrow(0, 0, rank).sum(0) : at::zeros_like(all[0]);
       pos = pos + before.gather(1, r.experts.reshape({b, sl * k}));
