@@ -226,7 +226,6 @@ class Runtime {
  private:
   struct Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
-  std::string resume_checkpoint(const std::string& mode);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -204,6 +204,101 @@ void CheckpointWriter::wait_for_snapshot() {
   snapshot_done_.wait(lock, [this] { return !snapshot_pending_; });
 }
 
+namespace {
+
+// Every rank's index of its part in the temporary folder, waited for until run.timeout_s.
+std::vector<nlohmann::json> wait_for_parts(const fs::path& tmp, const fs::path& target, int world, double timeout_s) {
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
+  std::vector<nlohmann::json> parts(world);
+  for (int r = 0; r < world; ++r) {
+    const fs::path p = tmp / rank_name(r, "json");
+    while (!fs::exists(p)) {
+      if (clock_type::now() > deadline) {
+        std::string missing;
+        for (int q = r; q < world; ++q)
+          if (!fs::exists(tmp / rank_name(q, "json"))) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        throw Error("checkpoint: ranks " + missing + " did not write their part of " + target.string() +
+                    " within run.timeout_s = " + std::to_string(timeout_s) +
+                    " s (is run.checkpoint_dir on a file system every node shares?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    parts[r] = read_json(p);
+  }
+  return parts;
+}
+
+// The manifest's files and tensors from the ranks' indexes; a tensor's slices
+// must agree on its dtype and global shape.
+void merge_parts(const std::vector<nlohmann::json>& parts, nlohmann::json& files, nlohmann::json& tensors) {
+  for (const auto& part : parts) {
+    if (!part.contains("file")) continue;
+    const std::string file = part["file"]["name"].get<std::string>();
+    files.push_back({{"name", file}, {"rank", part["rank"]}, {"bytes", part["file"]["bytes"]},
+                     {"crc32c", part["file"]["crc32c"]}});
+    for (const auto& s : part["slices"]) {
+      const std::string name = s["name"].get<std::string>();
+      nlohmann::json& t = tensors[name];
+      if (t.is_null()) t = {{"dtype", s["dtype"]}, {"shape", s["global_shape"]}, {"slices", nlohmann::json::array()}};
+      if (t["dtype"] != s["dtype"] || t["shape"] != s["global_shape"])
+        throw Error("checkpoint: ranks disagree on tensor '" + name + "': " + t["dtype"].dump() + t["shape"].dump() +
+                    " and " + s["dtype"].dump() + s["global_shape"].dump());
+      t["slices"].push_back({{"file", file},
+                             {"offsets", s["offsets"]},
+                             {"block_shape", s["block_shape"]},
+                             {"flat_begin", s["flat_begin"]},
+                             {"numel", s["numel"]},
+                             {"crc32c", s["crc32c"]}});
+    }
+  }
+}
+
+// The committed folder into place. A folder of the same name (the step saved
+// again) is swapped with the new one in one step where the file system can
+// (renameat2's RENAME_EXCHANGE), else moved aside first; it goes once the new one is in.
+void move_into_place(const fs::path& tmp, const fs::path& target, const std::string& token) {
+  const fs::path parent = target.parent_path();
+  if (fs::exists(target)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_path(parent.string());
+      remove_folder(tmp, token);
+    } else {
+      const fs::path replaced = target.string() + ".old-" + token;
+      fs::remove_all(replaced);
+      fs::rename(target, replaced);
+      fs::rename(tmp, target);
+      fsync_path(parent.string());
+      remove_folder(replaced, token);
+    }
+  } else {
+    fs::rename(tmp, target);
+    fsync_path(parent.string());
+  }
+}
+
+// Keeps the newest `keep` committed step-* folders of `parent` (never `target`)
+// and removes what crashed attempts of other runs left there.
+void prune_checkpoints(const fs::path& parent, int keep, const fs::path& target, const std::string& token) {
+  std::vector<std::pair<int64_t, fs::path>> committed;
+  for (const auto& d : fs::directory_iterator(parent)) {
+    const std::string name = d.path().filename().string();
+    const int64_t step = step_of_folder(name);
+    if (step >= 0 && fs::exists(d.path() / "manifest.json")) committed.emplace_back(step, d.path());
+    // What an earlier attempt (another token) left when it crashed: a
+    // temporary folder, or one it was deleting.
+    else if (name.rfind("step-", 0) == 0 && name.find(token) == std::string::npos &&
+             (name.find(".tmp-") != std::string::npos || name.find(".deleting-") != std::string::npos ||
+              name.find(".old-") != std::string::npos))
+      fs::remove_all(d.path());
+  }
+  std::sort(committed.begin(), committed.end());
+  const int drop = static_cast<int>(committed.size()) - keep;
+  for (int i = 0; i < drop; ++i)
+    if (committed[i].second != target) remove_folder(committed[i].second, token);
+}
+
+}  // namespace
+
 void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   const fs::path& tmp = job->tmp;
   try {
@@ -231,44 +326,9 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   }
 
   // Rank 0 commits once every rank's index is there.
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(o_.timeout_s);
-  std::vector<nlohmann::json> parts(o_.world);
-  for (int r = 0; r < o_.world; ++r) {
-    const fs::path p = tmp / rank_name(r, "json");
-    while (!fs::exists(p)) {
-      if (clock_type::now() > deadline) {
-        std::string missing;
-        for (int q = r; q < o_.world; ++q)
-          if (!fs::exists(tmp / rank_name(q, "json"))) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        throw Error("checkpoint: ranks " + missing + " did not write their part of " + job->target.string() +
-                    " within run.timeout_s = " + std::to_string(o_.timeout_s) +
-                    " s (is run.checkpoint_dir on a file system every node shares?)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    parts[r] = read_json(p);
-  }
+  const std::vector<nlohmann::json> parts = wait_for_parts(tmp, job->target, o_.world, o_.timeout_s);
   nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
-  for (const auto& part : parts) {
-    if (!part.contains("file")) continue;
-    const std::string file = part["file"]["name"].get<std::string>();
-    files.push_back({{"name", file}, {"rank", part["rank"]}, {"bytes", part["file"]["bytes"]},
-                     {"crc32c", part["file"]["crc32c"]}});
-    for (const auto& s : part["slices"]) {
-      const std::string name = s["name"].get<std::string>();
-      nlohmann::json& t = tensors[name];
-      if (t.is_null()) t = {{"dtype", s["dtype"]}, {"shape", s["global_shape"]}, {"slices", nlohmann::json::array()}};
-      if (t["dtype"] != s["dtype"] || t["shape"] != s["global_shape"])
-        throw Error("checkpoint: ranks disagree on tensor '" + name + "': " + t["dtype"].dump() + t["shape"].dump() +
-                    " and " + s["dtype"].dump() + s["global_shape"].dump());
-      t["slices"].push_back({{"file", file},
-                             {"offsets", s["offsets"]},
-                             {"block_shape", s["block_shape"]},
-                             {"flat_begin", s["flat_begin"]},
-                             {"numel", s["numel"]},
-                             {"crc32c", s["crc32c"]}});
-    }
-  }
+  merge_parts(parts, files, tensors);
   nlohmann::json manifest = job->info;
   manifest["format"] = "smp-checkpoint";
   manifest["version"] = kCheckpointFormatVersion;
@@ -278,46 +338,11 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   for (int r = 0; r < o_.world; ++r) fs::remove(tmp / rank_name(r, "json"));
   fsync_path(tmp.string());
 
-  // Into place. A folder of the same name (the step saved again) is swapped
-  // with the new one in one step where the file system can (renameat2's
-  // RENAME_EXCHANGE), else moved aside first; it goes once the new one is in.
+  move_into_place(tmp, job->target, token_hex(o_.token));
   const fs::path parent = job->target.parent_path();
-  if (fs::exists(job->target)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, job->target.c_str(), RENAME_EXCHANGE) == 0) {
-      fsync_path(parent.string());
-      remove_folder(tmp, token_hex(o_.token));
-    } else {
-      const fs::path replaced = job->target.string() + ".old-" + token_hex(o_.token);
-      fs::remove_all(replaced);
-      fs::rename(job->target, replaced);
-      fs::rename(tmp, job->target);
-      fsync_path(parent.string());
-      remove_folder(replaced, token_hex(o_.token));
-    }
-  } else {
-    fs::rename(tmp, job->target);
-    fsync_path(parent.string());
-  }
   if (job->update_latest) write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
 
-  if (job->keep > 0) {
-    std::vector<std::pair<int64_t, fs::path>> committed;
-    for (const auto& d : fs::directory_iterator(parent)) {
-      const std::string name = d.path().filename().string();
-      const int64_t step = step_of_folder(name);
-      if (step >= 0 && fs::exists(d.path() / "manifest.json")) committed.emplace_back(step, d.path());
-      // What an earlier attempt (another token) left when it crashed: a
-      // temporary folder, or one it was deleting.
-      else if (name.rfind("step-", 0) == 0 && name.find(token_hex(o_.token)) == std::string::npos &&
-               (name.find(".tmp-") != std::string::npos || name.find(".deleting-") != std::string::npos ||
-                name.find(".old-") != std::string::npos))
-        fs::remove_all(d.path());
-    }
-    std::sort(committed.begin(), committed.end());
-    const int drop = static_cast<int>(committed.size()) - job->keep;
-    for (int i = 0; i < drop; ++i)
-      if (committed[i].second != job->target) remove_folder(committed[i].second, token_hex(o_.token));
-  }
+  if (job->keep > 0) prune_checkpoints(parent, job->keep, job->target, token_hex(o_.token));
   total_s_ = seconds_since(job->start);
   int64_t bytes = 0;
   for (const auto& f : files) bytes += f["bytes"].get<int64_t>();

@@ -1,0 +1,174 @@
+#include "runtime/checkpointing.h"
+
+#include <smp/error.h>
+#include <smp/mesh.h>
+#include <smp/plugin_registry.h>
+
+#include "checkpoint/checkpoint.h"
+#include "runtime/model_builder.h"
+#include "runtime/parallel_context.h"
+#include "runtime/train_state.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/filesystem.hpp>
+
+#include <cstdio>
+
+namespace smp {
+
+namespace {
+
+// A checkpoint this run may take values from: its folder and manifest, and the
+// keys of [model] that differ from this run's ("" when the tables agree; then a
+// tensor whose shape differs can only be the layout's vocabulary padding).
+// Manifests written by `smp-checkpoint import` have no [model] or layout.
+struct OpenedCheckpoint {
+  std::string folder;
+  nlohmann::json manifest;
+  std::string changed;
+};
+
+// require_adapter: a checkpoint that names no adapter is refused too (a resume
+// needs the whole state of this adapter; run.init_from takes imported files).
+OpenedCheckpoint open_checkpoint(const std::string& path, const std::string& what, const std::string& adapter,
+                                 bool require_adapter, const nlohmann::json& model) {
+  OpenedCheckpoint c;
+  c.folder = find_checkpoint(path);
+  if (c.folder.empty()) throw Error(what + ": '" + path + "' is not a checkpoint folder nor holds a `latest` one");
+  c.manifest = read_manifest(c.folder);
+  const std::string saved = c.manifest.value("/adapter/name"_json_pointer, std::string());
+  if ((require_adapter || !saved.empty()) && saved != adapter)
+    throw Error(what + ": checkpoint " + c.folder + " was saved by adapter '" + saved + "', this run's is '" +
+                adapter + "'");
+  const nlohmann::json was = c.manifest.value("model", nlohmann::json());
+  if (!was.is_object()) {
+    c.changed = "(not recorded)";
+    return c;
+  }
+  for (const auto& [k, v] : model.items())
+    if (!was.contains(k) || was[k] != v) c.changed += (c.changed.empty() ? "" : ", ") + ("model." + k);
+  for (const auto& [k, v] : was.items())
+    if (!model.contains(k)) c.changed += (c.changed.empty() ? "" : ", ") + ("model." + k);
+  return c;
+}
+
+}  // namespace
+
+Checkpointing::Checkpointing(const Config& config, const JobConfig& job, const ParallelContext& context,
+                             const ModelBuilder& model, TrainState& state, uint64_t token)
+    : config_(config), job_(job), context_(context), model_(model), state_(state) {
+  CheckpointWriter::Options o;
+  o.rank = context.mesh().rank();
+  o.world = context.mesh().world_size();
+  o.timeout_s = job.run.timeout_s;
+  o.token = token;
+  writer_ = std::make_unique<CheckpointWriter>(o);
+}
+
+Checkpointing::~Checkpointing() = default;
+
+// What a checkpoint's manifest says besides its tensors.
+nlohmann::json Checkpointing::info() const {
+  const DeviceMesh& mesh = context_.mesh();
+  nlohmann::json layout = {{"pp", mesh.pp()},
+                           {"tp", mesh.tp()},
+                           {"dp", mesh.dp()},
+                           {"ep", mesh.ep()},
+                           {"world", mesh.world_size()},
+                           {"placement", mesh.order()},
+                           {"zero", job_.memory.zero},
+                           {"virtual_stages", job_.parallel.virtual_stages},
+                           {"precision", to_string(job_.train.precision)}};
+  std::string version;
+  for (const auto& p : model_.registry().plugins())
+    if (p.name == model_.adapter_plugin()) version = p.version;
+  nlohmann::json nodes = nlohmann::json::array();  // what tools need to name the tensors (smp-checkpoint export)
+  for (const auto& n : model_.graph().nodes)
+    nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
+  return {{"step", state_.steps()},
+          {"graph", nodes},
+          {"adapter", {{"name", model_.adapter_name()}, {"plugin", model_.adapter_plugin()}, {"version", version}}},
+          {"model", job_.model},
+          {"layout", layout},
+          {"config", config_.to_json()},
+          {"seed", job_.train.seed},
+          {"smp_version", SMP_VERSION},
+          {"torch_version", SMP_BUILD_TORCH_VERSION}};
+}
+
+void Checkpointing::save(const std::string& path) {
+  writer_->save(path, state_.entries(), info(), /*async=*/false, /*keep=*/0, /*update_latest=*/false);
+}
+
+std::string Checkpointing::dir() const {
+  const RunConfig& run = job_.run;
+  return run.checkpoint_dir.empty() ? (boost::filesystem::path(run.dir) / "checkpoints").string() : run.checkpoint_dir;
+}
+
+void Checkpointing::save_step() {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(state_.steps()));
+  const std::string path = (boost::filesystem::path(dir()) / name).string();
+  writer_->save(path, state_.entries(), info(), job_.run.checkpoint_async, job_.run.keep_checkpoints,
+                /*update_latest=*/true);
+}
+
+void Checkpointing::load(const std::string& path) {
+  writer_->wait_for_snapshot();
+  const OpenedCheckpoint c = open_checkpoint(path, "checkpoint", model_.adapter_name(), true, job_.model);
+  try {
+    state_.load_with(
+        [&](const std::vector<StateEntry>& live) { load_entries(c.folder, c.manifest, live, c.changed.empty()); });
+  } catch (const Error& e) {
+    if (c.changed.empty()) throw;
+    throw Error(std::string(e.what()) + "; the checkpoint's [model] differs in " + c.changed);
+  }
+  if (context_.mesh().rank() != 0) return;
+  const nlohmann::json l = c.manifest.value("layout", nlohmann::json::object());
+  spdlog::info("loaded checkpoint {} (step {}, saved at pp={} tp={} dp={} zero {}, {})", c.folder,
+               c.manifest.value("step", int64_t{0}), l.value("pp", 0), l.value("tp", 0), l.value("dp", 0),
+               l.value("zero", 0), l.value("precision", "?"));
+  if (!c.changed.empty()) spdlog::warn("checkpoint {}: [model] differs in {}", c.folder, c.changed);
+  const auto saved_seed = c.manifest.value("seed", job_.train.seed);
+  if (saved_seed != job_.train.seed)
+    spdlog::warn("checkpoint {} was saved with train.seed = {}, this run has {}: data order and dropout differ",
+                 c.folder, saved_seed, job_.train.seed);
+}
+
+std::string Checkpointing::resume() {
+  const std::string folder = resume_checkpoint(job_.run.resume);
+  if (folder.empty() && !job_.run.init_from.empty()) init_from(job_.run.init_from);
+  return folder;
+}
+
+std::string Checkpointing::resume_checkpoint(const std::string& mode) {
+  if (mode == "never") return "";
+  std::string folder;
+  if (mode == "auto" || mode == "latest") {
+    folder = find_checkpoint(dir());
+    if (folder.empty()) {
+      if (mode == "latest") throw Error("run.resume = \"latest\": no checkpoint in " + dir() + " (no `latest` there)");
+      return "";
+    }
+  } else {
+    folder = find_checkpoint(mode);
+    if (folder.empty()) throw Error("run.resume: '" + mode + "' is not a checkpoint folder nor holds a `latest` one");
+  }
+  load(folder);
+  return folder;
+}
+
+void Checkpointing::init_from(const std::string& path) {
+  writer_->wait_for_snapshot();
+  const OpenedCheckpoint c = open_checkpoint(path, "run.init_from", model_.adapter_name(), false, job_.model);
+  state_.load_with([&](const std::vector<StateEntry>& live) {
+    std::vector<StateEntry> parameters;
+    for (const auto& e : live)
+      if (e.name.rfind("model/", 0) == 0 || e.name.rfind("optim/master/", 0) == 0) parameters.push_back(e);
+    load_entries(c.folder, c.manifest, parameters, c.changed.empty());
+  });
+  if (context_.mesh().rank() == 0) spdlog::info("parameters from {} (run.init_from)", c.folder);
+}
+
+}  // namespace smp

@@ -1,0 +1,50 @@
+// This run's checkpoints: the train state saved with what the manifest says
+// besides its tensors (step, layout, [model], graph, adapter), loaded back from
+// a checkpoint of any layout, and run.resume / run.init_from carried out.
+#pragma once
+
+#include <smp/config.h>
+#include <smp/job_config.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace smp {
+
+class CheckpointWriter;
+class ModelBuilder;
+class ParallelContext;
+class TrainState;
+
+class Checkpointing {
+ public:
+  // token: the same on every rank of this run (names its temporary folders).
+  Checkpointing(const Config& config, const JobConfig& job, const ParallelContext& context, const ModelBuilder& model,
+                TrainState& state, uint64_t token);
+  ~Checkpointing();  // waits for the pending save
+  Checkpointing(const Checkpointing&) = delete;
+  Checkpointing& operator=(const Checkpointing&) = delete;
+
+  void save(const std::string& path);
+  void save_step();  // <dir()>/step-<N>, `latest` updated, run.keep_checkpoints kept
+  void load(const std::string& path);
+  std::string resume();  // run.resume, then run.init_from when nothing was resumed
+  void init_from(const std::string& path);
+  std::string dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
+  CheckpointWriter& writer() { return *writer_; }
+
+ private:
+  std::string resume_checkpoint(const std::string& mode);
+  nlohmann::json info() const;
+  const Config& config_;
+  const JobConfig& job_;
+  const ParallelContext& context_;
+  const ModelBuilder& model_;
+  TrainState& state_;
+  std::unique_ptr<CheckpointWriter> writer_;
+};
+
+}  // namespace smp
