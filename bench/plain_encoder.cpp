@@ -150,7 +150,7 @@ nlohmann::json run_plain_encoder(const PlainOptions& o, const std::string& model
         std::copy(tgt.begin(), tgt.end(), targets[i].data_ptr<int64_t>());
       }
     }
-    pad.copy_(tokens.ne(encoder::kPad));
+    pad.copy_(tokens.ne(corpus.vocab().pad()));
     auto [mlm, cls] = net.forward(tokens, segments, pad);
     Tensor loss = at::cross_entropy_loss(mlm.view({-1, V}), targets.view({-1}));  // mean over masked tokens
     if (bert) loss = loss + at::cross_entropy_loss(cls, labels);

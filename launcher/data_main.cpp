@@ -1,25 +1,29 @@
 // smp-data: prepares training data.
 //
 //   smp-data prepare --input PATH [PATH ...] --output-prefix P [--json-key text]
-//                    [--tokenizer bytes|sentencepiece --tokenizer-model M.model] [--workers N]
+//                    [--tokenizer bytes|sentencepiece|bpe --tokenizer-model FILE [--merges FILE]]
+//                    [--workers N] [--split-sentences]
 //   smp-data tokenizer --type bpe|unigram --vocab N --input PATH [PATH ...] --output-prefix M
-//   smp-data decode --tokenizer-model M.model --prefix P --document D   (a document's text, to stdout)
+//   smp-data encode --tokenizer KIND --tokenizer-model FILE [--merges FILE] < text   (ids as JSON)
+//   smp-data decode --tokenizer KIND --tokenizer-model FILE [--merges FILE] --prefix P --document D
 //
-// `tokenizer` trains a SentencePiece model (M.model, M.vocab) on text files or
-// folders; `prepare --tokenizer sentencepiece` encodes with any .model file
-// (T5's, Llama-2's, or one trained here), its end-of-sentence piece ending
-// each document.
+// Tokenizers (smp/sdk/tokenizers.hpp): bytes; any SentencePiece .model (T5's,
+// Llama 2's, or one `tokenizer` trained here on text files or folders); byte-level
+// BPE from a Hugging Face tokenizer.json or GPT-2's vocab.json + merges.txt.
+// The tokenizer's end-of-text id ends each document.
 //
 // Text files, folders of them (regular files in name order) or JSON-lines
 // files (--json-key: one document per line, its text under that key) become
 // a dataset in Megatron's indexed format (<P>.bin, <P>.idx; MMIDIDX version 1,
 // uint16 tokens when the vocabulary fits, int32 otherwise), one sequence per
-// document followed by the end-of-document token. Tokenizing runs on
+// document followed by the end-of-document token, or with --split-sentences a
+// sequence per non-blank line (the encoder adapters' sentences) and no end token. Tokenizing runs on
 // --workers threads; the documents keep their input order. A progress line
 // on stderr shows bytes, documents, tokens/s and the time left. Invalid UTF-8
 // is counted and reported, not fatal. Nothing is left behind on an error.
 #include <smp/sdk/indexed_dataset.hpp>
 #include <smp/sdk/text_files.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -30,10 +34,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #ifdef SMP_HAVE_SENTENCEPIECE
-#include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #endif
 
@@ -44,68 +48,6 @@ using smp::sdk::Error;
 struct Document {
   std::string text, origin;  // origin: "file" or "file:line"
 };
-
-// A tokenizer: ids for a document's text, the vocabulary and the end id.
-class Tokenizer {
- public:
-  virtual ~Tokenizer() = default;
-  virtual std::vector<int64_t> encode(const std::string& text) const = 0;  // thread-safe
-  virtual int64_t vocab() const = 0;
-  virtual int64_t eod() const = 0;
-};
-
-// The byte tokenizer: ids 0..255 are the bytes, 256 ends a document.
-class ByteTokenizer : public Tokenizer {
- public:
-  int64_t vocab() const override { return 257; }
-  int64_t eod() const override { return 256; }
-  std::vector<int64_t> encode(const std::string& text) const override {
-    std::vector<int64_t> ids(text.size());
-    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
-    return ids;
-  }
-};
-
-#ifdef SMP_HAVE_SENTENCEPIECE
-// A SentencePiece model; its end-of-sentence piece ends a document.
-class SentencePieceTokenizer : public Tokenizer {
- public:
-  explicit SentencePieceTokenizer(const std::string& model) {
-    const auto status = sp_.Load(model);
-    if (!status.ok()) throw Error("--tokenizer-model " + model + ": not a SentencePiece model: " + status.ToString());
-    if (sp_.eos_id() < 0)
-      throw Error("--tokenizer-model " + model + ": the model has no end-of-sentence piece to end documents with");
-  }
-  int64_t vocab() const override { return sp_.GetPieceSize(); }
-  int64_t eod() const override { return sp_.eos_id(); }
-  std::vector<int64_t> encode(const std::string& text) const override {
-    std::vector<int> ids;
-    const auto status = sp_.Encode(text, &ids);
-    if (!status.ok()) throw Error("SentencePiece encode failed: " + status.ToString());
-    return std::vector<int64_t>(ids.begin(), ids.end());
-  }
-
- private:
-  sentencepiece::SentencePieceProcessor sp_;
-};
-#endif
-
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& model) {
-  if (kind == "bytes") {
-    if (!model.empty()) throw Error("--tokenizer-model: the bytes tokenizer takes no model");
-    return std::make_unique<ByteTokenizer>();
-  }
-  if (kind == "sentencepiece") {
-    if (model.empty()) throw Error("--tokenizer sentencepiece needs --tokenizer-model M.model");
-#ifdef SMP_HAVE_SENTENCEPIECE
-    return std::make_unique<SentencePieceTokenizer>(model);
-#else
-    throw Error("--tokenizer sentencepiece: this smp-data was built without SentencePiece "
-                "(install libsentencepiece-dev and rebuild)");
-#endif
-  }
-  throw Error("--tokenizer: '" + kind + "' is not known (known: bytes, sentencepiece)");
-}
 
 // Bytes that are not part of a well-formed UTF-8 sequence.
 int64_t invalid_utf8(const std::string& s) {
@@ -152,10 +94,32 @@ std::vector<Document> read_documents(const std::vector<std::string>& inputs, con
   return docs;
 }
 
+// --tokenizer, --tokenizer-model and --merges.
+struct TokenizerFlags {
+  std::string kind = "bytes", model, merges;
+  std::unique_ptr<smp::sdk::Tokenizer> open() const { return smp::sdk::open_tokenizer(kind, model, merges, "--tokenizer"); }
+};
+
+// A document's non-blank lines, without their line breaks (CR LF too): the
+// sentences of --split-sentences, as the encoder adapters read raw text.
+std::vector<std::string_view> sentence_lines(const std::string& text) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != '\n') continue;
+    size_t end = i;
+    if (end > start && text[end - 1] == '\r') --end;
+    const std::string_view line(text.data() + start, end - start);
+    if (line.find_first_not_of(" \t\r\f\v") != std::string_view::npos) out.push_back(line);
+    start = i + 1;
+  }
+  return out;
+}
+
 int prepare(const std::vector<std::string>& inputs, const std::string& prefix, const std::string& json_key,
-            const std::string& tokenizer, const std::string& model, int workers) {
-  const std::unique_ptr<Tokenizer> tok_ptr = make_tokenizer(tokenizer, model);
-  const Tokenizer& tok = *tok_ptr;
+            const TokenizerFlags& flags, int workers, bool split_sentences) {
+  const std::unique_ptr<smp::sdk::Tokenizer> tok_ptr = flags.open();
+  const smp::sdk::Tokenizer& tok = *tok_ptr;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const std::vector<Document> docs = read_documents(inputs, json_key);
@@ -165,16 +129,24 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
   // Workers tokenize blocks of documents; the writer takes the blocks in order.
   const int64_t n = static_cast<int64_t>(docs.size()), block = 256;
   const int64_t blocks = (n + block - 1) / block;
-  std::vector<std::vector<std::vector<int64_t>>> done(static_cast<size_t>(blocks));
+  // done[block][document][sequence]: one sequence per document ending in the
+  // end-of-document id, or (split_sentences) a sequence per non-blank line.
+  std::vector<std::vector<std::vector<std::vector<int64_t>>>> done(static_cast<size_t>(blocks));
   std::vector<std::atomic<bool>> ready(static_cast<size_t>(blocks));
   std::atomic<int64_t> next{0}, bad_utf8{0};
   auto work = [&] {
     for (int64_t b; (b = next++) < blocks;) {
       auto& out = done[static_cast<size_t>(b)];
       for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
-        bad_utf8 += invalid_utf8(docs[static_cast<size_t>(i)].text);
-        out.push_back(tok.encode(docs[static_cast<size_t>(i)].text));
-        out.back().push_back(tok.eod());
+        const std::string& text = docs[static_cast<size_t>(i)].text;
+        bad_utf8 += invalid_utf8(text);
+        out.emplace_back();
+        if (!split_sentences) {
+          out.back().push_back(tok.encode(text));
+          out.back().back().push_back(tok.eod());
+          continue;
+        }
+        for (const std::string_view line : sentence_lines(text)) out.back().push_back(tok.encode(line));
       }
       ready[static_cast<size_t>(b)].store(true, std::memory_order_release);
     }
@@ -188,7 +160,8 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
       while (!ready[static_cast<size_t>(b)].load(std::memory_order_acquire)) std::this_thread::yield();
       auto& out = done[static_cast<size_t>(b)];
       for (size_t i = 0; i < out.size(); ++i) {
-        writer.add_document(out[i]);
+        for (const auto& sequence : out[i]) writer.add_sequence(sequence);
+        writer.end_document();
         written_bytes += static_cast<int64_t>(docs[static_cast<size_t>(b * block) + i].text.size());
       }
       out.clear();
@@ -215,11 +188,13 @@ int prepare(const std::vector<std::string>& inputs, const std::string& prefix, c
                               {"documents", writer.documents()},
                               {"tokens", writer.tokens()},
                               {"bytes", total_bytes},
-                              {"tokenizer", tokenizer},
+                              {"tokenizer", tok.name()},
                               {"vocab", tok.vocab()},
                               {"eod", tok.eod()},
                               {"invalid_utf8_bytes", bad_utf8.load()},
                               {"workers", std::max(1, workers)},
+                              {"split_sentences", split_sentences},
+                              {"sequences", writer.sequences()},
                               {"seconds", s}}
                    .dump()
             << "\n";
@@ -252,28 +227,28 @@ int train_tokenizer(const std::vector<std::string>& inputs, const std::string& p
 }
 
 // A prepared document's text: its ids decoded, the end-of-document id dropped.
-int decode(const std::string& model, const std::string& prefix, int64_t doc) {
-#ifdef SMP_HAVE_SENTENCEPIECE
-  sentencepiece::SentencePieceProcessor sp;
-  if (const auto s = sp.Load(model); !s.ok())
-    throw Error("--tokenizer-model " + model + ": not a SentencePiece model: " + s.ToString());
+int decode(const TokenizerFlags& flags, const std::string& prefix, int64_t doc) {
+  const std::unique_ptr<smp::sdk::Tokenizer> tok = flags.open();
   smp::sdk::IndexedDataset ds(prefix);
   if (doc < 0 || doc >= ds.documents())
     throw Error("--document " + std::to_string(doc) + ": " + prefix + " has " + std::to_string(ds.documents()));
-  std::vector<int> ids;
+  std::vector<int64_t> ids;
   for (int64_t q = ds.document_start(doc); q < ds.document_start(doc + 1); ++q) {
     const int64_t first = ds.offset(q) / smp::sdk::token_bytes(ds.type());
-    for (int64_t i = 0; i < ds.length(q); ++i) ids.push_back(static_cast<int>(ds.token_at(first + i)));
+    for (int64_t i = 0; i < ds.length(q); ++i) ids.push_back(ds.token_at(first + i));
   }
-  if (!ids.empty() && ids.back() == sp.eos_id()) ids.pop_back();
-  std::string text;
-  if (const auto s = sp.Decode(ids, &text); !s.ok()) throw Error("decode failed: " + s.ToString());
-  std::cout << text;
+  if (!ids.empty() && ids.back() == tok->eod()) ids.pop_back();
+  std::cout << tok->decode(ids);
   return 0;
-#else
-  (void)model, (void)prefix, (void)doc;
-  throw Error("decode: this smp-data was built without SentencePiece (install libsentencepiece-dev and rebuild)");
-#endif
+}
+
+// Standard input's text as ids (a JSON array), for checks against other tools.
+int encode(const TokenizerFlags& flags) {
+  const std::unique_ptr<smp::sdk::Tokenizer> tok = flags.open();
+  std::ostringstream text;
+  text << std::cin.rdbuf();
+  std::cout << nlohmann::json(tok->encode(text.str())).dump() << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -282,17 +257,24 @@ int main(int argc, char** argv) {
   CLI::App app{"smp-data: prepare training data in Megatron's indexed format"};
   app.require_subcommand(1);
   std::vector<std::string> inputs;
-  std::string prefix, json_key, tokenizer = "bytes";
+  std::string prefix, json_key;
   int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto* p = app.add_subcommand("prepare", "text, folders or JSON lines -> <prefix>.bin / <prefix>.idx");
   p->add_option("--input", inputs, "text files, folders of them, or JSON-lines files (with --json-key)")->required();
   p->add_option("--output-prefix", prefix, "write <prefix>.bin and <prefix>.idx")->required();
   p->add_option("--json-key", json_key, "the inputs are JSON lines; each line's text is under this key");
-  std::string model;
-  p->add_option("--tokenizer", tokenizer, "bytes (ids 0..255, end of document 256) or sentencepiece")
-      ->capture_default_str();
-  p->add_option("--tokenizer-model", model, "the SentencePiece .model file (--tokenizer sentencepiece)");
+  TokenizerFlags tf;
+  auto tokenizer_options = [&tf](CLI::App* c) {
+    c->add_option("--tokenizer", tf.kind, "bytes (ids 0..255, end of document 256), sentencepiece or bpe")
+        ->capture_default_str();
+    c->add_option("--tokenizer-model", tf.model, "the SentencePiece .model, or the BPE tokenizer.json / vocab.json");
+    c->add_option("--merges", tf.merges, "GPT-2's merges.txt (--tokenizer bpe with a vocab.json)");
+  };
+  tokenizer_options(p);
   p->add_option("--workers", workers, "tokenizing threads")->capture_default_str();
+  bool split_sentences = false;
+  p->add_flag("--split-sentences", split_sentences,
+              "a sequence per non-blank line, no end-of-document id (BERT / RoBERTa data; a document per file or JSON line)");
   std::vector<std::string> t_inputs;
   std::string t_prefix, t_type = "unigram";
   int t_vocab = 8000;
@@ -301,16 +283,19 @@ int main(int argc, char** argv) {
   t->add_option("--output-prefix", t_prefix, "write <prefix>.model and <prefix>.vocab")->required();
   t->add_option("--type", t_type, "bpe or unigram")->capture_default_str();
   t->add_option("--vocab", t_vocab, "vocabulary size")->capture_default_str();
-  std::string d_model, d_prefix;
+  std::string d_prefix;
   int64_t d_doc = 0;
-  auto* dc = app.add_subcommand("decode", "print a prepared document's text (SentencePiece)");
-  dc->add_option("--tokenizer-model", d_model, "the SentencePiece .model file")->required();
+  auto* dc = app.add_subcommand("decode", "print a prepared document's text");
+  tokenizer_options(dc);
   dc->add_option("--prefix", d_prefix, "the prepared dataset")->required();
   dc->add_option("--document", d_doc, "the document's index")->capture_default_str();
+  auto* ec = app.add_subcommand("encode", "standard input's text as a JSON array of ids");
+  tokenizer_options(ec);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*dc) return decode(d_model, d_prefix, d_doc);
-    if (*p) return prepare(inputs, prefix, json_key, tokenizer, model, workers);
+    if (*dc) return decode(tf, d_prefix, d_doc);
+    if (*ec) return encode(tf);
+    if (*p) return prepare(inputs, prefix, json_key, tf, workers, split_sentences);
     if (*t) return train_tokenizer(t_inputs, t_prefix, t_type, t_vocab);
   } catch (const std::exception& e) {
     std::cerr << "\nsmp-data: error: " << e.what() << "\n";

@@ -186,6 +186,23 @@ if [[ -n $want_torch_dir ]]; then
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 fi
 
+# ---- 2b. Test references: Python's `tokenizers` in .pydeps/ -------------
+# data_test checks the BPE tokenizer token for token against it; where pip is
+# missing or PyPI unreachable the test says so and is skipped. Not fatal.
+pydeps_version=0.23.3
+if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1 &&
+   ! PYTHONPATH=$repo/.pydeps python3 -c "import tokenizers, sys; sys.exit(tokenizers.__version__ != '$pydeps_version')" 2>/dev/null; then
+  pip_args=(install -q --progress-bar off --no-cache-dir --no-deps --upgrade --target "$repo/.pydeps" "tokenizers==$pydeps_version")
+  if python3 -c 'import os, sys, sysconfig; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
+    pip_args+=(--break-system-packages)
+  fi
+  if python3 -m pip "${pip_args[@]}" </dev/null >/dev/null 2>&1; then
+    say "installed Python's tokenizers $pydeps_version into .pydeps/ (the BPE test's reference)"
+  else
+    say "warning: could not pip install tokenizers==$pydeps_version into .pydeps/; the BPE reference test will be skipped"
+  fi
+fi
+
 # ---- 3. Configure (once per LibTorch) and build --------------------------
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null | head -n1; }
 fresh=()

@@ -14,6 +14,7 @@
 #include "pair_data.h"
 
 #include <smp/sdk/plugin.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 
@@ -30,12 +31,12 @@ class BertAdapter : public smp::sdk::Adapter {
     encoder::expect_model_keys(cfg, "bert");
     shape_ = encoder::parse_shape(cfg, ctx, encoder::presets(30522, "bert-base", "bert-large"), "bert");
     const std::string data = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
-    corpus_ = std::make_unique<encoder::SentenceCorpus>(data, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1));
+    const auto tokenizer = smp::sdk::model_tokenizer(cfg);
+    corpus_ = std::make_unique<encoder::SentenceCorpus>(data, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1),
+                                                        tokenizer.get());
+    encoder::fit_vocab(shape_, cfg, corpus_->vocab());
     data_ = std::make_unique<encoder::PairData>(*corpus_, shape_.seq_len, shape_.mask_prob, ctx.seed);
-    smp::sdk::log(SMP_LOG_INFO, "bert",
-                  "data " + data + ": " + std::to_string(corpus_->sentences(false).size()) + " train / " +
-                      std::to_string(corpus_->sentences(true).size()) + " validation lines, unigram entropy " +
-                      std::to_string(corpus_->unigram_entropy()) + " nats");
+    smp::sdk::log(SMP_LOG_INFO, "bert", corpus_->describe(data));
   }
 
   void describe(smp::sdk::GraphBuilder& g) override {
@@ -74,8 +75,8 @@ class BertAdapter : public smp::sdk::Adapter {
       std::copy(in.targets.begin(), in.targets.end(), targets[i].data_ptr<int64_t>());
       labels[i] = in.random_next;
     }
-    // Corruption never produces [PAD] (random bytes are < 256), so padding is where [PAD] is.
-    at::Tensor pad = tokens.ne(encoder::kPad).to(at::kLong);
+    // Corruption never produces [PAD] (random tokens are data ids), so padding is where [PAD] is.
+    at::Tensor pad = tokens.ne(corpus_->vocab().pad()).to(at::kLong);
     at::Tensor weights = at::zeros({n, s}, at::kFloat).masked_fill_(targets.ne(-100), w);
     return {tokens, segments, pad, targets, weights, labels};
   }

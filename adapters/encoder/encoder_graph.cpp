@@ -9,7 +9,8 @@ using smp::sdk::Json;
 
 void expect_model_keys(const Json& cfg, const std::string& adapter) {
   smp::sdk::expect_model_keys(cfg, {"preset", "layers", "hidden", "heads", "seq_len", "vocab", "vocab_multiple", "ffn",
-                                    "dropout", "mask_prob", "data", "val_fraction"},
+                                    "dropout", "mask_prob", "data", "val_fraction", "tokenizer", "tokenizer_model",
+                                    "tokenizer_merges"},
                               adapter);
 }
 
@@ -55,16 +56,23 @@ EncoderShape parse_shape(const Json& cfg, const smp::sdk::AdapterContext& ctx,
     throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                 std::to_string(s.heads) + ")");
   if (s.seq_len < 8) throw Error("model.seq_len: expected at least 8, got " + std::to_string(s.seq_len));
-  if (s.vocab < kByteVocab)
-    throw Error("model.vocab: the byte vocabulary needs at least " + std::to_string(kByteVocab) +
-                " (256 bytes, [PAD], [CLS], [SEP], [MASK]), got " + std::to_string(s.vocab));
   s.tp = ctx.tp();
-  s.padded_vocab = smp::sdk::padded_vocab(s.vocab, smp::sdk::model_positive(cfg, "vocab_multiple", 128), s.tp);
+  s.vocab_multiple = smp::sdk::model_positive(cfg, "vocab_multiple", 128);
+  s.adapter = adapter;
+  return s;
+}
+
+void fit_vocab(EncoderShape& s, const Json& cfg, const Vocab& data) {
+  if (!cfg.contains("vocab") && s.vocab < data.size()) s.vocab = data.size();  // the preset's is the bytes'
+  if (s.vocab < data.size())
+    throw Error("model.vocab: the data's " + std::to_string(data.data) +
+                " ids and [PAD], [CLS], [SEP], [MASK] need at least " + std::to_string(data.size()) + ", got " +
+                std::to_string(s.vocab));
+  s.padded_vocab = smp::sdk::padded_vocab(s.vocab, s.vocab_multiple, s.tp);
   if (s.padded_vocab != s.vocab)
-    smp::sdk::log(SMP_LOG_INFO, adapter.c_str(),
+    smp::sdk::log(SMP_LOG_INFO, s.adapter.c_str(),
                   "vocabulary " + std::to_string(s.vocab) + " padded to " + std::to_string(s.padded_vocab) +
                       " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
-  return s;
 }
 
 EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s, bool with_segments,

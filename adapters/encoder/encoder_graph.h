@@ -5,6 +5,8 @@
 // embedding with its own bias). Layers come from smp_nn / smp_tp.
 #pragma once
 
+#include "corpus.h"
+
 #include <smp/sdk/adapter.hpp>
 
 #include <map>
@@ -15,20 +17,27 @@ namespace encoder {
 struct EncoderShape {
   int64_t layers = 0, hidden = 0, heads = 0, seq_len = 0, vocab = 0;
   int64_t ffn = 0;           // default 4 x hidden
-  int64_t padded_vocab = 0;  // vocab padded to model.vocab_multiple x tp
+  int64_t padded_vocab = 0;  // vocab padded to model.vocab_multiple x tp (fit_vocab)
+  int64_t vocab_multiple = 128;
+  std::string adapter;       // names the plugin in the log
   double dropout = 0.1;      // BERT's hidden and attention-probability dropout
   double mask_prob = 0.15;   // the share of real tokens the masked LM predicts
   int tp = 1;                // the job's tensor parallelism (tables are padded to split)
 };
 
-// Refuses a [model] key other than the shape's (below), "data" and
-// "val_fraction", naming the key and the known ones (the SDK's check).
+// Refuses a [model] key other than the shape's (below), "data",
+// "val_fraction" and the tokenizer's, naming the key and the known ones (the SDK's check).
 void expect_model_keys(const smp::sdk::Json& cfg, const std::string& adapter);
 
 // Reads the shape from [model]: preset (default "tiny"), then the single keys.
 // Errors name the key; `adapter` names the plugin in the log.
 EncoderShape parse_shape(const smp::sdk::Json& cfg, const smp::sdk::AdapterContext& ctx,
                          const std::map<std::string, EncoderShape>& presets, const std::string& adapter);
+
+// Sets the vocabulary once the data is read: model.vocab when given (at least
+// the data's ids and the four special tokens, else an error), else the larger
+// of the preset's and that; then pads it to model.vocab_multiple x tp.
+void fit_vocab(EncoderShape& s, const smp::sdk::Json& cfg, const Vocab& data);
 
 // The graph's inputs, in this order (the adapter's batch() returns them so):
 //   tokens [b, s] int64, segments [b, s] int64 (with_segments), pad_mask [b, s]

@@ -6,22 +6,23 @@
 
 namespace encoder {
 
-std::vector<std::vector<int16_t>> pack_full_sentences(const SentenceCorpus& corpus, bool validation, int64_t content) {
+std::vector<std::vector<int32_t>> pack_full_sentences(const SentenceCorpus& corpus, bool validation, int64_t content) {
   const size_t budget = static_cast<size_t>(content);
-  std::vector<std::vector<int16_t>> out;
-  std::vector<int16_t> cur;
+  const int64_t line_break = corpus.line_break();
+  std::vector<std::vector<int32_t>> out;
+  std::vector<int32_t> cur;
   int64_t doc = -1;
   for (const auto& s : corpus.sentences(validation)) {
-    std::vector<int16_t> line;
+    std::vector<int32_t> line;
     const bool new_doc = s.doc != doc;
     doc = s.doc;
-    if (!cur.empty()) line.push_back(static_cast<int16_t>(new_doc ? kSep : '\n'));
-    const char* p = corpus.bytes(s);
-    for (int64_t c = 0; c < s.length; ++c) line.push_back(static_cast<unsigned char>(p[c]));
+    const int64_t separator = new_doc ? corpus.vocab().sep() : line_break;
+    if (!cur.empty() && separator >= 0) line.push_back(static_cast<int32_t>(separator));
+    for (int64_t c = 0; c < s.length; ++c) line.push_back(static_cast<int32_t>(corpus.token(s, c)));
     if (!cur.empty() && cur.size() + line.size() > budget) {  // the line starts the next sequence
       out.push_back(std::move(cur));
       cur.clear();
-      line.erase(line.begin());  // no separator at a sequence's start
+      if (separator >= 0) line.erase(line.begin());  // no separator at a sequence's start
     }
     for (size_t c = 0; c < line.size(); c += budget) {  // a line longer than a sequence is cut
       const size_t e = std::min(line.size(), c + budget);
@@ -34,7 +35,7 @@ std::vector<std::vector<int16_t>> pack_full_sentences(const SentenceCorpus& corp
 }
 
 PackedData::PackedData(const SentenceCorpus& corpus, int64_t seq_len, double mask_prob, uint64_t seed)
-    : seq_len_(seq_len), mask_prob_(mask_prob), seed_(seed) {
+    : seq_len_(seq_len), mask_prob_(mask_prob), seed_(seed), vocab_(corpus.vocab()) {
   for (bool val : {false, true}) packed_[val ? 1 : 0] = pack_full_sentences(corpus, val, seq_len - 2);
 }
 
@@ -48,12 +49,12 @@ int64_t PackedData::sample(bool validation, int64_t g, std::vector<int64_t>& tok
     index = order(epoch)[static_cast<size_t>(g % N)];
     key = mix_key({seed_, 1u, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)});
   }
-  tokens.assign(1, kCls);
+  tokens.assign(1, vocab_.cls());
   tokens.insert(tokens.end(), seqs[index].begin(), seqs[index].end());
-  tokens.push_back(kSep);
-  tokens.resize(static_cast<size_t>(seq_len_), kPad);
+  tokens.push_back(vocab_.sep());
+  tokens.resize(static_cast<size_t>(seq_len_), vocab_.pad());
   targets.assign(static_cast<size_t>(seq_len_), -100);
-  mask_tokens(tokens, targets, mask_prob_, key);
+  mask_tokens(tokens, targets, mask_prob_, key, vocab_);
   return index;
 }
 

@@ -17,12 +17,13 @@
 namespace encoder {
 
 // One split packed into sequences of at most `content` tokens (no [CLS]/[SEP] ends).
-std::vector<std::vector<int16_t>> pack_full_sentences(const SentenceCorpus& corpus, bool validation, int64_t content);
+std::vector<std::vector<int32_t>> pack_full_sentences(const SentenceCorpus& corpus, bool validation, int64_t content);
 
 class PackedData {
  public:
   PackedData(const SentenceCorpus& corpus, int64_t seq_len, double mask_prob, uint64_t seed);
 
+  const Vocab& vocab() const { return vocab_; }
   int64_t sequences(bool validation) const { return static_cast<int64_t>(packed_[validation ? 1 : 0].size()); }
   // Global sample g of a split (step x global batch + index): seq_len tokens
   // and MLM targets (-100 where not predicted). Returns the packed sequence's index.
@@ -34,7 +35,8 @@ class PackedData {
   int64_t seq_len_;
   double mask_prob_;
   uint64_t seed_;
-  std::vector<std::vector<int16_t>> packed_[2];  // train, validation
+  Vocab vocab_;
+  std::vector<std::vector<int32_t>> packed_[2];  // train, validation
   std::mutex mu_;
   std::pair<int64_t, std::vector<int64_t>> orders_[2] = {{-1, {}}, {-1, {}}};  // the last two epochs
   int next_slot_ = 0;

@@ -12,12 +12,14 @@ PairSample make_pair_sample(const SentenceCorpus& corpus, bool validation, int64
   const auto& sents = corpus.sentences(validation);
   const int64_t N = static_cast<int64_t>(sents.size()), budget = seq_len - 3;
   Rng rng(key);
-  // A run of lines of one document from `first`, until `limit` bytes.
+  const Vocab& v = corpus.vocab();
+  const int64_t line_break = corpus.line_break();
+  // A run of lines of one document from `first`, until `limit` tokens.
   auto run_from = [&](int64_t first, int64_t limit) {
     std::vector<int64_t> lines{first};
     int64_t len = sents[first].length;
     for (int64_t j = first + 1; j < N && sents[j].doc == sents[first].doc && len < limit; ++j)
-      lines.push_back(j), len += sents[j].length + 1;
+      lines.push_back(j), len += sents[j].length + (line_break >= 0 ? 1 : 0);
     return lines;
   };
   const int64_t a = static_cast<int64_t>(rng.below(static_cast<uint64_t>(N)));
@@ -34,31 +36,30 @@ PairSample make_pair_sample(const SentenceCorpus& corpus, bool validation, int64
   } else {
     s.lines_b.assign(chunk.begin() + static_cast<std::ptrdiff_t>(k), chunk.end());
   }
-  auto text = [&](const std::vector<int64_t>& lines) {  // lines joined by '\n'
+  auto text = [&](const std::vector<int64_t>& lines) {  // lines joined by the line break, if any
     std::vector<int64_t> out;
     for (int64_t j : lines) {
-      if (!out.empty()) out.push_back('\n');
-      const char* p = corpus.bytes(sents[j]);
-      for (int64_t c = 0; c < sents[j].length; ++c) out.push_back(static_cast<unsigned char>(p[c]));
+      if (!out.empty() && line_break >= 0) out.push_back(line_break);
+      for (int64_t c = 0; c < sents[j].length; ++c) out.push_back(corpus.token(sents[j], c));
     }
     return out;
   };
   std::vector<int64_t> ta = text(s.lines_a), tb = text(s.lines_b);
-  // Truncate the longer side from its end until the pair fits (both keep >= 1 byte).
+  // Truncate the longer side from its end until the pair fits (both keep >= 1 token).
   while (static_cast<int64_t>(ta.size() + tb.size()) > budget) (ta.size() > tb.size() ? ta : tb).pop_back();
   s.tokens.reserve(static_cast<size_t>(seq_len));
-  s.tokens.push_back(kCls);
+  s.tokens.push_back(v.cls());
   s.tokens.insert(s.tokens.end(), ta.begin(), ta.end());
-  s.tokens.push_back(kSep);
+  s.tokens.push_back(v.sep());
   s.b_start = static_cast<int64_t>(s.tokens.size());
   s.tokens.insert(s.tokens.end(), tb.begin(), tb.end());
-  s.tokens.push_back(kSep);
+  s.tokens.push_back(v.sep());
   s.real = static_cast<int64_t>(s.tokens.size());
   s.segments.assign(static_cast<size_t>(seq_len), 0);
   std::fill(s.segments.begin() + s.b_start, s.segments.begin() + s.real, 1);
-  s.tokens.resize(static_cast<size_t>(seq_len), kPad);
+  s.tokens.resize(static_cast<size_t>(seq_len), v.pad());
   s.targets.assign(static_cast<size_t>(seq_len), -100);
-  s.masked = mask_tokens(s.tokens, s.targets, mask_prob, rng.next());
+  s.masked = mask_tokens(s.tokens, s.targets, mask_prob, rng.next(), v);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include "text_dataset.h"
 
 #include <smp/sdk/plugin.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 #include <torch/version.h>
@@ -58,7 +59,8 @@ class GptAdapter : public smp::sdk::Adapter {
     const uint64_t seed = ctx.seed;
     smp::sdk::expect_model_keys(cfg, {"preset", "arch", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab",
                                       "vocab_multiple", "dropout", "data", "val_fraction", "ffn", "mask_fraction",
-                                      "rope_base", "tie_embeddings"},
+                                      "rope_base", "tie_embeddings", "tokenizer", "tokenizer_model", "tokenizer_merges",
+                                      "data_cache_path"},
                                 "gpt");
     Shape s{};
     if (cfg.contains("preset")) {
@@ -78,6 +80,8 @@ class GptAdapter : public smp::sdk::Adapter {
     s.heads = smp::sdk::model_positive(cfg, "heads", s.heads);
     s.seq_len = smp::sdk::model_positive(cfg, "seq_len", s.seq_len);
     s.vocab = smp::sdk::model_positive(cfg, "vocab", s.vocab);
+    const auto tokenizer = smp::sdk::model_tokenizer(cfg);
+    if (tokenizer) s.vocab = smp::sdk::model_vocab_for(cfg, *tokenizer, s.vocab);
     const std::string arch = smp::sdk::model_get<std::string>(cfg, "arch", s.llama ? "llama" : "gpt2");
     if (arch != "gpt2" && arch != "llama")
       throw Error("model.arch: expected \"gpt2\" or \"llama\", got \"" + arch + "\"");
@@ -112,9 +116,10 @@ class GptAdapter : public smp::sdk::Adapter {
                         " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
     const Json data = cfg.contains("data") ? cfg.at("data") : Json("/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    if (data.is_string() && !TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
+    if (!tokenizer && data.is_string() && !TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
       throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
-    data_ = open_lm_data(data, val, s.seq_len, seed, s.vocab);
+    data_ = open_lm_data(data, val, s.seq_len, seed, s.vocab, tokenizer.get(),
+                         smp::sdk::model_get<std::string>(cfg, "data_cache_path", ""));
     smp::sdk::log(SMP_LOG_INFO, "gpt", data_->describe());
   }
 

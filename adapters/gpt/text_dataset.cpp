@@ -20,13 +20,10 @@ uint64_t splitmix(uint64_t x) {
 
 }  // namespace
 
-bool TextDataset::is_prepared(const std::string& path) {
-  auto ends = [&](const char* ext) { return path.size() > 4 && path.compare(path.size() - 4, 4, ext) == 0; };
-  struct stat st {};
-  return ends(".idx") || ends(".bin") || ::stat((path + ".idx").c_str(), &st) == 0;
-}
+bool TextDataset::is_prepared(const std::string& path) { return smp::sdk::is_indexed_dataset(path); }
 
-TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab)
+TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab,
+                         const smp::sdk::Tokenizer* tokenizer, const std::string& cache_path)
     : path_(path), seq_len_(seq_len), seed_(seed), vocab_(vocab) {
   if (val_fraction < 0 || val_fraction >= 1)
     throw smp::sdk::Error("model.val_fraction: expected a number in [0, 1), got " + std::to_string(val_fraction));
@@ -57,6 +54,8 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
     int64_t train_tokens = 0;
     for (int64_t len : doc_len_) train_tokens += len;
     samples_per_epoch_ = (train_tokens - 1) / seq_len;
+    cache_folder_ = cache_path.empty() ? d.prefix() + ".smp-index" : cache_path;
+    cache_key_ = epoch_cache_key(d, seed_, seq_len_, first_val);
     // Every id must be one of the model's: a scan of the mapped tokens (memory bandwidth).
     for (int64_t i = 0; i < size_; ++i)
       if (const int64_t v = token(i); v < 0 || v >= vocab_)
@@ -70,42 +69,37 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
                             std::to_string(seq_len) + " in both splits (val_fraction " + std::to_string(val_fraction) + ")");
     return;
   }
-  for (const auto& f : smp::sdk::read_text_files(path)) bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
-  size_ = static_cast<int64_t>(bytes_.size());
-  split_ = static_cast<int64_t>(static_cast<double>(bytes_.size()) * (1.0 - val_fraction));
-  if (split_ < need || (val_fraction > 0 && val_tokens() < need))
-    throw smp::sdk::Error("model.data: " + path + " has " + std::to_string(bytes_.size()) +
-                          " bytes, too few for model.seq_len = " + std::to_string(seq_len) + " in both splits");
-}
-
-// A seeded permutation of [0, n) (Fisher-Yates over splitmix draws).
-static std::vector<int64_t> permutation(int64_t n, uint64_t key) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
-  for (int64_t i = n - 1; i > 0; --i) {
-    key = splitmix(key);
-    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(key % static_cast<uint64_t>(i + 1))]);
+  for (const auto& f : smp::sdk::read_text_files(path)) {
+    if (!tokenizer) {
+      bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
+      continue;
+    }
+    for (const int64_t id : tokenizer->encode(f.bytes)) text_tokens_.push_back(static_cast<int32_t>(id));
+    text_tokens_.push_back(static_cast<int32_t>(tokenizer->eod()));
+    tokenizer_name_ = tokenizer->name();
   }
-  return p;
+  size_ = tokenizer ? static_cast<int64_t>(text_tokens_.size()) : static_cast<int64_t>(bytes_.size());
+  split_ = static_cast<int64_t>(static_cast<double>(size_) * (1.0 - val_fraction));
+  if (split_ < need || (val_fraction > 0 && val_tokens() < need))
+    throw smp::sdk::Error("model.data: " + path + " has " + std::to_string(size_) + (tokenizer ? " tokens" : " bytes") +
+                          ", too few for model.seq_len = " + std::to_string(seq_len) + " in both splits");
 }
 
 const TextDataset::Epoch& TextDataset::epoch(int64_t e) const {
   if (epoch_.index == e) return epoch_;
+  const uint64_t key = splitmix(seed_ ^ splitmix(0xd0c5ULL + static_cast<uint64_t>(e)));
   Epoch ep;
   ep.index = e;
-  const uint64_t key = splitmix(seed_ ^ splitmix(0xd0c5ULL + static_cast<uint64_t>(e)));
-  ep.docs = permutation(static_cast<int64_t>(doc_len_.size()), key);
-  int64_t end = 0;
-  for (int64_t doc : ep.docs) ep.ends.push_back(end += doc_len_[static_cast<size_t>(doc)]);
-  ep.samples = permutation(samples_per_epoch_, splitmix(key ^ 0x5a3b1e5ULL));
+  ep.ix = EpochIndex::cached(cache_folder_, cache_key_, e, doc_len_, samples_per_epoch_, key);
   epoch_ = std::move(ep);
   return epoch_;
 }
 
 int64_t TextDataset::stream_token(const Epoch& ep, int64_t p) const {
-  const size_t j = static_cast<size_t>(std::upper_bound(ep.ends.begin(), ep.ends.end(), p) - ep.ends.begin());
-  const int64_t before = j ? ep.ends[j - 1] : 0;
-  return token(doc_begin_[static_cast<size_t>(ep.docs[j])] + (p - before));
+  const int64_t* ends = ep.ix->ends();
+  const size_t j = static_cast<size_t>(std::upper_bound(ends, ends + ep.ix->documents(), p) - ends);
+  const int64_t before = j ? ends[j - 1] : 0;
+  return token(doc_begin_[static_cast<size_t>(ep.ix->docs()[j])] + (p - before));
 }
 
 void TextDataset::sample(bool validation, int64_t g, int64_t* tk, int64_t* tg) const {
@@ -117,14 +111,14 @@ void TextDataset::sample(bool validation, int64_t g, int64_t* tk, int64_t* tg) c
   }
   std::lock_guard<std::mutex> lock(epoch_mutex_);
   const Epoch& ep = epoch(g / samples_per_epoch_);
-  const int64_t start = ep.samples[static_cast<size_t>(g % samples_per_epoch_)] * seq_len_;
+  const int64_t start = ep.ix->windows()[g % samples_per_epoch_] * seq_len_;
   for (int64_t t = 0; t < seq_len_; ++t) tk[t] = stream_token(ep, start + t), tg[t] = stream_token(ep, start + t + 1);
 }
 
 std::pair<int64_t, int64_t> TextDataset::sample_of(int64_t g) const {
   std::lock_guard<std::mutex> lock(epoch_mutex_);
   const Epoch& ep = epoch(g / samples_per_epoch_);
-  return {ep.index, ep.samples[static_cast<size_t>(g % samples_per_epoch_)]};
+  return {ep.index, ep.ix->windows()[g % samples_per_epoch_]};
 }
 
 void TextDataset::fill(bool validation, int64_t step, int64_t global_batch, int64_t first, int64_t count,
@@ -167,8 +161,9 @@ double TextDataset::unigram_entropy() const {
 }
 
 std::string TextDataset::describe(const std::string& path) const {
-  const char* unit = prepared_ ? " tokens" : " bytes";
+  const char* unit = prepared_ || !text_tokens_.empty() ? " tokens" : " bytes";
   return "data " + path + (prepared_ ? " (prepared, " + std::to_string(prepared_->documents()) + " documents)" : "") +
+         (text_tokens_.empty() ? "" : " (tokenized by " + tokenizer_name_ + ")") +
          ": " + std::to_string(train_tokens()) + " train / " + std::to_string(val_tokens()) + " validation" + unit +
          ", unigram entropy " + std::to_string(unigram_entropy()) + " nats";
 }
@@ -233,8 +228,10 @@ class BlendedDataset : public LmData {
 }  // namespace
 
 std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_fraction, int64_t seq_len, uint64_t seed,
-                                     int64_t vocab) {
-  if (data.is_string()) return std::make_unique<TextDataset>(data.get<std::string>(), val_fraction, seq_len, seed, vocab);
+                                     int64_t vocab, const smp::sdk::Tokenizer* tokenizer, const std::string& cache_path) {
+  if (data.is_string())
+    return std::make_unique<TextDataset>(data.get<std::string>(), val_fraction, seq_len, seed, vocab, tokenizer,
+                                         cache_path);
   if (!data.is_array() || data.empty())
     throw smp::sdk::Error("model.data: expected a path or an array of { path = \"...\", weight = w } tables, got " +
                           data.dump());
@@ -253,7 +250,8 @@ std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_frac
       throw smp::sdk::Error(where + ": blending needs prepared datasets; " + path +
                             " is not one (write it with smp-data prepare)");
     // Each part draws from a seed of its own: two copies of one dataset are two streams.
-    parts.push_back(std::make_unique<TextDataset>(path, val_fraction, seq_len, splitmix(seed ^ (0xb1e7dULL + j)), vocab));
+    parts.push_back(std::make_unique<TextDataset>(path, val_fraction, seq_len, splitmix(seed ^ (0xb1e7dULL + j)), vocab,
+                                                  nullptr, cache_path));
     weights.push_back(e["weight"].get<double>());
     paths.push_back(path);
     total += weights.back();

@@ -1,7 +1,8 @@
 // Language-model data for the decoder adapters: deterministic samples per
 // (split, step, global sample index), whatever the parallel layout. Either
-// raw text, byte-level (a file, or a folder's regular files: windows at
-// seeded random offsets), or a prepared dataset in Megatron's indexed format
+// raw text (a file, or a folder's regular files: windows at seeded random
+// offsets; bytes, or tokenized at start by model.tokenizer, each file a
+// document ended by the tokenizer's end-of-text id), or a prepared dataset in Megatron's indexed format
 // (<prefix>.bin / <prefix>.idx, written by smp-data prepare or Megatron's
 // preprocess_data.py), memory-mapped: each rank reads only the windows it
 // samples. Prepared training samples follow Megatron's GPTDataset: each
@@ -13,7 +14,10 @@
 
 #pragma once
 
+#include "epoch_index.h"
+
 #include <smp/sdk/indexed_dataset.hpp>
+#include <smp/sdk/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -39,8 +43,11 @@ class LmData {
 
 // model.data: a path (text or a prepared prefix), or an array of
 // { path = "...", weight = w } tables of prepared datasets blended by weight.
+// tokenizer: what raw text is tokenized with (null: bytes). cache_path: where
+// prepared datasets' epoch indices are cached ("": beside each, <prefix>.smp-index/).
 std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_fraction, int64_t seq_len, uint64_t seed,
-                                     int64_t vocab);
+                                     int64_t vocab, const smp::sdk::Tokenizer* tokenizer = nullptr,
+                                     const std::string& cache_path = "");
 
 class TextDataset : public LmData {
  public:
@@ -48,7 +55,8 @@ class TextDataset : public LmData {
   // .idx / .bin). The last val_fraction of the bytes (text) or of the
   // documents (prepared) is the validation split. vocab: the model's; a
   // prepared token at or above it is an error naming the file and offset.
-  TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab = 256);
+  TextDataset(const std::string& path, double val_fraction, int64_t seq_len, uint64_t seed, int64_t vocab = 256,
+              const smp::sdk::Tokenizer* tokenizer = nullptr, const std::string& cache_path = "");
 
   // Fills tokens[i*seq_len ..] and targets (shifted by one) for samples
   // [first, first+count) of the given step's global batch.
@@ -77,20 +85,27 @@ class TextDataset : public LmData {
 
  private:
   std::string path_;
-  int64_t token(int64_t i) const { return prepared_ ? prepared_->token_at(i) : bytes_[static_cast<size_t>(i)]; }
+  int64_t token(int64_t i) const {
+    if (prepared_) return prepared_->token_at(i);
+    return text_tokens_.empty() ? bytes_[static_cast<size_t>(i)] : text_tokens_[static_cast<size_t>(i)];
+  }
   // One epoch's shuffled documents (prefix sums of their lengths) and samples.
   struct Epoch {
     int64_t index = -1;
-    std::vector<int64_t> docs, ends, samples;
+    std::unique_ptr<EpochIndex> ix;
   };
   const Epoch& epoch(int64_t e) const;  // cached: the one asked last
   // The token at position p of epoch e's stream of shuffled documents.
   int64_t stream_token(const Epoch& ep, int64_t p) const;
   std::vector<int64_t> doc_begin_, doc_len_;  // training documents' token ranges
   int64_t samples_per_epoch_ = 0;
+  std::string cache_folder_;  // the epoch indices' ("" for raw text)
+  uint64_t cache_key_ = 0;
   mutable std::mutex epoch_mutex_;
   mutable Epoch epoch_;
   std::vector<uint8_t> bytes_;
+  std::vector<int32_t> text_tokens_;  // raw text tokenized by model.tokenizer
+  std::string tokenizer_name_;
   std::unique_ptr<smp::sdk::IndexedDataset> prepared_;
   int64_t size_ = 0, split_ = 0;
   int64_t seq_len_;

@@ -10,6 +10,7 @@
 #include "text_dataset.h"
 
 #include <smp/sdk/plugin.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 
@@ -48,7 +49,8 @@ class MoeAdapter : public smp::sdk::Adapter {
     smp::sdk::expect_model_keys(
         cfg, {"preset", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "vocab_multiple", "ffn", "experts",
               "top_k", "expert_ffn", "shared_experts", "moe_every", "dense_layers", "capacity_factor", "router",
-              "router_jitter", "aux_loss_weight", "z_loss_weight", "expert_tp", "rope_base", "data", "val_fraction"},
+              "router_jitter", "aux_loss_weight", "z_loss_weight", "expert_tp", "rope_base", "data", "val_fraction",
+              "tokenizer", "tokenizer_model", "tokenizer_merges", "data_cache_path"},
         "moe");
     const std::string preset = smp::sdk::model_get<std::string>(cfg, "preset", "tiny");
     auto it = presets().find(preset);
@@ -63,6 +65,8 @@ class MoeAdapter : public smp::sdk::Adapter {
              {"seq_len", &s.seq_len}, {"vocab", &s.vocab}, {"ffn", &s.ffn}, {"experts", &s.experts},
              {"top_k", &s.top_k}, {"expert_ffn", &s.expert_ffn}, {"moe_every", &s.moe_every}})
       *field = smp::sdk::model_positive(cfg, key, *field);
+    const auto tokenizer = smp::sdk::model_tokenizer(cfg);
+    if (tokenizer) s.vocab = smp::sdk::model_vocab_for(cfg, *tokenizer, s.vocab);
     s.shared_experts = smp::sdk::model_get<int64_t>(cfg, "shared_experts", s.shared_experts);
     s.dense_layers = smp::sdk::model_get<int64_t>(cfg, "dense_layers", s.dense_layers);
     if (s.shared_experts < 0 || s.dense_layers < 0)
@@ -82,9 +86,10 @@ class MoeAdapter : public smp::sdk::Adapter {
     padded_vocab_ = smp::sdk::padded_vocab(s.vocab, smp::sdk::model_positive(cfg, "vocab_multiple", 128), ctx.tp());
     const Json data = cfg.contains("data") ? cfg.at("data") : Json("/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
-    if (data.is_string() && !gpt::TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
+    if (!tokenizer && data.is_string() && !gpt::TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
       throw Error("model.vocab: byte-level data needs at least 256, got " + std::to_string(s.vocab));
-    data_ = gpt::open_lm_data(data, val, s.seq_len, ctx.seed, s.vocab);
+    data_ = gpt::open_lm_data(data, val, s.seq_len, ctx.seed, s.vocab, tokenizer.get(),
+                              smp::sdk::model_get<std::string>(cfg, "data_cache_path", ""));
     smp::sdk::log(SMP_LOG_INFO, "moe", data_->describe());
   }
 

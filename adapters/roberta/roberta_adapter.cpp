@@ -8,6 +8,7 @@
 #include "packed_data.h"
 
 #include <smp/sdk/plugin.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 
@@ -24,13 +25,14 @@ class RobertaAdapter : public smp::sdk::Adapter {
     encoder::expect_model_keys(cfg, "roberta");
     shape_ = encoder::parse_shape(cfg, ctx, encoder::presets(50265, "roberta-base", "roberta-large"), "roberta");
     const std::string path = smp::sdk::model_get<std::string>(cfg, "data", "/usr/share/common-licenses");
-    encoder::SentenceCorpus corpus(path, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1));
+    const auto tokenizer = smp::sdk::model_tokenizer(cfg);
+    encoder::SentenceCorpus corpus(path, smp::sdk::model_get<double>(cfg, "val_fraction", 0.1), tokenizer.get());
+    encoder::fit_vocab(shape_, cfg, corpus.vocab());
     data_ = std::make_unique<encoder::PackedData>(corpus, shape_.seq_len, shape_.mask_prob, ctx.seed);
     smp::sdk::log(SMP_LOG_INFO, "roberta",
-                  "data " + path + ": " + std::to_string(data_->sequences(false)) + " train / " +
+                  corpus.describe(path) + "; " + std::to_string(data_->sequences(false)) + " train / " +
                       std::to_string(data_->sequences(true)) + " validation sequences of up to " +
-                      std::to_string(shape_.seq_len) + " tokens, unigram entropy " +
-                      std::to_string(corpus.unigram_entropy()) + " nats");
+                      std::to_string(shape_.seq_len) + " tokens");
   }
 
   void describe(smp::sdk::GraphBuilder& g) override {
@@ -49,7 +51,7 @@ class RobertaAdapter : public smp::sdk::Adapter {
       std::copy(tok.begin(), tok.end(), tokens[i].data_ptr<int64_t>());
       std::copy(tgt.begin(), tgt.end(), targets[i].data_ptr<int64_t>());
     }
-    return {tokens, tokens.ne(encoder::kPad).to(at::kLong), targets};
+    return {tokens, tokens.ne(data_->vocab().pad()).to(at::kLong), targets};
   }
 
  private:

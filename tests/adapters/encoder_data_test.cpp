@@ -41,9 +41,18 @@ std::string corpus_dir() {
   return dir;
 }
 
+// The byte vocabulary's special ids.
+const Vocab kBytes{};
+const int64_t kPad = kBytes.pad(), kCls = kBytes.cls(), kSep = kBytes.sep(), kMask = kBytes.mask();
+
+std::string bytes_of(const SentenceCorpus& c, const Sentence& s) {
+  std::string out;
+  for (int64_t i = 0; i < s.length; ++i) out += static_cast<char>(c.token(s, i));
+  return out;
+}
+
 std::string text_of(const SentenceCorpus& c, bool val, int64_t line) {
-  const Sentence& s = c.sentences(val)[static_cast<size_t>(line)];
-  return std::string(c.bytes(s), static_cast<size_t>(s.length));
+  return bytes_of(c, c.sentences(val)[static_cast<size_t>(line)]);
 }
 
 TEST(EncoderData, CorpusSplitsLinesAndDocuments) {
@@ -73,7 +82,7 @@ TEST(EncoderData, MaskingIs80_10_10OfFifteenPercent) {
     tokens.resize(120, kPad);
     const std::vector<int64_t> original = tokens;
     std::vector<int64_t> targets(tokens.size(), -100);
-    const int64_t n = mask_tokens(tokens, targets, 0.15, key);
+    const int64_t n = mask_tokens(tokens, targets, 0.15, key, kBytes);
     ASSERT_EQ(n, 15);
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (original[i] >= 256) {
@@ -91,7 +100,7 @@ TEST(EncoderData, MaskingIs80_10_10OfFifteenPercent) {
       kept += tokens[i] == original[i];
     }
     std::vector<int64_t> again = original, again_targets(original.size(), -100);
-    mask_tokens(again, again_targets, 0.15, key);
+    mask_tokens(again, again_targets, 0.15, key, kBytes);
     EXPECT_EQ(again, tokens);
   }
   ASSERT_EQ(chosen, 6000);
@@ -100,7 +109,7 @@ TEST(EncoderData, MaskingIs80_10_10OfFifteenPercent) {
   EXPECT_NEAR(static_cast<double>(mask) / chosen, 0.8, 0.021);
   EXPECT_NEAR(static_cast<double>(kept) / chosen, 0.1, 0.016);
   std::vector<int64_t> one{kCls, 'x', kSep}, t(3, -100);
-  EXPECT_EQ(mask_tokens(one, t, 0.15, 1), 1);  // at least one
+  EXPECT_EQ(mask_tokens(one, t, 0.15, 1, kBytes), 1);  // at least one
 }
 
 // [CLS] A [SEP] B [SEP] then padding, segment 1 on B; label 0 means B is the
@@ -155,13 +164,13 @@ TEST(EncoderData, FullSentencePackingAndDynamicMasking) {
   for (const auto& s : c.sentences(false)) {
     if (!expected.empty()) expected += s.doc != doc ? '|' : '\n';
     doc = s.doc;
-    expected += std::string(c.bytes(s), static_cast<size_t>(s.length));
+    expected += bytes_of(c, s);
   }
   for (const auto& seq : packed) {
     EXPECT_LE(seq.size(), 40u);
     EXPECT_FALSE(seq.empty());
     std::string text;
-    for (int16_t t : seq) text += t == kSep ? '|' : static_cast<char>(t);
+    for (int32_t t : seq) text += t == kSep ? '|' : static_cast<char>(t);
     // A separator lost at a sequence boundary: the next sequence starts a line.
     if (!joined.empty() && expected.size() > joined.size() && (expected[joined.size()] == '\n' || expected[joined.size()] == '|'))
       joined += expected[joined.size()];

@@ -66,7 +66,7 @@ TEST(EncoderAdapters, BadKeysAndDataFilesAreNamed) {
     const std::vector<Case> cases = {
         {{"model.hiden=64"}, "model.hiden: unknown key for the " + adapter + " adapter"},
         {{"model.preset=\"bert-huge\""}, "model.preset: unknown preset 'bert-huge'"},
-        {{"model.vocab=100"}, "model.vocab: the byte vocabulary needs at least 260"},
+        {{"model.vocab=100"}, "model.vocab: the data's 256 ids and [PAD], [CLS], [SEP], [MASK] need at least 260, got 100"},
         {{"model.mask_prob=0"}, "model.mask_prob: expected a number in (0, 1), got 0"},
         {{"model.heads=3"}, "model.hidden (128) must be divisible by model.heads (3)"},
         {{"model.layers=0"}, "model.layers: expected a positive integer, got 0"},

@@ -164,9 +164,17 @@ class IndexedDataset {
   const uint8_t *lengths_ = nullptr, *offsets_ = nullptr, *docs_ = nullptr;
 };
 
+// True when path names a prepared dataset: <path>.idx exists, or it ends in .idx / .bin.
+inline bool is_indexed_dataset(const std::string& path) {
+  auto ends = [&](const char* ext) { return path.size() > 4 && path.compare(path.size() - 4, 4, ext) == 0; };
+  struct stat st {};
+  return ends(".idx") || ends(".bin") || ::stat((path + ".idx").c_str(), &st) == 0;
+}
+
 // Writes <prefix>.bin as sequences come and <prefix>.idx at finish(); each
 // add_document call is one document of one sequence (Megatron's default
-// without sentence splitting). Both files are written under temporary names
+// without sentence splitting); add_sequence + end_document write documents of
+// several (--split-sentences). Both files are written under temporary names
 // and renamed at finish(), so a failed run leaves no half dataset behind.
 class IndexedDatasetWriter {
  public:
@@ -185,6 +193,11 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
   void add_document(const std::vector<int64_t>& tokens) {
+    add_sequence(tokens);
+    end_document();
+  }
+  // One sequence of the current document; end_document() closes the document.
+  void add_sequence(const std::vector<int64_t>& tokens) {
     const int64_t elem = token_bytes(type_);
     const int64_t limit = type_ == TokenType::kUint16 ? 65536 : type_ == TokenType::kUint8 ? 256 : (int64_t{1} << 31);
     buffer_.resize(tokens.size() * static_cast<size_t>(elem));
@@ -200,9 +213,10 @@ class IndexedDatasetWriter {
     lengths_.push_back(static_cast<int32_t>(tokens.size()));
     offsets_.push_back(bytes_);
     bytes_ += static_cast<int64_t>(buffer_.size());
-    docs_.push_back(static_cast<int64_t>(lengths_.size()));
   }
+  void end_document() { docs_.push_back(static_cast<int64_t>(lengths_.size())); }
   int64_t documents() const { return static_cast<int64_t>(docs_.size()) - 1; }
+  int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t tokens() const { return bytes_ / token_bytes(type_); }
 
   void finish() {
