@@ -36,14 +36,15 @@ def timed(cmd, stdout=subprocess.DEVNULL):
     return time.perf_counter() - t0, r
 
 
-def job(build, sets, nproc=2):
+def job(build, config, sets, nproc=2, cwd=None):
     d = tempfile.mkdtemp(prefix="smp-data-bench-")
+    build = os.path.abspath(build)
     cmd = [os.path.join(build, "bin", "smp-launch"), "--nproc-per-node", str(nproc), "--threads-per-rank", "1",
            "--master-port", "0", "--plugin", os.path.join(build, "lib", "smp", "plugins", "gpt.so"),
-           "--config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "gpt-small.toml")]
+           "--config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", config)]
     for s in sets + [f"run.dir={d}", "run.log_to_file=false"]:
         cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0:
         sys.exit(f"job failed: {sets}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
     return d, json.load(open(os.path.join(d, "summary.json")))
@@ -59,6 +60,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     tool = os.path.join(a.build, "bin", "smp-data")
+    os.environ["SMP_BUILD_DIR"] = os.path.abspath(a.build)  # for scripts/prepare_licenses_spm.sh
     work = tempfile.mkdtemp(prefix="smp-data-bench-")
     cores = os.cpu_count() or 1
     out = {"benchmark": "data", "commit": source_commit(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -106,15 +108,17 @@ def main():
         # 2. Byte level against SentencePiece, GPT small, same steps and batch; the data share from the trace.
         bytes_prefix = os.path.join(work, "bytes")
         timed([tool, "prepare", "--input", LICENCES, "--output-prefix", bytes_prefix])
-        spm_prefix = os.path.join(work, "spm-licences")
-        _, r = timed([tool, "prepare", "--input", LICENCES, "--tokenizer", "sentencepiece", "--tokenizer-model",
-                      model + ".model", "--output-prefix", spm_prefix], stdout=subprocess.PIPE)
+        # The preset's corpus, written by its own script into <work>/data, where the preset looks (cwd).
+        here = os.path.dirname(os.path.abspath(__file__))
+        _, r = timed(["bash", os.path.join(here, "..", "scripts", "prepare_licenses_spm.sh"), os.path.join(work, "data")],
+                     stdout=subprocess.PIPE)
         spm_tokens = json.loads(r.stdout.strip().splitlines()[-1])["tokens"]
         lic_bytes = sum(os.path.getsize(os.path.join(LICENCES, n)) for n in names)
         common = ["parallel.dp=2", f"train.steps={a.steps}", f"train.val_every={a.steps}", "train.val_batches=8"]
         runs = {}
-        for name, data, vocab in (("bytes", bytes_prefix, 257), ("sentencepiece", spm_prefix, a.vocab)):
-            d, s = job(a.build, common + [f"model.data={data}", f"model.vocab={vocab}", "run.trace=true"])
+        for name, config, sets in (("bytes", "gpt-small.toml", [f"model.data={bytes_prefix}", "model.vocab=257"]),
+                                   ("sentencepiece", "gpt-small-spm.toml", [])):
+            d, s = job(a.build, config, common + sets + ["run.trace=true"], cwd=work)
             trace = json.load(open(os.path.join(d, "trace", "rank-0.json")))
             steps = sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("cat") == "step" and e.get("ph") == "X")
             data_us = sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("cat") == "data" and e.get("ph") == "X")
@@ -127,10 +131,11 @@ def main():
         for r in runs.values():
             r["val_loss_per_byte"] = r["val_loss_per_token"] * r["tokens_per_byte"]
         out["quality"] = {
-            "method": f"configs/gpt-small.toml at dp 2, {a.steps} steps, same batch and sequence length in tokens, "
-                      "on the licences prepared byte level (vocab 257) and with the SentencePiece model (vocab "
-                      f"{a.vocab}); validation loss per byte = per token x the corpus' tokens per byte; run.trace "
-                      "on: data share = rank 0's 'batch' events over its traced steps",
+            "method": f"configs/gpt-small-spm.toml (the licences prepared by scripts/prepare_licenses_spm.sh: "
+                      "SentencePiece unigram, 2000 pieces) against configs/gpt-small.toml on the licences prepared "
+                      f"byte level (vocab 257), both at dp 2, {a.steps} steps, same batch and sequence length in "
+                      "tokens; validation loss per byte = per token x the corpus' tokens per byte; run.trace on: "
+                      "data share = rank 0's 'batch' events over its traced steps",
             "runs": runs,
             "spm_below_bytes_per_byte": runs["sentencepiece"]["val_loss_per_byte"] < runs["bytes"]["val_loss_per_byte"],
             "data_share_goal": 0.01,
