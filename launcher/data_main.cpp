@@ -69,7 +69,7 @@ int64_t invalid_utf8(const std::string& s) {
 std::vector<Document> read_documents(const std::vector<std::string>& inputs, const std::string& json_key) {
   std::vector<Document> docs;
   for (const auto& input : inputs)
-    for (auto& f : smp::sdk::read_text_files(input, "input")) {
+    for (auto& f : smp::sdk::read_text_files(input, "--input")) {
       if (json_key.empty()) {
         docs.push_back({std::move(f.bytes), f.path});
         continue;
@@ -209,7 +209,7 @@ int train_tokenizer(const std::vector<std::string>& inputs, const std::string& p
 #ifdef SMP_HAVE_SENTENCEPIECE
   std::string files;
   for (const auto& input : inputs)
-    for (const auto& f : smp::sdk::read_text_files(input, "input")) files += (files.empty() ? "" : ",") + f.path;
+    for (const auto& f : smp::sdk::read_text_files(input, "--input")) files += (files.empty() ? "" : ",") + f.path;
   const std::string args = "--input=" + files + " --model_prefix=" + prefix + " --model_type=" + type +
                            " --vocab_size=" + std::to_string(vocab) +
                            " --character_coverage=1.0 --byte_fallback=true --minloglevel=1"

@@ -602,3 +602,56 @@ TEST(PreparedData, EpochIndicesAreCachedBesideTheDatasetAndRebuiltWhenStale) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(files(d / "job-cache").empty());
 }
+
+// Megatron-LM's own reader and writer (megatron-core's indexed_dataset.py,
+// tests/integration/data/megatron_indexed.py): Megatron's reader reads what
+// smp-data prepare writes (one sequence per document, and sentences) with the
+// same lengths, document index and ids; smp reads what Megatron's
+// IndexedDatasetBuilder writes (documents of several sequences) and a GPT
+// trains on it. Skipped, saying why, where megatron-core, numpy or torch is not
+// installable (scripts/setup.sh puts megatron-core and numpy in .pydeps/).
+TEST(PreparedData, MegatronsOwnReaderAndWriterAgreeWithOurs) {
+  const fs::path d = fresh("megatron");
+  const std::string script = "PYTHONPATH=" + source_path(".pydeps") + " python3 " +
+                             source_path("tests/integration/data/megatron_indexed.py");
+  auto [code, out] = sh(script + " write " + (d / "theirs").string());
+  if (code == 77) GTEST_SKIP() << "Megatron's reader is not installable here: " << out;
+  ASSERT_EQ(code, 0) << out;
+  const auto docs = nlohmann::json::parse(out.substr(out.find('{')))["documents"];
+  smp::sdk::IndexedDataset theirs((d / "theirs").string());
+  ASSERT_EQ(theirs.documents(), static_cast<int64_t>(docs.size()));
+  ASSERT_EQ(theirs.type(), smp::sdk::TokenType::kUint16);
+  int64_t q = 0;
+  for (size_t doc = 0; doc < docs.size(); ++doc) {
+    ASSERT_EQ(theirs.document_start(static_cast<int64_t>(doc)), q);
+    for (const auto& seq : docs[doc]) {
+      ASSERT_EQ(theirs.length(q), static_cast<int64_t>(seq.size()));
+      const int64_t first = theirs.offset(q) / 2;
+      for (size_t i = 0; i < seq.size(); ++i) ASSERT_EQ(theirs.token_at(first + static_cast<int64_t>(i)), seq[i].get<int64_t>());
+      ++q;
+    }
+  }
+  auto r = train((d / "theirs").string(), {"model.vocab=320", "model.seq_len=16", "model.val_fraction=0.2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  for (const std::string flags : {"", " --split-sentences"}) {
+    SCOPED_TRACE(flags);
+    const std::string ours = (d / ("ours" + std::to_string(flags.size()))).string();
+    std::tie(code, out) = sh(tool() + " prepare" + flags + " --input /usr/share/common-licenses/GPL-3 "
+                             "/usr/share/common-licenses/BSD --output-prefix " + ours);
+    ASSERT_EQ(code, 0) << out;
+    std::tie(code, out) = sh(script + " read " + ours);
+    ASSERT_EQ(code, 0) << out;
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    smp::sdk::IndexedDataset ds(ours);
+    EXPECT_EQ(j["dtype"], "uint16");
+    ASSERT_EQ(j["lengths"].size(), static_cast<size_t>(ds.sequences()));
+    for (int64_t s = 0; s < ds.sequences(); ++s) ASSERT_EQ(j["lengths"][static_cast<size_t>(s)].get<int64_t>(), ds.length(s));
+    ASSERT_EQ(j["document_indices"].size(), static_cast<size_t>(ds.documents() + 1));
+    for (int64_t doc = 0; doc <= ds.documents(); ++doc)
+      ASSERT_EQ(j["document_indices"][static_cast<size_t>(doc)].get<int64_t>(), ds.document_start(doc));
+    const auto tokens = j["tokens"].get<std::vector<int64_t>>();
+    ASSERT_EQ(static_cast<int64_t>(tokens.size()), ds.total_tokens());
+    for (int64_t i = 0; i < ds.total_tokens(); ++i) ASSERT_EQ(tokens[static_cast<size_t>(i)], ds.token_at(i)) << i;
+  }
+}

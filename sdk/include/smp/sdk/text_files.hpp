@@ -20,15 +20,18 @@ struct TextFile {
   std::string bytes;
 };
 
-// `key` is the [model] key the path came from (e.g. "data"), for messages.
+// `key` is the [model] key the path came from (e.g. "data": messages say
+// "model.data"), or a label used as it is when it names no [model] key (one
+// starting with "-", or holding a '.': "--input", "job.corpus").
 inline std::vector<TextFile> read_text_files(const std::string& path, const std::string& key = "data") {
+  const std::string label = key.find('.') != std::string::npos || (!key.empty() && key[0] == '-') ? key : "model." + key;
   auto read = [&](const std::string& file) {
     std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error("model." + key + ": cannot read " + file);
+    if (!in) throw Error(label + ": cannot read " + file);
     return TextFile{file, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())};
   };
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) throw Error("model." + key + ": no such file or folder: " + path);
+  if (stat(path.c_str(), &st) != 0) throw Error(label + ": no such file or folder: " + path);
   if (!S_ISDIR(st.st_mode)) return {read(path)};
   std::vector<std::string> names;
   if (DIR* d = opendir(path.c_str())) {
@@ -39,12 +42,12 @@ inline std::vector<TextFile> read_text_files(const std::string& path, const std:
     }
     closedir(d);
   } else {
-    throw Error("model." + key + ": cannot list folder " + path);
+    throw Error(label + ": cannot list folder " + path);
   }
   std::sort(names.begin(), names.end());
   std::vector<TextFile> out;
   for (const auto& f : names) out.push_back(read(f));
-  if (out.empty()) throw Error("model." + key + ": folder " + path + " has no files");
+  if (out.empty()) throw Error(label + ": folder " + path + " has no files");
   return out;
 }
 
