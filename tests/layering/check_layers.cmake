@@ -4,6 +4,7 @@
 #   cmake -DSRC_DIR=<core/src> -DINCLUDE_DIR=<core/include/smp> [-DROOT=<repo>] -P check_layers.cmake
 
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/lines_of.cmake)
 
 # core/src's folders, lowest first: a folder includes "G/..." only for G at its
 # own position or below, so lower layers build and test without higher ones.
@@ -40,11 +41,7 @@ endforeach()
 # Checks every `#include "G/..."` line of one file (a line comment before the
 # '#' hides it). layer < 0: a public header, which may include no internal header.
 function(check_file path folder layer)
-  file(READ "${path}" text)
-  # One list element per line: neutralise what CMake's list splitting treats specially.
-  string(REPLACE "\\" "/" text "${text}")
-  string(REGEX REPLACE "[][;]" "_" text "${text}")
-  string(REPLACE "\n" ";" lines "${text}")
+  smp_lines_of("${path}" lines)
   file(RELATIVE_PATH rel "${ROOT}" "${path}")
   set(n 0)
   set(count ${violations})

@@ -8,6 +8,7 @@
 # count). Type bodies end in `};`, namespaces in `}  // namespace`, so neither
 # is measured; a control block measured this way lies inside its function.
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/lines_of.cmake)
 if(NOT IS_DIRECTORY "${SRC_DIR}")
   message(FATAL_ERROR "sizes: SRC_DIR='${SRC_DIR}' is not a directory")
 endif()
@@ -28,10 +29,7 @@ set(longest 0)
 set(longest_at "")
 file(GLOB_RECURSE sources "${SRC_DIR}/*.h" "${SRC_DIR}/*.cpp")
 foreach(path ${sources})
-  file(READ "${path}" text)
-  string(REPLACE "\\" "/" text "${text}")
-  string(REGEX REPLACE "[][;]" "_" text "${text}")
-  string(REPLACE "\n" ";" lines "${text}")
+  smp_lines_of("${path}" lines)
   file(RELATIVE_PATH rel "${ROOT}" "${path}")
   # start_<indent>: the line number of the last statement start at that indentation.
   set(n 0)

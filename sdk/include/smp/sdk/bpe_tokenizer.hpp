@@ -154,6 +154,14 @@ inline std::string read_whole_file(const std::string& path, const std::string& w
   return s.str();
 }
 
+inline nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  try {
+    return nlohmann::json::parse(read_whole_file(path, what));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": not JSON: " + e.what());
+  }
+}
+
 }  // namespace detail
 
 class BpeTokenizer : public Tokenizer {
@@ -161,12 +169,7 @@ class BpeTokenizer : public Tokenizer {
   // A Hugging Face tokenizer.json.
   static std::unique_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path) {
     const std::string what = "tokenizer " + path;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(detail::read_whole_file(path, what));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(what + ": not JSON: " + e.what());
-    }
+    const nlohmann::json j = detail::read_json_file(path, what);
     if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
       throw Error(what + ": no \"model\" object (not a Hugging Face tokenizer.json)");
     const auto& m = j["model"];
@@ -203,12 +206,7 @@ class BpeTokenizer : public Tokenizer {
   // GPT-2's vocab.json + merges.txt (the GPT-2 pattern, no prefix space).
   static std::unique_ptr<BpeTokenizer> from_vocab_merges(const std::string& vocab_path, const std::string& merges_path) {
     const std::string what = "tokenizer " + vocab_path;
-    nlohmann::json v;
-    try {
-      v = nlohmann::json::parse(detail::read_whole_file(vocab_path, what));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(what + ": not JSON: " + e.what());
-    }
+    const nlohmann::json v = detail::read_json_file(vocab_path, what);
     if (!v.is_object()) throw Error(what + ": not a JSON object of piece -> id");
     auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(vocab_path));
     for (const auto& [piece, id] : v.items()) t->add_piece(piece, id.get<int64_t>(), what);
