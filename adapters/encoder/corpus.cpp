@@ -81,6 +81,8 @@ void SentenceCorpus::read_prepared(const std::string& path, const smp::sdk::Toke
     throw smp::sdk::Error(std::string("model.data: ") + e.what());
   }
   const auto& d = *prepared_;
+  if (tokenizer)
+    smp::sdk::check_dtype_fits("model.data: " + d.prefix() + ".idx", d.type(), tokenizer->vocab(), tokenizer->name());
   unit_ = "tokens";
   int64_t largest = -1;
   for (int64_t i = 0; i < d.total_tokens(); ++i) largest = std::max(largest, d.token_at(i));

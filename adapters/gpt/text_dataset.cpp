@@ -35,6 +35,8 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
       throw smp::sdk::Error(std::string("model.data: ") + e.what());
     }
     const auto& d = *prepared_;
+    if (tokenizer)
+      smp::sdk::check_dtype_fits("model.data: " + d.prefix() + ".idx", d.type(), tokenizer->vocab(), tokenizer->name());
     size_ = d.total_tokens();
     // Split by documents: the validation split starts at a document's first token.
     const int64_t docs = d.documents();
@@ -251,7 +253,7 @@ std::unique_ptr<LmData> open_lm_data(const nlohmann::json& data, double val_frac
                             " is not one (write it with smp-data prepare)");
     // Each part draws from a seed of its own: two copies of one dataset are two streams.
     parts.push_back(std::make_unique<TextDataset>(path, val_fraction, seq_len, splitmix(seed ^ (0xb1e7dULL + j)), vocab,
-                                                  nullptr, cache_path));
+                                                  tokenizer, cache_path));
     weights.push_back(e["weight"].get<double>());
     paths.push_back(path);
     total += weights.back();

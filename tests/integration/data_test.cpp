@@ -352,6 +352,7 @@ TEST(Tokenizers, ByteLevelBpeMatchesHuggingFaceTokenForToken) {
   const fs::path d = fresh("bpe");
   const std::string text = slurp(source_path("tests/integration/data/bpe_text.txt"));
   ASSERT_FALSE(text.empty());
+  if (sh("python3 -c 'import sys'").first != 0) GTEST_SKIP() << "python3 is not installed";
   auto [code, out] = sh("PYTHONPATH=" + source_path(".pydeps") + " python3 " +
                         source_path("tests/integration/data/bpe_reference.py") + " /usr/share/common-licenses/GPL-3 " +
                         source_path("tests/integration/data/bpe_text.txt") + " " + d.string());
@@ -450,6 +451,26 @@ TEST(Tokenizers, BadTokenizerFilesAreNamed) {
   EXPECT_NE(error("sentencepiece", file("x.model", "not a model")).find("x.model: not a SentencePiece model"),
             std::string::npos);
   EXPECT_NE(error("wordpiece", "").find("model.tokenizer: 'wordpiece' is not known"), std::string::npos);
+  // A dataset whose dtype cannot hold the tokenizer's ids was prepared with another one.
+  nlohmann::json wide = bpe;
+  wide["vocab"].erase("<|endoftext|>");
+  wide["vocab"]["<|endoftext|>"] = 70000;
+  const auto big = smp::sdk::open_tokenizer("bpe", file("wide.json", tokenizer_json(wide)), "", "model.tokenizer");
+  ASSERT_EQ(big->vocab(), 70001);
+  {
+    smp::sdk::IndexedDatasetWriter w((d / "narrow").string(), smp::sdk::TokenType::kUint16);
+    for (int doc = 0; doc < 20; ++doc) w.add_document(std::vector<int64_t>(50, doc));
+    w.finish();
+  }
+  try {
+    gpt::TextDataset narrow((d / "narrow").string(), 0.1, 8, 1, 70001, big.get());
+    ADD_FAILURE() << "a uint16 dataset was taken for a vocabulary of 70001";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("narrow.idx: stores uint16 ids (65536 of them), too few for the vocabulary of "
+                                         "bpe:"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_NE(error("bytes", "x").find("model.tokenizer = \"bytes\" takes no tokenizer files"), std::string::npos);
 }
 
@@ -612,6 +633,7 @@ TEST(PreparedData, EpochIndicesAreCachedBesideTheDatasetAndRebuiltWhenStale) {
 // installable (scripts/setup.sh puts megatron-core and numpy in .pydeps/).
 TEST(PreparedData, MegatronsOwnReaderAndWriterAgreeWithOurs) {
   const fs::path d = fresh("megatron");
+  if (sh("python3 -c 'import sys'").first != 0) GTEST_SKIP() << "python3 is not installed";
   const std::string script = "PYTHONPATH=" + source_path(".pydeps") + " python3 " +
                              source_path("tests/integration/data/megatron_indexed.py");
   auto [code, out] = sh(script + " write " + (d / "theirs").string());

@@ -41,6 +41,35 @@ inline int64_t token_bytes(TokenType t) {
 }
 // uint16 when every id fits, int32 otherwise (what preprocess_data.py picks).
 inline TokenType token_type_for(int64_t vocab) { return vocab <= 65536 ? TokenType::kUint16 : TokenType::kInt32; }
+// How many ids a dtype can hold (ids are >= 0).
+inline int64_t token_type_ids(TokenType t) {
+  switch (t) {
+    case TokenType::kUint8: return 256;
+    case TokenType::kInt16: return 32768;
+    case TokenType::kUint16: return 65536;
+    case TokenType::kInt32: return int64_t{1} << 31;
+    case TokenType::kInt64: return INT64_MAX;
+  }
+  return 0;
+}
+inline const char* token_type_name(TokenType t) {
+  switch (t) {
+    case TokenType::kUint8: return "uint8";
+    case TokenType::kInt16: return "int16";
+    case TokenType::kUint16: return "uint16";
+    case TokenType::kInt32: return "int32";
+    case TokenType::kInt64: return "int64";
+  }
+  return "?";
+}
+// Refuses a dataset whose dtype cannot hold the ids of a vocabulary of `vocab`
+// (prepared with another, smaller tokenizer), naming the file and both.
+inline void check_dtype_fits(const std::string& idx_path, TokenType t, int64_t vocab, const std::string& tokenizer) {
+  if (token_type_ids(t) < vocab)
+    throw Error(idx_path + ": stores " + token_type_name(t) + " ids (" + std::to_string(token_type_ids(t)) +
+                " of them), too few for the vocabulary of " + tokenizer + " (" + std::to_string(vocab) +
+                "): was it prepared with another tokenizer?");
+}
 
 inline constexpr char kIndexMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 
