@@ -75,14 +75,8 @@ void SentenceCorpus::read_text(const std::string& path, const smp::sdk::Tokenize
 }
 
 void SentenceCorpus::read_prepared(const std::string& path, const smp::sdk::Tokenizer* tokenizer, double val_fraction) {
-  try {
-    prepared_ = std::make_unique<smp::sdk::IndexedDataset>(path);
-  } catch (const smp::sdk::Error& e) {
-    throw smp::sdk::Error(std::string("model.data: ") + e.what());
-  }
+  prepared_ = smp::sdk::open_model_dataset(path, tokenizer ? tokenizer->vocab() : 0, tokenizer ? tokenizer->name() : "");
   const auto& d = *prepared_;
-  if (tokenizer)
-    smp::sdk::check_dtype_fits("model.data: " + d.prefix() + ".idx", d.type(), tokenizer->vocab(), tokenizer->name());
   unit_ = "tokens";
   int64_t largest = -1;
   for (int64_t i = 0; i < d.total_tokens(); ++i) largest = std::max(largest, d.token_at(i));
@@ -93,7 +87,7 @@ void SentenceCorpus::read_prepared(const std::string& path, const smp::sdk::Toke
                           ")");
   const int64_t elem = smp::sdk::token_bytes(d.type());
   const int64_t docs = d.documents();
-  const int64_t first_val = std::min(docs, static_cast<int64_t>(std::ceil(static_cast<double>(docs) * (1.0 - val_fraction))));
+  const int64_t first_val = smp::sdk::first_validation_document(docs, val_fraction);
   for (int64_t doc = 0; doc < docs; ++doc)
     for (int64_t q = d.document_start(doc); q < d.document_start(doc + 1); ++q)
       if (d.length(q) > 0) (doc < first_val ? train_ : val_).push_back({d.offset(q) / elem, d.length(q), doc});

@@ -19,18 +19,11 @@ namespace {
 constexpr char kMagic[8] = {'S', 'M', 'P', 'E', 'P', 'O', 'C', 'H'};
 constexpr int64_t kHeaderWords = 6;  // magic, version, key, epoch, documents, windows
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // A seeded permutation of [0, n) (Fisher-Yates over splitmix draws).
 void permutation(int64_t* p, int64_t n, uint64_t key) {
   for (int64_t i = 0; i < n; ++i) p[i] = i;
   for (int64_t i = n - 1; i > 0; --i) {
-    key = mix(key);
+    key = splitmix(key);
     std::swap(p[i], p[key % static_cast<uint64_t>(i + 1)]);
   }
 }
@@ -61,7 +54,7 @@ std::unique_ptr<EpochIndex> EpochIndex::build(const std::vector<int64_t>& doc_le
   permutation(docs, n, shuffle_key);
   int64_t end = 0;
   for (int64_t i = 0; i < n; ++i) docs[n + i] = end += doc_len[static_cast<size_t>(docs[i])];
-  permutation(docs + 2 * n, windows, mix(shuffle_key ^ 0x5a3b1e5ULL));
+  permutation(docs + 2 * n, windows, splitmix(shuffle_key ^ 0x5a3b1e5ULL));
   ix->docs_ = docs, ix->ends_ = docs + n, ix->windows_ = docs + 2 * n, ix->documents_ = n;
   return ix;
 }
@@ -114,15 +107,15 @@ std::unique_ptr<EpochIndex> EpochIndex::cached(const std::string& folder, uint64
 }
 
 uint64_t epoch_cache_key(const smp::sdk::IndexedDataset& d, uint64_t seed, int64_t seq_len, int64_t train_documents) {
-  uint64_t k = mix(0x5eed1dcULL ^ seed);
+  uint64_t k = splitmix(0x5eed1dcULL ^ seed);
   for (const std::string& path : {d.prefix() + ".idx", d.bin_path()}) {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0)
       for (int64_t v : {static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec),
                         static_cast<int64_t>(st.st_mtim.tv_nsec), static_cast<int64_t>(st.st_ino)})
-        k = mix(k ^ static_cast<uint64_t>(v));
+        k = splitmix(k ^ static_cast<uint64_t>(v));
   }
-  return mix(mix(k ^ static_cast<uint64_t>(seq_len)) ^ static_cast<uint64_t>(train_documents));
+  return splitmix(splitmix(k ^ static_cast<uint64_t>(seq_len)) ^ static_cast<uint64_t>(train_documents));
 }
 
 }  // namespace gpt

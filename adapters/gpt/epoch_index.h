@@ -18,6 +18,14 @@
 
 namespace gpt {
 
+// SplitMix64's finaliser: the seeds and shuffles of gpt's data.
+inline uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 class EpochIndex {
  public:
   // shuffle_key: the epoch's seed (documents; the windows use a key derived from it).

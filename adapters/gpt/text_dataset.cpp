@@ -2,23 +2,10 @@
 
 #include <smp/sdk/text_files.hpp>
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 
 namespace gpt {
-
-namespace {
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 bool TextDataset::is_prepared(const std::string& path) { return smp::sdk::is_indexed_dataset(path); }
 
@@ -29,18 +16,12 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
     throw smp::sdk::Error("model.val_fraction: expected a number in [0, 1), got " + std::to_string(val_fraction));
   const int64_t need = seq_len + 2;
   if (is_prepared(path)) {
-    try {
-      prepared_ = std::make_unique<smp::sdk::IndexedDataset>(path);
-    } catch (const smp::sdk::Error& e) {
-      throw smp::sdk::Error(std::string("model.data: ") + e.what());
-    }
+    prepared_ = smp::sdk::open_model_dataset(path, tokenizer ? tokenizer->vocab() : 0, tokenizer ? tokenizer->name() : "");
     const auto& d = *prepared_;
-    if (tokenizer)
-      smp::sdk::check_dtype_fits("model.data: " + d.prefix() + ".idx", d.type(), tokenizer->vocab(), tokenizer->name());
     size_ = d.total_tokens();
     // Split by documents: the validation split starts at a document's first token.
     const int64_t docs = d.documents();
-    const int64_t first_val = std::min(docs, static_cast<int64_t>(std::ceil(static_cast<double>(docs) * (1.0 - val_fraction))));
+    const int64_t first_val = smp::sdk::first_validation_document(docs, val_fraction);
     const int64_t seq = d.document_start(first_val);
     split_ = seq < d.sequences() ? d.offset(seq) / smp::sdk::token_bytes(d.type()) : size_;
     // The training documents' token ranges (a document's sequences lie back to back).
@@ -71,6 +52,7 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
                             std::to_string(seq_len) + " in both splits (val_fraction " + std::to_string(val_fraction) + ")");
     return;
   }
+  if (tokenizer) tokenizer_name_ = tokenizer->name();
   for (const auto& f : smp::sdk::read_text_files(path)) {
     if (!tokenizer) {
       bytes_.insert(bytes_.end(), f.bytes.begin(), f.bytes.end());
@@ -78,7 +60,6 @@ TextDataset::TextDataset(const std::string& path, double val_fraction, int64_t s
     }
     for (const int64_t id : tokenizer->encode(f.bytes)) text_tokens_.push_back(static_cast<int32_t>(id));
     text_tokens_.push_back(static_cast<int32_t>(tokenizer->eod()));
-    tokenizer_name_ = tokenizer->name();
   }
   size_ = tokenizer ? static_cast<int64_t>(text_tokens_.size()) : static_cast<int64_t>(bytes_.size());
   split_ = static_cast<int64_t>(static_cast<double>(size_) * (1.0 - val_fraction));

@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -198,6 +200,26 @@ inline bool is_indexed_dataset(const std::string& path) {
   auto ends = [&](const char* ext) { return path.size() > 4 && path.compare(path.size() - 4, 4, ext) == 0; };
   struct stat st {};
   return ends(".idx") || ends(".bin") || ::stat((path + ".idx").c_str(), &st) == 0;
+}
+
+// The prepared dataset an adapter's model.data names, its errors prefixed
+// "model.data: "; with a tokenizer's vocabulary (vocab > 0), refused when its
+// dtype cannot hold those ids (check_dtype_fits).
+inline std::unique_ptr<IndexedDataset> open_model_dataset(const std::string& path, int64_t vocab = 0,
+                                                          const std::string& tokenizer = "") {
+  std::unique_ptr<IndexedDataset> d;
+  try {
+    d = std::make_unique<IndexedDataset>(path);
+  } catch (const Error& e) {
+    throw Error(std::string("model.data: ") + e.what());
+  }
+  if (vocab > 0) check_dtype_fits("model.data: " + d->prefix() + ".idx", d->type(), vocab, tokenizer);
+  return d;
+}
+
+// The first document of the validation split: the last val_fraction of the documents.
+inline int64_t first_validation_document(int64_t documents, double val_fraction) {
+  return std::min(documents, static_cast<int64_t>(std::ceil(static_cast<double>(documents) * (1.0 - val_fraction))));
 }
 
 // Writes <prefix>.bin as sequences come and <prefix>.idx at finish(); each
