@@ -10,6 +10,7 @@
 #pragma once
 
 #include <smp/sdk/indexed_dataset.hpp>
+#include <smp/sdk/splitmix.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -18,13 +19,8 @@
 
 namespace gpt {
 
-// SplitMix64's finaliser: the seeds and shuffles of gpt's data.
-inline uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// The seeds and shuffles of gpt's data (the SDK's SplitMix64).
+inline uint64_t splitmix(uint64_t x) { return smp::sdk::detail::splitmix64(x); }
 
 class EpochIndex {
  public:

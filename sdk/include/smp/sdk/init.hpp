@@ -15,6 +15,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/sdk/splitmix.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -54,12 +55,6 @@ struct InitSpec {
 };
 
 namespace detail {
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 // A standard normal for full-tensor element `index` of a stream.
 inline double counter_normal(uint64_t key, uint64_t index) {
   const uint64_t a = splitmix64(key ^ (2 * index)), b = splitmix64(key ^ (2 * index + 1));
