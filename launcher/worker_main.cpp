@@ -64,7 +64,7 @@ int estimate(const std::string& config_path, const std::vector<std::string>& ove
     for (const auto& [name, size] : config.section_json("parallel")["axes"].items()) world *= size.get<int64_t>();
     world_size = static_cast<int>(world);
   }
-  nlohmann::json e = smp::Runtime::estimate_memory(config, world_size, plugins);
+  nlohmann::json e = smp::Runtime::estimate_memory(config, world_size, {plugins.begin(), plugins.end()});
   const double limit = device_memory.empty() ? 0 : parse_bytes(device_memory);
   auto gib = [](double b) { return b / (1024.0 * 1024 * 1024); };
   std::printf("memory estimate: pp=%d tp=%d dp=%d (world %d), %d microbatches, %s, zero %d, %s, %d checkpointed nodes\n",
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     smp::Config config = smp::Config::load(config_path, overrides);
     smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
                        env.rank == 0);
-    auto runtime = smp::Runtime::create(config, env, plugins);
+    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()});
     smp::run_training(*runtime);
     runtime->shutdown();
     return 0;

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   auto create = [&](int port_offset) {
     smp::ProcessEnv e = env;
     e.master_port += port_offset;
-    return smp::Runtime::create(smp::Config::load(config_path, overrides), e, plugins);
+    return smp::Runtime::create(smp::Config::load(config_path, overrides), e, {plugins.begin(), plugins.end()});
   };
   try {
     auto a = create(0);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/plugin_source.h>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,13 @@ class PluginRegistry {
   // provides is not loaded: returns nullptr (the standard plugins yield so to a
   // user's replacement). Every other refusal throws as load() does.
   const PluginInfo* load_unless_provided(const std::string& path_or_name);
+  // Registers a plugin defined in the program (no shared object, no dlopen):
+  // its entry is called like a file's exported smp_plugin_entry, and the
+  // descriptor gets the same checks and refusals. PluginInfo::path is
+  // "in process: <label>"; a label already registered is refused.
+  const PluginInfo& add(const std::string& label, const PluginEntry& entry);
+  // A file or an in-process plugin, whichever `source` is.
+  const PluginInfo& load_source(const PluginSource& source);
 
   // Where a name is looked for, in order.
   static std::vector<std::string> search_path();
@@ -86,9 +94,11 @@ class PluginRegistry {
  private:
   struct Library;
   const PluginInfo* load(const std::string& path_or_name, bool unless_provided);
+  const PluginInfo* admit(const smp_plugin_descriptor* d, const std::string& path, bool unless_provided);
   void check_capabilities(const smp_plugin_descriptor* d, PluginInfo& info, const std::string& who) const;
   void register_capabilities(const smp_plugin_descriptor* d, const PluginInfo& info);
   std::vector<std::unique_ptr<Library>> libraries_;
+  std::vector<PluginEntry> entries_;  // in-process plugins' entries: they keep their descriptors alive
   std::deque<PluginInfo> infos_;
   std::map<std::string, const smp_module_kind*> kinds_;
   std::map<std::string, const smp_model_adapter*> adapters_;

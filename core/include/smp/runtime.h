@@ -10,9 +10,11 @@
 // schedule -> executor, gradient sync, optimizer.
 #pragma once
 
+#include <smp/batch.h>
 #include <smp/config.h>
 #include <smp/job_config.h>
 #include <smp/model_graph.h>
+#include <smp/plugin_source.h>
 #include <smp/process_env.h>
 #include <smp/stage_plan.h>
 
@@ -121,23 +123,52 @@ class Runtime {
  public:
   // Joins the job (rendezvous), loads plugins (the adapter's first, then the
   // standard layer/TP/partition plugins and config plugins.paths) and builds
-  // everything. Throws smp::Error naming the key, plugin, node or rank at fault.
+  // everything. A plugin is a file (path or name) or the program's own code
+  // (PluginSource with an entry: smp::sdk::InProcessPlugin), checked alike.
+  // Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
-                                         const std::vector<std::string>& plugins);
+                                         const std::vector<PluginSource>& plugins);
+  // The same for a model the program feeds (train_step(batch)): `example` is a
+  // batch like those it will pass (this rank's share, or any rows of one),
+  // used where the plan needs data before the first step: the cost profile
+  // that partitions a graph without cost hints over pp (after a warm-up call).
+  static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
+                                         const std::vector<PluginSource>& plugins, const Batch& example);
   // The memory manager's per-rank estimate for the configured layout on
   // world_size ranks (smp-launch --estimate-memory): plugins, graph, tp rules,
   // partition and schedule only; no rendezvous, no module is created. Bytes per
   // pp rank by category (the account's), and the largest total.
-  static nlohmann::json estimate_memory(Config config, int world_size, const std::vector<std::string>& plugins);
+  static nlohmann::json estimate_memory(Config config, int world_size, const std::vector<PluginSource>& plugins);
   // Leaves the job: waits (up to run.timeout_s) until every rank got here, so
   // the rank hosting the rendezvous store does not exit under the others.
   // Called by the destructor when not called before; idempotent.
   void shutdown();
   ~Runtime();
 
+  // One step on the adapter's next batch.
   StepResult train_step();
+  // One step on the program's batch, one tensor per graph input: this rank's
+  // data-parallel share of the global batch (train.batch_size / dp samples
+  // along dimension 0; the same tensors on every rank of one dp coordinate),
+  // or the whole global batch on every rank (train.batch_size samples: this
+  // rank's rows are taken).
+  // It is split into parallel.microbatches; the stages take the inputs they
+  // use. A batch missing an input or carrying an extra one, of the wrong
+  // size, dtype or device, is refused (smp::Error naming the input and rank)
+  // before anything runs: the runtime stays usable.
+  StepResult train_step(const Batch& batch);
   // Mean validation loss over `batches` global batches (same on every rank).
   double evaluate(int batches);
+  // The mean loss over the program's batch (this rank's share; same on every rank).
+  double evaluate(const Batch& batch);
+  // Forward only (no gradients, training = false) on the program's inputs:
+  // the named graph values `outputs` (any node's output, or an input), each
+  // the microbatches' values put together along dimension 0, on every rank
+  // (a value computed on another pipeline stage is broadcast over pp). Inputs
+  // only what the outputs need: nodes whose inputs are missing do not run
+  // (e.g. the loss without its targets); an output that needs a missing input
+  // is refused naming both. The batch size need only divide by microbatches.
+  Batch forward(const Batch& inputs, const std::vector<std::string>& outputs);
   // The graph's validation metrics over the last evaluate() (sum / count over
   // its batches and ranks), by name, in declaration order; empty if the graph has none.
   std::vector<std::pair<std::string, double>> validation_metrics() const;

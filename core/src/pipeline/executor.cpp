@@ -77,7 +77,7 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
     const auto& inputs = microbatch_inputs(step, mb, training);
     for (const auto& name : setup_.plan->inputs_of_stage[stage]) {
       auto pos = std::find(g.inputs.begin(), g.inputs.end(), name) - g.inputs.begin();
-      slot.env[name] = inputs.at(pos);
+      if (inputs.at(pos).defined()) slot.env[name] = inputs.at(pos);  // undefined: left out of a forward-only batch
     }
   }
   const std::vector<int>& nodes = setup_.plan->nodes_of_stage[stage];
@@ -85,6 +85,9 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
   for (size_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& node = g.nodes[nodes[i]];
     const std::string& key = node.module_key();
+    if (capture_ && !std::all_of(node.inputs.begin(), node.inputs.end(),
+                                 [&](const std::string& v) { return slot.env.count(v) > 0; }))
+      continue;  // forward only: an input the batch left out
     std::vector<at::Tensor> ins;
     ins.reserve(node.inputs.size());
     for (const auto& v : node.inputs) ins.push_back(slot.env.at(v));
@@ -119,16 +122,25 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
             });
       }
     }
-    for (size_t j = 0; j < outs.size(); ++j) slot.env[node.outputs[j]] = std::move(outs[j]);
+    for (size_t j = 0; j < outs.size(); ++j) {
+      if (capture_ && capture_->count(node.outputs[j])) (*captured_)[node.outputs[j]][mb] = outs[j].detach();
+      slot.env[node.outputs[j]] = std::move(outs[j]);
+    }
   }
-  if (stage == setup_.plan->num_stages() - 1) {
+  if (stage == setup_.plan->num_stages() - 1 && slot.env.count(g.loss)) {
     slot.loss = slot.env.at(g.loss);
+    if (slot.loss.numel() != 1) {
+      std::string shape;
+      for (int64_t d : slot.loss.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw Error("the loss '" + g.loss + "' is not a scalar (shape [" + shape + "]): the graph's loss node must "
+                  "reduce it (a mean over the microbatch's samples, or a sum with a count)");
+    }
     if (!g.loss_count.empty()) slot.loss_count = slot.env.at(g.loss_count);
   }
   // Metrics computed on this stage (not received from the one before).
   for (size_t k = 0; k < g.metrics.size(); ++k) {
     auto s = slot.env.find(g.metrics[k].sum);
-    if (s == slot.env.end() ||
+    if (s == slot.env.end() || !slot.env.count(g.metrics[k].count) ||
         std::find(slot.received.begin(), slot.received.end(), g.metrics[k].sum) != slot.received.end())
       continue;
     metrics_[k].first += s->second.detach().to(at::kDouble).sum().item<double>();
@@ -137,7 +149,11 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
   // Keep only what later work needs: values sent on, and (for backward) everything
   // is referenced by the autograd graph anyway.
   std::map<std::string, at::Tensor> keep;
-  for (const auto& v : setup_.plan->sent_after[stage]) keep[v] = slot.env.at(v);
+  for (const auto& v : setup_.plan->sent_after[stage]) {
+    auto it = slot.env.find(v);
+    if (it != slot.env.end()) keep[v] = it->second;
+    else if (!capture_) throw Error("pipeline: stage " + std::to_string(stage) + " did not compute '" + v + "', which it sends on");
+  }
   slot.env = std::move(keep);
 }
 
@@ -149,7 +165,14 @@ void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
   h[pos++] = static_cast<int64_t>(values.size());
   std::vector<at::Tensor> payload;
   for (const auto& v : values) {
-    at::Tensor t = slot.env.at(v).detach().contiguous();
+    auto found = slot.env.find(v);
+    if (found == slot.env.end()) {  // forward only: not computed here (an input was left out)
+      h[pos++] = -1;
+      h[pos++] = 0;
+      payload.emplace_back();
+      continue;
+    }
+    at::Tensor t = found->second.detach().contiguous();
     if (pos + 2 + t.dim() > kHeaderLen) throw Error("activation header overflow at value '" + v + "'");
     h[pos++] = dtype_code(t.scalar_type());
     h[pos++] = t.dim();
@@ -158,7 +181,8 @@ void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
   }
   pending_sends_.emplace_back(setup_.pp_comm->send(header, peer, tag(0, mb, chunk, 0)), header);
   for (size_t i = 0; i < payload.size(); ++i)
-    pending_sends_.emplace_back(setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)),
+    if (payload[i].defined())
+      pending_sends_.emplace_back(setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)),
                                 payload[i]);
 }
 
@@ -175,8 +199,10 @@ void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool tr
     throw Error("pipeline: stage " + std::to_string(stage) + " expected " + std::to_string(values.size()) +
                 " values from stage " + std::to_string(stage - 1) + ", header says " + std::to_string(h[0]));
   for (size_t i = 0; i < values.size(); ++i) {
-    auto dtype = static_cast<at::ScalarType>(h[pos++]);
+    const int64_t code = h[pos++];
     int64_t ndim = h[pos++];
+    if (code < 0) continue;  // not computed by the sender (forward only)
+    auto dtype = static_cast<at::ScalarType>(code);
     std::vector<int64_t> sizes(h + pos, h + pos + ndim);
     pos += static_cast<int>(ndim);
     at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype).device(setup_.device));
@@ -318,7 +344,7 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
         slots_live += slot.activation_bytes;
         result.activation_peak_bytes = std::max(result.activation_peak_bytes, slots_live);
         result.largest_slot_bytes = std::max(result.largest_slot_bytes, slot.activation_bytes);
-        if (stage == last_stage) {
+        if (stage == last_stage && slot.loss.defined()) {
           setup_.loss->add(result.loss, slot.loss, slot.loss_count);
           result.losses += 1;
         }

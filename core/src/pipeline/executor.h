@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,6 +73,14 @@ class Executor {
   // Training: forward + backward for every microbatch; .grad accumulates the
   // gradient of the summed loss (see LossNormalizer). Evaluation: forwards only.
   ExecutorResult run(const Schedule& schedule, int64_t step, bool training);
+  // Forward-only runs that keep graph values (Runtime::forward): while set, a
+  // node whose inputs are not all there is skipped (an input the batch left
+  // out, e.g. the targets), and every value in `values` this rank computes is
+  // stored in (*sink)[value][microbatch]. Null values: back to normal.
+  void capture(const std::set<std::string>* values, std::map<std::string, std::map<int, at::Tensor>>* sink) {
+    capture_ = values;
+    captured_ = sink;
+  }
 
  private:
   struct Slot;  // one (microbatch, chunk) in flight
@@ -92,6 +101,8 @@ class Executor {
   std::vector<std::pair<double, double>> metrics_;  // this run's metric sums (see ExecutorResult)
   // Sends in flight, with the buffers they read from (they must outlive the send).
   std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
+  const std::set<std::string>* capture_ = nullptr;
+  std::map<std::string, std::map<int, at::Tensor>>* captured_ = nullptr;
 };
 
 }  // namespace smp

@@ -100,18 +100,9 @@ const PluginInfo* PluginRegistry::load_unless_provided(const std::string& path_o
 
 namespace {
 
-// Opens the library and calls its entry point; the descriptor is the plugin's
-// (valid while the library is loaded), its version prefix checked.
-const smp_plugin_descriptor* enter(boost::dll::shared_library& lib, const std::string& path) {
-  try {
-    lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
-    throw Error("plugin " + path + ": cannot be loaded: " + e.what());
-  }
-  if (!lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
-    throw Error("plugin " + path + ": missing entry symbol '" SMP_PLUGIN_ENTRY_SYMBOL
-                "' (is it an smp plugin? build it with smp_add_plugin / SMP_PLUGIN)");
-  auto entry = lib.get<const smp_plugin_descriptor*(const smp_host_api*, smp_error**)>(SMP_PLUGIN_ENTRY_SYMBOL);
+// Calls a plugin's entry point (a library's exported symbol, or a program's
+// in-process entry); the descriptor is the plugin's, its version prefix checked.
+const smp_plugin_descriptor* call_entry(const PluginEntry& entry, const std::string& path) {
   smp_error* err = nullptr;
   const smp_plugin_descriptor* d = nullptr;
   try {
@@ -143,6 +134,21 @@ const smp_plugin_descriptor* enter(boost::dll::shared_library& lib, const std::s
                 " (rebuild the plugin against this core or upgrade the core)");
   require_size(d, SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE, "descriptor", path);
   return d;
+}
+
+// Opens the library and calls its exported entry point (the descriptor is
+// valid while the library is loaded).
+const smp_plugin_descriptor* enter(boost::dll::shared_library& lib, const std::string& path) {
+  try {
+    lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw Error("plugin " + path + ": cannot be loaded: " + e.what());
+  }
+  if (!lib.has(SMP_PLUGIN_ENTRY_SYMBOL))
+    throw Error("plugin " + path + ": missing entry symbol '" SMP_PLUGIN_ENTRY_SYMBOL
+                "' (is it an smp plugin? build it with smp_add_plugin / SMP_PLUGIN)");
+  auto* entry = &lib.get<const smp_plugin_descriptor*(const smp_host_api*, smp_error**)>(SMP_PLUGIN_ENTRY_SYMBOL);
+  return call_entry(PluginEntry(entry), path);
 }
 
 PluginInfo info_of(const smp_plugin_descriptor* d, const std::string& path) {
@@ -207,6 +213,32 @@ const PluginInfo* PluginRegistry::load(const std::string& path_or_name, bool unl
   auto library = std::make_unique<Library>();
   library->path = path;
   const smp_plugin_descriptor* d = enter(library->lib, path);
+  const PluginInfo* info = admit(d, path, unless_provided);
+  if (!info) return nullptr;
+  // Pin an accepted library for the life of the process: autograd nodes and
+  // tensors created by its code may outlive the registry. (A refused one is
+  // unloaded when `library` goes out of scope.)
+  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
+  libraries_.push_back(std::move(library));
+  return info;
+}
+
+const PluginInfo& PluginRegistry::add(const std::string& label, const PluginEntry& entry) {
+  if (!entry) throw Error("in-process plugin '" + label + "': no entry function");
+  const std::string path = "in process: " + label;
+  for (const auto& info : infos_)
+    if (info.path == path) throw Error("plugin " + path + ": a plugin of that label is already registered");
+  const PluginInfo* info = admit(call_entry(entry, path), path, false);
+  entries_.push_back(entry);
+  return *info;
+}
+
+const PluginInfo& PluginRegistry::load_source(const PluginSource& source) {
+  return source.in_process() ? add(source.name, source.entry) : load(source.name);
+}
+
+// Checks a descriptor whole, then registers what it provides.
+const PluginInfo* PluginRegistry::admit(const smp_plugin_descriptor* d, const std::string& path, bool unless_provided) {
   PluginInfo info = info_of(d, path);
   // Validate everything before registering anything, so a refusal leaves no trace.
   const std::string who = "plugin " + path + " ('" + info.name + "')";
@@ -232,11 +264,6 @@ const PluginInfo* PluginRegistry::load(const std::string& path_or_name, bool unl
   register_capabilities(d, info);
   spdlog::debug("loaded plugin '{}' {} (ABI {}.{}) from {}", info.name, info.version, info.abi_major, info.abi_minor,
                 path);
-  // Pin an accepted library for the life of the process: autograd nodes and
-  // tensors created by its code may outlive the registry. (A refused one is
-  // unloaded when `library` goes out of scope.)
-  dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
-  libraries_.push_back(std::move(library));
   infos_.push_back(std::move(info));
   return &infos_.back();
 }

@@ -9,6 +9,7 @@
 #include "optim/mixed_precision.h"
 #include "plugin/graph_builder.h"
 #include "plugin/host_api.h"
+#include "runtime/data_source.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -24,7 +25,7 @@ struct ModelBuilder::Adapter {
   }
 };
 
-ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<std::string>& plugins)
+ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<PluginSource>& plugins)
     : job_(job), mesh_(mesh) {
   load_plugins(plugins);
   create_adapter();
@@ -48,15 +49,22 @@ void ModelBuilder::apply_rules() {
     const int n = mesh_.size(a);
     if (n <= 1) continue;
     const int split = apply_parallel_rules(graph_, registry_, a.name(), n, job_.parallel.tp_replicate_indivisible);
-    if (split == 0 && a != Axis::TP && a != Axis::EP)
-      throw Error(job_.origin + ": parallel.axes." + a.name() + " = " + std::to_string(n) + ": no node of the model is "
-                  "split over \"" + a.name() + "\": no loaded plugin has a \"" + a.name() + "\" rule for its kinds "
-                  "(load one with --plugin or plugins.paths)");
+    // An axis that splits nothing would only repeat the work on each of its ranks.
+    if (split == 0) {
+      const std::string key = std::string(a == Axis::TP || a == Axis::EP ? "parallel." : "parallel.axes.") + a.name();
+      std::string kinds;
+      for (const GraphNode& node : graph_.nodes)
+        if (kinds.find("'" + node.kind + "'") == std::string::npos) kinds += (kinds.empty() ? "'" : ", '") + node.kind + "'";
+      throw Error(job_.origin + ": " + key + " = " + std::to_string(n) + ": no node of the model is split over \"" +
+                  a.name() + "\": no loaded plugin has a \"" + a.name() + "\" rule for its kinds (" + kinds +
+                  "), so every rank of the axis would repeat the same work (load a plugin with such rules, use the "
+                  "SDK's tensor-parallel blocks inside the model, or set " + key + " = 1)");
+    }
   }
 }
 
-void ModelBuilder::load_plugins(const std::vector<std::string>& plugins) {
-  for (const auto& p : plugins) registry_.load(p);
+void ModelBuilder::load_plugins(const std::vector<PluginSource>& plugins) {
+  for (const auto& p : plugins) registry_.load_source(p);
   for (const auto& p : job_.plugins.paths) registry_.load(p);
   for (const char* standard : {"smp_nn", "smp_tp", "smp_partition", "smp_optim"}) registry_.load_unless_provided(standard);
   plugin_tables_ = registry_.check_tables(job_.plugin_tables, job_.origin);
@@ -133,7 +141,7 @@ std::vector<at::Tensor> ModelBuilder::batch(smp_split split, int64_t step, int m
   return result;
 }
 
-void ModelBuilder::plan(Rendezvous* rendezvous) {
+void ModelBuilder::plan(Rendezvous* rendezvous, const DataSource* example) {
   const ParallelConfig& par = job_.parallel;
   microbatches_ = par.microbatches;
   global_batch_ = job_.train.batch_size;
@@ -150,7 +158,10 @@ void ModelBuilder::plan(Rendezvous* rendezvous) {
       throw Error("--estimate-memory: the adapter gives no cost hints for every node, and without them the "
                   "partition needs a profile of the model, which the estimate does not run");
     if (!hinted && mesh_.rank() == 0) {
-      costs = profile_costs(graph_, registry_, [&](int mb) { return batch(SMP_SPLIT_TRAIN, 0, mb); }, job_.train.seed);
+      const AdapterData adapter_data(*this);
+      const DataSource& data = example ? *example : adapter_data;
+      costs = profile_costs(graph_, registry_, [&](int mb) { return data.microbatch(SMP_SPLIT_TRAIN, 0, mb); },
+                            job_.train.seed);
       nlohmann::json j = nlohmann::json::array();
       for (auto& c : costs) j.push_back({c.compute, c.memory});
       rendezvous->set("smp/profile", j.dump());

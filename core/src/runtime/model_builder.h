@@ -8,6 +8,7 @@
 #include <smp/mesh.h>
 #include <smp/model_graph.h>
 #include <smp/plugin_registry.h>
+#include <smp/plugin_source.h>
 #include <smp/stage_plan.h>
 
 #include "graph/loss_normalizer.h"
@@ -22,6 +23,7 @@
 
 namespace smp {
 
+class DataSource;
 class Rendezvous;
 
 class ModelBuilder {
@@ -31,15 +33,16 @@ class ModelBuilder {
   // already provides one of their capabilities), creates the
   // adapter and its graph, selects the activation policies and applies the
   // rules of every axis larger than one.
-  ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<std::string>& plugins);
+  ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<PluginSource>& plugins);
   ~ModelBuilder();
   ModelBuilder(const ModelBuilder&) = delete;
   ModelBuilder& operator=(const ModelBuilder&) = delete;
 
   // Partitions the graph into stages and makes the schedules. Costs come from
   // the adapter's hints, else from rank 0's profile shared through `rendezvous`
-  // (null: none can be had, an error when the hints are missing).
-  void plan(Rendezvous* rendezvous);
+  // (null: none can be had, an error when the hints are missing), profiled on
+  // `example`'s microbatches when given (a program-fed model), else the adapter's.
+  void plan(Rendezvous* rendezvous, const DataSource* example = nullptr);
 
   // The inputs of microbatch `mb` of `step` for this rank's data coordinate.
   std::vector<at::Tensor> batch(smp_split split, int64_t step, int mb) const;
@@ -64,7 +67,7 @@ class ModelBuilder {
 
  private:
   struct Adapter;
-  void load_plugins(const std::vector<std::string>& plugins);
+  void load_plugins(const std::vector<PluginSource>& plugins);
   void create_adapter();
   void apply_rules();
   void check_kinds() const;

@@ -16,6 +16,7 @@
 #include "memory/memory_model.h"
 #include "optim/mixed_precision.h"
 #include "runtime/checkpointing.h"
+#include "runtime/data_source.h"
 #include "runtime/model_builder.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
@@ -25,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 namespace smp {
@@ -57,16 +59,30 @@ Runtime::~Runtime() {
 }
 
 // Top to bottom: config -> mesh and communicators -> plugins, graph, plan -> state -> step.
-std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<std::string>& plugins) {
+std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins) {
+  return create(std::move(config), env, plugins, Batch{});
+}
+
+std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins,
+                                         const Batch& example) {
   config.resolve_layout(env.world_size);
   std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(std::move(config))));
   Impl& s = *rt->impl_;
   s.context = ParallelContext::join(s.job, env);
   s.model = std::make_unique<ModelBuilder>(s.job, s.context->mesh(), plugins);
-  s.model->plan(&s.context->rendezvous());
+  std::optional<ProgramBatch> fed;
+  if (!example.empty()) {
+    ProgramBatch::Rules rules;
+    rules.microbatches = 1;  // any rows: the profile takes one microbatch's worth
+    rules.device = s.context->device();
+    rules.where = "rank " + std::to_string(env.rank) + ": the example batch given to Runtime::create";
+    fed.emplace(example, s.model->graph().inputs, rules);
+  }
+  s.model->plan(&s.context->rendezvous(), fed ? &*fed : nullptr);
   s.state = std::make_unique<TrainState>(s.job, *s.context, *s.model);
   s.update = std::make_unique<OptimizerStep>(s.job.train);
   s.steps = std::make_unique<StepRunner>(s.job, *s.context, *s.model, *s.state);
+  if (fed) s.steps->expect_inputs(fed->spec());
   // The token names this run's temporary checkpoint folders (the same on every rank).
   uint64_t token = 0;
   if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
@@ -75,7 +91,7 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   return rt;
 }
 
-nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std::vector<std::string>& plugins) {
+nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std::vector<PluginSource>& plugins) {
   config.resolve_layout(world_size);
   const JobConfig job = JobConfig::from(config);
   const auto context = ParallelContext::offline(job, world_size);
@@ -105,7 +121,16 @@ StepResult Runtime::train_step() {
   return s.steps->train(*s.update, [&s] { s.checkpoints->writer().wait_for_snapshot(); });
 }
 
+StepResult Runtime::train_step(const Batch& batch) {
+  Impl& s = *impl_;
+  return s.steps->train(*s.update, [&s] { s.checkpoints->writer().wait_for_snapshot(); }, &batch);
+}
+
 double Runtime::evaluate(int batches) { return impl_->steps->evaluate(batches); }
+double Runtime::evaluate(const Batch& batch) { return impl_->steps->evaluate(batch); }
+Batch Runtime::forward(const Batch& inputs, const std::vector<std::string>& outputs) {
+  return impl_->steps->forward(inputs, outputs);
+}
 
 std::vector<std::pair<std::string, double>> Runtime::validation_metrics() const { return impl_->steps->last_metrics(); }
 

@@ -1,10 +1,12 @@
 #include "runtime/step_runner.h"
 
+#include <smp/error.h>
 #include <smp/mesh.h>
 
 #include "base/device.h"
 #include "base/op_profile.h"
 #include "base/trace.h"
+#include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "memory/activation_offload.h"
 #include "memory/gradient_sync.h"
@@ -15,10 +17,13 @@
 #include "runtime/parallel_context.h"
 #include "runtime/train_state.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <set>
 
 namespace smp {
 
@@ -36,7 +41,7 @@ std::vector<std::pair<std::string, double>> metric_values(const std::vector<Mode
 }  // namespace
 
 StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const ModelBuilder& model, TrainState& state)
-    : job_(job), context_(context), model_(model), state_(state) {
+    : job_(job), context_(context), model_(model), state_(state), adapter_data_(model) {
   ExecutorSetup setup;
   setup.graph = &model.graph();
   setup.plan = &model.stage_plan();
@@ -53,9 +58,8 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
     offload_ = std::make_unique<ActivationOffload>(context.device(), job.memory.offload_horizon);
     setup.offload = offload_.get();
   }
-  const ModelBuilder* m = &model;
-  setup.batch = [m](int64_t step, int mb, bool training) {
-    return m->batch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
+  setup.batch = [this](int64_t step, int mb, bool training) {
+    return source_->microbatch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
   };
   executor_ = std::make_unique<Executor>(setup);
   context.groups().reset_stats();
@@ -63,7 +67,57 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
 
 StepRunner::~StepRunner() = default;
 
-StepResult StepRunner::train(const OptimizerStep& update, const std::function<void()>& before_update) {
+namespace {
+
+// Points the executor at a data source for one call, and back at the adapter's after it.
+class UseSource {
+ public:
+  UseSource(const DataSource*& slot, const DataSource* source, const DataSource* fallback)
+      : slot_(slot), fallback_(fallback) {
+    if (source) slot_ = source;
+  }
+  ~UseSource() { slot_ = fallback_; }
+
+ private:
+  const DataSource*& slot_;
+  const DataSource* fallback_;
+};
+
+}  // namespace
+
+ProgramBatch StepRunner::program_batch(const Batch& batch, const std::string& call, int64_t rows, bool allow_missing) {
+  ProgramBatch::Rules rules;
+  rules.microbatches = model_.microbatches();
+  rules.rows = rows;
+  rules.allow_missing = allow_missing;
+  rules.spec = spec_.empty() ? nullptr : &spec_;
+  rules.device = context_.device();
+  rules.where = "rank " + std::to_string(context_.mesh().rank()) + ": " + call;
+  ProgramBatch checked(batch, model_.graph().inputs, rules);
+  if (spec_.empty() && !allow_missing) spec_ = checked.spec();
+  return checked;
+}
+
+// The program may pass the whole global batch on every rank instead of its
+// share: then this rank's data-parallel rows are taken (views).
+Batch StepRunner::share_of(const Batch& batch) const {
+  const int dp = context_.mesh().dp();
+  const int64_t global = model_.global_batch();
+  if (dp == 1 || batch.empty()) return batch;
+  for (const auto& [name, t] : batch)
+    if (!t.defined() || t.dim() == 0 || t.size(0) != global) return batch;
+  const int64_t rows = global / dp, first = context_.mesh().coord(Axis::DP) * rows;
+  Batch mine;
+  for (const auto& [name, t] : batch) mine[name] = t.narrow(0, first, rows);
+  return mine;
+}
+
+StepResult StepRunner::train(const OptimizerStep& update, const std::function<void()>& before_update,
+                             const Batch* batch) {
+  std::optional<ProgramBatch> fed;
+  if (batch)
+    fed.emplace(program_batch(share_of(*batch), "train_step", model_.global_batch() / context_.mesh().dp(), false));
+  UseSource use(source_, fed ? &*fed : nullptr, &adapter_data_);
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const auto t0 = clock::now();
@@ -134,6 +188,113 @@ double StepRunner::evaluate(int batches) {
   const double mean = LossNormalizer::mean(sum_over_world(local, sums, mesh, context_.comm(Axis::World)));
   last_metrics_ = metric_values(metrics, sums);
   return mean;
+}
+
+double StepRunner::evaluate(const Batch& batch) {
+  const ProgramBatch fed = program_batch(share_of(batch), "evaluate", model_.global_batch() / context_.mesh().dp(), false);
+  UseSource use(source_, &fed, &adapter_data_);
+  return evaluate(1);
+}
+
+namespace {
+
+// The graph inputs that `value` depends on and `batch` lacks (its producers' inputs, transitively).
+std::vector<std::string> missing_inputs(const ModelGraph& g, const std::string& value, const Batch& batch) {
+  std::vector<std::string> missing, todo{value};
+  std::set<std::string> seen;
+  while (!todo.empty()) {
+    const std::string v = todo.back();
+    todo.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end()) {
+      if (!batch.count(v)) missing.push_back(v);
+      continue;
+    }
+    for (const GraphNode& n : g.nodes)
+      if (std::find(n.outputs.begin(), n.outputs.end(), v) != n.outputs.end())
+        todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
+  }
+  std::sort(missing.begin(), missing.end());
+  return missing;
+}
+
+// Sends `t` (undefined: "not computed") from pp rank `root` to every pp rank.
+at::Tensor broadcast_value(Communicator& pp, at::Tensor t, int root, const c10::Device& device) {
+  constexpr int kMaxDims = 16;
+  at::Tensor header = at::full({2 + kMaxDims}, -1, at::kLong);
+  if (pp.rank() == root && t.defined()) {
+    if (t.dim() > kMaxDims) throw Error("forward: an output with " + std::to_string(t.dim()) + " dimensions (at most 16)");
+    t = t.contiguous();
+    header[0] = static_cast<int64_t>(t.scalar_type());
+    header[1] = t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d) header[2 + d] = t.size(d);
+  }
+  pp.broadcast(header, root)->wait();
+  const int64_t* h = header.data_ptr<int64_t>();
+  if (h[0] < 0) return {};
+  if (pp.rank() != root)
+    t = at::empty(std::vector<int64_t>(h + 2, h + 2 + h[1]), at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])).device(device));
+  pp.broadcast(t, root)->wait();
+  return t;
+}
+
+}  // namespace
+
+Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& outputs) {
+  c10::NoGradGuard ng;
+  const ModelGraph& g = model_.graph();
+  const StagePlan& plan = model_.stage_plan();
+  const std::string where = "rank " + std::to_string(context_.mesh().rank()) + ": forward";
+  std::map<std::string, int> producer;  // graph value -> the node computing it
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = static_cast<int>(i);
+  std::set<std::string> wanted;
+  for (const auto& name : outputs) {
+    const bool input = std::find(g.inputs.begin(), g.inputs.end(), name) != g.inputs.end();
+    if (!input && !producer.count(name))
+      throw Error(where + ": '" + name + "' is neither a node's output nor an input of the graph");
+    if (input && !inputs.count(name)) throw Error(where + ": output '" + name + "' is a graph input the batch lacks");
+    if (!input) wanted.insert(name);
+  }
+  const ProgramBatch fed = program_batch(inputs, "forward", -1, true);
+  std::map<std::string, std::map<int, at::Tensor>> captured;
+  {
+    UseSource use(source_, &fed, &adapter_data_);
+    executor_->capture(&wanted, &captured);
+    try {
+      executor_->run(model_.eval_schedule(), 0, false);
+    } catch (...) {
+      executor_->capture(nullptr, nullptr);
+      throw;
+    }
+    executor_->capture(nullptr, nullptr);
+  }
+  const DeviceMesh& mesh = context_.mesh();
+  Batch out;
+  for (const auto& name : outputs) {
+    if (!wanted.count(name)) {
+      out[name] = inputs.at(name);
+      continue;
+    }
+    const int owner = plan.rank_of(plan.stage_of_node[static_cast<size_t>(producer.at(name))]);
+    at::Tensor value;
+    if (mesh.coord(Axis::PP) == owner) {
+      std::vector<at::Tensor> parts;
+      for (auto& [mb, t] : captured[name]) parts.push_back(t);
+      if (static_cast<int>(parts.size()) == model_.microbatches())
+        value = parts.front().dim() == 0 ? at::stack(parts) : at::cat(parts, 0);
+    }
+    if (mesh.pp() > 1) value = broadcast_value(context_.comm(Axis::PP), value, owner, context_.device());
+    if (!value.defined()) {
+      std::string need;
+      for (const auto& m : missing_inputs(g, name, inputs)) need += (need.empty() ? "'" : ", '") + m + "'";
+      throw Error(where + ": output '" + name + "' of node '" + g.nodes[static_cast<size_t>(producer.at(name))].name +
+                  "' was not computed: it needs graph input " + (need.empty() ? "(none missing?)" : need) +
+                  ", which the batch lacks");
+    }
+    out[name] = value;
+  }
+  return out;
 }
 
 }  // namespace smp

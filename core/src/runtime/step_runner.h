@@ -3,8 +3,11 @@
 // step's phases, memory account and the graph's metrics are collected.
 #pragma once
 
+#include <smp/batch.h>
 #include <smp/job_config.h>
 #include <smp/runtime.h>
+
+#include "runtime/data_source.h"
 
 #include <functional>
 #include <memory>
@@ -30,8 +33,15 @@ class StepRunner {
 
   // before_update runs after the gradients are reduced and before anything in
   // the state changes (a background checkpoint's copies are waited for there).
-  StepResult train(const OptimizerStep& update, const std::function<void()>& before_update);
+  // batch: the program's (Runtime::train_step(batch)), null for the adapter's.
+  StepResult train(const OptimizerStep& update, const std::function<void()>& before_update,
+                   const Batch* batch = nullptr);
   double evaluate(int batches);
+  double evaluate(const Batch& batch);
+  Batch forward(const Batch& inputs, const std::vector<std::string>& outputs);
+  // The dtypes and ranks program batches must have (from the example given
+  // to create, else the first batch).
+  void expect_inputs(std::vector<InputSpec> spec) { spec_ = std::move(spec); }
   // The graph's validation metrics over the last evaluate().
   const std::vector<std::pair<std::string, double>>& last_metrics() const { return last_metrics_; }
 
@@ -41,7 +51,13 @@ class StepRunner {
   const ModelBuilder& model_;
   TrainState& state_;
   std::unique_ptr<ActivationOffload> offload_;  // memory.offload: checkpointed inputs in host memory
+  // The program's batch checked against the graph and cut into microbatches.
+  ProgramBatch program_batch(const Batch& batch, const std::string& call, int64_t rows, bool allow_missing);
+  Batch share_of(const Batch& batch) const;
   std::unique_ptr<Executor> executor_;
+  AdapterData adapter_data_;
+  const DataSource* source_ = &adapter_data_;  // what the executor reads this run
+  std::vector<InputSpec> spec_;
   std::vector<std::pair<std::string, double>> last_metrics_;
 };
 

@@ -13,6 +13,7 @@
 #include "plugin/module_instance.h"
 #include "runtime/model_builder.h"
 #include "runtime/parallel_context.h"
+#include "runtime/replica_check.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -36,6 +37,7 @@ TrainState::TrainState(const JobConfig& job, const ParallelContext& context, con
     created_bytes_ = created.current();
     parameter_init_peak_ = created.peak();
   }
+  check_replicas();
   lay_out(make_tied_groups());
 }
 
@@ -82,6 +84,17 @@ void TrainState::create_modules() {
       module_order_.push_back(key);
     }
   }
+}
+
+// Data-parallel replicas start from the same values (deferred-init parameters
+// are made from counter-based streams, the same on every replica by construction).
+void TrainState::check_replicas() const {
+  std::vector<ReplicaCandidate> candidates;
+  for (const auto& key : module_order_)
+    for (const auto& p : modules_.at(key)->parameters())
+      if (p.tensor.requires_grad() && !p.init) candidates.push_back({p.name, p.tensor, p.placements.data_parallel_axis()});
+  check_replicas_agree(candidates, context_.mesh(), [this](Axis a) -> Communicator& { return context_.comm(a); },
+                       job_.origin);
 }
 
 // Shared modules whose nodes sit on stages of different pp ranks keep one

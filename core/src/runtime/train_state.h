@@ -78,6 +78,7 @@ class TrainState {
  private:
   struct Trained;  // one trainable parameter as the state sees it
   void create_modules();
+  void check_replicas() const;
   void lay_out(const std::map<std::string, Communicator*>& tied);
   void take_counters(const std::map<std::string, const StateEntry*>& by_name);
   void make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay);

@@ -3,6 +3,8 @@
 
 #include <smp/sdk/module.hpp>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -127,22 +129,30 @@ class Adapter {
   virtual std::vector<at::Tensor> batch(const BatchRequest& request) = 0;
 };
 
+// Makes an adapter registered with a function (PluginBuilder::adapter(name, factory)).
+using AdapterFactory = std::function<std::unique_ptr<Adapter>(const Json& model_config, const AdapterContext& context)>;
+
 namespace detail {
 struct AdapterBox {
   Adapter* impl;
 };
 template <class T>
 struct AdapterTable {
-  static smp_error* create(void*, const char* config_json, const smp_adapter_context* ctx, smp_adapter** out) {
+  static smp_error* create(void* state, const char* config_json, const smp_adapter_context* ctx, smp_adapter** out) {
     return guard([&] {
       Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
       const AdapterContext actx = AdapterContext::from(ctx);
       auto* box = new AdapterBox{nullptr};
       try {
-        if constexpr (std::is_constructible_v<T, const Json&, const AdapterContext&>)
+        if constexpr (std::is_abstract_v<T>) {
+          auto made = (*static_cast<const AdapterFactory*>(state))(cfg, actx);
+          if (!made) throw Error("the adapter factory made no adapter");
+          box->impl = made.release();
+        } else if constexpr (std::is_constructible_v<T, const Json&, const AdapterContext&>) {
           box->impl = new T(cfg, actx);
-        else
+        } else {
           box->impl = new T(cfg, actx.seed);
+        }
       } catch (...) {
         delete box;
         throw;

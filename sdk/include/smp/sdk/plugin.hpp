@@ -53,6 +53,24 @@ class PluginBuilder {
     return *this;
   }
 
+  // A module kind made by a function instead of a class's constructor: the
+  // function may hold state (a program's own modules, see torch_module.hpp).
+  PluginBuilder& module(const std::string& kind, ModuleFactory factory, uint32_t memory_features = 0) {
+    module<Module>(kind, memory_features);
+    smp_module_kind& k = kinds_.back();
+    k.state = &module_factories_.emplace_back(std::move(factory));
+    k.create = &detail::FactoryModuleKind::create;
+    return *this;
+  }
+
+  // An adapter made by a function (it may hold state: a program's model description).
+  PluginBuilder& adapter(const std::string& name, AdapterFactory factory) {
+    adapter<Adapter>(name);
+    smp_model_adapter& a = adapters_.back();
+    a.state = &adapter_factories_.emplace_back(std::move(factory));
+    return *this;
+  }
+
   template <class T>
   PluginBuilder& adapter(const std::string& name) {
     smp_model_adapter a{};
@@ -149,6 +167,7 @@ class PluginBuilder {
     return *this;
   }
   const std::vector<std::pair<uint32_t, std::string>>& required_host_extensions() const { return required_; }
+  const std::string& descriptor_name() const { return name_; }
 
   // Valid as long as the builder lives (the macro keeps it in a static).
   const smp_plugin_descriptor* descriptor() {
@@ -248,6 +267,8 @@ class PluginBuilder {
 
   std::string name_, version_;
   std::deque<std::string> strings_;
+  std::deque<ModuleFactory> module_factories_;    // smp_module_kind::state of factory kinds
+  std::deque<AdapterFactory> adapter_factories_;  // smp_model_adapter::state of factory adapters
   std::deque<smp_module_kind> kinds_;
   std::deque<smp_model_adapter> adapters_;
   std::deque<smp_partition_strategy> partitioners_;

@@ -1,0 +1,90 @@
+#include "runtime/data_source.h"
+
+#include <smp/error.h>
+
+#include "runtime/model_builder.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace smp {
+
+std::vector<at::Tensor> AdapterData::microbatch(smp_split split, int64_t step, int mb) const {
+  return model_.batch(split, step, mb);
+}
+
+namespace {
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+ProgramBatch::ProgramBatch(const Batch& batch, const std::vector<std::string>& graph_inputs, const Rules& rules)
+    : names_(graph_inputs), inputs_(graph_inputs.size()), microbatches_(rules.microbatches) {
+  const std::string& where = rules.where;
+  for (const auto& [name, tensor] : batch)
+    if (std::find(graph_inputs.begin(), graph_inputs.end(), name) == graph_inputs.end())
+      throw Error(where + ": batch input '" + name + "' is not an input of the graph (inputs: " +
+                  listed(graph_inputs) + ")");
+  rows_ = -1;
+  std::string first;
+  for (size_t i = 0; i < graph_inputs.size(); ++i) {
+    const std::string& name = graph_inputs[i];
+    auto it = batch.find(name);
+    if (it == batch.end()) {
+      if (rules.allow_missing) continue;
+      throw Error(where + ": the batch lacks graph input '" + name + "' (inputs: " + listed(graph_inputs) + ")");
+    }
+    const at::Tensor& t = it->second;
+    const std::string what = where + ": batch input '" + name + "'";
+    if (!t.defined()) throw Error(what + " is an undefined tensor");
+    if (t.dim() == 0) throw Error(what + " is 0-d: samples go along dimension 0");
+    if (!t.device().is_cpu() && t.device() != rules.device)
+      throw Error(what + " is on " + t.device().str() + "; this rank computes on " + rules.device.str() +
+                  " (pass CPU tensors or tensors on that device)");
+    if (rules.spec) {
+      for (const InputSpec& s : *rules.spec)
+        if (s.name == name && (s.dtype != t.scalar_type() || s.ndim != t.dim()))
+          throw Error(what + " is " + std::string(c10::toString(t.scalar_type())) + " with " +
+                      std::to_string(t.dim()) + " dimensions; the model was planned for " +
+                      c10::toString(s.dtype) + " with " + std::to_string(s.ndim) + " (the first batch's)");
+    }
+    if (rows_ < 0) {
+      rows_ = t.size(0);
+      first = name;
+    } else if (t.size(0) != rows_) {
+      throw Error(what + " has " + std::to_string(t.size(0)) + " samples (dimension 0), input '" + first + "' has " +
+                  std::to_string(rows_));
+    }
+    inputs_[i] = t;
+  }
+  if (rows_ < 0) throw Error(where + ": the batch holds no graph input (inputs: " + listed(graph_inputs) + ")");
+  if (rules.rows >= 0 && rows_ != rules.rows)
+    throw Error(where + ": the batch has " + std::to_string(rows_) + " samples; this rank's share of the global batch "
+                "is " + std::to_string(rules.rows) + " (train.batch_size / parallel.dp; or pass the whole global batch)");
+  if (rows_ == 0 || rows_ % microbatches_ != 0)
+    throw Error(where + ": the batch's " + std::to_string(rows_) + " samples do not split into parallel.microbatches = " +
+                std::to_string(microbatches_) + " equal microbatches");
+}
+
+std::vector<at::Tensor> ProgramBatch::microbatch(smp_split, int64_t, int mb) const {
+  const int64_t per = rows_ / microbatches_;
+  std::vector<at::Tensor> out(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].defined()) out[i] = inputs_[i].narrow(0, mb * per, per);
+  return out;
+}
+
+std::vector<InputSpec> ProgramBatch::spec() const {
+  std::vector<InputSpec> out;
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].defined()) out.push_back({names_[i], inputs_[i].scalar_type(), inputs_[i].dim()});
+  return out;
+}
+
+}  // namespace smp

@@ -1,0 +1,76 @@
+// Where a step's microbatches come from: the adapter's batches (by step and
+// global sample index) or a batch of the program's own tensors. The executor
+// asks one of them for the graph inputs of each microbatch.
+#pragma once
+
+#include <smp/abi.h>
+#include <smp/batch.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace smp {
+
+class ModelBuilder;
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // The graph inputs of microbatch `mb` of `step`, in graph-input order (an
+  // input the source lacks is an undefined tensor).
+  virtual std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const = 0;
+};
+
+// The adapter's batches (ModelBuilder::batch).
+class AdapterData final : public DataSource {
+ public:
+  explicit AdapterData(const ModelBuilder& model) : model_(model) {}
+  std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
+
+ private:
+  const ModelBuilder& model_;
+};
+
+// What a program batch's inputs must look like once one has been seen (the
+// example given to create, or the first batch): dtype and dimensions per input.
+struct InputSpec {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;
+  int64_t ndim = 0;
+};
+
+// A batch of the program's tensors, checked and cut into microbatches along
+// dimension 0 (views, no copies).
+class ProgramBatch final : public DataSource {
+ public:
+  struct Rules {
+    int microbatches = 1;
+    int64_t rows = -1;           // the rows it must have; -1: any positive multiple of microbatches
+    bool allow_missing = false;  // forward only: inputs may be left out
+    const std::vector<InputSpec>* spec = nullptr;  // dtypes and ranks to match (null: none yet)
+    c10::Device device = c10::Device(c10::kCPU);   // the rank's device (CPU tensors are moved there)
+    std::string where;           // "rank 3: train_step" for messages
+  };
+  // Throws smp::Error naming the input and `rules.where` for an input the
+  // graph lacks, a missing one, an undefined or 0-d tensor, a row count that
+  // is not `rows` (or not a multiple of microbatches), rows that differ between
+  // inputs, another device, or a dtype / rank other than the spec's.
+  ProgramBatch(const Batch& batch, const std::vector<std::string>& graph_inputs, const Rules& rules);
+  std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
+  // The inputs' dtypes and ranks (for the spec later batches must match).
+  std::vector<InputSpec> spec() const;
+  int64_t rows() const { return rows_; }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> inputs_;  // graph-input order; undefined where missing
+  int microbatches_ = 1;
+  int64_t rows_ = 0;
+};
+
+}  // namespace smp

@@ -1,0 +1,260 @@
+// A program's own torch::nn::Module, fed with its own batches, equals the
+// serial run on every layout: losses, gradient norms (SGD, no clipping: the
+// gradient's scale shows in the parameters), parameters and the forward-only
+// scores. Real ranks through smp-launch (program_worker.cpp); plus the
+// in-process plugin's ABI checks and the bad inputs.
+#include "proc_util.h"
+
+#include <smp/error.h>
+#include <smp/plugin_registry.h>
+#include <smp/sdk/in_process.hpp>
+#include <smp/sdk/torch_module.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+namespace {
+
+namespace fs = boost::filesystem;
+
+struct Job {
+  int exit_code = -1;
+  std::string output, dir;
+  std::vector<nlohmann::json> ranks;
+};
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+Job launch(int nproc, const std::vector<std::string>& worker_args) {
+  Job r;
+  r.dir = (fs::temp_directory_path() / fs::unique_path("smp-program-%%%%-%%%%")).string();
+  fs::create_directories(r.dir);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
+                      " --master-port " + std::to_string(smp_test::free_port()) + " --worker " +
+                      quote(SMP_PROGRAM_WORKER) + " -- --out " + quote(r.dir);
+    for (const auto& a : worker_args) cmd += " " + quote(a);
+    cmd += " 2>&1";
+    r.output.clear();
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf{};
+    while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+    const int status = pipe ? pclose(pipe) : -1;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r.exit_code == 0 || r.output.find("Address already in use") == std::string::npos) break;
+  }
+  for (int rank = 0; rank < nproc; ++rank) {
+    std::ifstream in(r.dir + "/rank-" + std::to_string(rank) + ".json");
+    if (in) r.ranks.push_back(nlohmann::json::parse(in));
+  }
+  return r;
+}
+
+std::vector<std::string> sets(const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  for (const auto& o : overrides) out.insert(out.end(), {"--set", o});
+  return out;
+}
+
+// Every parameter by name over the ranks (each held whole on the ranks that hold it).
+std::map<std::string, std::vector<double>> parameters(const Job& r) {
+  std::map<std::string, std::vector<double>> all;
+  for (const auto& rank : r.ranks)
+    for (const auto& [name, v] : rank["params"].items()) all[name] = v.get<std::vector<double>>();
+  return all;
+}
+
+double worst_gap(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// The scores of the held-out inputs, all dp shares in order.
+std::vector<double> scores(const Job& r) {
+  std::map<int, std::vector<double>> by_dp;
+  for (const auto& rank : r.ranks) by_dp[rank["dp_rank"].get<int>()] = rank["scores"].get<std::vector<double>>();
+  std::vector<double> out;
+  for (const auto& [dp, v] : by_dp) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+const Job& serial() {
+  static const Job r = launch(1, sets({"parallel.microbatches=2"}));
+  return r;
+}
+
+// Measured: losses and norms agree to ~1e-7 relative, parameters to ~1e-7 absolute
+// (sums in another order); the bounds are a few times that.
+void expect_serial(int nproc, const std::vector<std::string>& overrides) {
+  const Job& one = serial();
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(one.ranks.size(), 1u) << one.output;
+  const Job r = launch(nproc, sets(overrides));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(static_cast<int>(r.ranks.size()), nproc) << r.output;
+  const auto& ref = one.ranks[0];
+  for (const char* series : {"losses", "grad_norms"}) {
+    const auto a = r.ranks[0][series].get<std::vector<double>>(), b = ref[series].get<std::vector<double>>();
+    ASSERT_EQ(a.size(), 4u);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << series << " step " << i << "\n" << r.output;
+  }
+  EXPECT_NEAR(r.ranks[0]["eval"].get<double>(), ref["eval"].get<double>(), 1e-6) << r.output;
+  const auto mine = parameters(r), theirs = parameters(one);
+  ASSERT_EQ(mine.size(), theirs.size());
+  ASSERT_GE(theirs.size(), 10u);  // 5 children: 2 + 3 x 4 parameters
+  for (const auto& [name, v] : theirs) {
+    ASSERT_TRUE(mine.count(name)) << "missing parameter " << name;
+    EXPECT_LT(worst_gap(mine.at(name), v), 1e-6) << name;
+  }
+  EXPECT_LT(worst_gap(scores(r), scores(one)), 1e-6);
+}
+
+// The serial run itself moved: a test of equality between runs that did not train would pass.
+TEST(ProgramModel, SerialRunTrains) {
+  const Job& one = serial();
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto losses = one.ranks.at(0)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_NE(losses.front(), losses.back());
+  EXPECT_EQ(scores(one).size(), 8u * 4u);  // 8 held-out samples x 4 classes
+}
+
+TEST(ProgramModel, PipelineOfTwoEqualsSerial) {
+  expect_serial(2, {"parallel.pp=2", "parallel.microbatches=2", "parallel.schedule=1f1b"});
+}
+
+TEST(ProgramModel, DataParallelZero3EqualsSerial) {
+  expect_serial(2, {"parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"});
+}
+
+TEST(ProgramModel, PipelineByDataParallelWithCheckpointingEqualsSerial) {
+  expect_serial(4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2", "memory.checkpoint=[\"net\"]"});
+}
+
+// Saved after 2 steps, loaded by a fresh run: steps 3 and 4 are the uninterrupted run's, bit for bit.
+TEST(ProgramModel, CheckpointResumesBitForBit) {
+  const std::string ckpt = (fs::temp_directory_path() / fs::unique_path("smp-program-ckpt-%%%%")).string();
+  const Job full = launch(2, {"--save-at", "2", "--save", ckpt, "--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const Job resumed = launch(2, {"--load", ckpt, "--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto a = full.ranks.at(0)["losses"].get<std::vector<double>>();
+  const auto b = resumed.ranks.at(0)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(a[2], b[0]);
+  EXPECT_EQ(a[3], b[1]);
+  EXPECT_EQ(worst_gap(scores(full), scores(resumed)), 0.0);
+}
+
+// Replicas built from differently seeded models are refused, naming the parameter.
+TEST(ProgramModel, DifferentReplicasAreRefused) {
+  const Job r = launch(2, {"--seed-per-rank", "--set", "parallel.dp=2"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "parameter 'net.0.weight' starts with different values on world ranks 0 and 1"))
+      << r.output;
+}
+
+// tp 2 for a model none of whose kinds has a tp rule: refused, naming the axis.
+TEST(ProgramModel, TensorParallelWithNothingToSplitIsRefused) {
+  const Job r = launch(2, sets({"parallel.tp=2"}));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "parallel.tp = 2: no node of the model is split over \"tp\"")) << r.output;
+}
+
+TEST(ProgramModel, BadBatchesAreRefusedAndTheRuntimeStaysUsable) {
+  const Job r = launch(1, {"--bad-inputs"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"missing", "rank 0: train_step: the batch lacks graph input 'y'"},
+      {"extra", "rank 0: train_step: batch input 'z' is not an input of the graph (inputs: x, y)"},
+      {"size", "the batch has 3 samples; this rank's share of the global batch is 8"},
+      {"dtype", "batch input 'x' is Double with 2 dimensions; the model was planned for Float with 2"},
+      {"shape", "batch input 'x' is Float with 3 dimensions; the model was planned for Float with 2"},
+      {"rows", "batch input 'y' has 1 samples (dimension 0), input 'x' has 8"},
+      {"throws", "node 'loss'"},
+  };
+  for (const auto& [what, message] : expected) {
+    EXPECT_TRUE(smp_test::contains(r.output, "refused " + what + ": ")) << what << "\n" << r.output;
+    EXPECT_TRUE(smp_test::contains(r.output, message)) << what << ": " << message << "\n" << r.output;
+  }
+  EXPECT_FALSE(smp_test::contains(r.output, "accepted:")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "after refusals: step 0 loss")) << r.output;
+}
+
+struct Scale : smp::sdk::Module {
+  Scale(const smp::sdk::Json&, const smp::sdk::ModuleContext&) {}
+  std::vector<at::Tensor> forward(const smp::sdk::Call& call) override { return {call.inputs.at(0) * 2}; }
+};
+
+smp::sdk::InProcessPlugin scale_plugin(const std::string& name) {
+  return smp::sdk::InProcessPlugin(std::move(smp::sdk::PluginBuilder(name, "1.0").module<Scale>(name + "_scale")));
+}
+
+TEST(InProcessPlugin, RegistersLikeAFile) {
+  smp::PluginRegistry registry;
+  const auto plugin = scale_plugin("inproc");
+  const smp::PluginInfo& info = registry.load_source(plugin);
+  EXPECT_EQ(info.path, "in process: inproc");
+  EXPECT_EQ(info.name, "inproc");
+  ASSERT_NE(registry.module_kind("inproc_scale"), nullptr);
+  EXPECT_EQ(registry.provider("inproc_scale"), "inproc");
+  // The same capability again, from another plugin: refused, like a file's.
+  try {
+    registry.load_source(smp::PluginSource("again", scale_plugin("inproc").entry()));
+    FAIL() << "a module kind registered twice was accepted";
+  } catch (const smp::Error& e) {
+    EXPECT_TRUE(smp_test::contains(e.what(), "module kind 'inproc_scale' is already registered by plugin 'inproc'"))
+        << e.what();
+  }
+}
+
+TEST(InProcessPlugin, RefusedForAnotherAbiOrLibTorch) {
+  {
+    auto plugin = scale_plugin("major");
+    plugin.descriptor_for_test()->abi_major = SMP_ABI_VERSION_MAJOR + 1;
+    smp::PluginRegistry registry;
+    try {
+      registry.load_source(plugin);
+      FAIL() << "another ABI major was accepted";
+    } catch (const smp::Error& e) {
+      EXPECT_TRUE(smp_test::contains(e.what(), "plugin in process: major ('major 1.0'): built for smp ABI")) << e.what();
+      EXPECT_TRUE(smp_test::contains(e.what(), "major versions differ")) << e.what();
+    }
+    EXPECT_TRUE(registry.plugins().empty());
+  }
+  {
+    auto plugin = scale_plugin("newer");
+    plugin.descriptor_for_test()->abi_minor = SMP_ABI_VERSION_MINOR + 1;
+    smp::PluginRegistry registry;
+    EXPECT_THROW(registry.load_source(plugin), smp::Error);
+  }
+  {
+    auto plugin = scale_plugin("torch");
+    plugin.descriptor_for_test()->torch_version = "0.0.1";
+    smp::PluginRegistry registry;
+    try {
+      registry.load_source(plugin);
+      FAIL() << "another LibTorch was accepted";
+    } catch (const smp::Error& e) {
+      EXPECT_TRUE(smp_test::contains(e.what(), "built against LibTorch 0.0.1")) << e.what();
+    }
+    EXPECT_EQ(registry.module_kind("torch_scale"), nullptr);
+  }
+}
+
+}  // namespace

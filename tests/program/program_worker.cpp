@@ -1,0 +1,151 @@
+// A LibTorch program that trains its own torch::nn::Module through smp, as a
+// user's program would: the model is built in plain LibTorch (with a
+// data-dependent branch inside forward), handed over as a TorchModel, and fed
+// batches the program makes itself. Run under smp-launch (one process per
+// rank) by program_test.cpp, which compares the layouts' results.
+//
+//   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
+//                  [--bad-inputs] [--frozen-seed-per-rank]
+//
+// Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
+// holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
+#include <smp/smp.h>
+#include <smp/sdk/torch_module.hpp>
+
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kDim = 8, kClasses = 4, kBatch = 8;
+
+// A residual block whose forward branches on each sample's values: a sample
+// whose hidden activations are large on average takes a damped path.
+struct GatedBlockImpl : torch::nn::Module {
+  explicit GatedBlockImpl(int64_t d)
+      : fc1(register_module("fc1", torch::nn::Linear(d, 2 * d))), fc2(register_module("fc2", torch::nn::Linear(2 * d, d))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor h = torch::relu(fc1->forward(x));
+    std::vector<torch::Tensor> rows;
+    for (int64_t i = 0; i < h.size(0); ++i) {
+      torch::Tensor r = h[i];
+      if (r.mean().item<float>() > 0.3f) r = r * 0.5;  // data-dependent control flow
+      rows.push_back(r);
+    }
+    return x + fc2->forward(torch::stack(rows));
+  }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(GatedBlock);
+
+// The global batch of a step, the same on every rank; each dp rank takes its rows.
+std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step) {
+  auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
+  torch::Tensor x = at::randn({kBatch, kDim}, gen);
+  torch::Tensor y = at::randint(0, kClasses, {kBatch}, gen, at::kLong);
+  return {x, y};
+}
+
+nlohmann::json values(const torch::Tensor& t) {
+  torch::Tensor c = t.detach().to(torch::kCPU, torch::kDouble).contiguous().flatten();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"program_worker"};
+  std::string out_dir, save_dir, load_dir;
+  std::vector<std::string> overrides;
+  int steps = 4, save_at = -1;
+  bool bad_inputs = false, seed_per_rank = false;
+  app.add_option("--out", out_dir)->required();
+  app.add_option("--steps", steps);
+  app.add_option("--set", overrides);
+  app.add_option("--save-at", save_at);
+  app.add_option("--save", save_dir);
+  app.add_option("--load", load_dir);
+  app.add_flag("--bad-inputs", bad_inputs);
+  app.add_flag("--seed-per-rank", seed_per_rank);
+  CLI11_PARSE(app, argc, argv);
+  const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
+  try {
+    // The program's own model, built the same way on every rank.
+    torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
+    torch::nn::Sequential net(torch::nn::Linear(kDim, kDim), GatedBlock(kDim), GatedBlock(kDim), GatedBlock(kDim),
+                              torch::nn::Linear(kDim, kClasses));
+
+    smp::sdk::TorchModel model("gated");
+    model.input("x").input("y").sequential("net", net, "x", "logits").loss(
+        "loss", [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); },
+        {"logits", "y"});
+    std::vector<std::string> config = {"train.steps=" + std::to_string(steps), "train.batch_size=8",
+                                       "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
+                                       "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
+                                       "run.timeout_s=120", "run.dir=" + out_dir};
+    config.insert(config.end(), overrides.begin(), overrides.end());
+    const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
+    const auto [x0, y0] = global_batch(0);
+    auto rt = smp::Runtime::create(cfg, env, {model.plugin()}, {{"x", x0}, {"y", y0}});
+    const int dp = rt->mesh().size(smp::Axis::DP), dp_rank = rt->mesh().coord(smp::Axis::DP);
+    const int64_t rows = kBatch / dp;
+    auto share = [&](const torch::Tensor& t) { return t.narrow(0, dp_rank * rows, rows); };
+
+    if (bad_inputs) {
+      const auto [x, y] = global_batch(0);
+      auto refused = [&](const std::string& what, const smp::Batch& b) {
+        try {
+          rt->train_step(b);
+          std::cout << "accepted: " << what << "\n";
+        } catch (const smp::Error& e) {
+          std::cout << "refused " << what << ": " << e.what() << "\n";
+        }
+      };
+      refused("missing", {{"x", share(x)}});
+      refused("extra", {{"x", share(x)}, {"y", share(y)}, {"z", share(y)}});
+      refused("size", {{"x", x.narrow(0, 0, 3)}, {"y", y.narrow(0, 0, 3)}});
+      refused("dtype", {{"x", share(x).to(torch::kDouble)}, {"y", share(y)}});
+      refused("shape", {{"x", share(x).unsqueeze(1)}, {"y", share(y)}});
+      refused("rows", {{"x", share(x)}, {"y", y.narrow(0, 0, 1)}});
+      refused("throws", {{"x", share(x)}, {"y", share(y) + 100}});  // class ids out of range: cross_entropy throws
+      // Still usable: a good step trains.
+      const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
+      std::cout << "after refusals: step " << r.step << " loss " << r.loss << "\n";
+      rt->shutdown();
+      return 0;
+    }
+
+    if (!load_dir.empty()) rt->load(load_dir);
+    nlohmann::json result;
+    result["losses"] = nlohmann::json::array();
+    result["grad_norms"] = nlohmann::json::array();
+    for (int64_t s = rt->steps_done(); s < steps; ++s) {
+      const auto [x, y] = global_batch(s);
+      const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
+      result["losses"].push_back(r.loss);
+      result["grad_norms"].push_back(r.grad_norm);
+      if (save_at == s + 1) rt->save(save_dir);
+    }
+    result["eval"] = rt->evaluate({{"x", share(global_batch(99).first)}, {"y", share(global_batch(99).second)}});
+    // Forward only, without the targets: the scores of new inputs (this rank's share).
+    const smp::Batch scored = rt->forward({{"x", share(global_batch(50).first)}}, {"logits"});
+    result["scores"] = values(scored.at("logits"));
+    result["dp_rank"] = dp_rank;
+    nlohmann::json params = nlohmann::json::object();
+    for (const auto& p : rt->gather_parameters()) params[p.name] = values(p.tensor);
+    result["params"] = params;
+    std::ofstream(out_dir + "/rank-" + std::to_string(env.rank) + ".json") << result.dump();
+    rt->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << env.rank << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
