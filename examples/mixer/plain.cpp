@@ -1,5 +1,5 @@
-// The MLP-Mixer trained by a plain LibTorch loop (compare smp.cpp).
-//   mixer_plain [steps]
+// The MLP-Mixer example: plain.cpp trains it with a plain LibTorch loop,
+// smp.cpp through smp (docs/embedding.md shows the difference).
 #include "mixer.h"
 
 #include <cstdlib>

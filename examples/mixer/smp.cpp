@@ -1,12 +1,8 @@
-// The MLP-Mixer of plain.cpp trained through smp: the same model, data and
-// loop, partitioned over pp and replicated over dp by `smp-launch`.
-//   smp-launch --nproc-per-node 2 --worker mixer_smp -- [steps] [key=value ...]
+// The MLP-Mixer example: plain.cpp trains it with a plain LibTorch loop,
+// smp.cpp through smp (docs/embedding.md shows the difference).
 #include "mixer.h"
+#include <smp/torch.h>
 
-#include <smp/smp.h>
-#include <smp/sdk/torch_module.hpp>
-
-#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -14,20 +10,17 @@ int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
   torch::manual_seed(0);
   torch::nn::Sequential net = make_mixer(4);
-  smp::sdk::TorchModel model("mixer");
-  model.input("images").input("labels").sequential("net", net, "images", "scores").loss("loss",
-      [](torch::Tensor s, torch::Tensor y) { return torch::nn::functional::cross_entropy(s, y); }, {"scores", "labels"});
-  std::vector<std::string> settings = {"train.optimizer=sgd", "train.lr=0.1", "train.min_lr=0.1",
-                                       "train.weight_decay=0", "train.grad_clip=0", "train.batch_size=32"};
-  settings.insert(settings.end(), argv + std::min(argc, 2), argv + argc);  // pp, dp, ... as key=value
-  smp::Config config = smp::Config::from_string("", "mixer", settings);
-  auto [example, example_labels] = make_batch(0);
+  smp::sdk::TorchModel model = smp::sdk::TorchModel("mixer").input("images").input("labels").sequential("net", net,
+      "images", "scores").loss("loss", [](auto s, auto y) { return torch::nn::functional::cross_entropy(s, y); },
+      {"scores", "labels"});
+  smp::Config config = smp::Config::from_string("train = { optimizer = 'sgd', lr = 0.1, min_lr = 0.1, weight_decay = 0,"
+      " grad_clip = 0, batch_size = 32 }", "mixer", {argv + (argc > 1 ? 2 : 1), argv + argc});  // + key=value args
   auto runtime = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {model.plugin()},
-                                      {{"images", example}, {"labels", example_labels}});
+      {{"images", make_batch(0).first}, {"labels", make_batch(0).second}});  // an example batch, for the profile
   for (int step = 0; step < steps; ++step) {
     auto [images, labels] = make_batch(step);
-    smp::StepResult result = runtime->train_step({{"images", images}, {"labels", labels}});
-    std::cout << "step " << step << " loss " << result.loss << "\n";
+    torch::Tensor loss = torch::tensor(runtime->train_step({{"images", images}, {"labels", labels}}).loss);
+    std::cout << "step " << step << " loss " << loss.item<double>() << "\n";
   }
   auto [images, labels] = make_batch(1000);
   torch::NoGradGuard no_grad;

@@ -191,6 +191,34 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   EXPECT_NE(listing.find("module kinds: example_scale\n"), std::string::npos) << listing;
   // It runs against the installed libsmp_core, whose plugin folder is in the install.
   EXPECT_NE(listing.find((libdir / "smp/plugins").string()), std::string::npos) << listing;
+
+  // 6. A LibTorch program and its smp version (examples/mixer): the smp one
+  //    trains the program's own modules on its own batches under pp 2 and
+  //    dp 2 through the installed launcher, from the plain loop's first loss.
+  const fs::path mixer_build = work / "mixer-build";
+  RUN_OK("configure examples/mixer",
+         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/mixer") + " -B " + q(mixer_build) +
+             cmake_project_args(prefix),
+         work / "mixer-configure.log");
+  RUN_OK("build examples/mixer", q(cmake) + " --build " + q(mixer_build), work / "mixer-build.log");
+  RUN_OK("run mixer_plain", q(mixer_build / "mixer_plain") + " 3", work / "mixer-plain.log");
+  auto first_loss = [](const std::string& log) {
+    const size_t at = log.find("step 0 loss ");
+    return at == std::string::npos ? -1.0 : std::stod(log.substr(at + 12));
+  };
+  const double plain = first_loss(read(work / "mixer-plain.log"));
+  ASSERT_GT(plain, 0) << read(work / "mixer-plain.log");
+  for (const std::string layout : {"parallel.pp=2", "parallel.dp=2"}) {
+    const fs::path log = work / ("mixer-smp-" + layout + ".log");
+    RUN_OK("run mixer_smp " + layout,
+           q(prefix / "bin/smp-launch") + " --nproc-per-node 2 --worker " + q(mixer_build / "mixer_smp") + " -- 3 " +
+               layout + " run.log_to_file=false run.dir=" + q(work / "mixer-run"),
+           log);
+    const std::string out = read(log);
+    EXPECT_NEAR(first_loss(out), plain, 1e-5 * plain) << out;
+    EXPECT_NE(out.find("step 2 loss "), std::string::npos) << out;
+    EXPECT_NE(out.find("held-out accuracy "), std::string::npos) << out;
+  }
 }
 
 }  // namespace
