@@ -154,7 +154,9 @@ int main(int argc, char** argv) {
     smp::Config config = smp::Config::load(config_path, overrides);
     smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
                        env.rank == 0);
-    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()});
+    smp::RuntimeOptions options;
+    options.training_loop = true;  // run_training acts on the loop's keys
+    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()}, options);
     smp::run_training(*runtime);
     runtime->shutdown();
     return 0;

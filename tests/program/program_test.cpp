@@ -161,6 +161,32 @@ TEST(ProgramModel, CheckpointResumesBitForBit) {
   EXPECT_EQ(worst_gap(scores(full), scores(resumed)), 0.0);
 }
 
+// A program driving the Runtime gets run.checkpoint_every and run.resume
+// acted on: a 2-step run saves step-2, a 4-step run in the same run.dir
+// resumes from it (auto), and its steps 3 and 4 are the uninterrupted run's.
+TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
+  const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
+  const Job first = launch(1, {"--steps", "2", "--set", "run.checkpoint_every=2", "--set", "run.dir=" + run_dir,
+                               "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(fs::exists(fs::path(run_dir) / "checkpoints/step-00000002")) << first.output;
+  const Job second = launch(1, {"--set", "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto resumed = second.ranks.at(0)["losses"].get<std::vector<double>>();
+  const auto full = serial().ranks.at(0)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(resumed.size(), 2u) << second.output;
+  EXPECT_EQ(resumed[0], full.at(2));
+  EXPECT_EQ(resumed[1], full.at(3));
+}
+
+// A key only the training loop acts on is refused, not ignored.
+TEST(ProgramModel, LoopOnlyKeysAreRefused) {
+  const Job r = launch(1, sets({"run.trace=true"}));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "--set run.trace=true: run.trace is acted on only by the training loop"))
+      << r.output;
+}
+
 // Replicas built from differently seeded models are refused, naming the parameter.
 TEST(ProgramModel, DifferentReplicasAreRefused) {
   const Job r = launch(2, {"--seed-per-rank", "--set", "parallel.dp=2"});

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,11 +113,30 @@ struct StepResult {
   // gradients overflowed so the optimizer skipped it (the scale was then halved).
   double loss_scale = 1;
   bool skipped = false;
+  // train.val_every, when the program drives the runtime (not run_training):
+  // the validation loss evaluated after this step, NaN when it did not validate.
+  double validation_loss = std::numeric_limits<double>::quiet_NaN();
   StepPhases phases;
   MemoryAccount memory;
   // The graph's metrics (graph.metric) over this step's training microbatches
   // on every rank: sum / count, in the order the adapter declared them.
   std::vector<std::pair<std::string, double>> metrics;
+};
+
+// How a runtime is made (Runtime::create).
+struct RuntimeOptions {
+  // A model the program feeds (train_step(batch)): a batch like those it will
+  // pass (this rank's share, or any rows of one), used where the plan needs
+  // data before the first step: the cost profile that partitions a graph
+  // without cost hints over pp (after a warm-up call). Empty: the adapter's.
+  Batch example;
+  // Who runs the steps. false (a program): the runtime itself acts on
+  // run.resume / run.init_from (at create), run.checkpoint_every and
+  // train.val_every (in train_step), and refuses the keys only the training
+  // loop acts on (run.trace, run.profile_ops, run.dump_parameters,
+  // run.exit_after_steps, run.hang_timeout_s) when they ask for something.
+  // true: smp::run_training drives it and acts on all of them.
+  bool training_loop = false;
 };
 
 class Runtime {
@@ -128,12 +148,11 @@ class Runtime {
   // Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
                                          const std::vector<PluginSource>& plugins);
-  // The same for a model the program feeds (train_step(batch)): `example` is a
-  // batch like those it will pass (this rank's share, or any rows of one),
-  // used where the plan needs data before the first step: the cost profile
-  // that partitions a graph without cost hints over pp (after a warm-up call).
+  // The same for a model the program feeds: RuntimeOptions::example.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
                                          const std::vector<PluginSource>& plugins, const Batch& example);
+  static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
+                                         const std::vector<PluginSource>& plugins, const RuntimeOptions& options);
   // The memory manager's per-rank estimate for the configured layout on
   // world_size ranks (smp-launch --estimate-memory): plugins, graph, tp rules,
   // partition and schedule only; no rendezvous, no module is created. Bytes per

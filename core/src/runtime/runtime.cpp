@@ -17,6 +17,7 @@
 #include "optim/mixed_precision.h"
 #include "runtime/checkpointing.h"
 #include "runtime/data_source.h"
+#include "runtime/loop_keys.h"
 #include "runtime/model_builder.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
@@ -41,6 +42,8 @@ struct Runtime::Impl {
   std::unique_ptr<OptimizerStep> update;
   std::unique_ptr<StepRunner> steps;
   std::unique_ptr<Checkpointing> checkpoints;  // last: waits for its pending save first
+  bool program_driven = true;  // not run_training: the runtime acts on the loop's keys itself
+  StepResult step(const Batch* batch);
 };
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -60,14 +63,24 @@ Runtime::~Runtime() {
 
 // Top to bottom: config -> mesh and communicators -> plugins, graph, plan -> state -> step.
 std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins) {
-  return create(std::move(config), env, plugins, Batch{});
+  return create(std::move(config), env, plugins, RuntimeOptions{});
 }
 
 std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins,
                                          const Batch& example) {
+  RuntimeOptions options;
+  options.example = example;
+  return create(std::move(config), env, plugins, options);
+}
+
+std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins,
+                                         const RuntimeOptions& options) {
   config.resolve_layout(env.world_size);
   std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(std::move(config))));
   Impl& s = *rt->impl_;
+  s.program_driven = !options.training_loop;
+  if (s.program_driven) refuse_loop_only_keys(s.config, s.job);
+  const Batch& example = options.example;
   s.context = ParallelContext::join(s.job, env);
   s.model = std::make_unique<ModelBuilder>(s.job, s.context->mesh(), plugins);
   std::optional<ProgramBatch> fed;
@@ -88,6 +101,7 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
   token = static_cast<uint64_t>(rt->gather_world(static_cast<double>(token)).at(0));
   s.checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
+  if (s.program_driven) s.checkpoints->resume();  // run.resume, run.init_from (run_training does its own)
   return rt;
 }
 
@@ -116,14 +130,18 @@ nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std
   return out;
 }
 
-StepResult Runtime::train_step() {
-  Impl& s = *impl_;
-  return s.steps->train(*s.update, [&s] { s.checkpoints->writer().wait_for_snapshot(); });
-}
+StepResult Runtime::train_step() { return impl_->step(nullptr); }
+StepResult Runtime::train_step(const Batch& batch) { return impl_->step(&batch); }
 
-StepResult Runtime::train_step(const Batch& batch) {
-  Impl& s = *impl_;
-  return s.steps->train(*s.update, [&s] { s.checkpoints->writer().wait_for_snapshot(); }, &batch);
+// A program's step also does what run.checkpoint_every and train.val_every ask
+// (the training loop does them itself, with its logs and summary).
+StepResult Runtime::Impl::step(const Batch* batch) {
+  StepResult r = steps->train(*update, [this] { checkpoints->writer().wait_for_snapshot(); }, batch);
+  if (!program_driven) return r;
+  const int64_t done = r.step + 1;
+  if (job.train.val_every > 0 && done % job.train.val_every == 0) r.validation_loss = steps->evaluate(job.train.val_batches);
+  if (job.run.checkpoint_every > 0 && done % job.run.checkpoint_every == 0) checkpoints->save_step();
+  return r;
 }
 
 double Runtime::evaluate(int batches) { return impl_->steps->evaluate(batches); }

@@ -290,7 +290,8 @@ class TorchModel {
     }
     std::vector<at::Tensor> batch(const BatchRequest&) override {
       throw Error("model '" + d_->model + "' is fed by the program: pass its batches to Runtime::train_step(batch), "
-                  "evaluate(batch) or forward(batch, outputs)");
+                  "evaluate(batch) or forward(batch, outputs) (train.val_every and evaluate(n) need an adapter's "
+                  "batches)");
     }
 
    private:
