@@ -10,6 +10,7 @@
 #include <smp/sdk/in_process.hpp>
 #include <smp/sdk/torch_module.hpp>
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <boost/filesystem.hpp>
@@ -67,11 +68,25 @@ std::vector<std::string> sets(const std::vector<std::string>& overrides) {
   return out;
 }
 
-// Every parameter by name over the ranks (each held whole on the ranks that hold it).
+// Every parameter by name over the ranks: whole where a rank holds it whole,
+// tp shards put together along their shard dimension in tp-rank order.
 std::map<std::string, std::vector<double>> parameters(const Job& r) {
-  std::map<std::string, std::vector<double>> all;
+  std::map<std::string, std::map<int, at::Tensor>> shards;
+  std::map<std::string, int> dim_of;
   for (const auto& rank : r.ranks)
-    for (const auto& [name, v] : rank["params"].items()) all[name] = v.get<std::vector<double>>();
+    for (const auto& [name, p] : rank["params"].items()) {
+      const auto v = p["v"].get<std::vector<double>>();
+      shards[name][rank["tp_rank"].get<int>()] =
+          at::tensor(v, at::kDouble).reshape(p["shape"].get<std::vector<int64_t>>());
+      dim_of[name] = p["shard_dim"].get<int>();
+    }
+  std::map<std::string, std::vector<double>> all;
+  for (auto& [name, by_rank] : shards) {
+    std::vector<at::Tensor> parts;
+    for (auto& [tp, t] : by_rank) parts.push_back(t);
+    const at::Tensor whole = (dim_of[name] >= 0 ? at::cat(parts, dim_of[name]) : parts.front()).contiguous().flatten();
+    all[name] = std::vector<double>(whole.data_ptr<double>(), whole.data_ptr<double>() + whole.numel());
+  }
   return all;
 }
 
@@ -95,14 +110,20 @@ const Job& serial() {
   static const Job r = launch(1, sets({"parallel.microbatches=2"}));
   return r;
 }
+const Job& serial_tp_model() {
+  static const Job r = launch(1, {"--tp-model", "--set", "parallel.microbatches=2"});
+  return r;
+}
 
 // Measured: losses and norms agree to ~1e-7 relative, parameters to ~1e-7 absolute
 // (sums in another order); the bounds are a few times that.
-void expect_serial(int nproc, const std::vector<std::string>& overrides) {
-  const Job& one = serial();
+void expect_serial(int nproc, const std::vector<std::string>& overrides, bool tp_model = false) {
+  const Job& one = tp_model ? serial_tp_model() : serial();
   ASSERT_EQ(one.exit_code, 0) << one.output;
   ASSERT_EQ(one.ranks.size(), 1u) << one.output;
-  const Job r = launch(nproc, sets(overrides));
+  std::vector<std::string> args = sets(overrides);
+  if (tp_model) args.push_back("--tp-model");
+  const Job r = launch(nproc, args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_EQ(static_cast<int>(r.ranks.size()), nproc) << r.output;
   const auto& ref = one.ranks[0];
@@ -143,6 +164,16 @@ TEST(ProgramModel, DataParallelZero3EqualsSerial) {
 
 TEST(ProgramModel, PipelineByDataParallelWithCheckpointingEqualsSerial) {
   expect_serial(4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2", "memory.checkpoint=[\"net\"]"});
+}
+
+// The program's own modules holding the SDK's column- and row-parallel
+// layers: split over tp 2 (gathered parameters compared whole), and with pp.
+TEST(ProgramModel, TensorParallelLayersInsideTheProgramsModulesEqualSerial) {
+  expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, true);
+}
+
+TEST(ProgramModel, TensorParallelByPipelineEqualsSerial) {
+  expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, true);
 }
 
 // Saved after 2 steps, loaded by a fresh run: steps 3 and 4 are the uninterrupted run's, bit for bit.

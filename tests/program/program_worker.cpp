@@ -5,7 +5,7 @@
 // rank) by program_test.cpp, which compares the layouts' results.
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
-//                  [--bad-inputs] [--frozen-seed-per-rank]
+//                  [--bad-inputs] [--seed-per-rank] [--tp-model]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -45,6 +45,23 @@ struct GatedBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(GatedBlock);
 
+// The same shape with the SDK's tensor-parallel layers (whole at tp = 1): the
+// branch is on the block's output, which every tp rank holds whole.
+struct TpBlockImpl : torch::nn::Module {
+  explicit TpBlockImpl(int64_t d)
+      : up(register_module("up", smp::sdk::ColumnParallelLinear(d, 2 * d))),
+        down(register_module("down", smp::sdk::RowParallelLinear(2 * d, d))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = x + down->forward(torch::relu(up->forward(x)));
+    std::vector<torch::Tensor> rows;
+    for (int64_t i = 0; i < y.size(0); ++i) rows.push_back(y[i].mean().item<float>() > 0.1f ? y[i] * 0.5 : y[i]);
+    return torch::stack(rows);
+  }
+  smp::sdk::ColumnParallelLinear up;
+  smp::sdk::RowParallelLinear down;
+};
+TORCH_MODULE(TpBlock);
+
 // The global batch of a step, the same on every rank; each dp rank takes its rows.
 std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step) {
   auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
@@ -65,7 +82,7 @@ int main(int argc, char** argv) {
   std::string out_dir, save_dir, load_dir;
   std::vector<std::string> overrides;
   int steps = 4, save_at = -1;
-  bool bad_inputs = false, seed_per_rank = false;
+  bool bad_inputs = false, seed_per_rank = false, tp_model = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -74,13 +91,21 @@ int main(int argc, char** argv) {
   app.add_option("--load", load_dir);
   app.add_flag("--bad-inputs", bad_inputs);
   app.add_flag("--seed-per-rank", seed_per_rank);
+  app.add_flag("--tp-model", tp_model, "blocks of the SDK's column- and row-parallel layers");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
     // The program's own model, built the same way on every rank.
     torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
-    torch::nn::Sequential net(torch::nn::Linear(kDim, kDim), GatedBlock(kDim), GatedBlock(kDim), GatedBlock(kDim),
-                              torch::nn::Linear(kDim, kClasses));
+    torch::nn::Sequential net;
+    net->push_back(torch::nn::Linear(kDim, kDim));
+    for (int i = 0; i < 3; ++i) {
+      if (tp_model)
+        net->push_back(TpBlock(kDim));
+      else
+        net->push_back(GatedBlock(kDim));
+    }
+    net->push_back(torch::nn::Linear(kDim, kClasses));
 
     smp::sdk::TorchModel model("gated");
     model.input("x").input("y").sequential("net", net, "x", "logits").loss(
@@ -139,8 +164,10 @@ int main(int argc, char** argv) {
     result["scores"] = values(scored.at("logits"));
     result["dp_rank"] = dp_rank;
     nlohmann::json params = nlohmann::json::object();
-    for (const auto& p : rt->gather_parameters()) params[p.name] = values(p.tensor);
+    for (const auto& p : rt->gather_parameters())
+      params[p.name] = {{"v", values(p.tensor)}, {"shape", p.tensor.sizes().vec()}, {"shard_dim", p.shard_dim}};
     result["params"] = params;
+    result["tp_rank"] = rt->mesh().coord(smp::Axis::TP);
     std::ofstream(out_dir + "/rank-" + std::to_string(env.rank) + ".json") << result.dump();
     rt->shutdown();
     return 0;

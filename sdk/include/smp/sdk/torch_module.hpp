@@ -9,8 +9,8 @@
 // plugin whose graph smp partitions, with TorchModel (below).
 //
 // What the core sees of such a module: its inputs go to forward(), its
-// parameters are named_parameters() (replicated on every axis: split layers
-// come from the SDK's tensor-parallel blocks or a plugin's rule), train() /
+// parameters are named_parameters() (replicated on every axis, but those of
+// the SDK's tensor-parallel layers inside, torch_parallel.hpp), train() /
 // eval() follow the call, and the default CPU generator is seeded for each
 // call from the call's seed (dropout masks are the same in every layout and
 // when activation checkpointing recomputes the call). A kind's module is
@@ -21,6 +21,7 @@
 
 #include <smp/sdk/in_process.hpp>
 #include <smp/sdk/module.hpp>
+#include <smp/sdk/torch_parallel.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
@@ -91,8 +92,10 @@ inline std::vector<at::Tensor> tensors_of(torch::nn::AnyValue& v, const std::str
 // An smp Module over a torch::nn::Module (shared with whoever built it).
 class TorchModule : public Module {
  public:
-  TorchModule(std::shared_ptr<torch::nn::Module> module, torch::nn::AnyModule callable, std::string node)
-      : module_(std::move(module)), callable_(std::move(callable)), node_(std::move(node)) {
+  // Binds the tensor-parallel layers inside (torch_parallel.hpp) to ctx's tp group.
+  TorchModule(std::shared_ptr<torch::nn::Module> module, torch::nn::AnyModule callable, const ModuleContext& ctx)
+      : module_(std::move(module)), callable_(std::move(callable)), node_(ctx.node_name) {
+    placed_ = bind_placed(*module_, ctx);
     const auto buffers = module_->named_buffers(/*recurse=*/true);
     if (buffers.size() > 0)
       throw Error("node '" + node_ + "': the module has buffers ('" + buffers.begin()->key() +
@@ -110,7 +113,8 @@ class TorchModule : public Module {
   std::vector<Param> parameters() override {
     std::vector<Param> out;
     for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
-      Param p;
+      auto placed = placed_.find(item.key());
+      Param p = placed == placed_.end() ? Param{} : placed->second;
       p.name = item.key();
       p.tensor = item.value();
       out.push_back(std::move(p));
@@ -122,6 +126,7 @@ class TorchModule : public Module {
   std::shared_ptr<torch::nn::Module> module_;
   torch::nn::AnyModule callable_;
   std::string node_;
+  std::map<std::string, Param> placed_;  // tensor-parallel layers' parameters, by full name
 };
 
 // A kind from a module class M: M(const Json& config) when it has that
@@ -137,7 +142,7 @@ ModuleFactory torch_module_factory() {
       else
         m = std::make_shared<M>();
     }
-    return std::make_unique<TorchModule>(m, torch::nn::AnyModule(m), ctx.node_name);
+    return std::make_unique<TorchModule>(m, torch::nn::AnyModule(m), ctx);
   };
 }
 
@@ -218,10 +223,12 @@ class TorchModel {
     PluginBuilder b(name_, "program");
     for (const auto& n : nodes_) {
       if (!n.shared_key.empty() && n.shared_key != n.name) continue;  // a shared module's kind is its first node's
+      // A node holding tensor-parallel layers is split over tp: a rule says so (the kind splits itself).
+      if (n.module && holds_placed(*n.module)) b.rule("tp", name_ + "/" + n.name, name_ + "/" + n.name);
       const NodeSpec spec = n;
       b.module(name_ + "/" + n.name, [spec](const Json&, const ModuleContext& ctx) -> std::unique_ptr<Module> {
         if (spec.function) return std::make_unique<FunctionModule>(spec.function, ctx.node_name);
-        return std::make_unique<TorchModule>(spec.module, spec.callable, ctx.node_name);
+        return std::make_unique<TorchModule>(spec.module, spec.callable, ctx);
       });
     }
     auto described = std::make_shared<Description>(Description{name_, inputs_, {}, loss_value_, count_value_});
