@@ -166,6 +166,32 @@ TEST(ProgramModel, PipelineByDataParallelWithCheckpointingEqualsSerial) {
   expect_serial(4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2", "memory.checkpoint=[\"net\"]"});
 }
 
+// Once the runtime is made and the program drops its model, each pipeline
+// rank keeps only its own stages' modules (all 5 on one rank).
+TEST(ProgramModel, EachPipelineRankKeepsOnlyItsStagesModules) {
+  ASSERT_EQ(serial().exit_code, 0) << serial().output;
+  EXPECT_EQ(serial().ranks.at(0)["alive"].get<int>(), 5);
+  const Job r = launch(2, sets({"parallel.pp=2", "parallel.microbatches=2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.ranks.size(), 2u);
+  const int first = r.ranks[0]["alive"].get<int>(), second = r.ranks[1]["alive"].get<int>();
+  EXPECT_EQ(first + second, 5) << r.output;
+  EXPECT_GE(first, 1);
+  EXPECT_GE(second, 1);
+}
+
+// The program sets the learning rate: the steps use it instead of the
+// schedule's, exactly as a config with that constant rate does.
+TEST(ProgramModel, ProgramSetsTheLearningRate) {
+  const Job set = launch(1, {"--set-lr", "0.125", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(set.exit_code, 0) << set.output;
+  for (double lr : set.ranks.at(0)["lrs"].get<std::vector<double>>()) EXPECT_EQ(lr, 0.125);
+  const Job configured = launch(1, sets({"parallel.microbatches=2", "train.lr=0.125", "train.min_lr=0.125"}));
+  ASSERT_EQ(configured.exit_code, 0) << configured.output;
+  EXPECT_EQ(set.ranks.at(0)["losses"], configured.ranks.at(0)["losses"]);
+  EXPECT_NE(set.ranks.at(0)["losses"].back(), serial().ranks.at(0)["losses"].back());  // lr 0.5 there
+}
+
 // The program's own modules holding the SDK's column- and row-parallel
 // layers: split over tp 2 (gathered parameters compared whole), and with pp.
 TEST(ProgramModel, TensorParallelLayersInsideTheProgramsModulesEqualSerial) {

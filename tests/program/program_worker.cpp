@@ -5,7 +5,7 @@
 // rank) by program_test.cpp, which compares the layouts' results.
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
-//                  [--bad-inputs] [--seed-per-rank] [--tp-model]
+//                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--set-lr LR]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   std::string out_dir, save_dir, load_dir;
   std::vector<std::string> overrides;
   int steps = 4, save_at = -1;
+  double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
@@ -90,35 +91,46 @@ int main(int argc, char** argv) {
   app.add_option("--save", save_dir);
   app.add_option("--load", load_dir);
   app.add_flag("--bad-inputs", bad_inputs);
+  app.add_option("--set-lr", set_lr, "Runtime::set_learning_rate before the first step");
   app.add_flag("--seed-per-rank", seed_per_rank);
   app.add_flag("--tp-model", tp_model, "blocks of the SDK's column- and row-parallel layers");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
-    // The program's own model, built the same way on every rank.
-    torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
-    torch::nn::Sequential net;
-    net->push_back(torch::nn::Linear(kDim, kDim));
-    for (int i = 0; i < 3; ++i) {
-      if (tp_model)
-        net->push_back(TpBlock(kDim));
-      else
-        net->push_back(GatedBlock(kDim));
-    }
-    net->push_back(torch::nn::Linear(kDim, kClasses));
+    // The program's own model, built the same way on every rank. It is handed
+    // over and dropped once the runtime exists: a rank keeps only the modules
+    // of its own stages (counted below through weak pointers).
+    std::vector<std::weak_ptr<torch::nn::Module>> children;
+    std::unique_ptr<smp::Runtime> rt;
+    {
+      torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
+      torch::nn::Sequential net;
+      net->push_back(torch::nn::Linear(kDim, kDim));
+      for (int i = 0; i < 3; ++i) {
+        if (tp_model)
+          net->push_back(TpBlock(kDim));
+        else
+          net->push_back(GatedBlock(kDim));
+      }
+      net->push_back(torch::nn::Linear(kDim, kClasses));
+      for (const auto& c : net->children()) children.push_back(c);
 
-    smp::sdk::TorchModel model("gated");
-    model.input("x").input("y").sequential("net", net, "x", "logits").loss(
-        "loss", [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); },
-        {"logits", "y"});
-    std::vector<std::string> config = {"train.steps=" + std::to_string(steps), "train.batch_size=8",
-                                       "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
-                                       "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
-                                       "run.timeout_s=120", "run.dir=" + out_dir};
-    config.insert(config.end(), overrides.begin(), overrides.end());
-    const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
-    const auto [x0, y0] = global_batch(0);
-    auto rt = smp::Runtime::create(cfg, env, {model.plugin()}, {{"x", x0}, {"y", y0}});
+      smp::sdk::TorchModel model("gated");
+      model.input("x").input("y").sequential("net", net, "x", "logits").loss(
+          "loss", [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); },
+          {"logits", "y"});
+      std::vector<std::string> config = {"train.steps=" + std::to_string(steps), "train.batch_size=8",
+                                         "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
+                                         "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
+                                         "run.timeout_s=120", "run.dir=" + out_dir};
+      config.insert(config.end(), overrides.begin(), overrides.end());
+      const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
+      const auto [x0, y0] = global_batch(0);
+      rt = smp::Runtime::create(cfg, env, {model.plugin()}, {{"x", x0}, {"y", y0}});
+    }
+    int alive = 0;
+    for (const auto& c : children) alive += c.expired() ? 0 : 1;
+    if (set_lr >= 0) rt->set_learning_rate(set_lr);
     const int dp = rt->mesh().size(smp::Axis::DP), dp_rank = rt->mesh().coord(smp::Axis::DP);
     const int64_t rows = kBatch / dp;
     auto share = [&](const torch::Tensor& t) { return t.narrow(0, dp_rank * rows, rows); };
@@ -151,11 +163,14 @@ int main(int argc, char** argv) {
     nlohmann::json result;
     result["losses"] = nlohmann::json::array();
     result["grad_norms"] = nlohmann::json::array();
+    result["lrs"] = nlohmann::json::array();
+    result["alive"] = alive;
     for (int64_t s = rt->steps_done(); s < steps; ++s) {
       const auto [x, y] = global_batch(s);
       const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
+      result["lrs"].push_back(r.lr);
       if (save_at == s + 1) rt->save(save_dir);
     }
     result["eval"] = rt->evaluate({{"x", share(global_batch(99).first)}, {"y", share(global_batch(99).second)}});

@@ -176,6 +176,11 @@ class Runtime {
   // size, dtype or device, is refused (smp::Error naming the input and rank)
   // before anything runs: the runtime stays usable.
   StepResult train_step(const Batch& batch);
+  // The learning rate of the steps that follow, instead of the schedule's
+  // (train.lr, train.warmup_steps, a cosine to train.min_lr over
+  // train.steps); a negative value goes back to the schedule. Every rank must
+  // set the same value; a checkpoint does not keep it (set it again after load).
+  void set_learning_rate(double lr);
   // Mean validation loss over `batches` global batches (same on every rank).
   double evaluate(int batches);
   // The mean loss over the program's batch (this rank's share; same on every rank).

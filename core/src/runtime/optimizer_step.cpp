@@ -82,7 +82,7 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
   out.grad_norm = std::sqrt(norm_sq[0]) * grad_scale;
   if (clip_ > 0 && out.grad_norm > clip_) grad_scale *= clip_ / (out.grad_norm + 1e-6);
   out.grad_scale = grad_scale;
-  out.lr = lr_.at(state.steps());
+  out.lr = lr_override_ >= 0 ? lr_override_ : lr_.at(state.steps());
   out.clip_seconds = since(t0);
   trace::complete("phase", "clip", clip_start, trace::now_us());
   t0 = clock::now();

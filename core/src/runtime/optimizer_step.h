@@ -36,9 +36,12 @@ class OptimizerStep {
   OptimizerStepResult run(TrainState& state, const LossSums& local, double loss_scale, const DeviceMesh& mesh,
                           Communicator& world, const c10::Device& device,
                           std::vector<double>* metric_sums = nullptr) const;
+  // The program's learning rate for the steps that follow (Runtime::set_learning_rate); < 0: the schedule's.
+  void set_lr(double lr) { lr_override_ = lr; }
 
  private:
   LrSchedule lr_;
+  double lr_override_ = -1;
   double clip_;
   // SMP_TEST_FAULT=dp_mean_gradients (tests only): the gradient comes out as a
   // mean over dp instead of the sum, the bug class the equivalence suite must see.

@@ -144,6 +144,7 @@ StepResult Runtime::Impl::step(const Batch* batch) {
   return r;
 }
 
+void Runtime::set_learning_rate(double lr) { impl_->update->set_lr(lr); }
 double Runtime::evaluate(int batches) { return impl_->steps->evaluate(batches); }
 double Runtime::evaluate(const Batch& batch) { return impl_->steps->evaluate(batch); }
 Batch Runtime::forward(const Batch& inputs, const std::vector<std::string>& outputs) {

@@ -160,8 +160,9 @@ ModuleFactory torch_module_factory() {
 // count). A module added twice (or at two nodes) is one module: its nodes
 // share its parameters (tied weights, summed gradients across stages).
 // Every rank builds the whole model the same way, as under DDP; a rank then
-// holds and trains only its stages' modules (the program may drop its
-// handles to the others).
+// holds and trains only its stages' modules: once Runtime::create has
+// returned, a program that drops its TorchModel and its handles to the
+// modules frees those of the other stages.
 class TorchModel {
  public:
   explicit TorchModel(std::string name = "model") : name_(std::move(name)) {}
@@ -222,19 +223,26 @@ class TorchModel {
     if (loss_value_.empty()) throw Error("TorchModel '" + name_ + "': no loss (TorchModel::loss)");
     PluginBuilder b(name_, "program");
     for (const auto& n : nodes_) {
-      if (!n.shared_key.empty() && n.shared_key != n.name) continue;  // a shared module's kind is its first node's
+      if (!n->shared_key.empty() && n->shared_key != n->name) continue;  // a shared module's kind is its first node's
       // A node holding tensor-parallel layers is split over tp: a rule says so (the kind splits itself).
-      if (n.module && holds_placed(*n.module)) b.rule("tp", name_ + "/" + n.name, name_ + "/" + n.name);
-      const NodeSpec spec = n;
-      b.module(name_ + "/" + n.name, [spec](const Json&, const ModuleContext& ctx) -> std::unique_ptr<Module> {
-        if (spec.function) return std::make_unique<FunctionModule>(spec.function, ctx.node_name);
-        return std::make_unique<TorchModule>(spec.module, spec.callable, ctx);
+      if (n->module && holds_placed(*n->module)) b.rule("tp", name_ + "/" + n->name, name_ + "/" + n->name);
+      // Weak: once the runtime is made, the program may drop its model, and the
+      // modules of the stages this rank does not run go with it.
+      std::weak_ptr<const NodeSpec> weak = n;
+      const std::string model = name_;
+      b.module(name_ + "/" + n->name, [weak, model](const Json&, const ModuleContext& ctx) -> std::unique_ptr<Module> {
+        const std::shared_ptr<const NodeSpec> spec = weak.lock();
+        if (!spec)
+          throw Error("node '" + ctx.node_name + "': TorchModel '" + model + "' was destroyed before smp created the "
+                      "node; keep it (and its modules) until Runtime::create returns");
+        if (spec->function) return std::make_unique<FunctionModule>(spec->function, ctx.node_name);
+        return std::make_unique<TorchModule>(spec->module, spec->callable, ctx);
       });
     }
     auto described = std::make_shared<Description>(Description{name_, inputs_, {}, loss_value_, count_value_});
     for (const auto& n : nodes_)
-      described->nodes.push_back(
-          {n.name, name_ + "/" + (n.shared_key.empty() ? n.name : n.shared_key), n.inputs, n.outputs, n.shared_key});
+      described->nodes.push_back({n->name, name_ + "/" + (n->shared_key.empty() ? n->name : n->shared_key), n->inputs,
+                                  n->outputs, n->shared_key});
     b.adapter(name_, [described](const Json&, const AdapterContext&) -> std::unique_ptr<Adapter> {
       return std::make_unique<ProgramAdapter>(described);
     });
@@ -307,14 +315,14 @@ class TorchModel {
 
   void add(const std::string& name, std::shared_ptr<torch::nn::Module> module, torch::nn::AnyModule callable,
            std::vector<std::string> inputs, std::vector<std::string> outputs) {
-    for (const auto& n : nodes_)
-      if (n.name == name) throw Error("TorchModel '" + name_ + "': node '" + name + "' added twice");
-    NodeSpec spec{name, module, std::move(callable), nullptr, std::move(inputs), std::move(outputs), ""};
+    check_new(name);
+    auto spec = std::make_shared<NodeSpec>(
+        NodeSpec{name, module, std::move(callable), nullptr, std::move(inputs), std::move(outputs), ""});
     // The same module at two nodes is one module (tied): both nodes name the first.
     for (auto& n : nodes_)
-      if (n.module && n.module.get() == module.get()) {
-        if (n.shared_key.empty()) n.shared_key = n.name;
-        spec.shared_key = n.shared_key;
+      if (n->module && n->module.get() == module.get()) {
+        if (n->shared_key.empty()) n->shared_key = n->name;
+        spec->shared_key = n->shared_key;
         break;
       }
     nodes_.push_back(std::move(spec));
@@ -345,14 +353,19 @@ class TorchModel {
     }
     std::vector<std::string> outs{name + ":loss"};
     if (n_out == 2) outs.push_back(name + ":count");
+    check_new(name);
+    nodes_.push_back(std::make_shared<NodeSpec>(
+        NodeSpec{name, nullptr, torch::nn::AnyModule(), std::move(f), std::move(inputs), std::move(outs), ""}));
+  }
+
+  void check_new(const std::string& name) const {
     for (const auto& n : nodes_)
-      if (n.name == name) throw Error("TorchModel '" + name_ + "': node '" + name + "' added twice");
-    nodes_.push_back({name, nullptr, torch::nn::AnyModule(), std::move(f), std::move(inputs), std::move(outs), ""});
+      if (n->name == name) throw Error("TorchModel '" + name_ + "': node '" + name + "' added twice");
   }
 
   std::string name_;
   std::vector<std::string> inputs_;
-  std::vector<NodeSpec> nodes_;
+  std::vector<std::shared_ptr<NodeSpec>> nodes_;  // shared by copies of this TorchModel
   std::string loss_value_, count_value_;
 };
 
