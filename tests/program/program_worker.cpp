@@ -5,7 +5,7 @@
 // rank) by program_test.cpp, which compares the layouts' results.
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
-//                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--set-lr LR]
+//                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int steps = 4, save_at = -1;
   double set_lr = -1;
-  bool bad_inputs = false, seed_per_rank = false, tp_model = false;
+  bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   app.add_option("--set-lr", set_lr, "Runtime::set_learning_rate before the first step");
   app.add_flag("--seed-per-rank", seed_per_rank);
   app.add_flag("--tp-model", tp_model, "blocks of the SDK's column- and row-parallel layers");
+  app.add_flag("--tied-model", tied_model, "named nodes, one Linear used at both ends");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
@@ -116,9 +117,19 @@ int main(int argc, char** argv) {
       for (const auto& c : net->children()) children.push_back(c);
 
       smp::sdk::TorchModel model("gated");
-      model.input("x").input("y").sequential("net", net, "x", "logits").loss(
-          "loss", [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); },
-          {"logits", "y"});
+      auto cross_entropy = [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); };
+      if (tied_model) {
+        // One Linear at both ends of the model (tied weights, on two stages under pp).
+        torch::nn::Linear proj(kDim, kDim);
+        model.input("x").input("y").node("proj_in", proj, {"x"}, {"h0"});
+        for (int i = 1; i <= 3; ++i)
+          model.node("block" + std::to_string(i), *(net->begin() + i), {"h" + std::to_string(i - 1)},
+                     {"h" + std::to_string(i)});
+        model.node("proj_out", proj, {"h3"}, {"h4"}).node("head", *(net->begin() + 4), {"h4"}, {"logits"});
+        model.loss("loss", cross_entropy, {"logits", "y"});
+      } else {
+        model.input("x").input("y").sequential("net", net, "x", "logits").loss("loss", cross_entropy, {"logits", "y"});
+      }
       std::vector<std::string> config = {"train.steps=" + std::to_string(steps), "train.batch_size=8",
                                          "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
                                          "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
