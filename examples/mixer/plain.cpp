@@ -2,6 +2,7 @@
 // smp.cpp through smp (docs/embedding.md shows the difference).
 #include "mixer.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 
@@ -10,6 +11,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   torch::nn::Sequential net = make_mixer(4);
   torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.1));
+  const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     auto [images, labels] = make_batch(step);
     optimizer.zero_grad();
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
     optimizer.step();
     std::cout << "step " << step << " loss " << loss.item<double>() << "\n";
   }
+  std::cout << "train seconds " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << "\n";
   auto [images, labels] = make_batch(1000);
   torch::NoGradGuard no_grad;
   torch::Tensor scores = net->forward(images);

@@ -3,6 +3,7 @@
 #include "mixer.h"
 #include <smp/torch.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 
@@ -17,11 +18,13 @@ int main(int argc, char** argv) {
       " grad_clip = 0, batch_size = 32 }", "mixer", {argv + (argc > 1 ? 2 : 1), argv + argc});  // + key=value args
   auto runtime = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {model.plugin()},
       {{"images", make_batch(0).first}, {"labels", make_batch(0).second}});  // an example batch, for the profile
+  const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     auto [images, labels] = make_batch(step);
     torch::Tensor loss = torch::tensor(runtime->train_step({{"images", images}, {"labels", labels}}).loss);
     std::cout << "step " << step << " loss " << loss.item<double>() << "\n";
   }
+  std::cout << "train seconds " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << "\n";
   auto [images, labels] = make_batch(1000);
   torch::NoGradGuard no_grad;
   torch::Tensor scores = runtime->forward({{"images", images}}, {"scores"}).at("scores");

@@ -22,10 +22,15 @@ Sgd::Sgd(const smp::sdk::OptimizerSetup& s) : params_(s.params), decay_(s.weight
 void Sgd::step(const smp::sdk::OptimizerUpdate& u) {
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor p = params_[i].detach();
-    if (!u.grads.at(i).defined()) continue;
-    at::Tensor g = u.grads[i].to(p.scalar_type()).mul(u.grad_scale);
+    at::Tensor& p = params_[i];
+    const at::Tensor& grad = u.grads.at(i);
+    if (!grad.defined()) continue;
     if (weight_decay_ > 0 && decay_.at(i)) p.mul_(1.0 - u.lr * weight_decay_);
+    if (momentum_ == 0) {  // p -= lr (scale g): one pass, the scale folded into the step size
+      p.add_(grad.scalar_type() == p.scalar_type() ? grad : grad.to(p.scalar_type()), -u.lr * u.grad_scale);
+      continue;
+    }
+    at::Tensor g = grad.to(p.scalar_type()).mul(u.grad_scale);
     if (momentum_ > 0) {
       at::Tensor& buf = momentum_buffer_[i];
       if (u.step == 1)

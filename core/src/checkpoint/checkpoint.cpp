@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -54,10 +56,21 @@ void fsync_path(const std::string& path) {
 void write_file_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   {
-    std::ofstream out(tmp.string(), std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("checkpoint: writing " + tmp.string() + " failed (disk full?)");
+    // POSIX writes, so that the failure names its cause (ENOSPC: "No space left on device").
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error("checkpoint: cannot create " + tmp.string() + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
+        ::close(fd);
+        throw Error("checkpoint: writing " + tmp.string() + " failed: " + why);
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0) throw Error("checkpoint: closing " + tmp.string() + " failed: " + std::strerror(errno));
   }
   fsync_path(tmp.string());
   fs::rename(tmp, path);
