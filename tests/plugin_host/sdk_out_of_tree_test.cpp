@@ -52,6 +52,14 @@ int run(const std::string& what, const std::string& cmd, const fs::path& log) {
 #define RUN_OK(what, cmd, log) \
   ASSERT_EQ(run(what, cmd, log), 0) << what << " failed: " << cmd << "\n" << tail(read(log))
 
+// Configures and builds a stand-alone CMake project of this repository
+// (`source`, relative to its root) against the install at `prefix`.
+#define BUILD_PROJECT_OK(what, source, build, logs)                                                              \
+  RUN_OK("configure " what, q(SMP_CMAKE_COMMAND) + " -S " + q(fs::path(SMP_SOURCE_DIR) / source) + " -B " +      \
+                                q(build) + cmake_project_args(prefix),                                             \
+         (logs) / (std::string(what) + "-configure.log"));                                                         \
+  RUN_OK("build " what, q(SMP_CMAKE_COMMAND) + " --build " + q(build), (logs) / (std::string(what) + "-build.log"))
+
 std::string cmake_project_args(const fs::path& prefix) {
   std::string args = " -G " + q(SMP_CMAKE_GENERATOR) + " -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=" + q(prefix) +
                      " -DCMAKE_CXX_COMPILER=" + q(SMP_CXX_COMPILER);
@@ -161,11 +169,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   //    "ep" communicator from its module context and moves tokens with the
   //    SDK's all-to-all (tests/integration/experts).
   const fs::path experts_build = work / "experts-build";
-  RUN_OK("configure experts plugin",
-         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "tests/integration/experts") + " -B " + q(experts_build) +
-             cmake_project_args(prefix),
-         work / "experts-configure.log");
-  RUN_OK("build experts plugin", q(cmake) + " --build " + q(experts_build), work / "experts-build.log");
+  BUILD_PROJECT_OK("experts", "tests/integration/experts", experts_build, work);
   const fs::path experts_so = experts_build / "toy_experts.so";
   ASSERT_TRUE(fs::exists(experts_so)) << experts_so;
   const fs::path experts_run = work / "experts-run";
@@ -181,11 +185,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
 
   // 5. A program embedding the installed core: loads the plugin and lists it.
   const fs::path embed_build = work / "embed-build";
-  RUN_OK("configure examples/embed",
-         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/embed") + " -B " + q(embed_build) +
-             cmake_project_args(prefix),
-         work / "embed-configure.log");
-  RUN_OK("build examples/embed", q(cmake) + " --build " + q(embed_build), work / "embed-build.log");
+  BUILD_PROJECT_OK("embed", "examples/embed", embed_build, work);
   RUN_OK("run smp_embed", q(embed_build / "smp_embed") + " " + q(so), work / "embed-run.log");
   const std::string listing = read(work / "embed-run.log");
   EXPECT_NE(listing.find("plugin example_scale 1.0.0"), std::string::npos) << listing;
@@ -197,11 +197,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   //    trains the program's own modules on its own batches under pp 2 and
   //    dp 2 through the installed launcher, from the plain loop's first loss.
   const fs::path mixer_build = work / "mixer-build";
-  RUN_OK("configure examples/mixer",
-         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/mixer") + " -B " + q(mixer_build) +
-             cmake_project_args(prefix),
-         work / "mixer-configure.log");
-  RUN_OK("build examples/mixer", q(cmake) + " --build " + q(mixer_build), work / "mixer-build.log");
+  BUILD_PROJECT_OK("mixer", "examples/mixer", mixer_build, work);
   RUN_OK("run mixer_plain", q(mixer_build / "mixer_plain") + " 3", work / "mixer-plain.log");
   auto first_loss = [](const std::string& log) {
     const size_t at = log.find("step 0 loss ");
@@ -224,11 +220,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   // 7. A program that makes its own batches and scores new inputs through the
   //    forward-only call (examples/recommender), under dp 2.
   const fs::path rec_build = work / "recommender-build";
-  RUN_OK("configure examples/recommender",
-         q(cmake) + " -S " + q(fs::path(SMP_SOURCE_DIR) / "examples/recommender") + " -B " + q(rec_build) +
-             cmake_project_args(prefix),
-         work / "recommender-configure.log");
-  RUN_OK("build examples/recommender", q(cmake) + " --build " + q(rec_build), work / "recommender-build.log");
+  BUILD_PROJECT_OK("recommender", "examples/recommender", rec_build, work);
   RUN_OK("run recommender dp2",
          q(prefix / "bin/smp-launch") + " --nproc-per-node 2 --worker " + q(rec_build / "recommender") +
              " -- 200 parallel.dp=2 run.log_to_file=false run.dir=" + q(work / "recommender-run"),
