@@ -272,6 +272,32 @@ TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
   EXPECT_EQ(resumed[1], full.at(3));
 }
 
+// The same data through the model's own batches (an adapter, smp's loop
+// asking for rows) gives the program-fed run's results, bit for bit.
+TEST(ProgramModel, AdapterFedEqualsProgramFed) {
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"parallel.microbatches=2"},
+        std::vector<std::string>{"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2"}}) {
+    const int nproc = layout.size() > 1 ? 4 : 1;
+    const Job fed = nproc == 1 ? serial() : launch(nproc, sets(layout));
+    std::vector<std::string> args = sets(layout);
+    args.push_back("--adapter-fed");
+    const Job served = launch(nproc, args);
+    ASSERT_EQ(fed.exit_code, 0) << fed.output;
+    ASSERT_EQ(served.exit_code, 0) << served.output;
+    EXPECT_EQ(served.ranks.at(0)["losses"], fed.ranks.at(0)["losses"]);
+    EXPECT_EQ(served.ranks.at(0)["grad_norms"], fed.ranks.at(0)["grad_norms"]);
+    EXPECT_EQ(parameters(served), parameters(fed));
+  }
+}
+
+// A loss that is not a scalar is refused, naming it.
+TEST(ProgramModel, ALossThatIsNotAScalarIsRefused) {
+  const Job r = launch(1, {"--vector-loss"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "the loss 'loss:loss' is not a scalar (shape [8])")) << r.output;
+}
+
 // A key only the training loop acts on is refused, not ignored.
 TEST(ProgramModel, LoopOnlyKeysAreRefused) {
   const Job r = launch(1, sets({"run.trace=true"}));
@@ -296,7 +322,7 @@ TEST(ProgramModel, TensorParallelWithNothingToSplitIsRefused) {
 }
 
 TEST(ProgramModel, BadBatchesAreRefusedAndTheRuntimeStaysUsable) {
-  const Job r = launch(1, {"--bad-inputs"});
+  const Job r = launch(1, {"--bad-inputs", "--set", "parallel.microbatches=2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"missing", "rank 0: train_step: the batch lacks graph input 'y'"},
@@ -306,6 +332,9 @@ TEST(ProgramModel, BadBatchesAreRefusedAndTheRuntimeStaysUsable) {
       {"shape", "batch input 'x' is Float with 3 dimensions; the model was planned for Float with 2"},
       {"rows", "batch input 'y' has 1 samples (dimension 0), input 'x' has 8"},
       {"throws", "node 'loss'"},
+      {"device", "batch input 'x' is on meta; this rank computes on cpu"},
+      {"forward rows", "rank 0: forward: the batch's 3 samples do not split into parallel.microbatches = 2"},
+      {"forward without targets", "output 'loss:loss' of node 'loss' was not computed: it needs graph input 'y'"},
   };
   for (const auto& [what, message] : expected) {
     EXPECT_TRUE(smp_test::contains(r.output, "refused " + what + ": ")) << what << "\n" << r.output;

@@ -6,6 +6,7 @@
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
+//                  [--adapter-fed] [--vector-loss]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int steps = 4, save_at = -1;
   double set_lr = -1;
-  bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false;
+  bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
+       vector_loss = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -95,6 +97,8 @@ int main(int argc, char** argv) {
   app.add_flag("--seed-per-rank", seed_per_rank);
   app.add_flag("--tp-model", tp_model, "blocks of the SDK's column- and row-parallel layers");
   app.add_flag("--tied-model", tied_model, "named nodes, one Linear used at both ends");
+  app.add_flag("--adapter-fed", adapter_fed, "the same data through TorchModel::batches and train_step()");
+  app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
@@ -127,9 +131,24 @@ int main(int argc, char** argv) {
                      {"h" + std::to_string(i)});
         model.node("proj_out", proj, {"h3"}, {"h4"}).node("head", *(net->begin() + 4), {"h4"}, {"logits"});
         model.loss("loss", cross_entropy, {"logits", "y"});
+      } else if (vector_loss) {  // a loss that forgets to reduce: refused at the first step
+        model.input("x").input("y").sequential("net", net, "x", "logits").loss(
+            "loss",
+            [](at::Tensor logits, at::Tensor y) {
+              return torch::nn::functional::cross_entropy(
+                  logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+            },
+            {"logits", "y"});
       } else {
         model.input("x").input("y").sequential("net", net, "x", "logits").loss("loss", cross_entropy, {"logits", "y"});
       }
+      // The same data served through an adapter (smp asks for rows of each global batch).
+      if (adapter_fed)
+        model.batches([](const smp::sdk::BatchRequest& r) {
+          const auto [x, y] = global_batch(r.split == SMP_SPLIT_TRAIN ? r.step : 99);
+          return std::vector<at::Tensor>{x.narrow(0, r.first_sample, r.num_samples),
+                                         y.narrow(0, r.first_sample, r.num_samples)};
+        });
       std::vector<std::string> config = {"train.steps=" + std::to_string(steps), "train.batch_size=8",
                                          "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
                                          "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
@@ -163,6 +182,19 @@ int main(int argc, char** argv) {
       refused("shape", {{"x", share(x).unsqueeze(1)}, {"y", share(y)}});
       refused("rows", {{"x", share(x)}, {"y", y.narrow(0, 0, 1)}});
       refused("throws", {{"x", share(x)}, {"y", share(y) + 100}});  // class ids out of range: cross_entropy throws
+      refused("device", {{"x", share(x).to(at::kMeta)}, {"y", share(y)}});
+      try {
+        rt->forward({{"x", x.narrow(0, 0, 3)}}, {"logits"});
+        std::cout << "accepted: forward rows\n";
+      } catch (const smp::Error& e) {
+        std::cout << "refused forward rows: " << e.what() << "\n";
+      }
+      try {
+        rt->forward({{"x", share(x)}}, {"loss:loss"});
+        std::cout << "accepted: forward without targets\n";
+      } catch (const smp::Error& e) {
+        std::cout << "refused forward without targets: " << e.what() << "\n";
+      }
       // Still usable: a good step trains.
       const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
       std::cout << "after refusals: step " << r.step << " loss " << r.loss << "\n";
@@ -178,7 +210,7 @@ int main(int argc, char** argv) {
     result["alive"] = alive;
     for (int64_t s = rt->steps_done(); s < steps; ++s) {
       const auto [x, y] = global_batch(s);
-      const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
+      const smp::StepResult r = adapter_fed ? rt->train_step() : rt->train_step({{"x", share(x)}, {"y", share(y)}});
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
       result["lrs"].push_back(r.lr);

@@ -215,9 +215,20 @@ class TorchModel {
     return *this;
   }
 
+  // Batches served by smp's own loop instead (an adapter's batch(): the
+  // graph inputs of samples [first_sample, first_sample + num_samples) of the
+  // global batch of `step`, for the train or validation split): then
+  // Runtime::train_step() and evaluate(n), train.val_every and
+  // smp::run_training work as with any adapter.
+  using BatchFn = std::function<std::vector<at::Tensor>(const BatchRequest&)>;
+  TorchModel& batches(BatchFn fn) {
+    batches_ = std::move(fn);
+    return *this;
+  }
+
   // The in-process plugin: one module kind per node ("<model>/<node>") and
   // the adapter "<model>" whose graph this describes. Its batches are the
-  // program's (Runtime::train_step(batch)).
+  // program's (Runtime::train_step(batch)), or batches()'.
   InProcessPlugin plugin() const {
     if (inputs_.empty()) throw Error("TorchModel '" + name_ + "': no input (TorchModel::input)");
     if (loss_value_.empty()) throw Error("TorchModel '" + name_ + "': no loss (TorchModel::loss)");
@@ -239,7 +250,8 @@ class TorchModel {
         return std::make_unique<TorchModule>(spec->module, spec->callable, ctx);
       });
     }
-    auto described = std::make_shared<Description>(Description{name_, inputs_, {}, loss_value_, count_value_});
+    auto described =
+        std::make_shared<Description>(Description{name_, inputs_, {}, loss_value_, count_value_, batches_});
     for (const auto& n : nodes_)
       described->nodes.push_back({n->name, name_ + "/" + (n->shared_key.empty() ? n->name : n->shared_key), n->inputs,
                                   n->outputs, n->shared_key});
@@ -271,6 +283,7 @@ class TorchModel {
     std::vector<std::string> inputs;
     std::vector<Node> nodes;
     std::string loss, count;
+    BatchFn batches;  // null: the program feeds every step
   };
 
   // A parameterless node computing a function of its inputs (the loss).
@@ -303,7 +316,8 @@ class TorchModel {
       else
         graph.loss_sum(d_->loss, d_->count);
     }
-    std::vector<at::Tensor> batch(const BatchRequest&) override {
+    std::vector<at::Tensor> batch(const BatchRequest& request) override {
+      if (d_->batches) return d_->batches(request);
       throw Error("model '" + d_->model + "' is fed by the program: pass its batches to Runtime::train_step(batch), "
                   "evaluate(batch) or forward(batch, outputs) (train.val_every and evaluate(n) need an adapter's "
                   "batches)");
@@ -366,6 +380,7 @@ class TorchModel {
   std::string name_;
   std::vector<std::string> inputs_;
   std::vector<std::shared_ptr<NodeSpec>> nodes_;  // shared by copies of this TorchModel
+  BatchFn batches_;
   std::string loss_value_, count_value_;
 };
 
