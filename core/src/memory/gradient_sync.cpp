@@ -92,7 +92,7 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOpti
     Communicator* comm = sp.data_parallel && sp.data_parallel->size() > 1 ? sp.data_parallel : nullptr;
     const bool main = sp.grad_dtype != t.scalar_type();
     // Without a group the bucket is local: its flat buffer still makes the
-    // step's zeroing and the gradient norm one kernel instead of one per parameter.
+    // step's zeroing one kernel instead of one per parameter.
     if (!t.requires_grad()) continue;
     const Key key(comm, static_cast<int>(t.scalar_type()), static_cast<int>(sp.grad_dtype),
                   zero_ > 0 ? sp.tied : nullptr, zero_ == 3 ? sp.unit : -1);
@@ -194,29 +194,6 @@ void GradientSync::begin_step() {
   // Zeroing in place keeps .grad the same tensor (bucket views alias it).
   for (size_t k = 0; k < params_.size(); ++k)
     if (bucket_of_[k] < 0 && params_[k].tensor.grad().defined()) params_[k].tensor.mutable_grad().zero_();
-}
-
-std::vector<at::Tensor> GradientSync::whole_buckets(const std::function<bool(size_t)>& take,
-                                                    std::vector<bool>* covered) const {
-  covered->assign(params_.size(), false);
-  std::vector<at::Tensor> flats;
-  if (zero_ > 0) return flats;
-  // A bucket counts only while every .grad still points into it (nothing replaced one).
-  auto in_flat = [this](size_t k, const Bucket& b) {
-    const at::Tensor& g = params_[k].tensor.grad();
-    const auto* base = static_cast<const char*>(b.flat.data_ptr());
-    const auto* p = g.defined() ? static_cast<const char*>(g.data_ptr()) : nullptr;
-    return p && p >= base && p < base + b.flat.numel() * b.flat.element_size();
-  };
-  for (const auto& b : buckets_) {
-    if (!b->flat.defined() || !std::all_of(b->params.begin(), b->params.end(), take)) continue;
-    if (!b->main && !std::all_of(b->params.begin(), b->params.end(), [&](size_t k) { return in_flat(k, *b); })) continue;
-    int64_t numel = 0;
-    for (size_t k : b->params) numel += params_[k].tensor.numel();
-    flats.push_back(b->flat.narrow(0, 0, numel));
-    for (size_t k : b->params) (*covered)[k] = true;
-  }
-  return flats;
 }
 
 at::Tensor GradientSync::gradient(size_t k) const { return main_[k].defined() ? main_[k] : params_[k].tensor.grad(); }

@@ -105,10 +105,6 @@ class GradientSync {
   // ZeRO-3: called when every parameter of a unit has received its gradient in
   // one backward pass (the unit's gathered parameters may then be freed).
   void on_unit_done(std::function<void(int unit)> f) { unit_done_ = std::move(f); }
-  // ZeRO 0, after finish_step: the flat buffers of the buckets all of whose
-  // parameters `take(k)` accepts (a norm over one is one kernel, not one per
-  // parameter), and those parameters' indices. Others are left to the caller.
-  std::vector<at::Tensor> whole_buckets(const std::function<bool(size_t)>& take, std::vector<bool>* covered) const;
   // Bytes of the gradient buffers (buckets and unbucketed .grad).
   int64_t bytes() const;
 

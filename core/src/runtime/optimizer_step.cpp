@@ -3,7 +3,6 @@
 #include "base/device.h"
 #include "base/trace.h"
 #include "comm/communicator.h"
-#include "memory/gradient_sync.h"
 #include "memory/sharded_parameters.h"
 #include "optim/mixed_precision.h"
 #include "plugin/optimizer_instance.h"
@@ -66,15 +65,11 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
     // a loss-scaled fp16 gradient overflows (65504) long before any element does.
     // The fp32 norms go to double together (exactly, as one by one would):
     // one kernel per parameter, not two.
-    // Without ZeRO a bucket whose every parameter is counted is one kernel.
-    std::vector<bool> in_bucket(grads.size(), false);
+    // Per parameter, not per bucket: a bucket's norm sums in another order,
+    // and buckets differ between layouts, whose norms must agree.
     std::vector<at::Tensor> norms;
-    if (!state.sharded())
-      for (const at::Tensor& flat : state.sync().whole_buckets(
-               [&](size_t k) { return counted[k] && grads[k].defined(); }, &in_bucket))
-        norms.push_back(flat.norm(2, at::kFloat));
     for (size_t k = 0; k < grads.size(); ++k)
-      if (counted[k] && grads[k].defined() && !in_bucket[k]) norms.push_back(grads[k].norm(2, at::kFloat));
+      if (counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat));
     norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).to(at::kDouble).pow(2).sum().item<double>();
   }
   // One all-reduce over the world: the squared norm, the loss sums and the metrics.

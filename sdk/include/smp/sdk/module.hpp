@@ -2,11 +2,13 @@
 #pragma once
 
 #include <smp/sdk/collectives.hpp>
+#include <smp/sdk/did_you_mean.hpp>
 #include <smp/sdk/host.hpp>
 #include <smp/sdk/init.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -205,14 +207,16 @@ inline void expect_node_keys(const Json& cfg, std::initializer_list<const char*>
   std::string names;
   if (!cfg.is_object()) throw Error("node '" + node + "': the config must be a JSON object, got " + cfg.dump());
   const std::string bad = first_unknown_key(cfg, known, &names);
-  if (!bad.empty()) throw Error("node '" + node + "': unknown config key '" + bad + "' (known: " + names + ")");
+  if (!bad.empty())
+    throw Error("node '" + node + "': unknown config key '" + bad + "' (known: " + names + ")" + did_you_mean(bad, known));
 }
 // The same for an adapter's [model] table: "model.<key>: unknown key for the <adapter> adapter".
 inline void expect_model_keys(const Json& cfg, std::initializer_list<const char*> known, const std::string& adapter) {
   std::string names;
   const std::string bad = first_unknown_key(cfg, known, &names);
   if (!bad.empty())
-    throw Error("model." + bad + ": unknown key for the " + adapter + " adapter (known: " + names + ")");
+    throw Error("model." + bad + ": unknown key for the " + adapter + " adapter (known: " + names + ")" +
+                did_you_mean(bad, known));
 }
 
 // Reads key `key` of the job's [model] table, with errors naming "model.<key>".

@@ -13,6 +13,7 @@
 // tensor, or say in its docs what it needs. The host keeps the step count.
 #pragma once
 
+#include <smp/sdk/did_you_mean.hpp>
 #include <smp/sdk/host.hpp>
 
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ inline void expect_optimizer_keys(const OptimizerSetup& s, std::initializer_list
     }
     if (!ok)
       throw Error("optimizer." + it.key() + ": unknown key for the " + s.kind + " optimizer (known: " +
-                  (names.empty() ? "none" : names) + ")");
+                  (names.empty() ? "none" : names) + ")" + did_you_mean(it.key(), known));
   }
 }
 
