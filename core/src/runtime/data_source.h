@@ -64,7 +64,6 @@ class ProgramBatch final : public DataSource {
   std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
   // The inputs' dtypes and ranks (for the spec later batches must match).
   std::vector<InputSpec> spec() const;
-  int64_t rows() const { return rows_; }
 
  private:
   std::vector<std::string> names_;

@@ -60,11 +60,10 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
   std::vector<double> norm_sq{0.0};
   {
     c10::NoGradGuard ng;
-    // One norm kernel per parameter (no copies), summed in double. Accumulated
-    // in fp32 whatever the gradient's dtype, without a copy: a 16-bit norm of
-    // a loss-scaled fp16 gradient overflows (65504) long before any element does.
-    // The fp32 norms go to double together (exactly, as one by one would):
-    // one kernel per parameter, not two.
+    // One norm kernel per parameter (no copies), accumulated in fp32 whatever
+    // the gradient's dtype: a 16-bit norm of a loss-scaled fp16 gradient
+    // overflows (65504) long before any element does. The fp32 norms go to
+    // double together (exactly, as one by one would) and are summed there.
     // Per parameter, not per bucket: a bucket's norm sums in another order,
     // and buckets differ between layouts, whose norms must agree.
     std::vector<at::Tensor> norms;

@@ -7,7 +7,6 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
-#include <map>
 
 namespace smp {
 
@@ -35,32 +34,30 @@ uint64_t fingerprint(const at::Tensor& t) {
 
 void check_replicas_agree(const std::vector<ReplicaCandidate>& params, const DeviceMesh& mesh,
                           const std::function<Communicator&(Axis)>& comm_of, const std::string& origin) {
-  std::map<std::string, std::vector<const ReplicaCandidate*>> by_axis;
-  for (const auto& p : params)
-    if (mesh.size(p.data_axis) > 1) by_axis[p.data_axis.name()].push_back(&p);
   for (const Axis axis : {Axis::DP, Axis::EDP}) {
     if (mesh.size(axis) <= 1) continue;
-    const auto& list = by_axis[axis.name()];
+    std::vector<const ReplicaCandidate*> list;
+    for (const auto& p : params)
+      if (p.data_axis == axis) list.push_back(&p);
     Communicator& comm = comm_of(axis);
     // Every rank of the axis holds the same parameters in the same order (one
     // model-parallel coordinate): the count first, so a mismatch is named too.
     const int64_t n = static_cast<int64_t>(list.size());
-    at::Tensor mine = at::empty({n + 1}, at::kLong);
-    mine[0] = n;
-    for (int64_t i = 0; i < n; ++i) mine[i + 1] = static_cast<int64_t>(fingerprint(list[i]->tensor));
-    at::Tensor counts = at::empty({comm.size()}, at::kLong), count = mine.narrow(0, 0, 1).clone();
+    at::Tensor count = at::full({1}, n, at::kLong), counts = at::empty({comm.size()}, at::kLong);
     comm.allgather(count, counts)->wait();
     for (int r = 0; r < comm.size(); ++r)
       if (counts[r].item<int64_t>() != n)
         throw Error(origin + ": world rank " + std::to_string(comm.global_ranks()[r]) + " holds " +
                     std::to_string(counts[r].item<int64_t>()) + " parameters replicated over " + axis.name() +
                     ", this rank " + std::to_string(n));
-    at::Tensor all = at::empty({comm.size() * (n + 1)}, at::kLong);
+    if (n == 0) continue;
+    at::Tensor mine = at::empty({n}, at::kLong), all = at::empty({comm.size() * n}, at::kLong);
+    for (int64_t i = 0; i < n; ++i) mine[i] = static_cast<int64_t>(fingerprint(list[i]->tensor));
     comm.allgather(mine, all)->wait();
     const int64_t* v = all.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i)
       for (int r = 1; r < comm.size(); ++r)
-        if (v[r * (n + 1) + i + 1] != v[i + 1])
+        if (v[r * n + i] != v[i])
           throw Error(origin + ": parameter '" + list[i]->name + "' starts with different values on world ranks " +
                       std::to_string(comm.global_ranks()[0]) + " and " + std::to_string(comm.global_ranks()[r]) +
                       ", replicas over " + axis.name() + ": its module kind initialises it differently per rank "

@@ -86,7 +86,7 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   std::optional<ProgramBatch> fed;
   if (!example.empty()) {
     ProgramBatch::Rules rules;
-    rules.microbatches = 1;  // any rows: the profile takes one microbatch's worth
+    rules.microbatches = 1;  // any rows: the profile runs the whole example as one microbatch
     rules.device = s.context->device();
     rules.where = "rank " + std::to_string(env.rank) + ": the example batch given to Runtime::create";
     fed.emplace(example, s.model->graph().inputs, rules);

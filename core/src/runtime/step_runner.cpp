@@ -69,18 +69,30 @@ StepRunner::~StepRunner() = default;
 
 namespace {
 
-// Points the executor at a data source for one call, and back at the adapter's after it.
+// Points the executor at a data source for one call, and back after it.
 class UseSource {
  public:
-  UseSource(const DataSource*& slot, const DataSource* source, const DataSource* fallback)
-      : slot_(slot), fallback_(fallback) {
+  UseSource(const DataSource*& slot, const DataSource* source) : slot_(slot), before_(slot) {
     if (source) slot_ = source;
   }
-  ~UseSource() { slot_ = fallback_; }
+  ~UseSource() { slot_ = before_; }
 
  private:
   const DataSource*& slot_;
-  const DataSource* fallback_;
+  const DataSource* before_;
+};
+
+// Has the executor keep `values` for one forward-only run (into `sink`).
+class Capture {
+ public:
+  Capture(Executor& e, const std::set<std::string>& values, std::map<std::string, std::map<int, at::Tensor>>& sink)
+      : e_(e) {
+    e_.capture(&values, &sink);
+  }
+  ~Capture() { e_.capture(nullptr, nullptr); }
+
+ private:
+  Executor& e_;
 };
 
 }  // namespace
@@ -117,7 +129,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
   std::optional<ProgramBatch> fed;
   if (batch)
     fed.emplace(program_batch(share_of(*batch), "train_step", model_.global_batch() / context_.mesh().dp(), false));
-  UseSource use(source_, fed ? &*fed : nullptr, &adapter_data_);
+  UseSource use(source_, fed ? &*fed : nullptr);
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const auto t0 = clock::now();
@@ -192,14 +204,16 @@ double StepRunner::evaluate(int batches) {
 
 double StepRunner::evaluate(const Batch& batch) {
   const ProgramBatch fed = program_batch(share_of(batch), "evaluate", model_.global_batch() / context_.mesh().dp(), false);
-  UseSource use(source_, &fed, &adapter_data_);
+  UseSource use(source_, &fed);
   return evaluate(1);
 }
 
 namespace {
 
-// The graph inputs that `value` depends on and `batch` lacks (its producers' inputs, transitively).
-std::vector<std::string> missing_inputs(const ModelGraph& g, const std::string& value, const Batch& batch) {
+// The graph inputs that `value` depends on and `batch` lacks (its producers'
+// inputs, transitively); producer: each node output's node.
+std::vector<std::string> missing_inputs(const ModelGraph& g, const std::map<std::string, int>& producer,
+                                        const std::string& value, const Batch& batch) {
   std::vector<std::string> missing, todo{value};
   std::set<std::string> seen;
   while (!todo.empty()) {
@@ -210,9 +224,10 @@ std::vector<std::string> missing_inputs(const ModelGraph& g, const std::string& 
       if (!batch.count(v)) missing.push_back(v);
       continue;
     }
-    for (const GraphNode& n : g.nodes)
-      if (std::find(n.outputs.begin(), n.outputs.end(), v) != n.outputs.end())
-        todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
+    auto p = producer.find(v);
+    if (p == producer.end()) continue;
+    const GraphNode& n = g.nodes[static_cast<size_t>(p->second)];
+    todo.insert(todo.end(), n.inputs.begin(), n.inputs.end());
   }
   std::sort(missing.begin(), missing.end());
   return missing;
@@ -259,15 +274,9 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
   const ProgramBatch fed = program_batch(inputs, "forward", -1, true);
   std::map<std::string, std::map<int, at::Tensor>> captured;
   {
-    UseSource use(source_, &fed, &adapter_data_);
-    executor_->capture(&wanted, &captured);
-    try {
-      executor_->run(model_.eval_schedule(), 0, false);
-    } catch (...) {
-      executor_->capture(nullptr, nullptr);
-      throw;
-    }
-    executor_->capture(nullptr, nullptr);
+    UseSource use(source_, &fed);
+    Capture keep(*executor_, wanted, captured);
+    executor_->run(model_.eval_schedule(), 0, false);
   }
   const DeviceMesh& mesh = context_.mesh();
   Batch out;
@@ -287,7 +296,7 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
     if (mesh.pp() > 1) value = broadcast_value(context_.comm(Axis::PP), value, owner, context_.device());
     if (!value.defined()) {
       std::string need;
-      for (const auto& m : missing_inputs(g, name, inputs)) need += (need.empty() ? "'" : ", '") + m + "'";
+      for (const auto& m : missing_inputs(g, producer, name, inputs)) need += (need.empty() ? "'" : ", '") + m + "'";
       throw Error(where + ": output '" + name + "' of node '" + g.nodes[static_cast<size_t>(producer.at(name))].name +
                   "' was not computed: it needs graph input " + (need.empty() ? "(none missing?)" : need) +
                   ", which the batch lacks");

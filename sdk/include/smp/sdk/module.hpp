@@ -262,19 +262,16 @@ inline void place_parameters(Module& m, const at::Device& device, const Deferred
   }
 }
 
+}  // namespace detail
+
+// Makes a module of a kind registered with a function (PluginBuilder::module(kind, factory)).
+using ModuleFactory = std::function<std::unique_ptr<Module>(const Json& config, const ModuleContext& context)>;
+
+namespace detail {
 template <class T>
 struct ModuleKindTable {
+  // T(config, context); for T = Module (abstract), the kind's state is its ModuleFactory.
   static smp_error* create(void* state, const char* config_json, const smp_module_context* ctx, smp_module** out) {
-    return create_with(state, config_json, ctx, out, [](void*, const Json& cfg, const ModuleContext& mc) -> Module* {
-      if constexpr (std::is_abstract_v<T>)
-        throw Error("module kind without a class or a factory");
-      else
-        return new T(cfg, mc);
-    });
-  }
-  template <class Make>
-  static smp_error* create_with(void* state, const char* config_json, const smp_module_context* ctx, smp_module** out,
-                                Make make) {
     return guard([&] {
       Json cfg = (config_json && *config_json) ? Json::parse(config_json) : Json::object();
       auto* box = new ModuleBox{nullptr};
@@ -283,7 +280,13 @@ struct ModuleKindTable {
         if (mc.deferred_init()) box->deferred = std::make_unique<DeferredInit>();
         {
           DeferredInitScope scope(box->deferred.get());  // null: draws are made, not recorded
-          box->impl = make(state, cfg, mc);
+          if constexpr (std::is_abstract_v<T>) {
+            auto made = (*static_cast<const ModuleFactory*>(state))(cfg, mc);
+            if (!made) throw Error("node '" + mc.node_name + "': the factory made no module");
+            box->impl = made.release();
+          } else {
+            box->impl = new T(cfg, mc);
+          }
         }
         place_parameters(*box->impl, mc.device(), box->deferred.get());
       } catch (...) {
@@ -349,22 +352,6 @@ struct ModuleKindTable {
     auto* box = reinterpret_cast<ModuleBox*>(m);
     delete box->impl;
     delete box;
-  }
-};
-}  // namespace detail
-
-// Makes a module of a kind registered with a function (PluginBuilder::module(kind, factory)).
-using ModuleFactory = std::function<std::unique_ptr<Module>(const Json& config, const ModuleContext& context)>;
-
-namespace detail {
-struct FactoryModuleKind {
-  static smp_error* create(void* state, const char* config_json, const smp_module_context* ctx, smp_module** out) {
-    return ModuleKindTable<Module>::create_with(state, config_json, ctx, out,
-                                                [](void* s, const Json& cfg, const ModuleContext& mc) -> Module* {
-                                                  auto m = (*static_cast<const ModuleFactory*>(s))(cfg, mc);
-                                                  if (!m) throw Error("node '" + mc.node_name + "': the factory made no module");
-                                                  return m.release();
-                                                });
   }
 };
 }  // namespace detail

@@ -58,8 +58,7 @@ class PluginBuilder {
   PluginBuilder& module(const std::string& kind, ModuleFactory factory, uint32_t memory_features = 0) {
     module<Module>(kind, memory_features);
     smp_module_kind& k = kinds_.back();
-    k.state = &module_factories_.emplace_back(std::move(factory));
-    k.create = &detail::FactoryModuleKind::create;
+    k.state = &module_factories_.emplace_back(std::move(factory));  // ModuleKindTable<Module>::create calls it
     return *this;
   }
 
