@@ -32,6 +32,27 @@ LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const
   return {t[0].item<double>(), t[1].item<double>()};
 }
 
+namespace {
+
+bool is_cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_sparse();
+}
+
+// The sum of a CPU float tensor's squares in double, four lanes summed in a
+// fixed order (the same on every rank and layout for the same elements).
+double sum_of_squares(const at::Tensor& t) {
+  const float* x = t.data_ptr<float>();
+  const int64_t n = t.numel();
+  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) a[j] += static_cast<double>(x[i + j]) * x[i + j];
+  for (; i < n; ++i) a[0] += static_cast<double>(x[i]) * x[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+}  // namespace
+
 OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
   if (const char* fault = std::getenv("SMP_TEST_FAULT")) {
     if (std::string(fault) != "dp_mean_gradients")
@@ -60,16 +81,20 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
   std::vector<double> norm_sq{0.0};
   {
     c10::NoGradGuard ng;
-    // One norm kernel per parameter (no copies), accumulated in fp32 whatever
-    // the gradient's dtype: a 16-bit norm of a loss-scaled fp16 gradient
-    // overflows (65504) long before any element does. The fp32 norms go to
-    // double together (exactly, as one by one would) and are summed there.
-    // Per parameter, not per bucket: a bucket's norm sums in another order,
-    // and buckets differ between layouts, whose norms must agree.
+    // Each parameter's squared norm on its own, summed in a fixed order:
+    // per parameter, not per bucket, since buckets differ between layouts
+    // whose norms must agree. On the CPU a float gradient's sum of squares
+    // is one pass in double (no kernel per parameter, no copies); otherwise
+    // one norm kernel per parameter, in fp32 whatever the gradient's dtype
+    // (a 16-bit norm of a loss-scaled fp16 gradient overflows at 65504 long
+    // before any element does), gone to double together.
     std::vector<at::Tensor> norms;
-    for (size_t k = 0; k < grads.size(); ++k)
-      if (counted[k] && grads[k].defined()) norms.push_back(grads[k].norm(2, at::kFloat));
-    norm_sq[0] = norms.empty() ? 0.0 : at::stack(norms).to(at::kDouble).pow(2).sum().item<double>();
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!counted[k] || !grads[k].defined()) continue;
+      if (is_cpu_float(grads[k])) norm_sq[0] += sum_of_squares(grads[k]);
+      else norms.push_back(grads[k].norm(2, at::kFloat));
+    }
+    if (!norms.empty()) norm_sq[0] += at::stack(norms).to(at::kDouble).pow(2).sum().item<double>();
   }
   // One all-reduce over the world: the squared norm, the loss sums and the metrics.
   if (metric_sums) norm_sq.insert(norm_sq.end(), metric_sums->begin(), metric_sums->end());

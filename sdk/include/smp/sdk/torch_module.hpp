@@ -44,21 +44,31 @@ namespace smp::sdk {
 // The default CPU generator seeded with `seed` for a scope, its state put back after.
 class SeededGenerator {
  public:
-  explicit SeededGenerator(uint64_t seed) : gen_(at::detail::getDefaultCPUGenerator()) {
+  explicit SeededGenerator(uint64_t seed)
+      : gen_(at::detail::getDefaultCPUGenerator()), impl_(at::check_generator<at::CPUGeneratorImpl>(gen_)) {
     std::lock_guard<std::mutex> lock(gen_.mutex());
-    saved_ = gen_.get_state();
-    gen_.set_current_seed(seed);
+    // The engine and the cached normal samples are the whole state (what
+    // get_state serialises), copied without a state tensor.
+    saved_engine_ = impl_->engine();
+    saved_float_ = impl_->next_float_normal_sample();
+    saved_double_ = impl_->next_double_normal_sample();
+    impl_->set_current_seed(seed);
   }
   ~SeededGenerator() {
     std::lock_guard<std::mutex> lock(gen_.mutex());
-    gen_.set_state(saved_);
+    impl_->set_engine(saved_engine_);
+    impl_->set_next_float_normal_sample(saved_float_);
+    impl_->set_next_double_normal_sample(saved_double_);
   }
   SeededGenerator(const SeededGenerator&) = delete;
   SeededGenerator& operator=(const SeededGenerator&) = delete;
 
  private:
   at::Generator gen_;
-  at::Tensor saved_;
+  at::CPUGeneratorImpl* impl_;
+  at::mt19937 saved_engine_;
+  decltype(std::declval<at::CPUGeneratorImpl&>().next_float_normal_sample()) saved_float_;
+  decltype(std::declval<at::CPUGeneratorImpl&>().next_double_normal_sample()) saved_double_;
 };
 
 namespace detail {
