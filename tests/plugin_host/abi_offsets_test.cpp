@@ -104,6 +104,7 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_param_info, placements, 24, 0),
       ROW(smp_param_info, n_placements, 32, 0),
       ROW(smp_param_info, init, 40, 2),  // 2.2, dbb91b6
+      ROW(smp_param_info, flags, 48, 6),  // 2.6
 
       ROW(smp_module_kind, struct_size, 0, 0),
       ROW(smp_module_kind, name, 8, 0),

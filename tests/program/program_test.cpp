@@ -114,6 +114,10 @@ const Job& serial_tied_model() {
   static const Job r = launch(1, {"--tied-model", "--set", "parallel.microbatches=2"});
   return r;
 }
+const Job& serial_norm_model() {
+  static const Job r = launch(1, {"--norm-model", "--set", "parallel.microbatches=2"});
+  return r;
+}
 const Job& serial_tp_model() {
   static const Job r = launch(1, {"--tp-model", "--set", "parallel.microbatches=2"});
   return r;
@@ -126,7 +130,10 @@ void expect_like(const Job& one, int nproc, const std::vector<std::string>& over
 
 void expect_serial(int nproc, const std::vector<std::string>& overrides, const std::string& model = "",
                    size_t parameters_at_least = 10) {
-  const Job& one = model == "--tp-model" ? serial_tp_model() : model == "--tied-model" ? serial_tied_model() : serial();
+  const Job& one = model == "--tp-model"     ? serial_tp_model()
+                   : model == "--tied-model" ? serial_tied_model()
+                   : model == "--norm-model" ? serial_norm_model()
+                                             : serial();
   expect_like(one, nproc, overrides, model, parameters_at_least, 1e-6);
 }
 
@@ -236,6 +243,70 @@ TEST(ProgramModel, TensorParallelLayersInsideTheProgramsModulesEqualSerial) {
 
 TEST(ProgramModel, TensorParallelByPipelineEqualsSerial) {
   expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, "--tp-model");
+}
+
+// BatchNorm's running statistics (torch buffers) of one rank's run, by name.
+std::map<std::string, std::vector<double>> buffers_of(const nlohmann::json& rank) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& [name, p] : rank["params"].items())
+    if (name.find("running_") != std::string::npos) out[name] = p["v"].get<std::vector<double>>();
+  return out;
+}
+
+double largest(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x - 1.0) < 1e-12 ? 0.0 : std::abs(x));
+  return m;
+}
+
+// A module with buffers trains under pp 2 like the serial run: the buffers
+// (compared with the parameters) are on the stage that updates them, and the
+// partitioner's cost profile, which calls the module, leaves them as they were.
+TEST(ProgramModel, BatchNormBuffersUnderPipelineEqualSerial) {
+  const Job& one = serial_norm_model();
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto b = buffers_of(one.ranks.at(0));
+  ASSERT_EQ(b.size(), 2u) << "running_mean and running_var of net.1.bn";
+  for (const auto& [name, v] : b) EXPECT_GT(largest(v), 1e-3) << name << " never moved";
+  expect_serial(2, {"parallel.pp=2", "parallel.microbatches=2", "parallel.schedule=1f1b"}, "--norm-model", 19);
+}
+
+// Under dp 2 each replica updates its buffers from its own samples; before
+// each step (and each evaluation or forward call) the first replica's values
+// go to the others, as DDP does: both ranks end with rank 0's, which moved.
+TEST(ProgramModel, BuffersAreTheFirstDataReplicasOnEveryRank) {
+  const Job r = launch(2, {"--norm-model", "--set", "parallel.dp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.ranks.size(), 2u) << r.output;
+  const auto a = buffers_of(r.ranks[0]), b = buffers_of(r.ranks[1]);
+  ASSERT_EQ(a.size(), 2u);
+  for (const auto& [name, v] : a) {
+    EXPECT_GT(largest(v), 1e-3) << name;
+    EXPECT_EQ(worst_gap(v, b.at(name)), 0.0) << name;
+  }
+}
+
+// Buffers are in the checkpoint: a run resumed at step 2 under dp 2 ends with
+// the uninterrupted run's buffers and scores, bit for bit (restarting them
+// from BatchNorm's initial values would change both).
+TEST(ProgramModel, BuffersResumeBitForBit) {
+  const std::string ckpt = (fs::temp_directory_path() / fs::unique_path("smp-program-bn-%%%%")).string();
+  const std::vector<std::string> layout = {"--norm-model", "--set", "parallel.dp=2", "--set", "parallel.microbatches=2"};
+  std::vector<std::string> save = layout, load = layout;
+  save.insert(save.end(), {"--save-at", "2", "--save", ckpt});
+  load.insert(load.end(), {"--load", ckpt});
+  const Job full = launch(2, save);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const Job resumed = launch(2, load);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ASSERT_EQ(resumed.ranks.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto a = buffers_of(full.ranks.at(rank)), b = buffers_of(resumed.ranks.at(rank));
+    ASSERT_EQ(a.size(), 2u);
+    for (const auto& [name, v] : a) EXPECT_EQ(worst_gap(v, b.at(name)), 0.0) << name << " on rank " << rank;
+  }
+  EXPECT_EQ(worst_gap(scores(full), scores(resumed)), 0.0);
+  EXPECT_EQ(full.ranks[0]["eval"].get<double>(), resumed.ranks[0]["eval"].get<double>());
 }
 
 // Saved after 2 steps, loaded by a fresh run: steps 3 and 4 are the uninterrupted run's, bit for bit.

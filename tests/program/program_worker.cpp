@@ -6,7 +6,7 @@
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
-//                  [--adapter-fed] [--vector-loss]
+//                  [--adapter-fed] [--vector-loss] [--norm-model]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -63,6 +63,17 @@ struct TpBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(TpBlock);
 
+// A block with state it updates itself: BatchNorm's running statistics
+// (buffers), used in place of the batch's statistics in eval mode.
+struct NormBlockImpl : torch::nn::Module {
+  explicit NormBlockImpl(int64_t d)
+      : fc(register_module("fc", torch::nn::Linear(d, d))), bn(register_module("bn", torch::nn::BatchNorm1d(d))) {}
+  torch::Tensor forward(torch::Tensor x) { return x + torch::relu(bn->forward(fc->forward(x))); }
+  torch::nn::Linear fc;
+  torch::nn::BatchNorm1d bn;
+};
+TORCH_MODULE(NormBlock);
+
 // The global batch of a step, the same on every rank; each dp rank takes its rows.
 std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step) {
   auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
@@ -85,7 +96,7 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
-       vector_loss = false;
+       vector_loss = false, norm_model = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -99,6 +110,7 @@ int main(int argc, char** argv) {
   app.add_flag("--tied-model", tied_model, "named nodes, one Linear used at both ends");
   app.add_flag("--adapter-fed", adapter_fed, "the same data through TorchModel::batches and train_step()");
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
+  app.add_flag("--norm-model", norm_model, "the middle block a BatchNorm one (buffers)");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
@@ -114,6 +126,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 3; ++i) {
         if (tp_model)
           net->push_back(TpBlock(kDim));
+        else if (norm_model && i == 0)
+          net->push_back(NormBlock(kDim));
         else
           net->push_back(GatedBlock(kDim));
       }

@@ -71,7 +71,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 5
+#define SMP_ABI_VERSION_MINOR 6
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -255,7 +255,16 @@ typedef struct smp_param_info {
   /* Since 2.2: non-NULL when the tensor was created without storage (its
    * sizes and dtype are set, its storage holds 0 bytes); the host fills it. */
   const smp_param_init* init;
+  /* Since 2.6: SMP_PARAM_FLAG_* bits (0: a trained parameter). */
+  uint32_t flags;
 } smp_param_info;
+
+/* Since 2.6: the tensor is state the module updates itself in forward (a
+ * running statistic: LibTorch's buffers), not a trained parameter. It gets no
+ * gradient and no optimizer state, must not require grad, is saved in
+ * checkpoints, and before each step the first replica along its data-parallel
+ * axis sends its values to the others (DDP's broadcast_buffers). */
+#define SMP_PARAM_FLAG_BUFFER 1u
 
 typedef void (*smp_param_visitor)(void* user, const smp_param_info* param);
 
@@ -803,7 +812,7 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_context, parallel_json) /* the fields of minor 0 */
 #define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
 #define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
-#define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, init)
+#define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, flags)
 #define SMP_PARAM_INFO_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_param_info, n_placements) /* the fields of minor 0 */
 #define SMP_PARAM_INIT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_init, slice_length)
 #define SMP_MODULE_KIND_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_kind, memory_features)

@@ -6,6 +6,7 @@
 #include "plugin/module_instance.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
@@ -41,6 +42,11 @@ std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistr
     // Forward, then backward through this node alone with ones as the output
     // gradient, twice: the first call warms up (allocations, lazy init, the
     // first-call costs of the kernels) and only the second is counted.
+    // A module the program handed over is the one it trains: its buffers
+    // (running statistics) get the profile's calls undone below.
+    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;
+    for (const auto& p : m->parameters())
+      if (p.buffer) buffers.emplace_back(p.tensor, p.tensor.clone());
     std::vector<at::Tensor> outs;
     double fwd = 0, bwd = 0;
     for (int round = 0; round < 2; ++round) {
@@ -65,11 +71,16 @@ std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistr
       if (p.tensor.grad().defined()) p.tensor.mutable_grad().reset();
     for (auto& t : ins)
       if (t.grad().defined()) t.mutable_grad().reset();
-    double param_bytes = 0, act_bytes = 0;
-    for (const auto& p : m->parameters()) param_bytes += p.tensor.numel() * p.tensor.element_size();
+    {
+      c10::NoGradGuard no_grad;
+      for (auto& [live, before] : buffers) live.copy_(before);
+    }
+    double param_bytes = 0, buffer_bytes = 0, act_bytes = 0;
+    for (const auto& p : m->parameters())
+      (p.buffer ? buffer_bytes : param_bytes) += static_cast<double>(p.tensor.numel() * p.tensor.element_size());
     for (auto& o : outs) act_bytes += o.numel() * o.element_size();
     costs[i].compute = fwd + bwd;
-    costs[i].memory = 4 * param_bytes + act_bytes;
+    costs[i].memory = 4 * param_bytes + buffer_bytes + act_bytes;
     for (size_t k = 0; k < outs.size(); ++k) env[node.outputs[k]] = outs[k].detach();
     if (last_user[node.module_key()] == static_cast<int>(i)) live.erase(node.module_key());
   }

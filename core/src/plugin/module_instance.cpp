@@ -81,6 +81,7 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
       mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'",
                                             collect->mesh);
       if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);
+      mp.buffer = SMP_HAS_FIELD(p, smp_param_info, flags) && (p->flags & SMP_PARAM_FLAG_BUFFER);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {
       if (collect->problem.empty()) collect->problem = e.what();
@@ -115,7 +116,12 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
            "' has no storage and no initialiser (smp_param_info.init): a deferred-init module must draw every "
            "parameter from InitStream or init_constant and keep the tensor it got");
   for (auto& p : params_)
-    if (!p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
+    if (p.buffer && p.tensor.requires_grad())
+      fail("buffer '" + p.name + "' requires grad: a buffer (SMP_PARAM_FLAG_BUFFER) is not trained");
+    else if (p.buffer && p.init)
+      fail("buffer '" + p.name + "' has a deferred initialiser: only parameters may be created without storage");
+  for (auto& p : params_)
+    if (!p.buffer && !p.tensor.requires_grad() && p.tensor.is_floating_point()) p.tensor.requires_grad_(true);
 }
 
 ModuleInstance::~ModuleInstance() {

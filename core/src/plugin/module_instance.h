@@ -25,6 +25,10 @@ struct ModuleParameter {
   // Deferred init (ABI 2.2): the tensor has no storage yet, this says how to
   // fill it (see ShardedParameters, which fills only the dp shard). Else null.
   std::shared_ptr<const sdk::InitSpec> init;
+  // ABI 2.6 SMP_PARAM_FLAG_BUFFER: state the module updates itself, never
+  // trained (requires_grad false); checkpointed, and sent from the first
+  // data-parallel replica to the others before each step.
+  bool buffer = false;
 };
 
 // The context a module is created under, for the runtime and the cost

@@ -130,6 +130,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
   if (batch)
     fed.emplace(program_batch(share_of(*batch), "train_step", model_.global_batch() / context_.mesh().dp(), false));
   UseSource use(source_, fed ? &*fed : nullptr);
+  state_.sync_buffers();
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const auto t0 = clock::now();
@@ -183,6 +184,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
 }
 
 double StepRunner::evaluate(int batches) {
+  state_.sync_buffers();
   c10::NoGradGuard ng;
   LossSums local;
   const auto& metrics = model_.graph().metrics;
@@ -273,6 +275,7 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
   }
   const ProgramBatch fed = program_batch(inputs, "forward", -1, true);
   std::map<std::string, std::map<int, at::Tensor>> captured;
+  state_.sync_buffers();
   {
     UseSource use(source_, &fed);
     Capture keep(*executor_, wanted, captured);

@@ -1,5 +1,7 @@
 #include "runtime/train_state.h"
 
+#include "runtime/buffer_sync.h"
+
 #include <smp/error.h>
 
 #include "base/seeds.h"
@@ -38,8 +40,15 @@ TrainState::TrainState(const JobConfig& job, const ParallelContext& context, con
     parameter_init_peak_ = created.peak();
   }
   check_replicas();
+  std::vector<BufferToSync> buffers;
+  for (const auto& key : module_order_)
+    for (const auto& p : modules_.at(key)->parameters())
+      if (p.buffer) buffers.push_back({p.tensor, p.placements.data_parallel_axis()});
+  buffers_ = std::make_unique<BufferSync>(buffers, [this](Axis a) -> Communicator& { return context_.comm(a); });
   lay_out(make_tied_groups());
 }
+
+void TrainState::sync_buffers() { buffers_->run(); }
 
 // Gradient buffers and the optimizer go before the modules whose parameters they hold.
 TrainState::~TrainState() {
@@ -92,7 +101,7 @@ void TrainState::check_replicas() const {
   std::vector<ReplicaCandidate> candidates;
   for (const auto& key : module_order_)
     for (const auto& p : modules_.at(key)->parameters())
-      if (p.tensor.requires_grad() && !p.init) candidates.push_back({p.name, p.tensor, p.placements.data_parallel_axis()});
+      if ((p.tensor.requires_grad() || p.buffer) && !p.init) candidates.push_back({p.name, p.tensor, p.placements.data_parallel_axis()});
   check_replicas_agree(candidates, context_.mesh(), [this](Axis a) -> Communicator& { return context_.comm(a); },
                        job_.origin);
 }

@@ -30,6 +30,7 @@ class ModuleInstance;
 class OptimizerInstance;
 class ParallelContext;
 class ShardedParameters;
+class BufferSync;
 
 class TrainState {
  public:
@@ -55,6 +56,8 @@ class TrainState {
   const std::map<std::string, std::shared_ptr<ModuleInstance>>& modules() const { return modules_; }
   std::vector<ParameterView> parameters() const;  // as held now: no gather
   void gather_parameters();                       // ZeRO-3: every unit gathered
+  // Buffers (module-updated state) from the first data-parallel replica to the others (BufferSync).
+  void sync_buffers();
 
   GradientSync& sync() const { return *sync_; }
   ShardedParameters* sharded() const { return sharded_.get(); }  // ZeRO >= 1, else null
@@ -95,6 +98,7 @@ class TrainState {
   std::unique_ptr<DynamicLossScaler> scaler_;
   std::unique_ptr<ShardedParameters> sharded_;
   std::unique_ptr<OptimizerInstance> optimizer_;
+  std::unique_ptr<BufferSync> buffers_;
   int64_t updates_ = 0;
   std::vector<bool> norm_counted_;     // per GradientSync parameter
   std::vector<bool> segment_counted_;  // ZeRO: per shard segment

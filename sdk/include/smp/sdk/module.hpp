@@ -148,6 +148,10 @@ struct Param {
   int shard_dim = -1;
   bool tp_grad_sum = false;
   std::vector<Placement> placements;  // any other axis (an expert: shard("ep", 0))
+  // State the module updates itself in forward (a running statistic), not
+  // trained: saved in checkpoints, sent from the first data-parallel replica
+  // to the others before each step (ABI 2.6, SMP_PARAM_FLAG_BUFFER).
+  bool buffer = false;
 
   // Every placement, the shorthands included.
   std::vector<Placement> all_placements() const {
@@ -331,6 +335,7 @@ struct ModuleKindTable {
         info.tensor = h.get();
         info.placements = placements.data();
         info.n_placements = placements.size();
+        info.flags = p.buffer ? SMP_PARAM_FLAG_BUFFER : 0u;
         smp_param_init init{};
         if (const InitSpec* spec = box->deferred ? box->deferred->find(p.tensor) : nullptr) {
           init.struct_size = SMP_PARAM_INIT_STRUCT_SIZE;

@@ -16,7 +16,10 @@
 // when activation checkpointing recomputes the call). A kind's module is
 // created with that generator seeded from the node's init seed, so LibTorch's
 // default initialisation gives the same values on every rank and layout.
-// Buffers (named_buffers) are refused: they are not yet in the train state.
+// Buffers (named_buffers, such as BatchNorm's running statistics) are kept
+// beside the parameters: never trained, saved in checkpoints, and sent from
+// the first data-parallel replica to the others before each step (DDP's
+// broadcast_buffers).
 #pragma once
 
 #include <smp/sdk/in_process.hpp>
@@ -106,11 +109,6 @@ class TorchModule : public Module {
   TorchModule(std::shared_ptr<torch::nn::Module> module, torch::nn::AnyModule callable, const ModuleContext& ctx)
       : module_(std::move(module)), callable_(std::move(callable)), node_(ctx.node_name) {
     placed_ = bind_placed(*module_, ctx);
-    const auto buffers = module_->named_buffers(/*recurse=*/true);
-    if (buffers.size() > 0)
-      throw Error("node '" + node_ + "': the module has buffers ('" + buffers.begin()->key() +
-                  "'); smp does not keep torch buffers in its train state yet, so they would be neither saved nor "
-                  "the same on every replica: hold such state as a parameter or outside the module");
   }
 
   std::vector<at::Tensor> forward(const Call& call) override {
@@ -127,6 +125,16 @@ class TorchModule : public Module {
       Param p = placed == placed_.end() ? Param{} : placed->second;
       p.name = item.key();
       p.tensor = item.value();
+      out.push_back(std::move(p));
+    }
+    // Buffers (BatchNorm's running statistics): saved in checkpoints, and the
+    // same on every data-parallel replica before each step.
+    for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+      if (!item.value().defined()) continue;
+      Param p;
+      p.name = item.key();
+      p.tensor = item.value();
+      p.buffer = true;
       out.push_back(std::move(p));
     }
     return out;
