@@ -343,6 +343,43 @@ TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
   EXPECT_EQ(resumed[1], full.at(3));
 }
 
+// Under run.resume = "auto" rank 0 picks the checkpoint and every rank loads
+// that one. Here each rank has a checkpoint folder of its own, as node-local
+// disks would, and rank 1's `latest` still names step 2 (as a save committing
+// between two ranks' looks would leave it) while rank 0's names step 4: both
+// resume from step 4 and train the same steps.
+TEST(ProgramModel, EveryRankResumesTheCheckpointRankZeroChose) {
+  const fs::path base = fs::temp_directory_path() / fs::unique_path("smp-program-resume-%%%%");
+  const std::vector<std::string> layout = {"--set", "parallel.dp=2", "--set", "parallel.microbatches=2",
+                                           "--set", "run.timeout_s=30"};
+  std::vector<std::string> first_args = {"--steps", "4", "--set", "run.checkpoint_every=2", "--set",
+                                         "run.checkpoint_dir=" + (base / "shared").string()};
+  first_args.insert(first_args.end(), layout.begin(), layout.end());
+  const Job first = launch(2, first_args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_TRUE(fs::exists(base / "shared/step-00000002/manifest.json")) << first.output;
+  ASSERT_TRUE(fs::exists(base / "shared/step-00000004/manifest.json")) << first.output;
+  for (const char* rank : {"rank-0", "rank-1"}) {
+    fs::create_directories(base / rank);
+    for (fs::recursive_directory_iterator it(base / "shared"), end; it != end; ++it) {
+      const fs::path to = base / rank / fs::relative(it->path(), base / "shared");
+      if (fs::is_directory(it->path())) fs::create_directories(to);
+      else fs::copy_file(it->path(), to, fs::copy_option::overwrite_if_exists);
+    }
+  }
+  std::ofstream(base.string() + "/rank-1/latest", std::ios::trunc) << "step-00000002\n";
+  std::vector<std::string> second_args = {"--steps", "6", "--checkpoint-dir-per-rank", base.string()};
+  second_args.insert(second_args.end(), layout.begin(), layout.end());
+  const Job second = launch(2, second_args);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  ASSERT_EQ(second.ranks.size(), 2u) << second.output;
+  for (const auto& rank : second.ranks) {
+    EXPECT_EQ(rank["resumed_from"].get<int>(), 4) << second.output;
+    EXPECT_EQ(rank["losses"].size(), 2u) << second.output;
+  }
+  EXPECT_EQ(second.ranks[0]["losses"], second.ranks[1]["losses"]);
+}
+
 // The same data through the model's own batches (an adapter, smp's loop
 // asking for rows) gives the program-fed run's results, bit for bit.
 TEST(ProgramModel, AdapterFedEqualsProgramFed) {

@@ -6,7 +6,7 @@
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
-//                  [--adapter-fed] [--vector-loss] [--norm-model]
+//                  [--adapter-fed] [--vector-loss] [--norm-model] [--checkpoint-dir-per-rank BASE]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -91,7 +91,7 @@ nlohmann::json values(const torch::Tensor& t) {
 
 int main(int argc, char** argv) {
   CLI::App app{"program_worker"};
-  std::string out_dir, save_dir, load_dir;
+  std::string out_dir, save_dir, load_dir, per_rank_dir;
   std::vector<std::string> overrides;
   int steps = 4, save_at = -1;
   double set_lr = -1;
@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
   app.add_flag("--tied-model", tied_model, "named nodes, one Linear used at both ends");
   app.add_flag("--adapter-fed", adapter_fed, "the same data through TorchModel::batches and train_step()");
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
-  app.add_flag("--norm-model", norm_model, "the middle block a BatchNorm one (buffers)");
+  app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
+  app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
   try {
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
                                          "train.optimizer=sgd", "train.lr=0.5", "train.min_lr=0.5",
                                          "train.weight_decay=0", "train.grad_clip=0", "run.log_to_file=false",
                                          "run.timeout_s=120", "run.dir=" + out_dir};
+      if (!per_rank_dir.empty()) config.push_back("run.checkpoint_dir=" + per_rank_dir + "/rank-" + std::to_string(env.rank));
       config.insert(config.end(), overrides.begin(), overrides.end());
       const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
       const auto [x0, y0] = global_batch(0);
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
     result["grad_norms"] = nlohmann::json::array();
     result["lrs"] = nlohmann::json::array();
     result["alive"] = alive;
+    result["resumed_from"] = rt->steps_done();
     for (int64_t s = rt->steps_done(); s < steps; ++s) {
       const auto [x, y] = global_batch(s);
       const smp::StepResult r = adapter_fed ? rt->train_step() : rt->train_step({{"x", share(x)}, {"y", share(y)}});

@@ -363,6 +363,22 @@ TEST(ConfigTest, ScheduleRules) {
   EXPECT_NO_THROW(good.resolve_layout(2));
 }
 
+// A pipeline message's tag holds the microbatch in 12 bits and the chunk in 4:
+// beyond that two messages between a pair of ranks would share a tag, so such
+// a job is refused at config time, naming the key; the limits themselves run.
+TEST(ConfigTest, PipelineTagLimits) {
+  Config many = Config::from_string("[parallel]\npp = 2\nmicrobatches = 4100\n[train]\nbatch_size = 4100\n", "job.toml");
+  EXPECT_ERROR(many.resolve_layout(2), "job.toml: parallel.microbatches = 4100: at most 4096");
+  Config most = Config::from_string("[parallel]\npp = 2\nmicrobatches = 4096\n[train]\nbatch_size = 4096\n", "job.toml");
+  EXPECT_NO_THROW(most.resolve_layout(2));
+  Config chunks = Config::from_string("[parallel]\npp = 2\nschedule = \"interleaved-1f1b\"\nvirtual_stages = 17\n"
+                                      "microbatches = 4\n", "job.toml");
+  EXPECT_ERROR(chunks.resolve_layout(2), "job.toml: parallel.virtual_stages = 17: at most 16");
+  Config sixteen = Config::from_string("[parallel]\npp = 2\nschedule = \"interleaved-1f1b\"\nvirtual_stages = 16\n"
+                                       "microbatches = 4\n", "job.toml");
+  EXPECT_NO_THROW(sixteen.resolve_layout(2));
+}
+
 TEST(ConfigTest, FileErrors) {
   EXPECT_ERROR(Config::load(kData + "/does_not_exist.toml"), kData + "/does_not_exist.toml: cannot open");
   EXPECT_ERROR(Config::from_string("[train\nsteps = 1\n", "job.toml"), "job.toml:1:");

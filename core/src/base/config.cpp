@@ -4,6 +4,7 @@
 #include <smp/job_config.h>
 
 #include "base/axis_names.h"
+#include "base/pipeline_limits.h"
 #include "base/table_names.h"
 
 #include <toml++/toml.h>
@@ -729,6 +730,10 @@ void Config::resolve_layout(int world_size) {
     throw Error(origin_of_any({"parallel.ep", "parallel.dp"}) + ": parallel.ep = " + std::to_string(ep) + " must divide parallel.dp = " +
                 std::to_string(dp) + " (expert parallelism splits the data-parallel ranks)");
   const int64_t mb = get_int("parallel.microbatches");
+  if (mb > pipeline_limits::kMicrobatches)
+    throw Error(origin_of("parallel.microbatches") + ": parallel.microbatches = " + std::to_string(mb) + ": at most " +
+                std::to_string(pipeline_limits::kMicrobatches) +
+                " (a pipeline message's tag tells microbatches apart in 12 bits; accumulate over steps instead)");
   const int64_t batch = get_int("train.batch_size");
   if (batch % (dp * mb) != 0)
     throw Error(origin_of_any({"train.batch_size", "parallel.dp", "parallel.microbatches"}) + ": train.batch_size = " + std::to_string(batch) +
@@ -736,6 +741,10 @@ void Config::resolve_layout(int world_size) {
                 std::to_string(mb) + " = " + std::to_string(dp * mb));
   const std::string schedule = get_string("parallel.schedule");
   const int64_t vs = get_int("parallel.virtual_stages");
+  if (vs > pipeline_limits::kChunks)
+    throw Error(origin_of("parallel.virtual_stages") + ": parallel.virtual_stages = " + std::to_string(vs) +
+                ": at most " + std::to_string(pipeline_limits::kChunks) +
+                " (a pipeline message's tag tells a rank's virtual stages apart in 4 bits)");
   if (vs > 1 && schedule != "interleaved-1f1b")
     throw Error(origin_of_any({"parallel.virtual_stages", "parallel.schedule"}) + ": parallel.virtual_stages = " + std::to_string(vs) +
                 " needs parallel.schedule = \"interleaved-1f1b\", got \"" + schedule + "\"");

@@ -9,6 +9,7 @@
 #include "memory/sharded_parameters.h"
 #include "pipeline/backward_split.h"
 #include "base/device.h"
+#include "base/pipeline_limits.h"
 #include "base/seeds.h"
 #include "base/trace.h"
 
@@ -23,11 +24,12 @@ namespace smp {
 
 namespace {
 
-constexpr int kMaxValues = 63;
+constexpr int kMaxValues = pipeline_limits::kValues;
 constexpr int kHeaderLen = 256;
 
-// Tags keep messages of different microbatches/chunks/values apart on one pair.
-int tag(int kind, int mb, int chunk, int index) { return (((kind * 4096) + mb) * 16 + chunk) * 64 + index; }
+// Tags keep messages of different microbatches/chunks/values apart on one
+// pair; the config refuses counts beyond what they can tell apart.
+int tag(int kind, int mb, int chunk, int index) { return pipeline_limits::tag(kind, mb, chunk, index); }
 
 int64_t dtype_code(at::ScalarType t) { return static_cast<int64_t>(t); }
 

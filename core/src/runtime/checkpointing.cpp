@@ -5,15 +5,19 @@
 #include <smp/plugin_registry.h>
 
 #include "checkpoint/checkpoint.h"
+#include "comm/communicator.h"
 #include "runtime/model_builder.h"
 #include "runtime/parallel_context.h"
 #include "runtime/train_state.h"
 
 #include <spdlog/spdlog.h>
 
+#include <ATen/ATen.h>
+
 #include <boost/filesystem.hpp>
 
 #include <cstdio>
+#include <functional>
 
 namespace smp {
 
@@ -51,6 +55,41 @@ OpenedCheckpoint open_checkpoint(const std::string& path, const std::string& wha
   for (const auto& [k, v] : was.items())
     if (!model.contains(k)) c.changed += (c.changed.empty() ? "" : ", ") + ("model." + k);
   return c;
+}
+
+// Rank 0's answer, on every rank: `choose` runs on rank 0 only and what it
+// returns (or the smp::Error it throws, thrown on every rank) reaches all.
+// Ranks that each looked for the newest checkpoint themselves could resume
+// different steps: a save committing between their looks, or node-local
+// folders holding different checkpoints.
+std::string rank0_choice(Communicator& world, const std::function<std::string()>& choose) {
+  std::string text;
+  bool failed = false;
+  if (world.rank() == 0) {
+    try {
+      text = choose();
+    } catch (const Error& e) {
+      text = e.what();
+      failed = true;
+    }
+  }
+  at::Tensor header = at::zeros({2}, at::kLong);
+  if (world.rank() == 0) {
+    header[0] = failed ? 1 : 0;
+    header[1] = static_cast<int64_t>(text.size());
+  }
+  world.broadcast(header, 0)->wait();
+  at::Tensor bytes = at::zeros({header[1].item<int64_t>()}, at::kLong);
+  if (world.rank() == 0)
+    for (size_t i = 0; i < text.size(); ++i) bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(text[i]);
+  world.broadcast(bytes, 0)->wait();
+  if (world.rank() != 0) {
+    text.clear();
+    const int64_t* b = bytes.data_ptr<int64_t>();
+    for (int64_t i = 0; i < bytes.numel(); ++i) text += static_cast<char>(b[i]);
+  }
+  if (header[0].item<int64_t>() != 0) throw Error(text);
+  return text;
 }
 
 }  // namespace
@@ -144,17 +183,22 @@ std::string Checkpointing::resume() {
 
 std::string Checkpointing::resume_checkpoint(const std::string& mode) {
   if (mode == "never") return "";
-  std::string folder;
-  if (mode == "auto" || mode == "latest") {
-    folder = find_checkpoint(dir());
-    if (folder.empty()) {
-      if (mode == "latest") throw Error("run.resume = \"latest\": no checkpoint in " + dir() + " (no `latest` there)");
-      return "";
+  // Rank 0 picks the checkpoint; every rank loads that one.
+  const std::string folder = rank0_choice(context_.comm(Axis::World), [&]() -> std::string {
+    if (mode == "auto" || mode == "latest") {
+      const std::string found = find_checkpoint(dir());
+      if (found.empty() && mode == "latest")
+        throw Error("run.resume = \"latest\": no checkpoint in " + dir() + " (no `latest` there)");
+      return found;
     }
-  } else {
-    folder = find_checkpoint(mode);
-    if (folder.empty()) throw Error("run.resume: '" + mode + "' is not a checkpoint folder nor holds a `latest` one");
-  }
+    const std::string found = find_checkpoint(mode);
+    if (found.empty()) throw Error("run.resume: '" + mode + "' is not a checkpoint folder nor holds a `latest` one");
+    return found;
+  });
+  if (folder.empty()) return "";
+  if (!boost::filesystem::is_directory(folder))
+    throw Error("run.resume: rank " + std::to_string(context_.mesh().rank()) + " cannot see checkpoint " + folder +
+                ", which rank 0 chose: every rank must read the same checkpoint folder (a shared file system)");
   load(folder);
   return folder;
 }
