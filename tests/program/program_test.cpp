@@ -479,6 +479,20 @@ TEST(InProcessPlugin, RegistersLikeAFile) {
   }
 }
 
+// A program's own kind gets a tensor-parallel rule in process, like a file's:
+// the rule maps the kind to the program's distributed kind on "tp".
+TEST(InProcessPlugin, RegistersARuleForTheProgramsOwnKind) {
+  smp::PluginRegistry registry;
+  registry.load_source(smp::sdk::InProcessPlugin(std::move(smp::sdk::PluginBuilder("mine", "1.0")
+                                                               .module<Scale>("mine_scale")
+                                                               .module<Scale>("mine_scale_tp")
+                                                               .rule("tp", "mine_scale", "mine_scale_tp"))));
+  const smp_rule* r = registry.rule("tp", "mine_scale");
+  ASSERT_NE(r, nullptr);
+  EXPECT_STREQ(r->dist_kind, "mine_scale_tp");
+  EXPECT_EQ(registry.provider("tp rule", "mine_scale"), "mine");
+}
+
 TEST(InProcessPlugin, RefusedForAnotherAbiOrLibTorch) {
   {
     auto plugin = scale_plugin("major");
