@@ -75,7 +75,8 @@ int verify(const std::string& path) {
   const auto problems = smp::verify_checkpoint(folder, m);
   for (const auto& p : problems) std::cerr << "smp-checkpoint: " << p << "\n";
   if (!problems.empty()) return 1;
-  std::cout << folder << ": " << m["files"].size() << " files intact (sizes and CRC-32C)\n";
+  std::cout << folder << ": the manifest holds (files inside the folder, slices within their shapes, no overlap "
+               "or gap); " << m["files"].size() << " files intact (sizes, CRC-32C, each slice's tensor)\n";
   return 0;
 }
 
@@ -91,19 +92,28 @@ int export_to(const std::string& path, const std::string& out, const std::string
   std::map<std::string, std::string> meta = {{"format", format == "gpt2" ? "pt" : "smp-export"},
                                              {"smp_adapter", m["adapter"].value("name", "")},
                                              {"smp_step", std::to_string(m.value("step", 0))}};
+  // The output's folder is made when missing (gpt2/model.safetensors).
+  const fs::path parent = fs::absolute(fs::path(out)).parent_path();
+  fs::create_directories(parent);
+  std::string config_text;
   if (format == "gpt2") {
     const auto g = smp::gpt2::to_gpt2(params);
     for (const auto& [name, t] : g) tensors.emplace_back(name, t);
-    const fs::path config = fs::absolute(fs::path(out)).parent_path() / "config.json";
-    std::ofstream(config.string()) << smp::gpt2::config_json(g, m.value("graph", nlohmann::json::array())).dump(2)
-                                   << "\n";
-    std::cout << "wrote " << config.string() << "\n";
+    config_text = smp::gpt2::config_json(g, m.value("graph", nlohmann::json::array())).dump(2) + "\n";
   } else {
     for (const auto& [name, t] : params) tensors.emplace_back(name, t);
   }
   const auto w = smp::write_safetensors(out, tensors, meta);
   std::cout << "wrote " << out << ": " << tensors.size() << " tensors, " << w.bytes << " bytes (step "
             << m.value("step", 0) << ")\n";
+  if (!config_text.empty()) {  // after the weights: nothing claims success before they are written
+    const fs::path config = parent / "config.json";
+    std::ofstream f(config.string());
+    f << config_text;
+    f.close();
+    if (!f) throw smp::Error("cannot write " + config.string());
+    std::cout << "wrote " << config.string() << "\n";
+  }
   return 0;
 }
 

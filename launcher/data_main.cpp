@@ -26,6 +26,7 @@
 #include <smp/sdk/tokenizers.hpp>
 
 #include <CLI/CLI.hpp>
+#include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -295,8 +296,19 @@ int main(int argc, char** argv) {
   try {
     if (*dc) return decode(tf, d_prefix, d_doc);
     if (*ec) return encode(tf);
-    if (*p) return prepare(inputs, prefix, json_key, tf, workers, split_sentences);
-    if (*t) return train_tokenizer(t_inputs, t_prefix, t_type, t_vocab);
+    // An output prefix's folder is made when missing (data/corpus with no data/ yet).
+    auto make_parent = [](const std::string& out_prefix) {
+      const boost::filesystem::path parent = boost::filesystem::absolute(out_prefix).parent_path();
+      boost::filesystem::create_directories(parent);
+    };
+    if (*p) {
+      make_parent(prefix);
+      return prepare(inputs, prefix, json_key, tf, workers, split_sentences);
+    }
+    if (*t) {
+      make_parent(t_prefix);
+      return train_tokenizer(t_inputs, t_prefix, t_type, t_vocab);
+    }
   } catch (const std::exception& e) {
     std::cerr << "\nsmp-data: error: " << e.what() << "\n";
     return 1;

@@ -5,24 +5,63 @@
 //              [--kill-timeout S] [--log-dir D] [--tee] [--worker PATH]
 //              [--] <worker args...>
 //
-// Everything after the launcher's own options is passed to the worker verbatim.
+// The launcher's own options are taken wherever they stand before a `--`;
+// every other argument, and everything after `--`, goes to the worker in
+// order (so `smp-launch --nproc-per-node 8 --plugin gpt.so --estimate-memory`
+// estimates, and `--max-restarts 1` may follow the worker's options).
 #include "supervisor.h"
 
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
+namespace {
+
+// The launcher's options, and whether each takes a value.
+const std::vector<std::pair<std::string, bool>> kOwnOptions = {
+    {"--nproc-per-node", true}, {"--nnodes", true},       {"--node-rank", true},   {"--master-addr", true},
+    {"--master-port", true},    {"--max-restarts", true}, {"--threads-per-rank", true},
+    {"--bind-cores", false},    {"--kill-timeout", true}, {"--log-dir", true},     {"--tee", false},
+    {"--worker", true},         {"--estimate-memory", false}, {"--device-memory", true},
+    {"--help", false},          {"-h", false}};
+
+// Splits argv into the launcher's arguments (argv[0] first) and the worker's.
+void split_arguments(int argc, char** argv, std::vector<std::string>& own, std::vector<std::string>& worker) {
+  own.push_back(argv[0]);
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    const std::string name = a.substr(0, a.find('='));
+    auto known = std::find_if(kOwnOptions.begin(), kOwnOptions.end(), [&](const auto& o) { return o.first == name; });
+    if (known == kOwnOptions.end()) {
+      worker.push_back(a);
+      continue;
+    }
+    own.push_back(a);
+    if (known->second && a.find('=') == std::string::npos && i + 1 < argc) own.push_back(argv[++i]);
+  }
+  for (; i < argc; ++i) worker.push_back(argv[i]);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   smp::launch::LaunchOptions o;
+  std::vector<std::string> own_args, worker_args;
+  split_arguments(argc, argv, own_args, worker_args);
   CLI::App app{"smp-launch: spawn and supervise the ranks of one node (c10d rendezvous over MASTER_ADDR:MASTER_PORT)",
                "smp-launch"};
-  app.prefix_command();  // the first unknown argument and everything after it go to the worker
   auto* nproc = app.add_option("--nproc-per-node", o.nproc_per_node, "ranks (processes) on this node")
                     ->check(CLI::PositiveNumber);
   app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::PositiveNumber);
@@ -49,14 +88,15 @@ int main(int argc, char** argv) {
                "the config's pp * tp * dp) and exit: one process, no training, nothing allocated at full size");
   app.add_option("--device-memory", device_memory, "with --estimate-memory: say whether it fits, e.g. 80GB");
   try {
-    app.parse(argc, argv);
+    std::vector<char*> own_argv;
+    for (auto& a : own_args) own_argv.push_back(a.data());
+    app.parse(static_cast<int>(own_argv.size()), own_argv.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   o.master_addr_given = addr->count() > 0;
   o.master_port_given = port->count() > 0;
-  o.worker_args = app.remaining();
-  if (!o.worker_args.empty() && o.worker_args.front() == "--") o.worker_args.erase(o.worker_args.begin());
+  o.worker_args = worker_args;
   if (o.worker.empty()) o.worker = smp::launch::default_worker_path();
   if (!device_memory.empty() && !estimate) {
     std::cerr << "smp-launch: --device-memory goes with --estimate-memory\n";

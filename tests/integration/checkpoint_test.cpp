@@ -301,11 +301,16 @@ TEST(CheckpointTool, ExportImportRoundTripAndTheGpt2Layout) {
   EXPECT_EQ(c.exit_code, 0) << c.output;
   for (const std::string format : {"smp", "gpt2"}) {
     SCOPED_TRACE(format);
-    const std::string file = out + "/" + format + ".safetensors", folder = out + "/imported-" + format;
+    // As the docs write them: into a folder not made yet, and to a folder with a trailing slash.
+    const std::string file = out + "/" + format + "/model.safetensors", folder = out + "/imported-" + format;
     c = run_command(tool() + " export " + ckpt + " " + file + " --format " + format);
     ASSERT_EQ(c.exit_code, 0) << c.output;
-    c = run_command(tool() + " import " + file + " " + folder + " --adapter gpt");
+    ASSERT_TRUE(fs::exists(file)) << c.output;
+    c = run_command(tool() + " import " + file + " " + folder + "/ --adapter gpt");
     ASSERT_EQ(c.exit_code, 0) << c.output;
+    ASSERT_TRUE(fs::exists(folder + "/manifest.json")) << c.output;
+    for (const auto& left : fs::directory_iterator(out))
+      EXPECT_EQ(left.path().filename().string().find(".tmp-"), std::string::npos) << left.path() << " left behind";
     JobResult r = run_job(2, gpt().plugin, gpt().config,
                           {"parallel.dp=2", "train.steps=0", "run.dump_parameters=true", "run.init_from=" + quoted(folder)});
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -338,7 +343,7 @@ assert got == want, (sorted(set(got.items()) ^ set(want.items())) if False else 
 assert (L, cfg["n_head"], h, V) == (4, 4, 32, 256), cfg
 print("gpt2 layout ok:", len(got), "tensors")
 )";
-  c = run_command("python3 " + script + " " + out + "/gpt2.safetensors " + out + "/config.json");
+  c = run_command("python3 " + script + " " + out + "/gpt2/model.safetensors " + out + "/gpt2/config.json");
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("gpt2 layout ok: 52 tensors"), std::string::npos) << c.output;
 }

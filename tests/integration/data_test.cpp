@@ -124,6 +124,9 @@ TEST(PreparedData, EachBadInputIsNamed) {
   const fs::path d = fresh("bad");
   write(d / "t.txt", std::string(3000, 'x') + "\n");
   ASSERT_EQ(sh(tool() + " prepare --input " + (d / "t.txt").string() + " --output-prefix " + (d / "ok").string()).first, 0);
+  // Into a folder not made yet, as the docs write it (data/corpus with no data/).
+  ASSERT_EQ(sh(tool() + " prepare --input " + (d / "t.txt").string() + " --output-prefix " + (d / "new/ok").string()).first, 0);
+  EXPECT_TRUE(fs::exists(d / "new/ok.idx"));
   const std::string idx = slurp(d / "ok.idx"), bin = slurp(d / "ok.bin");
   auto variant = [&](const std::string& name, std::string i, std::string b) {
     write(d / (name + ".idx"), i);

@@ -133,6 +133,24 @@ TEST(LaunchTest, EnvironmentOfSpawnedRanks) {
   EXPECT_TRUE(smp_test::contains(r.output, "SOURCE=smp-launch OMP_NUM_THREADS=3")) << r.output;
 }
 
+// The launcher's options are its own wherever they stand before `--` (after
+// the worker's, as the docs' commands write them); the rest, and all after
+// `--`, reach the worker in order.
+TEST(LaunchTest, LauncherOptionsAfterTheWorkersAreTheLaunchers) {
+  auto r = smp_test::run({SMP_LAUNCH_BIN, "--worker", SMP_COMM_WORKER, "--mode", "env", "--threads-per-rank", "3",
+                          "--nproc-per-node", "2", "--master-port", "0"},
+                         30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "RANK=0 WORLD_SIZE=2")) << r.output;  // rank 0's output is shown
+  EXPECT_TRUE(smp_test::contains(r.output, "OMP_NUM_THREADS=3")) << r.output;
+  // After `--` nothing is the launcher's: the worker gets --tee and refuses it.
+  auto verbatim = smp_test::run({SMP_LAUNCH_BIN, "--nproc-per-node", "1", "--master-port", "0", "--worker",
+                                 SMP_COMM_WORKER, "--", "--mode", "env", "--tee"},
+                                30);
+  EXPECT_NE(verbatim.exit_code, 0) << verbatim.output;
+  EXPECT_TRUE(smp_test::contains(verbatim.output, "--tee")) << verbatim.output;
+}
+
 // --bind-cores: each local rank gets its own core of the launcher's mask; asking
 // for more cores than there are is refused before anything starts.
 TEST(LaunchTest, BindCoresPinsEachRankToItsOwnCore) {

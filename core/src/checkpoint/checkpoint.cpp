@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
+#include "checkpoint/manifest_check.h"
+
 #include "checkpoint/crc32c.h"
 #include "checkpoint/safetensors.h"
 
@@ -152,7 +154,10 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   wait();
   auto job = std::make_shared<Job>();
   job->start = clock_type::now();
-  job->target = fs::absolute(fs::path(path));
+  // "ckpt/" means the folder ckpt: its temporary sibling is ckpt.tmp-*, not ckpt/.tmp-*.
+  std::string folder = path;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  job->target = fs::absolute(fs::path(folder));
   job->tmp = job->target.string() + ".tmp-" + token_hex(o_.token);
   job->info = info;
   job->keep = keep;
@@ -373,7 +378,7 @@ std::string find_checkpoint(const std::string& path) {
     std::ifstream in((p / "latest").string());
     std::string name;
     std::getline(in, name);
-    const fs::path folder = p / name;
+    const fs::path folder = path_inside(p.string(), name, "checkpoint: " + (p / "latest").string());
     if (name.empty() || !fs::exists(folder / "manifest.json"))
       throw Error("checkpoint: " + (p / "latest").string() + " names '" + name + "', which is not a checkpoint in " +
                   p.string());
@@ -392,11 +397,13 @@ nlohmann::json read_manifest(const std::string& folder) {
     throw Error("checkpoint: " + path.string() + " is format version " + std::to_string(version) +
                 ", newer than this smp reads (" + std::to_string(kCheckpointFormatVersion) + "): upgrade smp");
   if (version < 1) throw Error("checkpoint: " + path.string() + " has no valid format version");
+  check_manifest(folder, m);
   return m;
 }
 
 std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest) {
   std::vector<std::string> problems;
+  check_manifest(folder, manifest);
   for (const auto& f : manifest["files"]) {
     const fs::path path = fs::path(folder) / f["name"].get<std::string>();
     if (!fs::exists(path)) {
@@ -416,9 +423,33 @@ std::vector<std::string> verify_checkpoint(const std::string& folder, const nloh
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       crc = crc32c(crc, buf.data(), static_cast<size_t>(in.gcount()));
     }
-    if (crc != f["crc32c"].get<uint32_t>())
+    if (crc != f["crc32c"].get<uint32_t>()) {
       problems.push_back(path.string() + ": CRC-32C " + std::to_string(crc) + ", the manifest says " +
                          f["crc32c"].dump() + " (corrupted)");
+      continue;
+    }
+    // Each slice the manifest puts in this file: there, with its dtype and element count.
+    try {
+      const SafetensorsFile shard(path.string());
+      for (const auto& [name, t] : manifest["tensors"].items())
+        for (const auto& sl : t["slices"]) {
+          if (sl["file"] != f["name"]) continue;
+          const int64_t numel = t["shape"].empty() ? 1 : sl["numel"].get<int64_t>();
+          if (!shard.tensors().count(name)) {
+            problems.push_back(path.string() + ": has no tensor '" + name + "', which the manifest puts there");
+            continue;
+          }
+          const SafetensorsTensor& held = shard.at(name);
+          int64_t n = 1;
+          for (int64_t d : held.shape) n *= d;
+          if (held.dtype != scalar_type_of(t["dtype"].get<std::string>()) || n != numel)
+            problems.push_back(path.string() + ": tensor '" + name + "' is " + std::to_string(n) + " elements of " +
+                               c10::toString(held.dtype) + ", the manifest says " + std::to_string(numel) + " of " +
+                               t["dtype"].get<std::string>());
+        }
+    } catch (const Error& e) {
+      problems.push_back(path.string() + ": " + e.what());
+    }
   }
   return problems;
 }

@@ -82,7 +82,8 @@ class CheckpointWriter {
 // Throws naming the path when `latest` names a folder that is not there.
 std::string find_checkpoint(const std::string& path);
 
-// manifest.json of a checkpoint folder, checked for its format and version.
+// manifest.json of a checkpoint folder, checked for its format and version
+// and its claims against the folder (check_manifest).
 nlohmann::json read_manifest(const std::string& folder);
 
 // Fills this rank's live entries from the checkpoint (any layout). Counters
@@ -101,8 +102,10 @@ at::Tensor read_global_tensor(const std::string& folder, const nlohmann::json& m
 // A StateEntry holding all of a global tensor (one rank's whole copy), owned.
 StateEntry whole_tensor_entry(const std::string& name, const at::Tensor& t);
 
-// Checks every file's size and CRC-32C against the manifest; returns the
-// problems found (empty: intact).
+// Checks the manifest's claims (check_manifest: throws at the first that
+// cannot hold), then every file's size and CRC-32C and that each slice's
+// tensor is in its file with the manifest's dtype and element count; returns
+// the problems found in the files (empty: intact).
 std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest);
 
 }  // namespace smp

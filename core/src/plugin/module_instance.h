@@ -19,7 +19,7 @@ struct InitSpec;  // smp/sdk/init.hpp
 namespace smp {
 
 struct ModuleParameter {
-  std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
+  std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q.weight"
   at::Tensor tensor;
   Placements placements;
   // Deferred init (ABI 2.2): the tensor has no storage yet, this says how to

@@ -1,0 +1,182 @@
+// A checkpoint's manifest is checked against its folder and its own shapes
+// before anything loads: each hostile edit below is refused, naming the
+// manifest, the tensor or file and what cannot hold; the untouched
+// checkpoint passes, and `smp-checkpoint verify`'s check finds a slice whose
+// shard tensor is not what the manifest says.
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/manifest_check.h"
+
+#include <smp/error.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <functional>
+#include <string>
+
+namespace {
+
+namespace fs = boost::filesystem;
+
+// A one-rank checkpoint of whole tensors: a matrix, a vector and a counter.
+struct Saved {
+  fs::path root, folder;
+  nlohmann::json manifest;
+};
+
+Saved save_one() {
+  Saved s;
+  s.root = fs::temp_directory_path() / fs::unique_path("smp-manifest-%%%%-%%%%");
+  s.folder = s.root / "step-00000001";
+  std::vector<smp::StateEntry> entries = {
+      smp::whole_tensor_entry("model/w", at::arange(12, at::kFloat).reshape({4, 3})),
+      smp::whole_tensor_entry("model/v", at::arange(10, at::kFloat)),
+      smp::whole_tensor_entry("train/step", at::full({}, 1, at::kLong))};
+  smp::CheckpointWriter writer({});
+  writer.save(s.folder.string(), entries, {{"step", 1}}, false, 0, false);
+  std::ofstream(s.root.string() + "/latest") << "step-00000001\n";
+  s.manifest = smp::read_manifest(s.folder.string());
+  return s;
+}
+
+// The manifest as several ranks would write it: the matrix as two row blocks
+// (tp's shards), the vector as two flat segments of one block (ZeRO's).
+nlohmann::json split(nlohmann::json m) {
+  const nlohmann::json file = m["tensors"]["model/w"]["slices"][0]["file"];
+  auto slice = [&](std::vector<int64_t> off, std::vector<int64_t> block, int64_t flat, int64_t numel) {
+    return nlohmann::json{{"file", file}, {"offsets", off}, {"block_shape", block}, {"flat_begin", flat}, {"numel", numel}};
+  };
+  m["tensors"]["model/w"]["slices"] = {slice({0, 0}, {2, 3}, -1, 6), slice({2, 0}, {2, 3}, -1, 6)};
+  m["tensors"]["model/v"]["slices"] = {slice({0}, {10}, 0, 5), slice({0}, {10}, 5, 5)};
+  return m;
+}
+
+// The manifest edited by `edit`, written back, must be refused with every part of `said`.
+void expect_refused(const std::string& what, const std::function<void(nlohmann::json&)>& edit,
+                    const std::vector<std::string>& said) {
+  SCOPED_TRACE(what);
+  Saved s = save_one();
+  nlohmann::json m = split(s.manifest);
+  edit(m);
+  std::ofstream((s.folder / "manifest.json").string(), std::ios::trunc) << m.dump();
+  try {
+    smp::read_manifest(s.folder.string());
+    ADD_FAILURE() << what << ": accepted";
+  } catch (const smp::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find((s.folder / "manifest.json").string()), std::string::npos) << msg;
+    for (const auto& part : said) EXPECT_NE(msg.find(part), std::string::npos) << "no '" << part << "' in: " << msg;
+  }
+  fs::remove_all(s.root);
+}
+
+nlohmann::json& slice(nlohmann::json& m, const std::string& tensor, int k) { return m["tensors"][tensor]["slices"][k]; }
+
+TEST(ManifestCheck, TheCheckpointAsWrittenPasses) {
+  Saved s = save_one();
+  EXPECT_TRUE(smp::verify_checkpoint(s.folder.string(), s.manifest).empty());
+  EXPECT_EQ(smp::find_checkpoint(s.root.string()), s.folder.string());
+  // Blocks and flat segments, as tp and ZeRO write them, hold as well.
+  std::ofstream((s.folder / "manifest.json").string(), std::ios::trunc) << split(s.manifest).dump();
+  EXPECT_NO_THROW(smp::read_manifest(s.folder.string()));
+  fs::remove_all(s.root);
+}
+
+TEST(ManifestCheck, FilesOutsideTheFolderAreRefused) {
+  expect_refused("an absolute path", [](nlohmann::json& m) { m["files"][0]["name"] = "/etc/passwd"; },
+                 {"files[0]", "'/etc/passwd'", "only a plain name inside"});
+  expect_refused("a parent folder", [](nlohmann::json& m) { m["files"][0]["name"] = "../step-00000001/x"; },
+                 {"files[0]", "'../step-00000001/x'"});
+  expect_refused("a slice in an unlisted file",
+                 [](nlohmann::json& m) { slice(m, "model/w", 0)["file"] = "rank-00001.safetensors"; },
+                 {"tensor 'model/w' slice 0", "is not one of the manifest's files"});
+  expect_refused("a file listed twice", [](nlohmann::json& m) { m["files"].push_back(m["files"][0]); },
+                 {"files[1]", "listed twice"});
+}
+
+TEST(ManifestCheck, ALinkOutOfTheFolderIsRefused) {
+  Saved s = save_one();
+  const std::string shard = s.manifest["files"][0]["name"].get<std::string>();
+  const fs::path outside = s.root / "elsewhere.safetensors";
+  fs::rename(s.folder / shard, outside);
+  fs::create_symlink(outside, s.folder / shard);
+  try {
+    smp::read_manifest(s.folder.string());
+    ADD_FAILURE() << "a shard linked out of its folder was accepted";
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a link to"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("outside"), std::string::npos) << e.what();
+  }
+  fs::remove_all(s.root);
+}
+
+TEST(ManifestCheck, LatestNamingAFolderOutsideIsRefused) {
+  Saved s = save_one();
+  std::ofstream(s.root.string() + "/latest", std::ios::trunc) << "../" << s.root.filename().string() << "/step-00000001\n";
+  try {
+    smp::find_checkpoint(s.root.string());
+    ADD_FAILURE() << "latest naming a path was followed";
+  } catch (const smp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("latest"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("only a plain name"), std::string::npos) << e.what();
+  }
+  fs::remove_all(s.root);
+}
+
+TEST(ManifestCheck, SlicesThatDisagreeWithTheShapeAreRefused) {
+  expect_refused("a block past the shape", [](nlohmann::json& m) { slice(m, "model/w", 1)["offsets"] = {3, 0}; },
+                 {"tensor 'model/w' slice 1", "leaves the shape's 4 in dimension 0"});
+  expect_refused("a negative offset", [](nlohmann::json& m) { slice(m, "model/w", 0)["offsets"] = {-1, 0}; },
+                 {"tensor 'model/w' slice 0", "\"offsets\" has -1"});
+  expect_refused("dimensions unlike the shape's", [](nlohmann::json& m) { slice(m, "model/w", 0)["block_shape"] = {2}; },
+                 {"tensor 'model/w' slice 0", "need 2 dimensions"});
+  expect_refused("more elements than the block",
+                 [](nlohmann::json& m) { slice(m, "model/v", 1)["numel"] = 6; },
+                 {"tensor 'model/v' slice 1", "6 elements from flat index 5 do not fit its block of 10"});
+  expect_refused("a whole block with another count", [](nlohmann::json& m) { slice(m, "model/w", 0)["numel"] = 5; },
+                 {"tensor 'model/w' slice 0", "5 elements from flat index -1"});
+  expect_refused("an unknown dtype", [](nlohmann::json& m) { m["tensors"]["model/w"]["dtype"] = "F13"; },
+                 {"tensor 'model/w'", "unknown dtype \"F13\""});
+  expect_refused("a shape that overflows",
+                 [](nlohmann::json& m) { m["tensors"]["model/w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; },
+                 {"tensor 'model/w'", "overflows"});
+  expect_refused("a negative step", [](nlohmann::json& m) { m["step"] = -3; }, {"\"step\" is -3"});
+}
+
+TEST(ManifestCheck, OverlapsAndGapsAreRefused) {
+  expect_refused("two blocks that intersect", [](nlohmann::json& m) { slice(m, "model/w", 1)["offsets"] = {1, 0}; },
+                 {"tensor 'model/w'", "slices 0 and 1 overlap (their blocks intersect)"});
+  expect_refused("flat ranges that intersect", [](nlohmann::json& m) { slice(m, "model/v", 1)["flat_begin"] = 4; },
+                 {"tensor 'model/v'", "slices 0 and 1 overlap (the same block, flat ranges intersecting)"});
+  expect_refused("a slice gone", [](nlohmann::json& m) { m["tensors"]["model/w"]["slices"].erase(1); },
+                 {"tensor 'model/w'", "hold 6 elements, the shape has 12", "a gap"});
+  expect_refused("a shorter segment", [](nlohmann::json& m) { slice(m, "model/v", 1)["numel"] = 4; },
+                 {"tensor 'model/v'", "hold 9 elements, the shape has 10"});
+  expect_refused("a counter in two slices",
+                 [](nlohmann::json& m) { m["tensors"]["train/step"]["slices"].push_back(slice(m, "train/step", 0)); },
+                 {"tensor 'train/step'", "hold 2 elements, the shape has 1"});
+}
+
+// verify goes on to the shards: a slice whose tensor in its file has another
+// element count (a manifest edited to match a shape it does not hold) is found.
+TEST(ManifestCheck, VerifyComparesEachSliceWithItsShardTensor) {
+  Saved s = save_one();
+  nlohmann::json m = s.manifest;
+  m["tensors"]["model/extra"] = {{"dtype", "F32"},
+                                 {"shape", {3}},
+                                 {"slices", {{{"file", m["files"][0]["name"]},
+                                              {"offsets", {0}},
+                                              {"block_shape", {3}},
+                                              {"flat_begin", -1},
+                                              {"numel", 3}}}}};
+  const auto problems = smp::verify_checkpoint(s.folder.string(), m);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("has no tensor 'model/extra'"), std::string::npos) << problems[0];
+  fs::remove_all(s.root);
+}
+
+}  // namespace
