@@ -19,6 +19,7 @@
 #include <fstream>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace smp::testing {
@@ -100,6 +101,19 @@ void expect_exact_resume(const Model& m, int nproc, const std::vector<std::strin
   const JobResult whole = run_whole(m, nproc, sets);
   const std::string dir = fresh_dir("exact");
   const JobResult first = run_first_half(m, nproc, sets, dir);
+  // Each value is written once: no two slices of a tensor hold the same range
+  // (ZeRO 1-2 once wrote whole parameters from every dp rank).
+  {
+    std::ifstream in((fs::path(dir) / "checkpoints/step-00000002/manifest.json").string());
+    ASSERT_TRUE(in) << "no checkpoint at step 2 in " << dir;
+    const nlohmann::json manifest = nlohmann::json::parse(in);
+    for (const auto& [name, t] : manifest["tensors"].items()) {
+      std::set<std::string> ranges;
+      for (const auto& sl : t["slices"])
+        EXPECT_TRUE(ranges.insert(sl["offsets"].dump() + sl["flat_begin"].dump()).second)
+            << name << " is written twice at " << sl["offsets"].dump();
+    }
+  }
   JobResult second = run_job(nproc, m.plugin, m.config, with(with(kSteps, sets), {"run.dir=" + dir}));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("loaded checkpoint"), std::string::npos) << second.output;

@@ -9,16 +9,19 @@
 #include "runtime/train_state.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <smp/error.h>
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace smp {
 
@@ -38,17 +41,31 @@ bool is_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_sparse();
 }
 
-// The sum of a CPU float tensor's squares in double, four lanes summed in a
-// fixed order (the same on every rank and layout for the same elements).
+// The sum of a CPU float tensor's squares in double. Chunks of a fixed size
+// are summed on the intra-op threads, each over four lanes, and the chunk
+// sums in order: the result is the same whatever the thread count, on every
+// rank and layout holding the same elements.
 double sum_of_squares(const at::Tensor& t) {
+  constexpr int64_t kChunk = 1 << 15;
   const float* x = t.data_ptr<float>();
-  const int64_t n = t.numel();
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; ++j) a[j] += static_cast<double>(x[i + j]) * x[i + j];
-  for (; i < n; ++i) a[0] += static_cast<double>(x[i]) * x[i];
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  const int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
+  auto chunk_sum = [x, n](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    double a[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = c * kChunk;
+    for (; i + 4 <= end; i += 4)
+      for (int j = 0; j < 4; ++j) a[j] += static_cast<double>(x[i + j]) * x[i + j];
+    for (; i < end; ++i) a[0] += static_cast<double>(x[i]) * x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+  };
+  if (chunks <= 1) return n == 0 ? 0.0 : chunk_sum(0);
+  std::vector<double> sums(static_cast<size_t>(chunks));
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) sums[static_cast<size_t>(c)] = chunk_sum(c);
+  });
+  double total = 0.0;
+  for (double v : sums) total += v;
+  return total;
 }
 
 }  // namespace

@@ -182,6 +182,10 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
       const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
       if (!placed.sharded(data)) load[static_cast<size_t>(owner)] += p.tensor.numel();
       norm_counted_.push_back(placed.counted_on(mesh, owner) && first_rank[key] == pp_rank);
+      // Who writes the whole parameter to a checkpoint (ZeRO 0-2): one replica.
+      // Under ZeRO the norm counts each dp rank's shard, but the whole tensor
+      // is the same on every dp rank and must be written once.
+      whole_owner_.push_back(p.placements.counted_on(mesh, owner) && first_rank[key] == pp_rank);
     }
   }
   // Mixed precision: the parameters become 16-bit in place (their fp32 masters
@@ -361,7 +365,7 @@ std::vector<StateEntry> TrainState::entries() const {
   if (job_.memory.zero < 3)
     for (size_t k = 0; k < trained_.size(); ++k)
       out.push_back(block_entry("model/" + trained_[k].name, trained_[k].tensor, trained_[k].placements, mesh,
-                                norm_counted_[k]));
+                                whole_owner_[k]));
   if (!sharded_) {
     for (size_t k = 0; k < trained_.size(); ++k)
       updated.emplace_back(trained_[k].name, block_entry("", masters_ ? masters_->masters()[k] : trained_[k].tensor,

@@ -101,6 +101,7 @@ class TrainState {
   std::unique_ptr<BufferSync> buffers_;
   int64_t updates_ = 0;
   std::vector<bool> norm_counted_;     // per GradientSync parameter
+  std::vector<bool> whole_owner_;      // per GradientSync parameter: writes it whole (ZeRO 0-2)
   std::vector<bool> segment_counted_;  // ZeRO: per shard segment
   int64_t steps_ = 0;
   int64_t created_bytes_ = 0, parameter_init_peak_ = 0;
