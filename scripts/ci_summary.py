@@ -15,7 +15,10 @@ import re
 import subprocess
 import sys
 
-RESULT = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+) \.*\s*(?:\*\*\*)?(Passed|Failed|Skipped|Not Run|Timeout|Exception\S*|SegFault|Subprocess \w+)")
+# "12/40 Test #7: Name[  # GetParam() = ...] ....***Skipped   0.92 sec": the name is
+# the first word; the status is the word before the time.
+RESULT = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+).*?(?:\*\*\*|\s)(Passed|Failed|Skipped|Not Run|Timeout|"
+                    r"Exception|SegFault|Subprocess aborted|Subprocess killed|\w+)\s+[\d.]+ sec\s*$")
 
 
 def skip_reasons(build):
@@ -74,11 +77,11 @@ def main():
     for s in status.values():
         key = s if s in ("Passed", "Failed", "Skipped") else "Failed"
         counts[key] = counts.get(key, 0) + 1
+    reasons = skip_reasons(a.build)  # first: `ctest -N` below rewrites LastTest.log
     defined = defined_tests(a.build) if os.path.isfile(os.path.join(a.build, "CTestTestfile.cmake")) else None
     excluded = "" if not defined else f", {max(0, defined - len(status))} of {defined} defined excluded"
     print(f"=== CI {a.leg}: {len(status)} tests run: {counts.get('Passed', 0)} passed, "
           f"{counts.get('Failed', 0)} failed, {counts.get('Skipped', 0)} skipped{excluded} ===")
-    reasons = skip_reasons(a.build)
     for name in sorted(n for n, s in status.items() if s == "Skipped"):
         print(f"=== CI {a.leg}: skipped {name}: {reasons.get(name) or '(no reason printed)'} ===")
     return 0
