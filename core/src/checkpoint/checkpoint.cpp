@@ -401,6 +401,10 @@ nlohmann::json read_manifest(const std::string& folder) {
   return m;
 }
 
+namespace {
+int64_t elements(const std::vector<int64_t>& shape);  // below, with the loading helpers
+}  // namespace
+
 std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest) {
   std::vector<std::string> problems;
   check_manifest(folder, manifest);
@@ -440,8 +444,7 @@ std::vector<std::string> verify_checkpoint(const std::string& folder, const nloh
             continue;
           }
           const SafetensorsTensor& held = shard.at(name);
-          int64_t n = 1;
-          for (int64_t d : held.shape) n *= d;
+          const int64_t n = elements(held.shape);
           if (held.dtype != scalar_type_of(t["dtype"].get<std::string>()) || n != numel)
             problems.push_back(path.string() + ": tensor '" + name + "' is " + std::to_string(n) + " elements of " +
                                c10::toString(held.dtype) + ", the manifest says " + std::to_string(numel) + " of " +

@@ -16,6 +16,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 
@@ -80,14 +81,10 @@ std::string rank0_choice(Communicator& world, const std::function<std::string()>
   }
   world.broadcast(header, 0)->wait();
   at::Tensor bytes = at::zeros({header[1].item<int64_t>()}, at::kLong);
-  if (world.rank() == 0)
-    for (size_t i = 0; i < text.size(); ++i) bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(text[i]);
+  int64_t* b = bytes.data_ptr<int64_t>();
+  if (world.rank() == 0) std::copy(text.begin(), text.end(), b);  // chars as their values
   world.broadcast(bytes, 0)->wait();
-  if (world.rank() != 0) {
-    text.clear();
-    const int64_t* b = bytes.data_ptr<int64_t>();
-    for (int64_t i = 0; i < bytes.numel(); ++i) text += static_cast<char>(b[i]);
-  }
+  if (world.rank() != 0) text.assign(b, b + bytes.numel());
   if (header[0].item<int64_t>() != 0) throw Error(text);
   return text;
 }
