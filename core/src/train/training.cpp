@@ -137,7 +137,8 @@ void dump_parameters(Runtime& rt) {
   j["ep_size"] = mesh.ep();
   nlohmann::json params = nlohmann::json::array();
   for (const auto& p : rt.gather_parameters()) {
-    at::Tensor t = p.tensor.detach().to(at::kDouble).contiguous();
+    // On the host: a CUDA rank's parameters are read element by element below.
+    at::Tensor t = p.tensor.detach().to(at::kCPU, at::kDouble).contiguous();
     std::vector<double> data(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     params.push_back({{"name", p.name}, {"shard_dim", p.shard_dim}, {"ep_shard_dim", p.ep_shard_dim},
                       {"shape", t.sizes().vec()}, {"data", data}});
