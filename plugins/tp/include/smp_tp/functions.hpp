@@ -19,8 +19,9 @@ using torch::autograd::variable_list;
 
 inline Comm comm_from_id(int64_t id) { return Comm(reinterpret_cast<smp_comm*>(id)); }
 
+// Counts read on the host (they size the all-to-alls): a CUDA tensor is copied first.
 inline std::vector<int64_t> to_vector(const Tensor& t) {
-  Tensor c = t.to(at::kLong).contiguous();
+  Tensor c = t.to(at::kCPU, at::kLong).contiguous();
   return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
 
