@@ -45,8 +45,18 @@ function(check_file path folder layer)
   file(RELATIVE_PATH rel "${ROOT}" "${path}")
   set(n 0)
   set(count ${violations})
+  list(FIND SMP_LAYERS runtime runtime_layer)
   foreach(line IN LISTS lines)
     math(EXPR n "${n} + 1")
+    # The composition root's public header (<smp/runtime.h>, or <smp/smp.h>
+    # that includes it) is for runtime/ and above: below, the value types
+    # (<smp/state_types.h>) are what a part needs.
+    if(layer GREATER_EQUAL 0 AND layer LESS runtime_layer AND
+       line MATCHES "^[ \t]*#[ \t]*include[ \t]*<smp/(runtime|smp)\\.h>")
+      message("${rel}:${n}: ${folder} (layer ${layer}) includes the composition root <smp/${CMAKE_MATCH_1}.h>; include <smp/state_types.h> for its value types")
+      math(EXPR count "${count} + 1")
+      continue()
+    endif()
     if(NOT line MATCHES "^[ \t]*#[ \t]*include[ \t]*\"(([^\"/]+)/[^\"]*)\"")
       continue()
     endif()

@@ -17,6 +17,7 @@
 #include <smp/plugin_source.h>
 #include <smp/process_env.h>
 #include <smp/stage_plan.h>
+#include <smp/state_types.h>
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
@@ -33,95 +34,6 @@ namespace smp {
 
 class DeviceMesh;
 class PluginRegistry;
-
-struct ParameterView {
-  std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
-  at::Tensor tensor; // this rank's shard
-  int shard_dim = -1;  // split across tp ranks along this dim, -1 when replicated
-  int ep_shard_dim = -1;  // split across ep ranks (experts) along this dim, -1 when not
-};
-
-// Where a step's wall time went on this rank (seconds). compute = the
-// schedule's forwards/backwards, including the waits for pipeline peers and
-// the dp buckets launched during backward; grad_sync = what is left of the
-// gradient reductions after the last backward; clip = global norm + clipping
-// + the loss/norm all-reduce; optimizer = the parameter update.
-struct StepPhases {
-  double compute = 0, grad_sync = 0, clip = 0, optimizer = 0;
-};
-
-// One slice of what a rank holds between steps (Runtime::state_entries): a
-// tensor of the train state as this rank holds it, and where it sits in the
-// global tensor that all ranks' slices make up. The block of this rank starts
-// at `offsets` of the global tensor and has block_shape (tp/ep shards: the
-// global tensor is the shards put together along their shard dimension, in
-// rank order). Under ZeRO a rank holds a flat range of its block instead:
-// elements [flat_begin, flat_begin + local.numel()) of the block in row-major
-// order; flat_begin = -1 means the whole block. Counters (steps, the loss
-// scale) are 0-d entries with empty shapes.
-//
-// Names: "model/<parameter>", "optim/master/<parameter>" (16-bit compute),
-// "optim/<state>/<parameter>" (the optimizer's, e.g. "exp_avg"),
-// "optim/step", "train/step", "loss_scaler/{scale,good_steps,skipped}" (fp16).
-// The learning rate, the data position (adapters are asked for a batch by
-// step) and the random streams (counter-based, from train.seed and the step)
-// follow from train/step and the config.
-struct StateEntry {
-  std::string name;
-  std::vector<int64_t> global_shape, offsets, block_shape;
-  int64_t flat_begin = -1;
-  at::Tensor local;    // the live tensor (a view, not a copy); counters: a 0-d copy
-  bool owner = false;  // exactly one of the ranks holding these values owns them (writes them once)
-};
-
-// This rank's memory by category (bytes), as the memory manager accounts it:
-// what it holds between steps, and the peak of what a step allocates on top
-// (activations, gathered ZeRO-3 parameters, communication buffers).
-struct MemoryAccount {
-  int64_t parameters = 0;       // in the compute dtype: whole, or this rank's shards (+ gathered units)
-  int64_t gradients = 0;        // gradient buckets and shards
-  int64_t optimizer_state = 0;  // AdamW moments and fp32 master weights
-  int64_t step_peak = 0;        // peak bytes allocated during the step's forwards/backwards
-  int64_t offloaded = 0;        // memory.offload: most host bytes holding activations at once (not in total)
-  // Parts of step_peak (not added to the total again): activations by schedule
-  // slot (the most held at once by slots in flight, and the largest slot), and
-  // the most bytes pipeline sends in flight held (communication buffers).
-  int64_t activations = 0, largest_slot = 0, send_buffers = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + step_peak; }
-  // Each category the larger of this and o (the largest over a run's steps).
-  void keep_largest(const MemoryAccount& o) {
-    for (auto field : {&MemoryAccount::parameters, &MemoryAccount::gradients, &MemoryAccount::optimizer_state,
-                       &MemoryAccount::step_peak, &MemoryAccount::offloaded, &MemoryAccount::activations,
-                       &MemoryAccount::largest_slot, &MemoryAccount::send_buffers})
-      this->*field = this->*field > o.*field ? this->*field : o.*field;
-  }
-};
-
-struct StepResult {
-  int64_t step = 0;         // 0-based index of the step just taken
-  double loss = 0;          // mean training loss over the global batch (same on every rank)
-  double grad_norm = 0;     // global gradient norm before clipping
-  // After a step each .grad holds the gradient of the loss summed over the
-  // step's items (samples, or the adapter's counted items), not clipped; the
-  // optimizer used grad_scale x .grad (1 / items times the clipping
-  // coefficient), applied on the fly rather than by extra passes.
-  double grad_scale = 1;
-  double lr = 0;
-  double seconds = 0;       // wall time of the step
-  int64_t peak_activation_bytes = 0;  // this rank, during the step (CPU; on a GPU the allocator's peak above the step start)
-  // fp16 (train.precision): the loss scale the step ran with, and whether its
-  // gradients overflowed so the optimizer skipped it (the scale was then halved).
-  double loss_scale = 1;
-  bool skipped = false;
-  // train.val_every, when the program drives the runtime (not run_training):
-  // the validation loss evaluated after this step, NaN when it did not validate.
-  double validation_loss = std::numeric_limits<double>::quiet_NaN();
-  StepPhases phases;
-  MemoryAccount memory;
-  // The graph's metrics (graph.metric) over this step's training microbatches
-  // on every rank: sum / count, in the order the adapter declared them.
-  std::vector<std::pair<std::string, double>> metrics;
-};
 
 // How a runtime is made (Runtime::create).
 struct RuntimeOptions {
@@ -235,6 +147,9 @@ class Runtime {
   // ZeRO-3: gathers every module's parameters (whole over dp) until the next
   // step releases them, then returns parameters(). Collective over dp.
   std::vector<ParameterView> gather_parameters();
+  // ZeRO-3: frees what gather_parameters() gathered now rather than at the
+  // next step (what FSDP's summon_full_params does on leaving); else a no-op.
+  void release_parameters();
 
   // Everything this rank holds between steps, as slices of global tensors
   // (see StateEntry), in a fixed order; tensors are views of the live state.

@@ -14,7 +14,7 @@
 // checkpoints whole. See docs/checkpoints.md.
 #pragma once
 
-#include <smp/runtime.h>
+#include <smp/state_types.h>
 
 #include <nlohmann/json.hpp>
 
