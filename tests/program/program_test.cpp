@@ -118,6 +118,10 @@ const Job& serial_norm_model() {
   static const Job r = launch(1, {"--norm-model", "--set", "parallel.microbatches=2"});
   return r;
 }
+const Job& serial_sometimes_model() {
+  static const Job r = launch(1, {"--sometimes-model", "--set", "parallel.microbatches=2"});
+  return r;
+}
 const Job& serial_tp_model() {
   static const Job r = launch(1, {"--tp-model", "--set", "parallel.microbatches=2"});
   return r;
@@ -133,6 +137,7 @@ void expect_serial(int nproc, const std::vector<std::string>& overrides, const s
   const Job& one = model == "--tp-model"     ? serial_tp_model()
                    : model == "--tied-model" ? serial_tied_model()
                    : model == "--norm-model" ? serial_norm_model()
+                   : model == "--sometimes-model" ? serial_sometimes_model()
                                              : serial();
   expect_like(one, nproc, overrides, model, parameters_at_least, 1e-6);
 }
@@ -181,6 +186,19 @@ TEST(ProgramModel, PipelineOfTwoEqualsSerial) {
 
 TEST(ProgramModel, DataParallelZero3EqualsSerial) {
   expect_serial(2, {"parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"});
+}
+
+// ZeRO-3 frees a unit's gathered parameters once they all have their
+// gradients in a backward pass. A layer that some microbatches leave without a
+// gradient must not carry its count into the next pass: there it would free the
+// unit while the rest of the unit's backward still needs its parameters.
+TEST(ProgramModel, Zero3WithALayerSomeMicrobatchesSkipEqualsSerial) {
+  expect_serial(2, {"parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--sometimes-model", 20);
+}
+TEST(ProgramModel, Zero3PipelineZeroBubbleWithALayerSomeMicrobatchesSkipEqualsSerial) {
+  expect_serial(4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2",
+                    "parallel.schedule=zb-h1"},
+                "--sometimes-model", 20);
 }
 
 TEST(ProgramModel, PipelineByDataParallelWithCheckpointingEqualsSerial) {

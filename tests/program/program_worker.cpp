@@ -6,7 +6,8 @@
 //
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
-//                  [--adapter-fed] [--vector-loss] [--norm-model] [--checkpoint-dir-per-rank BASE]
+//                  [--adapter-fed] [--vector-loss] [--norm-model] [--sometimes-model]
+//                  [--checkpoint-dir-per-rank BASE]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -74,6 +75,31 @@ struct NormBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(NormBlock);
 
+// A block with a side layer only some samples take: a microbatch none of whose
+// samples takes it leaves the side layer's parameters without a gradient in
+// that backward pass, while the block's other parameters get theirs (what a
+// skipped branch or an unrouted expert does). Per sample, so every layout
+// computes the same function.
+struct SometimesBlockImpl : torch::nn::Module {
+  explicit SometimesBlockImpl(int64_t d)
+      : fc1(register_module("fc1", torch::nn::Linear(d, 2 * d))),
+        side(register_module("side", torch::nn::Linear(2 * d, 2 * d))),
+        fc2(register_module("fc2", torch::nn::Linear(2 * d, d))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor h = torch::relu(fc1->forward(x));
+    std::vector<int64_t> taken;
+    for (int64_t i = 0; i < x.size(0); ++i)
+      if (x[i][0].item<float>() > 0.6f) taken.push_back(i);
+    if (!taken.empty()) {
+      torch::Tensor idx = torch::tensor(taken, torch::kLong);
+      h = h.index_add(0, idx, torch::tanh(side->forward(h.index_select(0, idx))));
+    }
+    return x + fc2->forward(h);
+  }
+  torch::nn::Linear fc1, side, fc2;
+};
+TORCH_MODULE(SometimesBlock);
+
 // The global batch of a step, the same on every rank; each dp rank takes its rows.
 std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step) {
   auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
@@ -96,7 +122,7 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
-       vector_loss = false, norm_model = false;
+       vector_loss = false, norm_model = false, sometimes_model = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -111,6 +137,7 @@ int main(int argc, char** argv) {
   app.add_flag("--adapter-fed", adapter_fed, "the same data through TorchModel::batches and train_step()");
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
+  app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
   app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
@@ -127,6 +154,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 3; ++i) {
         if (tp_model)
           net->push_back(TpBlock(kDim));
+        else if (sometimes_model)
+          net->push_back(SometimesBlock(kDim));
         else if (norm_model && i == 0)
           net->push_back(NormBlock(kDim));
         else

@@ -117,6 +117,34 @@ TEST(GradientSync, GroupsComeFromPlacementsDp2Tp2) {
   }
 }
 
+// Sums over a partial-gradient axis are bucketed: several tp-partial norms of
+// two dtypes cost one all-reduce per dtype on the tp group, not one each.
+TEST(GradientSync, PartialGradientSumsAreOneCollectivePerGroupAndDtype) {
+  run_ranks(2, 1, 2, 1, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh&) {
+    std::vector<at::Tensor> params;
+    std::vector<smp::SyncedParameter> synced;
+    for (int i = 0; i < 5; ++i) {
+      const at::ScalarType dtype = i < 3 ? at::kFloat : at::kDouble;
+      at::Tensor p = at::zeros({3 + i}, dtype).requires_grad_(true);
+      const smp_placement partial = pl("tp", SMP_PLACEMENT_PARTIAL_GRAD);
+      auto placements = smp::Placements::from_abi(&partial, 1, p.dim(), "norm" + std::to_string(i));
+      synced.push_back(smp::synced_parameter(p, placements, groups));
+      params.push_back(p);
+    }
+    smp::GradientSync sync(synced, 0);
+    sync.begin_step();
+    at::Tensor loss = at::zeros({}, at::kDouble);
+    for (auto& p : params) loss = loss + (p.to(at::kDouble) * pattern({p.size(0)}).to(at::kDouble) * (rank + 1)).sum();
+    loss.backward();
+    smp::Communicator& tp = groups.get(Axis::TP);
+    tp.reset_stats();
+    sync.finish_step();
+    EXPECT_EQ(tp.stats().calls["allreduce"], 2) << "rank " << rank;
+    for (auto& p : params)
+      EXPECT_TRUE(at::allclose(p.grad().to(at::kFloat), pattern({p.size(0)}) * 3.0f)) << "rank " << rank;
+  });
+}
+
 TEST(GradientSync, ExpertsAreReducedOverEdpNotDp) {
   // dp 4, ep 2: an expert (sharded over ep) is averaged over the 2 ranks that
   // hold the same experts (dp i and i + 2); the router over all 4.

@@ -105,7 +105,8 @@
   X(devices, "run.devices", DeviceList, None, DeviceList{}, Default,                                               \
     "with run.device = cuda: the GPU of each local rank (entries may repeat: ranks sharing a GPU)")                \
   X(dump_parameters, "run.dump_parameters", bool, None, false, Default,                                            \
-    "each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json (small models)")                  \
+    "each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end and to "               \
+    "parameters-initial/ before the first step (small models)")                                                    \
   X(trace, "run.trace", bool, None, false, Default,                                                                \
     "each rank writes a Chrome / Perfetto trace of the run.trace_steps steps to <run.dir>/trace/")                 \
   X(trace_steps, "run.trace_steps", Ints, None, (Ints{1, 3}), Default,                                             \

@@ -6,6 +6,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -25,12 +26,14 @@ struct Event {
 };
 
 struct Recorder {
-  std::mutex mu;
-  bool enabled = false;
+  std::mutex mu;  // the events and labels; the window below is read without it
+  // What active() reads: any thread asks (communicator callbacks, the
+  // checkpoint writer) while the training thread moves the step on.
+  std::atomic<bool> enabled{false};
+  std::atomic<int64_t> first{0}, last{-1};  // 0-based steps, inclusive
+  std::atomic<int64_t> step{-1};
   int rank = 0;
   std::string label;
-  int64_t first = 0, last = -1;  // 0-based steps, inclusive
-  int64_t step = -1;
   uint64_t next_id = 1;
   std::vector<Event> events;
 };
@@ -70,7 +73,9 @@ void set_step(int64_t step) {
 
 bool active() {
   Recorder& r = recorder();
-  return r.enabled && r.step >= r.first && r.step <= r.last;
+  if (!r.enabled.load(std::memory_order_acquire)) return false;
+  const int64_t step = r.step.load(std::memory_order_acquire);
+  return step >= r.first.load(std::memory_order_acquire) && step <= r.last.load(std::memory_order_acquire);
 }
 
 int64_t now_us() {

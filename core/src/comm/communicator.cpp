@@ -515,17 +515,29 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
+  // What count() noted of the operation this thread is issuing, read by the
+  // submit() or done() of the same call. Per thread: the training thread and
+  // helper threads (a checkpoint snapshot, a watcher) may issue on one
+  // communicator at once, and neither may take the other's name or trace tag.
+  struct Issuing {
+    std::string op;
+    TraceTag tag;
+  };
+  static Issuing& issuing() {
+    thread_local Issuing current;
+    return current;
+  }
+
   void count(const std::string& op, int64_t bytes) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.analytic[op] += bytes;
     stats_.calls[op] += 1;
-    next_op_ = op;
-    // The next submitted operation is this one (ops are issued one at a time).
-    next_tag_ = trace::active() ? TraceTag{op, bytes, trace::now_us()} : TraceTag{};
+    // The operation this thread submits next is this one.
+    issuing() = {op, trace::active() ? TraceTag{op, bytes, trace::now_us()} : TraceTag{}};
   }
 
   std::shared_ptr<Work> done(const std::string& op) {
-    next_tag_ = {};  // nothing to trace: a group of one, or an empty tensor
+    issuing().tag = {};  // nothing to trace: a group of one, or an empty tensor
     return std::make_shared<CommWork>(ctx_, op, nullptr, nullptr);
   }
 
@@ -538,7 +550,7 @@ class C10dCommunicator final : public Communicator {
     const bool gloo = via && via == backend_.get() && gloo_counted_;
     if (via && !gloo) {
       std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.uncounted_calls[via->name()][next_op_] += 1;
+      stats_.uncounted_calls[via->name()][issuing().op] += 1;
     } else if (gloo) {
       // Bytes written so far belong to the ops already in flight (or, with
       // none, to "unattributed"), not to this one.
@@ -553,9 +565,9 @@ class C10dCommunicator final : public Communicator {
     }
     if (pending && (gloo || (fell_back && *fell_back && gloo_counted_))) {
       std::lock_guard<std::mutex> lock(stats_mu_);
-      gloo_inflight_.push_back({next_op_, pending});
+      gloo_inflight_.push_back({issuing().op, pending});
     }
-    return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish), std::exchange(next_tag_, {}));
+    return std::make_shared<CommWork>(ctx_, op, std::move(pending), std::move(finish), std::exchange(issuing().tag, {}));
   }
 
   // Gives the bytes written into Gloo's sockets since the last reading to the
@@ -607,7 +619,6 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::shared_ptr<const Context> ctx_;
-  TraceTag next_tag_;  // set by count(), taken by submit()
   std::unique_ptr<c10d_compat::Backend> backend_;  // Gloo; null for groups of one
   std::unique_ptr<c10d_compat::Backend> nccl_;     // NCCL for CUDA tensors; null: through host memory
   std::unique_ptr<ShmCollectives> shm_;              // null unless every member is on this host
@@ -625,7 +636,6 @@ class C10dCommunicator final : public Communicator {
   const bool gloo_counted_;  // backend_ is Gloo with its sockets known
   mutable std::mutex stats_mu_;
   mutable CommStats stats_;
-  std::string next_op_;                          // set by count(), read by submit()
   mutable std::vector<GlooOp> gloo_inflight_;    // Gloo ops not seen completed
   mutable int64_t gloo_seen_ = 0;                // backend_->bytes_written() at the last reading
   int64_t shm_base_[3] = {0, 0, 0};              // shared-memory counts at the last reset

@@ -153,14 +153,6 @@ GradientSync::GradientSync(std::vector<SyncedParameter> params, GradientSyncOpti
     for (const ShardSegment& s : segments_)
       segment_grads_.push_back(buckets_[s.bucket]->shard.narrow(0, s.shard_begin, s.length));
   }
-  if (zero_ == 3)
-    for (size_t k = 0; k < params_.size(); ++k)
-      if (bucket_of_[k] >= 0 && params_[k].unit >= 0) {
-        const size_t u = static_cast<size_t>(params_[k].unit);
-        if (unit_params_.size() <= u) unit_params_.resize(u + 1, 0);
-        ++unit_params_[u];
-      }
-  unit_seen_.assign(unit_params_.size(), 0);
   // Unbucketed gradients exist from the start too, so that memory does not
   // grow in the first step (and backward accumulates in place from the first).
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -184,7 +176,6 @@ GradientSync::~GradientSync() = default;
 
 void GradientSync::begin_step() {
   std::fill(seen_.begin(), seen_.end(), 0);
-  std::fill(unit_seen_.begin(), unit_seen_.end(), 0);
   next_launch_ = 0;
   for (auto& b : buckets_) {
     b->pending = static_cast<int>(b->params.size());
@@ -207,11 +198,7 @@ void GradientSync::on_grad(size_t k) {
       g.reset();
     }
   }
-  const int u = params_[k].unit;
-  if (zero_ == 3 && u >= 0 && ++unit_seen_[u] == unit_params_[u]) {
-    unit_seen_[u] = 0;
-    if (unit_done_) unit_done_(u);
-  }
+  if (zero_ == 3 && params_[k].unit >= 0 && unit_gradient_) unit_gradient_(params_[k].unit);
   if (!overlap_) return;
   if (++seen_[k] == params_[k].expected_grads) {
     --buckets_[bucket_of_[k]]->pending;
@@ -256,27 +243,89 @@ void GradientSync::finish_step() {
       b->incoming = at::Tensor();
     }
   }
+  std::vector<std::pair<const SyncedParameter*, at::Tensor>> grads;
   if (zero_ > 0) {
     // Each shard segment is summed over the same groups; every rank of those
     // groups lays its buckets out alike, so the segments line up.
-    for (size_t i = 0; i < segments_.size(); ++i) {
-      const SyncedParameter& p = params_[segments_[i].param];
-      at::Tensor g = segment_grads_[i];
-      for (Communicator* c : p.partial)
-        if (c && c->size() > 1) c->allreduce(g)->wait();
-      if (p.tied && p.tied->size() > 1) p.tied->allreduce(g)->wait();
+    for (size_t i = 0; i < segments_.size(); ++i) grads.emplace_back(&params_[segments_[i].param], segment_grads_[i]);
+  } else {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      SyncedParameter& p = params_[k];
+      if (!p.tensor.requires_grad()) continue;
+      if (!main_[k].defined() && !p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
+      grads.emplace_back(&p, gradient(k));
     }
-    return;
   }
-  for (size_t k = 0; k < params_.size(); ++k) {
-    SyncedParameter& p = params_[k];
-    if (!p.tensor.requires_grad()) continue;
-    if (!main_[k].defined() && !p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
-    at::Tensor g = gradient(k);
-    for (Communicator* c : p.partial)
-      if (c && c->size() > 1) c->allreduce(g)->wait();
-    if (p.tied && p.tied->size() > 1) p.tied->allreduce(g)->wait();
+  reduce_beyond_data_parallel(grads);
+}
+
+namespace {
+
+// One round of sums: per group in the order it first appears (every member
+// rank lists its gradients in the same order), the gradients of one dtype and
+// device go into one flat buffer, all groups' all-reduces are issued, then
+// waited for, and the sums copied back.
+void sum_in_buckets(const std::vector<std::pair<Communicator*, at::Tensor>>& items) {
+  struct Group {
+    Communicator* comm;
+    at::ScalarType dtype;
+    c10::Device device;
+    std::vector<at::Tensor> tensors;
+    at::Tensor flat;
+    std::shared_ptr<Work> work;
+  };
+  std::vector<Group> groups;
+  for (const auto& item : items) {
+    Communicator* comm = item.first;
+    const at::Tensor& t = item.second;
+    if (!comm || comm->size() == 1 || t.numel() == 0) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+      return x.comm == comm && x.dtype == t.scalar_type() && x.device == t.device();
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{comm, t.scalar_type(), t.device(), {}, {}, {}});
+    it->tensors.push_back(t);
   }
+  for (Group& g : groups) {
+    if (g.tensors.size() == 1 && g.tensors[0].is_contiguous()) {
+      g.flat = g.tensors[0];  // summed in place
+    } else {
+      std::vector<at::Tensor> flat_parts;
+      for (const at::Tensor& t : g.tensors) flat_parts.push_back(t.reshape(-1));
+      g.flat = at::cat(flat_parts);
+    }
+    g.work = g.comm->allreduce(g.flat);
+  }
+  for (Group& g : groups) {
+    g.work->wait();
+    if (g.flat.is_same(g.tensors[0])) continue;
+    int64_t offset = 0;
+    for (at::Tensor& t : g.tensors) {
+      t.copy_(g.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+}  // namespace
+
+// Partial-gradient axes first, one round per axis position (a sum over tp, say,
+// must be complete before a later axis or the tied stages sum it further),
+// then the stages holding a tied parameter: one collective per round, group
+// and dtype, not one per parameter.
+void GradientSync::reduce_beyond_data_parallel(const std::vector<std::pair<const SyncedParameter*, at::Tensor>>& grads) {
+  size_t rounds = 0;
+  for (const auto& [p, g] : grads) rounds = std::max(rounds, p->partial.size());
+  std::vector<std::pair<Communicator*, at::Tensor>> items;
+  for (size_t r = 0; r < rounds; ++r) {
+    items.clear();
+    for (const auto& [p, g] : grads)
+      if (r < p->partial.size()) items.emplace_back(p->partial[r], g);
+    sum_in_buckets(items);
+  }
+  items.clear();
+  for (const auto& [p, g] : grads)
+    if (p->tied) items.emplace_back(p->tied, g);
+  sum_in_buckets(items);
 }
 
 int64_t GradientSync::bytes() const {

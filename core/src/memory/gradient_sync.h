@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace smp {
@@ -102,9 +103,9 @@ class GradientSync {
   // of every shard segment (shard_segments(layout()) order), 1-D views.
   const std::vector<BucketLayout>& layout() const { return layout_; }
   const std::vector<at::Tensor>& segment_gradients() const { return segment_grads_; }
-  // ZeRO-3: called when every parameter of a unit has received its gradient in
-  // one backward pass (the unit's gathered parameters may then be freed).
-  void on_unit_done(std::function<void(int unit)> f) { unit_done_ = std::move(f); }
+  // ZeRO-3: called with a parameter's unit each time it receives a gradient
+  // (ShardedParameters counts them per backward pass and frees the unit).
+  void on_unit_gradient(std::function<void(int unit)> f) { unit_gradient_ = std::move(f); }
   // Bytes of the gradient buffers (buckets and unbucketed .grad).
   int64_t bytes() const;
 
@@ -128,8 +129,8 @@ class GradientSync {
   std::vector<BucketLayout> layout_;
   std::vector<ShardSegment> segments_;
   std::vector<at::Tensor> segment_grads_;
-  std::vector<int> unit_params_, unit_seen_;  // per unit: parameters, and those seen in this backward
-  std::function<void(int)> unit_done_;
+  std::function<void(int)> unit_gradient_;
+  void reduce_beyond_data_parallel(const std::vector<std::pair<const SyncedParameter*, at::Tensor>>& grads);
 };
 
 }  // namespace smp

@@ -1,5 +1,7 @@
 #include "memory/sharded_parameters.h"
 
+#include "base/test_faults.h"
+
 #include <smp/error.h>
 
 #include "comm/communicator.h"
@@ -127,6 +129,10 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
         empty_storage(params_[k]);
       }
       if (l.unit >= 0) buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
+      if (l.unit >= 0) {
+        if (unit_params_.size() <= static_cast<size_t>(l.unit)) unit_params_.resize(static_cast<size_t>(l.unit) + 1, 0);
+        unit_params_[static_cast<size_t>(l.unit)] += static_cast<int>(l.params.size());
+      }
       b->layout = std::move(l);
       buckets_.push_back(std::move(b));
       continue;
@@ -177,6 +183,11 @@ void ShardedParameters::after_step() {
       Communicator* c = b->layout.comm;
       if (!c || c->size() == 1) continue;
       at::Tensor in = b->local.clone();  // the input must not alias the output
+      if (test_fault(TestFault::ZeroShardOffset)) {
+        // One element off: rank 0's shard read from element 1, the others' from one before theirs.
+        const BucketLayout& l = b->layout;
+        in = b->full.narrow(0, l.rank * l.shard + (l.rank == 0 ? 1 : -1), l.shard).clone();
+      }
       works.emplace_back(c->allgather(in, b->full), in);
     }
     for (auto& w : works) w.first->wait();
@@ -250,6 +261,21 @@ void ShardedParameters::release(int unit) {
 
 void ShardedParameters::acquire_all() {
   for (const auto& [name, id] : unit_id_) acquire(name);
+}
+
+void ShardedParameters::begin_backward_pass() { unit_seen_.assign(unit_params_.size(), 0); }
+
+void ShardedParameters::gradient_arrived(int unit) {
+  if (stage_ < 3 || unit < 0 || static_cast<size_t>(unit) >= unit_params_.size()) return;
+  if (unit_seen_.size() != unit_params_.size()) unit_seen_.assign(unit_params_.size(), 0);
+  const auto u = static_cast<size_t>(unit);
+  if (++unit_seen_[u] == unit_params_[u]) release(unit);
+}
+
+void ShardedParameters::end_backward_pass() {
+  for (size_t u = 0; u < unit_seen_.size(); ++u)
+    if (unit_seen_[u] > 0 && unit_seen_[u] < unit_params_[u]) release(static_cast<int>(u));
+  unit_seen_.assign(unit_params_.size(), 0);
 }
 
 int64_t ShardedParameters::parameter_bytes() const {

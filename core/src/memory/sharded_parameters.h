@@ -65,6 +65,16 @@ class ShardedParameters {
   void release(int unit);
   void acquire_all();  // e.g. to read every parameter at the end of a run
 
+  // ZeRO-3 in backward: a unit's gathered parameters are freed as soon as each
+  // has its gradient in the current backward pass (GradientSync reports every
+  // gradient). The counts start afresh with each pass; a pass that ends with a
+  // unit partly counted (a parameter that got no gradient in it: a branch not
+  // taken, an expert no token chose) frees that unit then, so no count is
+  // carried into a later pass, where it would free the unit too early.
+  void begin_backward_pass();
+  void gradient_arrived(int unit);
+  void end_backward_pass();
+
   // Bytes held now: the parameters' buffers (whole, shards, gathered) and the fp32 masters.
   int64_t parameter_bytes() const;
   int64_t master_bytes() const;
@@ -81,6 +91,7 @@ class ShardedParameters {
   bool has_masters_ = false;
   std::map<std::string, int> unit_id_;
   std::vector<std::vector<int>> buckets_of_unit_;
+  std::vector<int> unit_params_, unit_seen_;  // per unit: parameters, and those with a gradient in this pass
   int stage_;
 };
 

@@ -8,9 +8,11 @@
 #include "memory/memory_tracker.h"
 #include "memory/sharded_parameters.h"
 #include "pipeline/backward_split.h"
+#include "pipeline/offload_prefetch.h"
 #include "base/device.h"
 #include "base/pipeline_limits.h"
 #include "base/seeds.h"
+#include "base/test_faults.h"
 #include "base/trace.h"
 
 #include <ATen/ATen.h>
@@ -193,6 +195,8 @@ void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool tr
   const int stage = stage_of(chunk);
   const int producer_chunk = (stage - 1) / setup_.plan->pp;
   const auto& values = setup_.plan->sent_after[stage - 1];
+  // SMP_TEST_FAULT=pipeline_pairing: microbatches 2k and 2k+1 swap their activations.
+  if (test_fault(TestFault::PipelinePairing) && (mb ^ 1) < microbatches_) mb ^= 1;
   auto header = at::empty({kHeaderLen}, at::kLong);
   setup_.pp_comm->recv(header, peer, tag(0, mb, producer_chunk, 0))->wait();
   const auto* h = header.data_ptr<int64_t>();
@@ -303,6 +307,17 @@ void Executor::backward(Slot& slot, bool input_part, bool weight_part) {
   }
 }
 
+// One backward pass (whole, or the input or weight part): ZeRO-3 counts the
+// units' gradients within it and frees what it left gathered at its end.
+void Executor::backward_pass(Slot& slot, int mb, bool input_part, bool weight_part) {
+  // SMP_TEST_FAULT=dropped_microbatch_gradient: microbatch 1 sends no gradient back.
+  if (mb == 1 && slot.loss.defined() && input_part && test_fault(TestFault::DroppedMicrobatchGradient))
+    slot.loss = slot.loss * 0.0;
+  if (setup_.gather) setup_.gather->begin_backward_pass();
+  backward(slot, input_part, weight_part);
+  if (setup_.gather) setup_.gather->end_backward_pass();
+}
+
 const std::unordered_map<const void*, std::string>& Executor::unit_of_parameter() {
   if (unit_of_parameter_.empty())
     for (const auto& [key, module] : *setup_.modules)
@@ -312,23 +327,27 @@ const std::unordered_map<const void*, std::string>& Executor::unit_of_parameter(
 
 ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool training) {
   ExecutorResult result;
+  microbatches_ = schedule.microbatches;
   MemoryTracker memory;
   std::map<std::pair<int, int>, Slot> slots;
   batch_cache_.clear();
   metrics_.assign(setup_.graph->metrics.size(), {0.0, 0.0});
   torch::autograd::AutoGradMode grad_mode(training);
   const int last_stage = setup_.plan->num_stages() - 1;
-  // Offload: the slots in the order their backward runs; each backward loads
-  // the next `horizon` slots' inputs back (a slot not yet forwarded has none:
-  // a later backward loads it).
-  std::vector<std::pair<int, int>> backward_order;
-  for (const Action& a : schedule.actions.at(setup_.pp_rank))
-    if (a.op == Op::Backward || a.op == Op::BackwardInput) backward_order.emplace_back(a.microbatch, a.chunk);
-  size_t backwards_done = 0;
+  // Offload: each backward (whole or its input part) starts loading the
+  // inputs of itself and the next `horizon` backwards (a slot not forwarded
+  // yet has none: its own backward loads it).
+  const std::vector<Action>& actions = schedule.actions.at(setup_.pp_rank);
+  const std::vector<std::vector<SlotKey>> prefetches =
+      setup_.offload ? offload_prefetches(actions, setup_.offload->horizon()) : std::vector<std::vector<SlotKey>>{};
+  size_t action_index = 0;
   // Bytes held now on this rank's device (the CPU allocator on this thread, or CUDA's).
   auto held = [&] { return setup_.device.is_cuda() ? device_allocated_bytes(setup_.device) : memory.current(); };
   int64_t slots_live = 0;
-  for (const Action& a : schedule.actions.at(setup_.pp_rank)) {
+  for (const Action& a : actions) {
+    if (setup_.offload && training)
+      for (const SlotKey& s : prefetches[action_index]) setup_.offload->prefetch(s.first, s.second);
+    ++action_index;
     const bool backward_op = a.op == Op::Backward || a.op == Op::BackwardInput || a.op == Op::BackwardWeight ||
                              a.op == Op::SendGrad || a.op == Op::RecvGrad;
     if (!training && backward_op) continue;
@@ -355,15 +374,11 @@ ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool traini
       case Op::SendActivation: send_activations(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::RecvGrad: recv_grads(slot, a.microbatch, a.chunk, a.peer); break;
       case Op::Backward:
-        if (setup_.offload)
-          for (size_t b = backwards_done; b < std::min(backward_order.size(), backwards_done + 1 + setup_.offload->horizon()); ++b)
-            setup_.offload->prefetch(backward_order[b].first, backward_order[b].second);
-        ++backwards_done;
-        backward(slot, true, true);
+        backward_pass(slot, a.microbatch, true, true);
         slot.weight_done = true;
         break;
-      case Op::BackwardInput: backward(slot, true, false); break;
-      case Op::BackwardWeight: backward(slot, false, true); slot.weight_done = true; break;
+      case Op::BackwardInput: backward_pass(slot, a.microbatch, true, false); break;
+      case Op::BackwardWeight: backward_pass(slot, a.microbatch, false, true); slot.weight_done = true; break;
       case Op::SendGrad:
         send_grads(slot, a.microbatch, a.chunk, a.peer);
         slot.grads_sent = true;

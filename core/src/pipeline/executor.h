@@ -86,6 +86,7 @@ class Executor {
   struct Slot;  // one (microbatch, chunk) in flight
   void forward(Slot& slot, int64_t step, int mb, int chunk, bool training);
   void backward(Slot& slot, bool input_part, bool weight_part);
+  void backward_pass(Slot& slot, int mb, bool input_part, bool weight_part);
   void send_activations(Slot& slot, int mb, int chunk, int peer);
   void recv_activations(Slot& slot, int mb, int chunk, int peer, bool training);
   void send_grads(Slot& slot, int mb, int chunk, int peer);
@@ -96,6 +97,7 @@ class Executor {
   int stage_of(int chunk) const { return chunk * setup_.plan->pp + setup_.pp_rank; }
 
   ExecutorSetup setup_;
+  int microbatches_ = 1;  // of the schedule being run
   std::map<int, std::vector<at::Tensor>> batch_cache_;
   std::unordered_map<const void*, std::string> unit_of_parameter_;
   std::vector<std::pair<double, double>> metrics_;  // this run's metric sums (see ExecutorResult)

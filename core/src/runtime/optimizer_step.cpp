@@ -1,6 +1,7 @@
 #include "runtime/optimizer_step.h"
 
 #include "base/device.h"
+#include "base/test_faults.h"
 #include "base/trace.h"
 #include "comm/communicator.h"
 #include "memory/sharded_parameters.h"
@@ -71,12 +72,7 @@ double sum_of_squares(const at::Tensor& t) {
 }  // namespace
 
 OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
-  if (const char* fault = std::getenv("SMP_TEST_FAULT")) {
-    if (std::string(fault) != "dp_mean_gradients")
-      throw Error("SMP_TEST_FAULT=" + std::string(fault) + ": unknown fault (the one there is: dp_mean_gradients)");
-    fault_dp_mean_ = true;
-    spdlog::warn("SMP_TEST_FAULT=dp_mean_gradients: gradients are deliberately divided by dp (a test of the tests)");
-  }
+  fault_dp_mean_ = test_fault(TestFault::DpMeanGradients);
   lr_.lr = t.lr;
   lr_.min_lr = t.min_lr;
   lr_.warmup = t.warmup_steps;

@@ -193,6 +193,7 @@ std::vector<ParameterView> Runtime::gather_parameters() {
   impl_->state->gather_parameters();
   return impl_->state->parameters();
 }
+void Runtime::release_parameters() { impl_->state->release_parameters(); }
 std::vector<StateEntry> Runtime::state_entries() const { return impl_->state->entries(); }
 void Runtime::load_state(const std::vector<StateEntry>& entries) {
   impl_->checkpoints->writer().wait_for_snapshot();

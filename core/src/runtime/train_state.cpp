@@ -1,5 +1,7 @@
 #include "runtime/train_state.h"
 
+#include "base/test_faults.h"
+
 #include "runtime/buffer_sync.h"
 
 #include <smp/error.h>
@@ -234,7 +236,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
     segment_counted_.push_back(norm_counted_[seg.param]);
   }
   make_optimizer(sharded_->optimizer_params(), decay);
-  if (zero == 3) sync_->on_unit_done([this](int unit) { sharded_->release(unit); });
+  if (zero == 3) sync_->on_unit_gradient([this](int unit) { sharded_->gradient_arrived(unit); });
 }
 
 // train.optimizer, from whichever loaded plugin provides it, over `tensors`.
@@ -271,6 +273,11 @@ std::vector<ParameterView> TrainState::parameters() const {
 
 void TrainState::gather_parameters() {
   if (sharded_) sharded_->acquire_all();
+}
+
+void TrainState::release_parameters() {
+  if (sharded_)
+    for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
 }
 
 MemoryAccount TrainState::memory_account(int64_t step_peak) const {
@@ -425,6 +432,7 @@ void TrainState::load(const std::vector<StateEntry>& saved) {
   c10::NoGradGuard no_grad;
   for (const auto& e : live)
     if (!counters.count(e.name)) e.local.copy_(given.at(e.name)->local);
+  forget_optimizer_state_if_faulted(live);
   take_counters(given);
 }
 
@@ -434,15 +442,24 @@ void TrainState::load_with(const std::function<void(const std::vector<StateEntry
     c10::NoGradGuard no_grad;
     fill(live);
   }
+  forget_optimizer_state_if_faulted(live);
   std::map<std::string, const StateEntry*> by_name;
   for (const auto& e : live) by_name.emplace(e.name, &e);
   take_counters(by_name);
 }
 
+// SMP_TEST_FAULT=optimizer_state_not_loaded: the moments come back as zeros,
+// as if the checkpoint's optimizer state had not been read.
+void TrainState::forget_optimizer_state_if_faulted(const std::vector<StateEntry>& live) {
+  if (!test_fault(TestFault::OptimizerStateNotLoaded)) return;
+  c10::NoGradGuard no_grad;
+  for (const auto& e : live)
+    if (e.name.rfind("optim/", 0) == 0 && e.name != "optim/step") e.local.zero_();
+}
+
 void TrainState::take_counters(const std::map<std::string, const StateEntry*>& by_name) {
   // ZeRO-3: units gathered before the load hold the old values; the next use gathers the loaded shards.
-  if (sharded_)
-    for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
+  release_parameters();
   auto value = [&](const char* name) { return by_name.at(name)->local.item<double>(); };
   steps_ = static_cast<int64_t>(value("train/step"));
   updates_ = static_cast<int64_t>(value("optim/step"));

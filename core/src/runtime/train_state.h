@@ -56,6 +56,7 @@ class TrainState {
   const std::map<std::string, std::shared_ptr<ModuleInstance>>& modules() const { return modules_; }
   std::vector<ParameterView> parameters() const;  // as held now: no gather
   void gather_parameters();                       // ZeRO-3: every unit gathered
+  void release_parameters();                      // ZeRO-3: every unit freed
   // Buffers (module-updated state) from the first data-parallel replica to the others (BufferSync).
   void sync_buffers();
 
@@ -84,6 +85,7 @@ class TrainState {
   void check_replicas() const;
   void lay_out(const std::map<std::string, Communicator*>& tied);
   void take_counters(const std::map<std::string, const StateEntry*>& by_name);
+  void forget_optimizer_state_if_faulted(const std::vector<StateEntry>& live);
   void make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay);
   std::map<std::string, Communicator*> make_tied_groups();
 

@@ -124,7 +124,8 @@ void write_summary(const std::string& dir, const nlohmann::json& summary) {
   });
 }
 
-void dump_parameters(Runtime& rt) {
+// <run.dir>/<folder>/rank-<r>.json: the parameters this rank holds now.
+void dump_parameters(Runtime& rt, const std::string& folder = "parameters") {
   namespace fs = boost::filesystem;
   const DeviceMesh& mesh = rt.mesh();
   nlohmann::json j;
@@ -145,8 +146,9 @@ void dump_parameters(Runtime& rt) {
   }
   j["parameters"] = params;
   const std::string run_dir = rt.job().run.dir;
-  in_run_dir(run_dir, "write parameters/", [&] {
-    fs::path dir = fs::path(run_dir) / "parameters";
+  const std::string what = "write " + folder + "/";
+  in_run_dir(run_dir, what.c_str(), [&] {
+    fs::path dir = fs::path(run_dir) / folder;
     fs::create_directories(dir);
     std::ofstream out((dir / ("rank-" + std::to_string(mesh.rank()) + ".json")).string());
     out << j.dump();
@@ -356,6 +358,12 @@ nlohmann::json run_training(Runtime& rt) {
   nlohmann::json checkpoints = nlohmann::json::array();
   rt.reset_comm_stats();
   const auto start = std::chrono::steady_clock::now();
+  // The parameters before this run's first step too: tests compare what each
+  // layout's training changed (p - p0), not only where it ended.
+  if (job.run.dump_parameters && rt.steps_done() < steps) {
+    dump_parameters(rt, "parameters-initial");
+    rt.release_parameters();  // as the first step would find them without the dump
+  }
   const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
   while (rt.steps_done() < steps) {
     StepResult r = rt.train_step();

@@ -38,12 +38,25 @@
 
 #include <smp/sdk/collectives.hpp>
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 namespace smp_tp {
 
 using namespace smp_nn;  // configs, init, math
 using smp::sdk::Comm;
+
+// SMP_TEST_FAULT=tp_partial_sum (a test of the tests, see the core's
+// base/test_faults.h): a row-parallel output keeps this rank's partial sum
+// instead of the all-reduced one. Read once per process.
+inline bool fault_tp_partial_sum() {
+  static const bool on = [] {
+    const char* f = std::getenv("SMP_TEST_FAULT");
+    return f && ("," + std::string(f) + ",").find(",tp_partial_sum,") != std::string::npos;
+  }();
+  return on;
+}
 
 // Where this module runs on the tp axis, and the region entry/exit collectives.
 struct Tp {
@@ -83,6 +96,7 @@ struct Tp {
   // Out of a row-parallel region: g (all-reduce fwd, identity bwd), or under SP the
   // reduce-scatter along the sequence (all-gather bwd).
   Tensor exit(const Tensor& y) const {
+    if (fault_tp_partial_sum()) return y;
     if (!sp) return smp::sdk::reduce_from_region(y, comm);
     check_seq(y, true);
     return smp::sdk::reduce_scatter_to_sequence(y, comm, 1);
