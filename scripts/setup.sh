@@ -189,17 +189,18 @@ fi
 # ---- 2b. Test references in .pydeps/ --------------------------------------
 # data_test checks the BPE tokenizer token for token against Hugging Face's
 # `tokenizers`, and the indexed format against Megatron's own reader and writer
-# (megatron-core, which needs numpy and torch); where pip is missing or PyPI
-# unreachable those tests say so and are skipped. Not fatal.
-pydeps=(tokenizers==0.23.3 megatron-core==0.16.1 numpy)
+# (megatron-core, which needs numpy and torch); checkpoint_test reads the GPT-2
+# export with Hugging Face's `safetensors`. Where pip is missing or PyPI is
+# unreachable those tests say so (GTEST_SKIP) and are skipped. Not fatal.
+pydeps=(tokenizers==0.23.3 megatron-core==0.16.1 numpy safetensors==0.8.0)
 if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1 &&
-   ! PYTHONPATH=$repo/.pydeps python3 -c "import tokenizers, numpy, megatron, sys; sys.exit(tokenizers.__version__ != '0.23.3')" 2>/dev/null; then
+   ! PYTHONPATH=$repo/.pydeps python3 -c "import tokenizers, numpy, megatron, safetensors, sys; sys.exit(tokenizers.__version__ != '0.23.3')" 2>/dev/null; then
   pip_args=(install -q --progress-bar off --no-cache-dir --no-deps --upgrade --target "$repo/.pydeps" "${pydeps[@]}")
   if python3 -c 'import os, sys, sysconfig; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
     pip_args+=(--break-system-packages)
   fi
   if python3 -m pip "${pip_args[@]}" </dev/null >/dev/null 2>&1; then
-    say "installed ${pydeps[*]} into .pydeps/ (data_test's references)"
+    say "installed ${pydeps[*]} into .pydeps/ (data_test's and checkpoint_test's references)"
   else
     say "warning: could not pip install ${pydeps[*]} into .pydeps/; data_test's reference checks will be skipped"
   fi

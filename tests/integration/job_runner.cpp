@@ -88,14 +88,15 @@ JobResult run_job(int nproc, const std::string& plugin, const std::string& confi
   return r;
 }
 
-std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem) {
+std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem,
+                                                      const std::string& folder) {
   struct Piece {
     int dp, tp, tp_size, pp, shard_dim;
     at::Tensor t;
     int ep = 0, ep_size = 1, ep_shard_dim = -1;  // experts: sharded over ep (dp % ep)
   };
   std::map<std::string, std::vector<Piece>> pieces;
-  for (auto& e : fs::directory_iterator(fs::path(run_dir) / "parameters")) {
+  for (auto& e : fs::directory_iterator(fs::path(run_dir) / folder)) {
     std::ifstream in(e.path().string());
     auto j = nlohmann::json::parse(in);
     for (auto& p : j["parameters"]) {

@@ -22,10 +22,12 @@ struct JobResult {
 JobResult run_job(int nproc, const std::string& plugin, const std::string& config,
                   std::vector<std::string> overrides, const std::vector<std::string>& launcher_args = {});
 
-// Reassembles the full parameters from <run.dir>/parameters/rank-*.json:
-// tp shards concatenated along their shard dim; replicas (dp, tied stages,
-// tp-replicated) checked equal within tol, else a message in *problem.
-std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem);
+// Reassembles the full parameters from <run.dir>/<folder>/rank-*.json (folder
+// "parameters": at the end of the run; "parameters-initial": before its first
+// step): tp shards concatenated along their shard dim; replicas (dp, tied
+// stages, tp-replicated) checked equal within tol, else a message in *problem.
+std::map<std::string, at::Tensor> assemble_parameters(const std::string& run_dir, double tol, std::string* problem,
+                                                      const std::string& folder = "parameters");
 
 // A job's per-step losses (summary.json "losses").
 std::vector<double> losses_of(const JobResult& r);

@@ -1,0 +1,128 @@
+// The tests see the errors they exist for: a fault injected on purpose
+// (SMP_TEST_FAULT, core/src/base/test_faults.h) into a layout that otherwise
+// equals the serial run (equivalence_test.cpp runs each of these layouts
+// clean) must make the comparison report it. One fault per kind of error the
+// parallel machinery could make: a gradient off by a factor, a microbatch's
+// gradient dropped, a missed tensor-parallel partial sum, a ZeRO shard read
+// one element off, activations paired with the wrong microbatch, and
+// optimizer state not restored on resume.
+#include "equivalence.h"
+#include "job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace smp::testing {
+namespace {
+
+namespace fs = boost::filesystem;
+
+std::string gpt_plugin() { return plugin_path("gpt"); }
+std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.toml"); }
+
+const JobResult& serial() {
+  static const JobResult r = run_job(1, gpt_plugin(), gpt_config(), {});
+  return r;
+}
+
+// Runs the layout with `fault` injected into every rank.
+JobResult run_faulted(const std::string& fault, int nproc, const std::vector<std::string>& sets) {
+  ::setenv("SMP_TEST_FAULT", fault.c_str(), 1);
+  JobResult r = run_job(nproc, gpt_plugin(), gpt_config(), sets);
+  ::unsetenv("SMP_TEST_FAULT");
+  EXPECT_NE(r.output.find("SMP_TEST_FAULT=" + fault), std::string::npos) << "the fault was not switched on\n" << r.output;
+  return r;
+}
+
+// The comparison every equivalence test makes reports the fault.
+std::string caught(const std::string& fault, int nproc, const std::vector<std::string>& sets) {
+  const JobResult& one = serial();
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  const JobResult r = run_faulted(fault, nproc, sets);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const Comparison c = compare_with_serial(one, r);
+  EXPECT_NE(c.problems, "") << fault << " went unseen";
+  std::printf("[ fault  ] %s: %s", fault.c_str(), c.problems.substr(0, c.problems.find('\n') + 1).c_str());
+  return c.problems;
+}
+
+// A gradient off by a constant factor (a mean over dp for the sum): the
+// per-step norms differ by exactly dp. AdamW's update alone would not show it.
+TEST(InjectedFaults, AGradientOffByAConstantFactorIsCaught) {
+  const std::string problems = caught("dp_mean_gradients", 2, {"parallel.dp=2"});
+  EXPECT_NE(problems.find("step 1: gradient norm"), std::string::npos) << problems;
+  EXPECT_NE(problems.find("(ratio 0.5)"), std::string::npos) << problems;
+}
+
+// Microbatch 1 of 4 contributes no gradient (its loss is still counted).
+TEST(InjectedFaults, ADroppedMicrobatchGradientIsCaught) {
+  const std::string problems = caught("dropped_microbatch_gradient", 2, {"parallel.pp=2"});
+  EXPECT_NE(problems.find("gradient norm"), std::string::npos) << problems;
+}
+
+// A row-parallel layer returns its partial sum without the all-reduce.
+TEST(InjectedFaults, AMissedTensorParallelPartialSumIsCaught) {
+  const std::string problems = caught("tp_partial_sum", 2, {"parallel.tp=2"});
+  EXPECT_NE(problems.find("step 1: loss"), std::string::npos) << problems;
+}
+
+// ZeRO-1 all-gathers each rank's updated shard from one element off.
+TEST(InjectedFaults, AWrongZeroShardOffsetIsCaught) {
+  const std::string problems = caught("zero_shard_offset", 2, {"parallel.dp=2", "parallel.zero=1"});
+  EXPECT_NE(problems.find("update off"), std::string::npos) << problems;
+}
+
+// The second stage receives microbatch 1's activations as microbatch 0's.
+TEST(InjectedFaults, AWrongPipelinePairingIsCaught) {
+  const std::string problems = caught("pipeline_pairing", 2, {"parallel.pp=2"});
+  EXPECT_NE(problems.find("step 1: loss"), std::string::npos) << problems;
+}
+
+// A resume whose optimizer moments come back as zeros: the exact-resume
+// comparison (checkpoint_test.cpp: the resumed steps equal the whole run's,
+// bit for bit) sees the parameters differ after the first resumed update.
+TEST(InjectedFaults, OptimizerStateNotLoadedOnResumeIsCaught) {
+  const std::vector<std::string> steps = {"train.steps=4"};
+  const JobResult whole = run_job(1, gpt_plugin(), gpt_config(), steps);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string dir = (fs::temp_directory_path() / fs::unique_path("smp-fault-resume-%%%%-%%%%")).string();
+  const JobResult first = run_job(1, gpt_plugin(), gpt_config(),
+                                  with(steps, {"run.exit_after_steps=2", "run.checkpoint_every=3", "run.dir=" + dir}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const JobResult second = run_faulted("optimizer_state_not_loaded", 1, with(steps, {"run.dir=" + dir}));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  ASSERT_NE(second.output.find("loaded checkpoint"), std::string::npos) << second.output;
+  // Step 3's loss is computed before any update from the lost state: equal.
+  const auto all = losses_of(whole), tail = losses_of(second);
+  ASSERT_EQ(all.size(), 4u);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0], all[2]);
+  EXPECT_NE(tail[1], all[3]) << "step 4's loss did not change";
+  std::string problem;
+  const auto a = assemble_parameters(whole.run_dir, 0, &problem), b = assemble_parameters(second.run_dir, 0, &problem);
+  ASSERT_EQ(problem, "");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  size_t differ = 0;
+  for (const auto& [name, t] : a) differ += !at::equal(t, b.at(name));
+  EXPECT_GT(differ, 0u) << "no parameter differs from the whole run's";
+  std::printf("[ fault  ] optimizer_state_not_loaded: %zu of %zu parameters differ from the whole run's\n", differ,
+              a.size());
+}
+
+// An unknown fault name is refused, naming the known ones.
+TEST(InjectedFaults, AnUnknownFaultIsRefused) {
+  ::setenv("SMP_TEST_FAULT", "no_such_fault", 1);
+  JobResult r = run_job(1, gpt_plugin(), gpt_config(), {"train.steps=1"});
+  ::unsetenv("SMP_TEST_FAULT");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown fault 'no_such_fault'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tp_partial_sum"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace smp::testing
