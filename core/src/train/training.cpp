@@ -356,14 +356,15 @@ nlohmann::json run_training(Runtime& rt) {
   }
   const int64_t checkpoint_every = job.run.checkpoint_every;
   nlohmann::json checkpoints = nlohmann::json::array();
-  rt.reset_comm_stats();
-  const auto start = std::chrono::steady_clock::now();
   // The parameters before this run's first step too: tests compare what each
-  // layout's training changed (p - p0), not only where it ended.
+  // layout's training changed (p - p0), not only where it ended. Before the
+  // counters start: the gather is not the training's communication.
   if (job.run.dump_parameters && rt.steps_done() < steps) {
     dump_parameters(rt, "parameters-initial");
     rt.release_parameters();  // as the first step would find them without the dump
   }
+  rt.reset_comm_stats();
+  const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
   while (rt.steps_done() < steps) {
     StepResult r = rt.train_step();
