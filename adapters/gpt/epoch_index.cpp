@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -103,6 +104,34 @@ std::unique_ptr<EpochIndex> EpochIndex::cached(const std::string& folder, uint64
                           std::to_string(n) + " documents and " + std::to_string(windows) +
                           " windows (damaged?); delete it to have it rebuilt");
   ix->docs_ = w + kHeaderWords, ix->ends_ = ix->docs_ + n, ix->windows_ = ix->ends_ + n, ix->documents_ = n;
+  // The samples index documents and token positions by these words: a file
+  // with the right header and damaged words would read outside the dataset.
+  // So the mapped words must be what build() writes: the documents and the
+  // windows each a permutation, the ends the running sums of their lengths.
+  // One pass per epoch, over memory every rank reads during the epoch anyway.
+  const std::string damaged = "model.data: " + path + " is not a valid index of epoch " + std::to_string(epoch) +
+                              " (damaged?); delete it to have it rebuilt: ";
+  std::vector<bool> seen(static_cast<size_t>(std::max(n, windows)), false);
+  int64_t end = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = ix->docs_[i];
+    if (d < 0 || d >= n || seen[static_cast<size_t>(d)])
+      throw smp::sdk::Error(damaged + "document entry " + std::to_string(i) + " is " + std::to_string(d) +
+                            ", not a document of the permutation of 0.." + std::to_string(n - 1));
+    seen[static_cast<size_t>(d)] = true;
+    end += doc_len[static_cast<size_t>(d)];
+    if (ix->ends_[i] != end)
+      throw smp::sdk::Error(damaged + "end entry " + std::to_string(i) + " is " + std::to_string(ix->ends_[i]) +
+                            ", the documents' lengths make it " + std::to_string(end));
+  }
+  seen.assign(seen.size(), false);
+  for (int64_t i = 0; i < windows; ++i) {
+    const int64_t v = ix->windows_[i];
+    if (v < 0 || v >= windows || seen[static_cast<size_t>(v)])
+      throw smp::sdk::Error(damaged + "window entry " + std::to_string(i) + " is " + std::to_string(v) +
+                            ", not a window of the permutation of 0.." + std::to_string(windows - 1));
+    seen[static_cast<size_t>(v)] = true;
+  }
   return ix;
 }
 

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,22 @@ void set_error(char* err, size_t cap, const std::string& what) {
   err[cap - 1] = '\0';
 }
 
+// SentencePiece reports most failures in a status, but some parts of it throw
+// (darts_clone on a damaged model: "failed to insert key"). No exception may
+// leave this C interface: it becomes the call's error, and what the call
+// allocated is freed.
+template <class F>
+int guarded(char* err, size_t cap, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    set_error(err, cap, e.what());
+  } catch (...) {
+    set_error(err, cap, "unknown exception in SentencePiece");
+  }
+  return -1;
+}
+
 }  // namespace
 
 extern "C" {
@@ -27,14 +45,14 @@ extern "C" {
 __attribute__((visibility("default"))) int smp_spm_abi_version() { return 1; }
 
 __attribute__((visibility("default"))) void* smp_spm_load(const char* path, char* err, size_t cap) {
-  auto* sp = new sentencepiece::SentencePieceProcessor();
-  const auto status = sp->Load(path);
-  if (!status.ok()) {
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const int rc = guarded(err, cap, [&] {
+    const auto status = sp->Load(path);
+    if (status.ok()) return 0;
     set_error(err, cap, status.ToString());
-    delete sp;
-    return nullptr;
-  }
-  return sp;
+    return -1;
+  });
+  return rc == 0 ? sp.release() : nullptr;
 }
 
 __attribute__((visibility("default"))) void smp_spm_free(void* h) {
@@ -54,29 +72,33 @@ __attribute__((visibility("default"))) void smp_spm_info(void* h, int64_t* out) 
 __attribute__((visibility("default"))) int smp_spm_encode(void* h, const char* text, size_t len,
                                                           void (*sink)(void*, const int32_t*, size_t), void* user,
                                                           char* err, size_t cap) {
-  std::vector<int> ids;
-  const auto status = static_cast<const sentencepiece::SentencePieceProcessor*>(h)->Encode(
-      absl::string_view(text, len), &ids);
-  if (!status.ok()) {
-    set_error(err, cap, status.ToString());
-    return -1;
-  }
-  sink(user, reinterpret_cast<const int32_t*>(ids.data()), ids.size());
-  return 0;
+  return guarded(err, cap, [&] {
+    std::vector<int> ids;
+    const auto status = static_cast<const sentencepiece::SentencePieceProcessor*>(h)->Encode(
+        absl::string_view(text, len), &ids);
+    if (!status.ok()) {
+      set_error(err, cap, status.ToString());
+      return -1;
+    }
+    sink(user, reinterpret_cast<const int32_t*>(ids.data()), ids.size());
+    return 0;
+  });
 }
 
 __attribute__((visibility("default"))) int smp_spm_decode(void* h, const int32_t* ids, size_t n,
                                                           void (*sink)(void*, const char*, size_t), void* user,
                                                           char* err, size_t cap) {
-  std::string text;
-  const auto status = static_cast<const sentencepiece::SentencePieceProcessor*>(h)->Decode(
-      std::vector<int>(ids, ids + n), &text);
-  if (!status.ok()) {
-    set_error(err, cap, status.ToString());
-    return -1;
-  }
-  sink(user, text.data(), text.size());
-  return 0;
+  return guarded(err, cap, [&] {
+    std::string text;
+    const auto status = static_cast<const sentencepiece::SentencePieceProcessor*>(h)->Decode(
+        std::vector<int>(ids, ids + n), &text);
+    if (!status.ok()) {
+      set_error(err, cap, status.ToString());
+      return -1;
+    }
+    sink(user, text.data(), text.size());
+    return 0;
+  });
 }
 
 }  // extern "C"

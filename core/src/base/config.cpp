@@ -674,6 +674,14 @@ std::string full_placement(const std::string& origin, const std::string& placeme
   return out;
 }
 
+// The product of two mesh sizes (each >= 1), or -1 past int64: the sizes
+// are the job file's, and no world is that large.
+int64_t size_product(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return a < 0 || __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+std::string product_text(int64_t p) { return p < 0 ? "more than 2^63" : std::to_string(p); }
+
 void check_flatten(const std::string& origin, const json& flatten, const json& axes) {
   for (const auto& [name, dims] : flatten.items()) {
     if (axes.contains(name))
@@ -704,7 +712,7 @@ void Config::resolve_layout(int world_size) {
   int64_t model = tp;
   std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);
   for (const auto& [name, size] : axes.items()) {
-    model *= size.get<int64_t>();
+    model = size_product(model, size.get<int64_t>());
     model_names += " * parallel.axes." + name;
     model_sizes += " * " + std::to_string(size.get<int64_t>());
   }
@@ -712,17 +720,19 @@ void Config::resolve_layout(int world_size) {
   int64_t dp;
   if (dpv) {
     dp = dpv->get<int64_t>();
-    if (pp * model * dp != world_size)
+    const int64_t mesh = size_product(size_product(pp, model), dp);
+    if (mesh != world_size)
       throw Error(mesh_origin + ": parallel.pp * " + model_names + " * parallel.dp = " + std::to_string(pp) + " * " +
-                  model_sizes + " * " + std::to_string(dp) + " = " + std::to_string(pp * model * dp) +
+                  model_sizes + " * " + std::to_string(dp) + " = " + product_text(mesh) +
                   ", but the world size is " + std::to_string(world_size));
   } else {
-    if (world_size % (pp * model) != 0)
+    const int64_t pp_model = size_product(pp, model);
+    if (pp_model < 0 || world_size % pp_model != 0)
       throw Error(mesh_origin + ": parallel.pp * " + model_names + " = " + std::to_string(pp) + " * " + model_sizes +
-                  " = " + std::to_string(pp * model) + " does not divide the world size " +
+                  " = " + product_text(pp_model) + " does not divide the world size " +
                   std::to_string(world_size) + " (parallel.dp is derived as world / (pp * tp" +
                   (axes.empty() ? "" : " * the axes") + "))");
-    dp = world_size / (pp * model);
+    dp = world_size / pp_model;
     values_["parallel"]["dp"] = dp;
   }
   const int64_t ep = get_int("parallel.ep");

@@ -2,6 +2,8 @@
 
 #include "checkpoint/manifest_check.h"
 
+#include "base/json_depth.h"
+
 #include "checkpoint/crc32c.h"
 #include "checkpoint/safetensors.h"
 
@@ -83,7 +85,9 @@ nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path.string());
   if (!in) throw Error("checkpoint: cannot read " + path.string());
   try {
-    return nlohmann::json::parse(in);
+    return parse_json_bounded(in, "checkpoint: " + path.string());
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error("checkpoint: " + path.string() + " is not JSON (truncated?): " + e.what());
   }
@@ -392,7 +396,12 @@ nlohmann::json read_manifest(const std::string& folder) {
   nlohmann::json m = read_json(path);
   if (!m.is_object() || m.value("format", "") != "smp-checkpoint")
     throw Error("checkpoint: " + path.string() + " is not an smp checkpoint manifest");
-  const int version = m.value("version", 0);
+  // An integer, checked before it is read as one (a float out of int's range
+  // would make the conversion undefined).
+  const nlohmann::json& v = m.contains("version") ? m["version"] : nlohmann::json(0);
+  if (!v.is_number_integer())
+    throw Error("checkpoint: " + path.string() + ": \"version\" is " + v.dump() + ", not an integer");
+  const int64_t version = v.get<int64_t>();
   if (version > kCheckpointFormatVersion)
     throw Error("checkpoint: " + path.string() + " is format version " + std::to_string(version) +
                 ", newer than this smp reads (" + std::to_string(kCheckpointFormatVersion) + "): upgrade smp");
@@ -503,6 +512,24 @@ struct FileCache {
     return *f;
   }
 };
+
+// Every file the manifest lists, there with the size it says, before
+// anything is allocated for a load: a manifest's shapes and counts are claims
+// that only the files back (check_manifest bounds each file's slices by its
+// size), so a damaged or hostile manifest cannot ask for more memory than the
+// files hold.
+void check_shards_on_disk(const std::string& folder, const nlohmann::json& manifest) {
+  for (const auto& f : manifest["files"]) {
+    const fs::path path = fs::path(folder) / f["name"].get<std::string>();
+    boost::system::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw Error("checkpoint: shard " + path.string() + " is missing");
+    const int64_t claim = f["bytes"].get<int64_t>();
+    if (static_cast<int64_t>(size) != claim)
+      throw Error("checkpoint: " + path.string() + " has " + std::to_string(size) + " bytes, the manifest says " +
+                  std::to_string(claim) + " (truncated or replaced)");
+  }
+}
 
 // The saved tensor a live entry loads from: its own name when the dtypes
 // agree; else the fp32 masters <-> the parameters (a 16-bit run's masters into
@@ -626,6 +653,7 @@ void load_entry(FileCache& files, const std::string& used, const nlohmann::json&
 
 void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
                   bool same_model) {
+  check_shards_on_disk(folder, manifest);
   FileCache files;
   files.folder = folder;
   for (const auto& f : manifest["files"]) files.bytes[f["name"].get<std::string>()] = f["bytes"].get<int64_t>();
@@ -660,6 +688,7 @@ at::Tensor read_global_tensor(const std::string& folder, const nlohmann::json& m
   const auto& tensors = manifest["tensors"];
   if (!tensors.contains(name)) throw Error("checkpoint " + folder + " has no tensor '" + name + "'");
   const auto shape = tensors[name]["shape"].get<std::vector<int64_t>>();
+  check_shards_on_disk(folder, manifest);  // before the allocation the shape asks for
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
   load_entries(folder, manifest, {whole_tensor_entry(name, out)}, false);
   return out;

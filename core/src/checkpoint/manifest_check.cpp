@@ -91,13 +91,14 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
   const nlohmann::json& files = c.field(manifest, "files", "the manifest");
   if (!files.is_array()) c.fail("\"files\" is not a list");
   std::set<std::string> listed;
+  std::map<std::string, int64_t> file_bytes, slice_bytes;  // by file: its size, and what its slices need
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string of = "files[" + std::to_string(i) + "]";
     const nlohmann::json& name = c.field(files[i], "name", of);
     if (!name.is_string()) c.fail(of + ": \"name\" is " + name.dump() + ", not a file name");
     path_inside(folder, name.get<std::string>(), c.where + ": " + of);
     if (!listed.insert(name.get<std::string>()).second) c.fail(of + ": '" + name.get<std::string>() + "' is listed twice");
-    c.count(files[i], "bytes", of);
+    file_bytes[name.get<std::string>()] = c.count(files[i], "bytes", of);
     const int64_t crc = c.count(files[i], "crc32c", of);
     if (crc > 0xffffffffLL) c.fail(of + ": \"crc32c\" " + std::to_string(crc) + " is not a 32-bit value");
   }
@@ -107,11 +108,25 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
     const std::string of = "tensor '" + name + "'";
     const nlohmann::json& dtype = c.field(t, "dtype", of);
     if (!dtype.is_string()) c.fail(of + ": \"dtype\" is " + dtype.dump());
+    int64_t element_bytes = 0;
     try {
-      scalar_type_of(dtype.get<std::string>());
+      element_bytes = static_cast<int64_t>(c10::elementSize(scalar_type_of(dtype.get<std::string>())));
     } catch (const Error&) {
       c.fail(of + ": unknown dtype " + dtype.dump());
     }
+    // A slice's bytes, counted against its file's size: the shapes and counts
+    // of a manifest whose files are on disk with their sizes (which loading
+    // checks before it allocates) can then ask for no more memory than the
+    // files hold.
+    auto in_file = [&](const std::string& file, int64_t elements, const std::string& sof) {
+      int64_t& used = slice_bytes[file];
+      const int64_t left = file_bytes.at(file) - used;
+      if (elements > left / element_bytes)
+        c.fail(sof + ": its " + std::to_string(elements) + " elements of " + dtype.get<std::string>() +
+               " and the slices before it in '" + file + "' need more than its \"bytes\" " +
+               std::to_string(file_bytes.at(file)));
+      used += elements * element_bytes;
+    };
     const std::vector<int64_t> shape = c.dims(t, "shape", of);
     const int64_t total = product(shape, c, of);
     const nlohmann::json& slices = c.field(t, "slices", of);
@@ -125,6 +140,7 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
       if (!file.is_string() || !listed.count(file.get<std::string>()))
         c.fail(sof + ": \"file\" " + file.dump() + " is not one of the manifest's files");
       if (shape.empty()) {  // a counter: one element
+        in_file(file.get<std::string>(), 1, sof);
         held += 1;
         continue;
       }
@@ -148,7 +164,14 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
         c.fail(sof + ": " + std::to_string(numel) + " elements from flat index " + flat.dump() + " do not fit its block of " +
                std::to_string(block_elements));
       p.end = p.begin + numel;
-      if (s.contains("crc32c") && s["crc32c"].is_number_integer()) p.crc = s["crc32c"].get<int64_t>();
+      if (s.contains("crc32c")) {  // loading compares it with the slice's bytes
+        p.crc = c.count(s, "crc32c", sof);
+        if (p.crc > 0xffffffffLL) c.fail(sof + ": \"crc32c\" " + std::to_string(p.crc) + " is not a 32-bit value");
+      }
+      in_file(file.get<std::string>(), numel, sof);
+      // Repeated slices (below) may hold more than the shape until they are
+      // counted once; past int64 no checkpoint is.
+      if (numel > std::numeric_limits<int64_t>::max() - held) c.fail(sof + ": the slices' element counts overflow");
       held += numel;
       parts.push_back(p);
     }

@@ -2,6 +2,8 @@
 
 #include "checkpoint/crc32c.h"
 
+#include "base/json_depth.h"
+
 #include <smp/error.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 namespace smp {
@@ -24,6 +27,20 @@ const std::pair<at::ScalarType, const char*> kDtypes[] = {
     {at::kInt, "I32"},    {at::kShort, "I16"}, {at::kChar, "I8"},  {at::kByte, "U8"},       {at::kBool, "BOOL"}};
 
 std::string system_error(int err) { return std::strerror(err); }
+
+// A header's list of integers (a shape, data_offsets). Only JSON integers:
+// nlohmann converts any number to int64, and a float outside int64's range
+// (92233720368547758070) would make that conversion undefined.
+std::vector<int64_t> integers(const nlohmann::json& v, const char* key) {
+  if (!v.is_array()) throw Error(std::string(key) + " is " + v.dump() + ", not a list of integers");
+  std::vector<int64_t> out;
+  for (const auto& x : v) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+      throw Error(std::string(key) + " has " + x.dump() + ", not an integer of 64 bits");
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
 
 // Closes on scope exit.
 struct Fd {
@@ -127,7 +144,9 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   if (::pread(f.fd, text.data(), n, 8) != static_cast<ssize_t>(n)) throw Error("checkpoint: cannot read " + path_);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header = parse_json_bounded(text, "checkpoint: " + path_ + ": the safetensors header");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error("checkpoint: " + path_ + ": the safetensors header is not JSON: " + e.what());
   }
@@ -142,18 +161,25 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     try {
       SafetensorsTensor t;
       t.dtype = scalar_type_of(v.at("dtype").get<std::string>());
-      t.shape = v.at("shape").get<std::vector<int64_t>>();
-      const auto range = v.at("data_offsets").get<std::vector<int64_t>>();
+      t.shape = integers(v.at("shape"), "shape");
+      const auto range = integers(v.at("data_offsets"), "data_offsets");
       if (range.size() != 2) throw Error("data_offsets is not [begin, end]");
+      // The shape's byte count, refused before it could overflow: every
+      // figure the header gives is checked before it is added or multiplied.
+      int64_t bytes = static_cast<int64_t>(c10::elementSize(t.dtype));
+      for (int64_t d : t.shape) {
+        if (d < 0) throw Error("its shape has the size " + std::to_string(d));
+        if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+          throw Error("its shape's byte count overflows (no file holds it)");
+        bytes *= d;
+      }
+      if (range[0] < 0 || range[1] < range[0] || range[1] - range[0] != bytes)
+        throw Error("its byte range does not hold its dtype and shape");
+      if (range[1] > size_ - data_start)
+        throw Error("its data ends " + std::to_string(range[1]) + " bytes after the header (byte " +
+                    std::to_string(data_start) + "), the file has " + std::to_string(size_) + " (truncated)");
       t.begin = data_start + range[0];
       t.end = data_start + range[1];
-      int64_t elements = 1;
-      for (int64_t d : t.shape) elements *= d;
-      if (range[0] < 0 || t.end < t.begin || t.end - t.begin != elements * static_cast<int64_t>(c10::elementSize(t.dtype)))
-        throw Error("its byte range does not hold its dtype and shape");
-      if (t.end > size_)
-        throw Error("its data ends at byte " + std::to_string(t.end) + ", the file has " + std::to_string(size_) +
-                    " (truncated)");
       tensors_.emplace(name, t);
     } catch (const std::exception& e) {
       throw Error("checkpoint: " + path_ + ": tensor '" + name + "': " + e.what());

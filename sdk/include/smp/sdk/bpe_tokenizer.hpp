@@ -154,9 +154,15 @@ inline std::string read_whole_file(const std::string& path, const std::string& w
   return s.str();
 }
 
-inline nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+// Nesting is bounded while parsing: messages dump values, which recurses
+// once per level, and a file of nothing but brackets would overflow the stack.
+inline nlohmann::json parse_json(const std::string& text, const std::string& what) {
+  constexpr int kMaxDepth = 64;  // deeper than any tokenizer file nests
   try {
-    return nlohmann::json::parse(read_whole_file(path, what));
+    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > kMaxDepth) throw Error(what + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      return true;
+    });
   } catch (const nlohmann::json::exception& e) {
     throw Error(what + ": not JSON: " + e.what());
   }
@@ -169,7 +175,8 @@ class BpeTokenizer : public Tokenizer {
   // A Hugging Face tokenizer.json.
   static std::unique_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path) {
     const std::string what = "tokenizer " + path;
-    const nlohmann::json j = detail::read_json_file(path, what);
+    const std::string text = detail::read_whole_file(path, what);
+    const nlohmann::json j = detail::parse_json(text, what);
     if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
       throw Error(what + ": no \"model\" object (not a Hugging Face tokenizer.json)");
     const auto& m = j["model"];
@@ -179,10 +186,11 @@ class BpeTokenizer : public Tokenizer {
       throw Error(what + ": \"normalizer\" " + j["normalizer"].value("type", std::string("?")) +
                   " is not supported (byte-level BPE has none)");
     auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(path));
+    t->id_limit_ = id_limit_for(text);
     t->ignore_merges_ = m.value("ignore_merges", false);
     t->pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()), what);
     if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(what + ": model.vocab is not an object");
-    for (const auto& [piece, id] : m["vocab"].items()) t->add_piece(piece, id.get<int64_t>(), what);
+    for (const auto& [piece, id] : m["vocab"].items()) t->add_piece(piece, id_of_json(id, piece, what), what);
     std::vector<std::pair<std::string, std::string>> merges;
     for (const auto& mg : m.value("merges", nlohmann::json::array())) {
       if (mg.is_string()) {
@@ -198,7 +206,7 @@ class BpeTokenizer : public Tokenizer {
     }
     t->set_merges(merges, what);
     for (const auto& a : j.value("added_tokens", nlohmann::json::array()))
-      t->add_special(a.at("content").get<std::string>(), a.at("id").get<int64_t>(), what);
+      t->add_special(a.at("content").get<std::string>(), id_of_json(a.at("id"), a.at("content").dump(), what), what);
     t->finish(what);
     return t;
   }
@@ -206,10 +214,12 @@ class BpeTokenizer : public Tokenizer {
   // GPT-2's vocab.json + merges.txt (the GPT-2 pattern, no prefix space).
   static std::unique_ptr<BpeTokenizer> from_vocab_merges(const std::string& vocab_path, const std::string& merges_path) {
     const std::string what = "tokenizer " + vocab_path;
-    const nlohmann::json v = detail::read_json_file(vocab_path, what);
+    const std::string text = detail::read_whole_file(vocab_path, what);
+    const nlohmann::json v = detail::parse_json(text, what);
     if (!v.is_object()) throw Error(what + ": not a JSON object of piece -> id");
     auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(vocab_path));
-    for (const auto& [piece, id] : v.items()) t->add_piece(piece, id.get<int64_t>(), what);
+    t->id_limit_ = id_limit_for(text);
+    for (const auto& [piece, id] : v.items()) t->add_piece(piece, id_of_json(id, piece, what), what);
     std::istringstream lines(detail::read_whole_file(merges_path, "tokenizer merges " + merges_path));
     std::vector<std::pair<std::string, std::string>> merges;
     std::string line;
@@ -224,7 +234,7 @@ class BpeTokenizer : public Tokenizer {
     t->set_merges(merges, "tokenizer merges " + merges_path);
     for (const auto& [piece, id] : v.items())
       if (piece.size() > 2 && piece.front() == '<' && piece.back() == '>' && piece.find("|") != std::string::npos)
-        t->add_special(piece, id.get<int64_t>(), what);
+        t->add_special(piece, id_of_json(id, piece, what), what);
     t->finish(what);
     return t;
   }
@@ -307,8 +317,26 @@ class BpeTokenizer : public Tokenizer {
     }
   }
 
+  // A piece's id as the file gives it: an integer (nlohmann converts any
+  // number, and a float outside int64's range would make that undefined).
+  static int64_t id_of_json(const nlohmann::json& id, const std::string& piece, const std::string& what) {
+    if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > (uint64_t{1} << 31)))
+      throw Error(what + ": piece '" + piece + "' has id " + id.dump() + ", not an integer id");
+    return id.get<int64_t>();
+  }
+
+  // The table is indexed by id: an id far beyond the pieces a file lists
+  // would allocate a table of holes. A file of n bytes lists fewer than n
+  // pieces, and vocabularies number their ids from 0 with few holes; the
+  // floor leaves room for a small file whose special ids sit high.
+  static int64_t id_limit_for(const std::string& file_text) {
+    return std::max<int64_t>(static_cast<int64_t>(file_text.size()), int64_t{1} << 20);
+  }
   void add_piece(const std::string& piece, int64_t id, const std::string& what) {
     if (id < 0 || id > (int64_t{1} << 31)) throw Error(what + ": piece '" + piece + "' has id " + std::to_string(id));
+    if (id >= id_limit_)
+      throw Error(what + ": piece '" + piece + "' has id " + std::to_string(id) + ", beyond the " +
+                  std::to_string(id_limit_) + " ids a file of its size can number (ids run from 0 with few holes)");
     if (static_cast<int64_t>(pieces_.size()) <= id) pieces_.resize(static_cast<size_t>(id) + 1);
     pieces_[static_cast<size_t>(id)] = piece;
     ids_[piece] = id;
@@ -413,6 +441,7 @@ class BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, char> char_byte_;
   int64_t byte_id_[256] = {};
   int64_t eod_ = -1, bos_ = -1;
+  int64_t id_limit_ = 0;  // ids are below it (id_limit_for)
   bool prefix_space_ = false, ignore_merges_ = false;
   detail::PreTokenizer pattern_ = detail::PreTokenizer::kGpt2;
 };

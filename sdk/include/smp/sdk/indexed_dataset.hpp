@@ -139,23 +139,40 @@ class IndexedDataset {
     if (!token_bytes(type_) || code == 5)
       throw Error(ip + ": token dtype code " + std::to_string(code) +
                   " at offset 17 is not one of uint8 (1), int16 (3), int32 (4), uint16 (8)");
-    sequences_ = static_cast<int64_t>(detail::read_le<uint64_t>(p + 18));
-    doc_entries_ = static_cast<int64_t>(detail::read_le<uint64_t>(p + 26));
-    const int64_t want = kHeader + 4 * sequences_ + 8 * sequences_ + 8 * doc_entries_;
-    if (sequences_ < 0 || doc_entries_ < 1 || n < want)
-      throw Error(ip + ": truncated or corrupt: " + std::to_string(sequences_) + " sequences and " +
-                  std::to_string(doc_entries_) + " document entries need " + std::to_string(want) + " bytes, the file has " +
-                  std::to_string(n));
+    // The counts are checked against the file before any arithmetic on
+    // them: each below kMaxCount, the bytes they need fit 64 bits.
+    const uint64_t seqs = detail::read_le<uint64_t>(p + 18), docs = detail::read_le<uint64_t>(p + 26);
+    constexpr uint64_t kMaxCount = uint64_t{1} << 59;
+    const bool counts_fit = seqs < kMaxCount && docs < kMaxCount;
+    const uint64_t want = counts_fit ? kHeader + 12 * seqs + 8 * docs : UINT64_MAX;
+    if (docs < 1 || !counts_fit || static_cast<uint64_t>(n) < want)
+      throw Error(ip + ": truncated or corrupt: " + std::to_string(seqs) + " sequences and " + std::to_string(docs) +
+                  " document entries (offsets 18 and 26) need " +
+                  (counts_fit ? std::to_string(want) + " bytes" : std::string("more bytes than any file has")) +
+                  ", the file has " + std::to_string(n));
+    sequences_ = static_cast<int64_t>(seqs);
+    doc_entries_ = static_cast<int64_t>(docs);
     lengths_ = p + kHeader;
     offsets_ = lengths_ + 4 * sequences_;
     docs_ = offsets_ + 8 * sequences_;
-    // The .bin must hold every sequence the index points at.
+    // The .bin must hold every sequence the index points at, back to back
+    // from byte 0 as Megatron's writer (and merge) lays them out: readers take
+    // a document's sequences as one run of tokens, and each offset a whole
+    // number of tokens.
     const int64_t elem = token_bytes(type_);
+    int64_t expected = 0;
     for (int64_t i = 0; i < sequences_; ++i) {
-      const int64_t end = offset(i) + length(i) * elem;
-      if (length(i) < 0 || offset(i) < 0 || end > bin_->size())
+      if (offset(i) != expected)
+        throw Error(ip + ": sequence " + std::to_string(i) + " starts at byte " + std::to_string(offset(i)) +
+                    " of the .bin, not at byte " + std::to_string(expected) +
+                    " where the sequences before it end (Megatron's index lays them back to back)");
+      if (length(i) < 0)
+        throw Error(ip + ": sequence " + std::to_string(i) + " has length " + std::to_string(length(i)));
+      const int64_t end = expected + length(i) * elem;  // below the file's size plus one sequence: no overflow
+      if (end > bin_->size())
         throw Error(bin_->path() + ": truncated: sequence " + std::to_string(i) + " ends at byte " + std::to_string(end) +
                     ", the file has " + std::to_string(bin_->size()) + " (index " + ip + ")");
+      expected = end;
     }
     for (int64_t d = 0; d < doc_entries_; ++d) {
       const int64_t s = document_start(d);
