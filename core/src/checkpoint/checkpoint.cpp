@@ -649,11 +649,9 @@ void load_entry(FileCache& files, const std::string& used, const nlohmann::json&
   live.local.copy_(values.view(-1).slice(0, flat_begin, flat_end).view(live.local.sizes()));
 }
 
-}  // namespace
-
-void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
-                  bool same_model) {
-  check_shards_on_disk(folder, manifest);
+// load_entries once check_shards_on_disk has passed.
+void load_checked_entries(const std::string& folder, const nlohmann::json& manifest,
+                          const std::vector<StateEntry>& live, bool same_model) {
   FileCache files;
   files.folder = folder;
   for (const auto& f : manifest["files"]) files.bytes[f["name"].get<std::string>()] = f["bytes"].get<int64_t>();
@@ -668,6 +666,14 @@ void load_entries(const std::string& folder, const nlohmann::json& manifest, con
     }
     load_entry(files, used, *saved, e, same_model);
   }
+}
+
+}  // namespace
+
+void load_entries(const std::string& folder, const nlohmann::json& manifest, const std::vector<StateEntry>& live,
+                  bool same_model) {
+  check_shards_on_disk(folder, manifest);
+  load_checked_entries(folder, manifest, live, same_model);
 }
 
 StateEntry whole_tensor_entry(const std::string& name, const at::Tensor& t) {
@@ -690,7 +696,7 @@ at::Tensor read_global_tensor(const std::string& folder, const nlohmann::json& m
   const auto shape = tensors[name]["shape"].get<std::vector<int64_t>>();
   check_shards_on_disk(folder, manifest);  // before the allocation the shape asks for
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
-  load_entries(folder, manifest, {whole_tensor_entry(name, out)}, false);
+  load_checked_entries(folder, manifest, {whole_tensor_entry(name, out)}, false);
   return out;
 }
 

@@ -113,6 +113,8 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
   c10::NoGradGuard no_grad;
   for (size_t u = 0; u < units.size(); ++u) unit_id_[units[u]] = static_cast<int>(u);
   buckets_of_unit_.resize(units.size());
+  unit_params_.assign(units.size(), 0);
+  unit_seen_.assign(units.size(), 0);
   for (auto& l : layout) {
     auto b = std::make_unique<Bucket>();
     const at::Tensor& first = params_.at(l.params.front());
@@ -128,10 +130,9 @@ ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const std::
         if (!sdk::lacks_storage(params_[k])) own_storage(params_[k]);
         empty_storage(params_[k]);
       }
-      if (l.unit >= 0) buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
       if (l.unit >= 0) {
-        if (unit_params_.size() <= static_cast<size_t>(l.unit)) unit_params_.resize(static_cast<size_t>(l.unit) + 1, 0);
-        unit_params_[static_cast<size_t>(l.unit)] += static_cast<int>(l.params.size());
+        buckets_of_unit_.at(l.unit).push_back(static_cast<int>(buckets_.size()));
+        unit_params_.at(l.unit) += static_cast<int>(l.params.size());
       }
       b->layout = std::move(l);
       buckets_.push_back(std::move(b));
@@ -263,11 +264,14 @@ void ShardedParameters::acquire_all() {
   for (const auto& [name, id] : unit_id_) acquire(name);
 }
 
-void ShardedParameters::begin_backward_pass() { unit_seen_.assign(unit_params_.size(), 0); }
+void ShardedParameters::release_all() {
+  for (size_t unit = 0; unit < buckets_of_unit_.size(); ++unit) release(static_cast<int>(unit));
+}
+
+void ShardedParameters::begin_backward_pass() { std::fill(unit_seen_.begin(), unit_seen_.end(), 0); }
 
 void ShardedParameters::gradient_arrived(int unit) {
   if (stage_ < 3 || unit < 0 || static_cast<size_t>(unit) >= unit_params_.size()) return;
-  if (unit_seen_.size() != unit_params_.size()) unit_seen_.assign(unit_params_.size(), 0);
   const auto u = static_cast<size_t>(unit);
   if (++unit_seen_[u] == unit_params_[u]) release(unit);
 }
@@ -275,7 +279,7 @@ void ShardedParameters::gradient_arrived(int unit) {
 void ShardedParameters::end_backward_pass() {
   for (size_t u = 0; u < unit_seen_.size(); ++u)
     if (unit_seen_[u] > 0 && unit_seen_[u] < unit_params_[u]) release(static_cast<int>(u));
-  unit_seen_.assign(unit_params_.size(), 0);
+  begin_backward_pass();
 }
 
 int64_t ShardedParameters::parameter_bytes() const {

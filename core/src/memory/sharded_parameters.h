@@ -64,6 +64,7 @@ class ShardedParameters {
   void release(const std::string& unit);
   void release(int unit);
   void acquire_all();  // e.g. to read every parameter at the end of a run
+  void release_all();
 
   // ZeRO-3 in backward: a unit's gathered parameters are freed as soon as each
   // has its gradient in the current backward pass (GradientSync reports every

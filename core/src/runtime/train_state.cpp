@@ -276,8 +276,7 @@ void TrainState::gather_parameters() {
 }
 
 void TrainState::release_parameters() {
-  if (sharded_)
-    for (size_t unit = 0; unit < module_order_.size(); ++unit) sharded_->release(static_cast<int>(unit));
+  if (sharded_) sharded_->release_all();
 }
 
 MemoryAccount TrainState::memory_account(int64_t step_peak) const {
