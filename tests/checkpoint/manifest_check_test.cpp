@@ -2,7 +2,9 @@
 // before anything loads: each hostile edit below is refused, naming the
 // manifest, the tensor or file and what cannot hold; the untouched
 // checkpoint passes, and `smp-checkpoint verify`'s check finds a slice whose
-// shard tensor is not what the manifest says.
+// shard tensor is not what the manifest says, and a counter (the step, the
+// optimizer's updates, the loss scaler's state) that no run could have written
+// is refused by loading and by verify alike.
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest_check.h"
 
@@ -14,6 +16,7 @@
 #include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -194,6 +197,61 @@ TEST(ManifestCheck, VerifyComparesEachSliceWithItsShardTensor) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("has no tensor 'model/extra'"), std::string::npos) << problems[0];
   fs::remove_all(s.root);
+}
+
+// Counters no run writes: each refused by the load, naming the checkpoint and
+// the counter, and reported by verify; the same checkpoint with sane values loads.
+TEST(ManifestCheck, CountersOutOfRangeAreRefused) {
+  struct Case {
+    std::string what;
+    std::vector<std::pair<std::string, at::Tensor>> counters;
+    int64_t manifest_step;
+    std::vector<std::string> said;
+  };
+  const auto count = [](double v) { return at::full({}, v, at::kLong); };
+  const auto real = [](double v) { return at::full({}, v, at::kDouble); };
+  const std::vector<Case> cases = {
+      {"sane", {{"train/step", count(7)}, {"optim/step", count(5)}, {"loss_scaler/scale", real(1024)},
+                {"loss_scaler/good_steps", count(3)}, {"loss_scaler/skipped", count(2)}}, 7, {}},
+      {"a negative step", {{"train/step", count(-3)}}, -1, {"counter 'train/step' is -3", "not a count"}},
+      {"a fractional step", {{"train/step", real(2.5)}}, -1, {"counter 'train/step' is 2.5"}},
+      {"another step than the manifest's", {{"train/step", count(4)}}, 5,
+       {"counter 'train/step' is 4", "the manifest's \"step\" is 5"}},
+      {"more updates than steps", {{"train/step", count(4)}, {"optim/step", count(9)}}, 4,
+       {"counter 'optim/step' is 9", "more than the 4 steps"}},
+      {"updates and skipped steps past the steps",
+       {{"train/step", count(4)}, {"optim/step", count(3)}, {"loss_scaler/skipped", count(2)}}, 4,
+       {"'optim/step' 3 and 'loss_scaler/skipped' 2 add up to more than the 4 steps"}},
+      {"a zero loss scale", {{"train/step", count(4)}, {"loss_scaler/scale", real(0)}}, 4,
+       {"counter 'loss_scaler/scale' is 0", "not a positive finite loss scale"}},
+      {"an infinite loss scale", {{"train/step", count(4)}, {"loss_scaler/scale", real(INFINITY)}}, 4,
+       {"counter 'loss_scaler/scale'", "not a positive finite loss scale"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const fs::path folder = fs::temp_directory_path() / fs::unique_path("smp-counters-%%%%-%%%%");
+    std::vector<smp::StateEntry> saved, live;
+    for (const auto& [name, value] : c.counters) {
+      saved.push_back(smp::whole_tensor_entry(name, value));
+      live.push_back(smp::whole_tensor_entry(name, at::zeros({}, value.scalar_type())));
+    }
+    nlohmann::json meta = nlohmann::json::object();
+    if (c.manifest_step >= 0) meta["step"] = c.manifest_step;
+    smp::CheckpointWriter({}).save(folder.string(), saved, meta, false, 0, false);
+    const nlohmann::json manifest = smp::read_manifest(folder.string());
+    const auto problems = smp::verify_checkpoint(folder.string(), manifest);
+    if (c.said.empty()) {
+      EXPECT_TRUE(problems.empty()) << problems.front();
+      smp::load_entries(folder.string(), manifest, live, false);
+      for (size_t k = 0; k < live.size(); ++k) EXPECT_TRUE(at::equal(live[k].local, saved[k].local)) << saved[k].name;
+    } else {
+      ASSERT_EQ(problems.size(), 1u);
+      for (const auto& part : c.said) EXPECT_NE(problems[0].find(part), std::string::npos) << problems[0];
+      expect_error([&] { smp::load_entries(folder.string(), manifest, live, false); },
+                   {"checkpoint " + folder.string(), c.said.front()});
+    }
+    fs::remove_all(folder);
+  }
 }
 
 }  // namespace

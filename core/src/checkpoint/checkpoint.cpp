@@ -417,6 +417,7 @@ int64_t elements(const std::vector<int64_t>& shape);  // below, with the loading
 std::vector<std::string> verify_checkpoint(const std::string& folder, const nlohmann::json& manifest) {
   std::vector<std::string> problems;
   check_manifest(folder, manifest);
+  std::map<std::string, double> counters;  // read from the shards that pass their checks
   for (const auto& f : manifest["files"]) {
     const fs::path path = fs::path(folder) / f["name"].get<std::string>();
     if (!fs::exists(path)) {
@@ -454,14 +455,24 @@ std::vector<std::string> verify_checkpoint(const std::string& folder, const nloh
           }
           const SafetensorsTensor& held = shard.at(name);
           const int64_t n = elements(held.shape);
-          if (held.dtype != scalar_type_of(t["dtype"].get<std::string>()) || n != numel)
+          if (held.dtype != scalar_type_of(t["dtype"].get<std::string>()) || n != numel) {
             problems.push_back(path.string() + ": tensor '" + name + "' is " + std::to_string(n) + " elements of " +
                                c10::toString(held.dtype) + ", the manifest says " + std::to_string(numel) + " of " +
                                t["dtype"].get<std::string>());
+          } else if (t["shape"].empty()) {  // a counter: its value
+            at::Tensor v = at::empty({}, at::TensorOptions().dtype(held.dtype));
+            shard.read(name, 0, static_cast<int64_t>(v.element_size()), v.data_ptr());
+            counters[name] = v.item<double>();
+          }
         }
     } catch (const Error& e) {
       problems.push_back(path.string() + ": " + e.what());
     }
+  }
+  try {
+    check_counters("checkpoint " + folder, counters, manifest);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
   }
   return problems;
 }
@@ -570,6 +581,7 @@ void load_entry(FileCache& files, const std::string& used, const nlohmann::json&
     if (s.contains("crc32c") && crc32c(0, v.data_ptr(), v.element_size()) != s["crc32c"].get<uint32_t>())
       throw Error(where + " in " + (fs::path(files.folder) / s["file"].get<std::string>()).string() +
                   " fails its CRC-32C (corrupted)");
+    check_counter("checkpoint " + files.folder, used, v.item<double>());
     live.local.copy_(v);
     return;
   }
@@ -657,6 +669,7 @@ void load_checked_entries(const std::string& folder, const nlohmann::json& manif
   for (const auto& f : manifest["files"]) files.bytes[f["name"].get<std::string>()] = f["bytes"].get<int64_t>();
   const nlohmann::json& tensors = manifest["tensors"];
   c10::NoGradGuard no_grad;
+  std::map<std::string, double> counters;
   for (const StateEntry& e : live) {
     std::string used;
     const nlohmann::json* saved = source_of(tensors, e, used);
@@ -665,7 +678,9 @@ void load_checked_entries(const std::string& folder, const nlohmann::json& manif
       throw Error("checkpoint " + folder + " has no tensor '" + e.name + "' (saved by another optimizer or model?)");
     }
     load_entry(files, used, *saved, e, same_model);
+    if (e.global_shape.empty() && e.local.dim() == 0) counters[used] = e.local.item<double>();
   }
+  check_counters("checkpoint " + folder, counters, manifest);
 }
 
 }  // namespace

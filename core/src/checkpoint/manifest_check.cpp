@@ -7,6 +7,7 @@
 #include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -199,6 +200,54 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
       c.fail(of + ": its slices hold " + std::to_string(held) + " elements, the shape has " + std::to_string(total) +
              (held < total ? " (a gap: some elements are in no file)" : ""));
   }
+}
+
+namespace {
+
+// A counter's value as a message shows it: whole numbers without a fraction.
+std::string number(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
+    return std::to_string(static_cast<int64_t>(v));
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  nlohmann::json j = v;
+  return j.dump();
+}
+
+}  // namespace
+
+void check_counter(const std::string& where, const std::string& name, double value) {
+  static const std::set<std::string> counts{"train/step", "optim/step", "loss_scaler/good_steps",
+                                            "loss_scaler/skipped"};
+  if (counts.count(name)) {
+    if (!std::isfinite(value) || value < 0 || value != std::floor(value) || value > 9007199254740992.0)
+      throw Error(where + ": counter '" + name + "' is " + number(value) + ", not a count (an integer >= 0)");
+  } else if (name == "loss_scaler/scale") {
+    if (!std::isfinite(value) || value <= 0)
+      throw Error(where + ": counter '" + name + "' is " + number(value) + ", not a positive finite loss scale");
+  }
+}
+
+void check_counters(const std::string& where, const std::map<std::string, double>& values,
+                    const nlohmann::json& manifest) {
+  for (const auto& [name, value] : values) check_counter(where, name, value);
+  const auto step = values.find("train/step");
+  if (step == values.end()) return;
+  if (manifest.is_object() && manifest.contains("step") && manifest["step"].is_number_integer() &&
+      static_cast<double>(manifest["step"].get<int64_t>()) != step->second)
+    throw Error(where + ": counter 'train/step' is " + number(step->second) + ", the manifest's \"step\" is " +
+                manifest["step"].dump());
+  for (const char* name : {"optim/step", "loss_scaler/good_steps", "loss_scaler/skipped"}) {
+    const auto it = values.find(name);
+    if (it != values.end() && it->second > step->second)
+      throw Error(where + ": counter '" + name + "' is " + number(it->second) + ", more than the " +
+                  number(step->second) + " steps of 'train/step'");
+  }
+  // A step either updates or is skipped by the loss scaler.
+  const auto updates = values.find("optim/step"), skipped = values.find("loss_scaler/skipped");
+  if (updates != values.end() && skipped != values.end() && updates->second + skipped->second > step->second)
+    throw Error(where + ": counters 'optim/step' " + number(updates->second) + " and 'loss_scaler/skipped' " +
+                number(skipped->second) + " add up to more than the " + number(step->second) +
+                " steps of 'train/step'");
 }
 
 }  // namespace smp

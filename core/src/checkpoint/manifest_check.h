@@ -5,6 +5,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <map>
 #include <string>
 
 namespace smp {
@@ -23,5 +24,19 @@ std::string path_inside(const std::string& folder, const std::string& name, cons
 // boxes the same or disjoint, flat ranges of one box disjoint, all of them
 // together exactly the tensor's elements); "step" a count.
 void check_manifest(const std::string& folder, const nlohmann::json& manifest);
+
+// A counter's value as a checkpoint holds it (train/step, optim/step,
+// loss_scaler/{scale,good_steps,skipped}; other names pass), refused when no
+// run writes it: a count that is negative, fractional or past 2^53 (a double
+// holds it exactly), a loss scale that is not a positive finite number.
+// Throws smp::Error starting with `where`.
+void check_counter(const std::string& where, const std::string& name, double value);
+
+// The counters a checkpoint holds, together (any subset): each as
+// check_counter, train/step equal to the manifest's "step", and no more
+// optimizer updates, skipped or good loss-scaler steps (nor updates and
+// skipped steps together) than steps taken.
+void check_counters(const std::string& where, const std::map<std::string, double>& values,
+                    const nlohmann::json& manifest);
 
 }  // namespace smp
