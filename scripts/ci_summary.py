@@ -71,8 +71,8 @@ def main():
         if m:
             status[m.group(1)] = m.group(2)
     if not status:
-        fuzz = re.findall(r"^=== FUZZ: (.*) ===$", console, re.M)
-        if fuzz:  # scripts/fuzz.sh: no tests, harnesses
+        fuzz = re.findall(r"^=== (?:FUZZ|TSAN): (.*) ===$", console, re.M)
+        if fuzz:  # scripts/fuzz.sh (harnesses), scripts/tsan.sh (race checks): no tests
             print(f"=== CI {a.leg}: {fuzz[-1]} ===")
             return 0
         print(f"=== CI {a.leg}: ran no test (no CTest results in its output) ===")

@@ -1,0 +1,96 @@
+// What smp's threads share, exercised from several threads at once under
+// ThreadSanitizer (scripts/tsan.sh). Exits non-zero (TSan's exit code) when
+// TSan reports a race. Each part is a fault a review found: before their
+// fixes (3c17270), TSan reports both.
+//
+// 1. The trace recorder: the training thread moves the step and turns the
+//    recording on and off while other threads (communicator callbacks, the
+//    checkpoint writer) ask trace::active() and record events.
+// 2. One communicator issued on from two threads at once, as the training
+//    thread and a checkpoint snapshot or watcher thread do: each call notes
+//    the op it is issuing (its name and trace tag) for its own submit.
+#include "base/trace.h"
+#include "comm/communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    std::perror("tsan_races: no free port");
+    std::exit(2);
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+void trace_recorder() {
+  std::atomic<bool> stop{false};
+  std::thread mover([&] {
+    for (int64_t s = 0; s < 2000; ++s) {
+      if (s % 100 == 0) smp::trace::configure(s % 200 == 0, 0, "tsan", 10, 1500);
+      smp::trace::set_step(s);
+    }
+    stop = true;
+  });
+  std::vector<std::thread> askers;
+  for (int k = 0; k < 2; ++k)
+    askers.emplace_back([&] {
+      while (!stop) {
+        smp::trace::Scope scope("tsan", "asked");
+        if (smp::trace::active()) smp::trace::complete("tsan", "event", smp::trace::now_us(), smp::trace::now_us());
+      }
+    });
+  mover.join();
+  for (auto& t : askers) t.join();
+  std::printf("tsan_races: trace recorder done\n");
+}
+
+void one_communicator_two_threads() {
+  smp::trace::configure(true, 0, "tsan", 0, 1 << 30);
+  smp::trace::set_step(0);
+  auto rdzv = smp::Rendezvous::connect("127.0.0.1", free_port(), 0, 1, std::chrono::seconds(30));
+  std::unique_ptr<smp::Communicator> comm = rdzv->new_communicator("dp", "dp", {0}, smp::CommOptions{});
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k)
+    threads.emplace_back([&, k] {
+      at::Tensor t = at::full({64}, k + 1.0);
+      at::Tensor out = at::empty({64});
+      for (int i = 0; i < 500; ++i) {
+        comm->allreduce(t)->wait();
+        comm->broadcast(t, 0)->wait();
+        comm->allgather(t, out)->wait();
+        if (i % 50 == 0) comm->stats();
+      }
+    });
+  for (auto& t : threads) t.join();
+  const smp::CommStats s = comm->stats();
+  std::printf("tsan_races: communicator done: %lld allreduce calls\n",
+              static_cast<long long>(s.calls.count("allreduce") ? s.calls.at("allreduce") : 0));
+  rdzv->shutdown(std::chrono::seconds(5));
+}
+
+}  // namespace
+
+int main() {
+  trace_recorder();
+  one_communicator_two_threads();
+  return 0;
+}
