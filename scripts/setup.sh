@@ -81,7 +81,9 @@ packages=(
   "${SMP_CORPUS_PACKAGES[@]}"
 )
 case $torch_kind in
-  debian) packages+=(libtorch-dev) ;;  # LibTorch 1.13.1 (CPU)
+  # LibTorch 1.13.1 (CPU); python3-torch, Debian's python3 with that LibTorch,
+  # runs the reference tests' Python (Megatron's own dataset reader).
+  debian) packages+=(libtorch-dev python3-torch) ;;
   pip)    # pip itself, when python3 has none (Debian's python3 then needs
           # --break-system-packages, below)
           python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip) ;;

@@ -12,6 +12,11 @@ imports from the rest of megatron.core (object storage, the multi-storage
 client, rank-0 logging), none of which a local file uses: importing
 megatron.core itself pulls in Transformer Engine and more. Exits 77 when
 megatron-core, numpy or torch is not installed.
+
+SMP_PYDEPS names a folder of pure-Python packages (megatron-core, and numpy
+for an interpreter without one), searched after the interpreter's own: so
+Debian's python3 takes its own numpy, the one its python3-torch was built
+against, and megatron-core from there.
 """
 import importlib.util
 import json
@@ -19,6 +24,8 @@ import os
 import sys
 import types
 
+if os.environ.get("SMP_PYDEPS"):
+    sys.path.append(os.environ["SMP_PYDEPS"])
 try:
     import numpy
     import torch
