@@ -33,6 +33,13 @@ struct TrainState::Trained {
   at::Tensor tensor;
 };
 
+// The trainable parameters of this rank's modules, in GradientSync's order.
+struct TrainState::Listed {
+  std::vector<at::Tensor> tensors;
+  std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
+  std::vector<SyncedParameter> synced;
+};
+
 TrainState::TrainState(const JobConfig& job, const ParallelContext& context, const ModelBuilder& model)
     : job_(job), context_(context), model_(model) {
   {
@@ -131,72 +138,121 @@ std::map<std::string, Communicator*> TrainState::make_tied_groups() {
   return tied;
 }
 
-// Every reduction group of a parameter comes from its placements: its
-// data-parallel group (dp, or edp when sharded over ep), the axes where its
-// gradient is partial, and the tied-weight group of its module.
-void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
-  const DeviceMesh& mesh = context_.mesh();
-  const ModelGraph& graph = model_.graph();
-  const StagePlan& plan = model_.stage_plan();
-  const int pp_rank = mesh.coord(Axis::PP);
-  std::map<std::string, int> uses;        // stages on this rank using a module key
-  std::map<std::string, int> first_rank;  // lowest pp rank holding a key
+namespace {
+
+// How this rank uses each module key: on how many of its stages (each use adds
+// one gradient per microbatch), and the lowest pp rank holding it (which
+// counts a tied module's values once).
+struct ModuleUse {
+  std::map<std::string, int> stages_here;
+  std::map<std::string, int> first_rank;
+};
+
+ModuleUse module_use(const ModelGraph& graph, const StagePlan& plan, int pp_rank) {
+  ModuleUse use;
   for (int c = 0; c < plan.chunks; ++c) {
     std::set<std::string> keys;
     for (int idx : plan.nodes_of_stage[c * plan.pp + pp_rank]) keys.insert(graph.nodes[idx].module_key());
-    for (const auto& k : keys) uses[k]++;
+    for (const auto& k : keys) use.stages_here[k]++;
   }
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    int r = plan.rank_of(plan.stage_of_node[i]);
-    auto [it, fresh] = first_rank.emplace(graph.nodes[i].module_key(), r);
+    const int r = plan.rank_of(plan.stage_of_node[i]);
+    auto [it, fresh] = use.first_rank.emplace(graph.nodes[i].module_key(), r);
     if (!fresh) it->second = std::min(it->second, r);
   }
-  const TrainConfig& t = job_.train;
+  return use;
+}
+
+// Which data rank counts a parameter replicated over its data axis in the
+// global norm: the one with the fewest elements so far, so that every data
+// rank computes its share of the norm at the same time instead of the others
+// waiting on rank 0.
+class NormBalance {
+ public:
+  explicit NormBalance(const DeviceMesh& mesh) : mesh_(mesh) {}
+  int owner(Axis data, int64_t numel, bool sharded) {
+    std::vector<int64_t>& load = load_[data];
+    load.resize(static_cast<size_t>(mesh_.size(data)), 0);
+    const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    if (!sharded) load[static_cast<size_t>(owner)] += numel;
+    return owner;
+  }
+
+ private:
+  const DeviceMesh& mesh_;
+  std::map<Axis, std::vector<int64_t>> load_;  // per data axis: elements counted on each of its ranks
+};
+
+}  // namespace
+
+// The parts below, in order: which parameters train and how each is reduced
+// and counted (list_trained), their compute dtype (cast_to_compute_dtype), the
+// gradient buckets, and the optimizer over whole parameters or over ZeRO's
+// shards (make_optimizer_over).
+void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
+  Listed listed = list_trained(tied);
+  auto laying_out = std::make_unique<MemoryTracker>();  // the parameters' casts, for parameter_init_peak
+  std::vector<at::Tensor> fp32_values = cast_to_compute_dtype(listed.tensors);
+  const int64_t cast_peak = laying_out->peak(), cast_current = laying_out->current();
+  laying_out.reset();  // GradientSync's gradient buffers are not the parameters'
+  sync_ = std::make_unique<GradientSync>(std::move(listed.synced),
+                                         GradientSyncOptions{job_.train.bucket_bytes(), job_.memory.zero});
+  parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + cast_peak);
+  created_bytes_ += cast_current;
+  make_optimizer_over(listed.tensors, std::move(fp32_values), listed.inits);
+}
+
+// Every reduction group of a parameter comes from its placements: its
+// data-parallel group (dp, or edp when sharded over ep), the axes where its
+// gradient is partial, and the tied-weight group of its module. Each distinct
+// value is counted once in the global norm and written once to a checkpoint.
+TrainState::Listed TrainState::list_trained(const std::map<std::string, Communicator*>& tied) {
+  const DeviceMesh& mesh = context_.mesh();
+  const int pp_rank = mesh.coord(Axis::PP);
+  ModuleUse use = module_use(model_.graph(), model_.stage_plan(), pp_rank);
   const int zero = job_.memory.zero;
-  std::vector<at::Tensor> all;
-  std::vector<std::shared_ptr<const sdk::InitSpec>> inits;  // deferred init: how to fill each (or null)
-  std::vector<SyncedParameter> synced;
-  std::map<Axis, std::vector<int64_t>> norm_load;  // per data axis: elements counted on each of its ranks
+  NormBalance balance(mesh);
+  Listed out;
   for (size_t unit = 0; unit < module_order_.size(); ++unit) {
     const std::string& key = module_order_[unit];
     auto tied_it = tied.find(key);
     for (const auto& p : modules_[key]->parameters()) {
       if (!p.tensor.requires_grad()) continue;
-      all.push_back(p.tensor);
-      inits.push_back(p.init);
+      out.tensors.push_back(p.tensor);
+      out.inits.push_back(p.init);
       trained_.push_back({p.name, p.placements, p.tensor});
       SyncedParameter s = synced_parameter(p.tensor, p.placements, context_.groups());
-      s.expected_grads = model_.microbatches() * uses[key];
+      s.expected_grads = model_.microbatches() * use.stages_here[key];
       s.tied = tied_it == tied.end() ? nullptr : tied_it->second;
-      s.grad_dtype = compute_dtype(t.grad_reduce_dtype);
+      s.grad_dtype = compute_dtype(job_.train.grad_reduce_dtype);
       s.unit = zero == 3 ? static_cast<int>(unit) : -1;
-      synced.push_back(s);
-      // Count each distinct value once in the global norm: shards everywhere
-      // (ZeRO's dp shards too), replicas at coordinate 0 of their axes but
-      // the data axis, tied replicas on their first pp rank. A parameter
-      // replicated over data parallelism is counted on the data rank with
-      // the fewest elements so far: every data rank computes its share of
-      // the norm at the same time, instead of the others waiting on rank 0.
+      out.synced.push_back(s);
+      // Counted in the norm: shards everywhere (ZeRO's dp shards too),
+      // replicas at coordinate 0 of their axes but the data axis (there, the
+      // balanced owner), tied replicas on their first pp rank.
       const Placements placed = zero > 0 ? p.placements.sharded_over_data() : p.placements;
       const Axis data = placed.data_parallel_axis();
-      std::vector<int64_t>& load = norm_load[data];
-      load.resize(static_cast<size_t>(mesh.size(data)), 0);
-      const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-      if (!placed.sharded(data)) load[static_cast<size_t>(owner)] += p.tensor.numel();
-      norm_counted_.push_back(placed.counted_on(mesh, owner) && first_rank[key] == pp_rank);
+      const int owner = balance.owner(data, p.tensor.numel(), placed.sharded(data));
+      const bool first_stage = use.first_rank[key] == pp_rank;
+      norm_counted_.push_back(placed.counted_on(mesh, owner) && first_stage);
       // Who writes the whole parameter to a checkpoint (ZeRO 0-2): one replica.
       // Under ZeRO the norm counts each dp rank's shard, but the whole tensor
       // is the same on every dp rank and must be written once.
-      whole_owner_.push_back(p.placements.counted_on(mesh, owner) && first_rank[key] == pp_rank);
+      whole_owner_.push_back(p.placements.counted_on(mesh, owner) && first_stage);
     }
   }
-  // Mixed precision: the parameters become 16-bit in place (their fp32 masters
-  // kept first) before GradientSync lays out the gradient buckets for them.
-  // Under ZeRO the fp32 values are kept only until the shards' masters are cut.
+  return out;
+}
+
+// Mixed precision: the parameters become 16-bit in place (their fp32 masters
+// kept first: MasterWeights under ZeRO 0, else the fp32 values returned, kept
+// only until the shards' masters are cut) before GradientSync lays out the
+// gradient buckets for them. fp16 also gets its loss scaler.
+std::vector<at::Tensor> TrainState::cast_to_compute_dtype(std::vector<at::Tensor>& all) {
+  const TrainConfig& t = job_.train;
   std::vector<at::Tensor> fp32_values;
-  auto laying_out = std::make_unique<MemoryTracker>();  // the parameters' casts and shards, for parameter_init_peak
   if (t.precision != Precision::Fp32) {
-    if (zero == 0)
+    if (job_.memory.zero == 0)
       masters_ = std::make_unique<MasterWeights>(all, compute_dtype(t.precision));
     else
       fp32_values = cast_keeping_fp32(all, compute_dtype(t.precision));
@@ -208,35 +264,35 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
     ls.min = t.min_loss_scale;
     scaler_ = std::make_unique<DynamicLossScaler>(ls);
   }
-  const int64_t cast_peak = laying_out->peak(), cast_current = laying_out->current();
-  laying_out.reset();  // GradientSync's gradient buffers are not the parameters'
-  sync_ = std::make_unique<GradientSync>(std::move(synced), GradientSyncOptions{t.bucket_bytes(), zero});
-  parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + cast_peak);
-  created_bytes_ += cast_current;
-  if (zero == 0) {
-    std::vector<bool> decay;
+  return fp32_values;
+}
+
+// ZeRO 0: the optimizer over the whole parameters (or their masters). ZeRO:
+// over this rank's shard segments only; whole fp32 masters exist just long
+// enough to cut the shards' masters from them.
+void TrainState::make_optimizer_over(const std::vector<at::Tensor>& all, std::vector<at::Tensor> fp32_values,
+                                     const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits) {
+  std::vector<bool> decay;
+  if (job_.memory.zero == 0) {
     for (const auto& p : all) decay.push_back(p.dim() >= 2);
     make_optimizer(masters_ ? masters_->masters() : all, decay);
     return;
   }
-  // ZeRO: the optimizer sees this rank's shard segments only; whole fp32
-  // masters exist just long enough to cut the shards' masters from them.
   bool any_deferred = false;
   for (const auto& i : inits) any_deferred = any_deferred || i;
   {
     MemoryTracker sharding;
-    sharded_ = std::make_unique<ShardedParameters>(all, fp32_values, sync_->layout(), zero, module_order_,
-                                                   any_deferred ? inits : decltype(inits){});
+    sharded_ = std::make_unique<ShardedParameters>(all, fp32_values, sync_->layout(), job_.memory.zero, module_order_,
+                                                   any_deferred ? inits : std::vector<std::shared_ptr<const sdk::InitSpec>>{});
     fp32_values.clear();
     parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + sharding.peak());
   }
-  std::vector<bool> decay;
   for (const ShardSegment& seg : shard_segments(sync_->layout())) {
     decay.push_back(all[seg.param].dim() >= 2);
     segment_counted_.push_back(norm_counted_[seg.param]);
   }
   make_optimizer(sharded_->optimizer_params(), decay);
-  if (zero == 3) sync_->on_unit_gradient([this](int unit) { sharded_->gradient_arrived(unit); });
+  if (job_.memory.zero == 3) sync_->on_unit_gradient([this](int unit) { sharded_->gradient_arrived(unit); });
 }
 
 // train.optimizer, from whichever loaded plugin provides it, over `tensors`.

@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace smp::sdk {
+struct InitSpec;  // smp/sdk/init.hpp
+}  // namespace smp::sdk
+
 namespace smp {
 
 class Communicator;
@@ -83,7 +87,12 @@ class TrainState {
   struct Trained;  // one trainable parameter as the state sees it
   void create_modules();
   void check_replicas() const;
+  struct Listed;  // what list_trained finds
   void lay_out(const std::map<std::string, Communicator*>& tied);
+  Listed list_trained(const std::map<std::string, Communicator*>& tied);
+  std::vector<at::Tensor> cast_to_compute_dtype(std::vector<at::Tensor>& all);
+  void make_optimizer_over(const std::vector<at::Tensor>& all, std::vector<at::Tensor> fp32_values,
+                           const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits);
   void take_counters(const std::map<std::string, const StateEntry*>& by_name);
   void forget_optimizer_state_if_faulted(const std::vector<StateEntry>& live);
   void make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay);
