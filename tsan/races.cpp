@@ -42,23 +42,24 @@ int free_port() {
 }
 
 void trace_recorder() {
+  std::atomic<int> ready{0};
   std::atomic<bool> stop{false};
-  std::thread mover([&] {
-    for (int64_t s = 0; s < 2000; ++s) {
-      if (s % 100 == 0) smp::trace::configure(s % 200 == 0, 0, "tsan", 10, 1500);
-      smp::trace::set_step(s);
-    }
-    stop = true;
-  });
   std::vector<std::thread> askers;
   for (int k = 0; k < 2; ++k)
     askers.emplace_back([&] {
+      ready++;
       while (!stop) {
         smp::trace::Scope scope("tsan", "asked");
         if (smp::trace::active()) smp::trace::complete("tsan", "event", smp::trace::now_us(), smp::trace::now_us());
       }
     });
-  mover.join();
+  while (ready < 2) std::this_thread::yield();
+  // The training thread: the step moves on, the recording window opens and closes.
+  for (int64_t s = 0; s < 200000; ++s) {
+    if (s % 1000 == 0) smp::trace::configure(s % 2000 == 0, 0, "tsan", s + 10, s + 500);
+    smp::trace::set_step(s);
+  }
+  stop = true;
   for (auto& t : askers) t.join();
   std::printf("tsan_races: trace recorder done\n");
 }
