@@ -12,6 +12,7 @@
 #include <smp/sdk/indexed_dataset.hpp>
 
 #include <cstdio>
+#include <fstream>
 
 namespace {
 
@@ -50,7 +51,8 @@ const Fixture& fixture() {
       const gpt::TextDataset built(out.prefix, kValFraction, kSeqLen, kSeed, 50, nullptr, out.cache);
       int64_t tokens[kSeqLen], targets[kSeqLen];
       built.sample(false, 0, tokens, targets);
-      std::filesystem::copy_file(out.file, seed, std::filesystem::copy_options::overwrite_existing);
+      std::ifstream from(out.file, std::ios::binary);
+      std::ofstream(seed, std::ios::binary | std::ios::trunc) << from.rdbuf();
     }
     return out;
   }();
@@ -63,7 +65,7 @@ SMP_FUZZ_TARGET(epoch_index) {
   const Fixture& f = fixture();
   std::string bytes(reinterpret_cast<const char*>(data), size);
   if (bytes.size() >= 24) std::memcpy(bytes.data() + 16, &f.key, 8);
-  std::filesystem::create_directories(f.cache);
+  smp::fuzz::make_dir(f.cache);
   smp::fuzz::write_file(f.file, bytes);
   const gpt::TextDataset d(f.prefix, kValFraction, kSeqLen, kSeed, 50, nullptr, f.cache);
   std::vector<int64_t> tokens(kSeqLen), targets(kSeqLen);

@@ -9,16 +9,18 @@
 #pragma once
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +88,26 @@ inline void run_one(Body body, const uint8_t* data, size_t size) {
   }
 }
 
+// POSIX, not std::filesystem: pip torch's libtorch.so exports a copy of
+// std::filesystem that interposes on libstdc++'s, and remove_all crashed
+// through it (core/src/base/logging.cpp says the same).
+inline void remove_tree(const std::string& path) {
+  ::nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);  // what cannot be removed stays: a temporary folder
+        return 0;
+      },
+      16,
+      FTW_DEPTH | FTW_PHYS);
+}
+inline void make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    std::perror(("smp fuzz: mkdir " + path).c_str());
+    std::abort();
+  }
+}
+
 // A folder of this process's own (removed at normal exit); every harness
 // writes its files here under fixed names, rewritten for each input.
 inline const std::string& work_dir() {
@@ -98,10 +120,7 @@ inline const std::string& work_dir() {
     }
     static struct Cleanup {
       std::string path;
-      ~Cleanup() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-      }
+      ~Cleanup() { remove_tree(path); }
     } cleanup{templ};
     return templ;
   }();

@@ -6,15 +6,17 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/filesystem.hpp>
+
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <string>
 #include <vector>
 
-namespace fs = std::filesystem;
+// Boost, not std::filesystem: see remove_tree in support/fuzz_target.h.
+namespace fs = boost::filesystem;
 
 namespace {
 
@@ -25,7 +27,7 @@ std::vector<fs::path> inputs(const std::string& folder) {
   std::vector<fs::path> out;
   if (fs::is_directory(folder))
     for (const auto& e : fs::directory_iterator(folder))
-      if (e.is_regular_file()) out.push_back(e.path());
+      if (fs::is_regular_file(e.path())) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -44,7 +46,7 @@ TEST_P(Replay, EverySeedAndRegressionRunsCleanly) {
   files.insert(files.end(), found.begin(), found.end());
   for (const fs::path& f : files) {
     SCOPED_TRACE(f.string());
-    std::ifstream in(f, std::ios::binary);
+    std::ifstream in(f.string(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     smp::fuzz::run_one(it->body, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
@@ -60,7 +62,7 @@ TEST(Replay, EveryCorpusFolderIsReplayed) {
     const std::string root = std::string(SMP_FUZZ_DIR) + kind;
     if (!fs::is_directory(root)) continue;
     for (const auto& e : fs::directory_iterator(root))
-      if (e.is_directory()) EXPECT_TRUE(known.count(e.path().filename().string())) << e.path();
+      if (fs::is_directory(e.path())) EXPECT_TRUE(known.count(e.path().filename().string())) << e.path();
   }
 }
 

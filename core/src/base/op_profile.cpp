@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <fstream>
 #include <map>
 #include <vector>
@@ -96,8 +96,8 @@ std::string write_rank_file(const std::string& run_dir, int rank) {
   for (const auto& [name, t] : ops)
     list.push_back({{"name", name}, {"calls", t.calls / n}, {"self_us", t.self_us / n}, {"total_us", t.total_us / n}});
   const std::string dir = run_dir + "/ops";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  boost::system::error_code ec;  // Boost, not std::filesystem (base/logging.cpp says why)
+  boost::filesystem::create_directories(dir, ec);
   if (ec) throw Error("run.profile_ops: cannot create " + dir + ": " + ec.message());
   const std::string path = dir + "/rank-" + std::to_string(rank) + ".json";
   std::ofstream out(path);
