@@ -3,16 +3,23 @@
 //   smp-checkpoint inspect PATH [--tensors]       step, layout, files, bytes per rank
 //   smp-checkpoint verify PATH                    every file's size and CRC-32C
 //   smp-checkpoint export PATH OUT.safetensors [--format smp|gpt2]
+//   smp-checkpoint export PATH OUT_FOLDER --format hf [--dtype fp32|bf16] [--max-shard-size 5GB]
 //   smp-checkpoint import IN.safetensors FOLDER --adapter NAME [--format smp|gpt2]
+//   smp-checkpoint import IN_FOLDER FOLDER --adapter gpt --format hf
 //
 // PATH is a checkpoint folder or a folder of them (its `latest`). export writes
 // the parameters as whole global tensors in fp32 (the masters where a 16-bit
 // run kept them); gpt2 uses transformers' GPT2LMHeadModel names and writes its
-// config.json beside OUT. import makes a checkpoint folder of such a file that
-// run.init_from starts a run from.
+// config.json beside OUT; hf writes a Llama (gpt with arch "llama") in
+// transformers' LlamaForCausalLM layout: one model.safetensors, or files of at
+// most --max-shard-size bytes with model.safetensors.index.json, and config.json.
+// import makes a checkpoint folder of such files that run.init_from starts a
+// run from.
 #include "checkpoint_gpt2.h"
+#include "checkpoint_llama.h"
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/manifest_check.h"
 #include "checkpoint/safetensors.h"
 
 #include <smp/error.h>
@@ -20,8 +27,12 @@
 #include <CLI/CLI.hpp>
 #include <boost/filesystem.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <set>
 #include <iostream>
 #include <random>
 
@@ -80,7 +91,11 @@ int verify(const std::string& path) {
   return 0;
 }
 
-int export_to(const std::string& path, const std::string& out, const std::string& format) {
+int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt2::Tensors& params,
+              const std::string& out, const std::string& dtype, int64_t max_shard, int64_t max_positions);
+
+int export_to(const std::string& path, const std::string& out, const std::string& format, const std::string& dtype,
+              int64_t max_shard, int64_t max_positions) {
   const std::string folder = folder_of(path);
   const nlohmann::json m = smp::read_manifest(folder);
   smp::gpt2::Tensors params;
@@ -88,6 +103,8 @@ int export_to(const std::string& path, const std::string& out, const std::string
     if (name.rfind("model/", 0) == 0)
       params[name.substr(6)] = smp::read_global_tensor(folder, m, name, at::kFloat);
   if (params.empty()) throw smp::Error(folder + " holds no parameters (model/...)");
+  if (format == "hf") return export_hf(folder, m, params, out, dtype, max_shard, max_positions);
+  if (dtype != "fp32") throw smp::Error("--dtype " + dtype + ": only --format hf writes other than fp32");
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> meta = {{"format", format == "gpt2" ? "pt" : "smp-export"},
                                              {"smp_adapter", m["adapter"].value("name", "")},
@@ -117,7 +134,163 @@ int export_to(const std::string& path, const std::string& out, const std::string
   return 0;
 }
 
+// "5GB", "500MB", "1000" -> bytes (GB = 10^9, as Hugging Face's max_shard_size).
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw smp::Error("--max-shard-size '" + text + "': not a size (e.g. 5GB, 500MB)");
+  }
+  std::string unit = text.substr(used);
+  for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+                                               {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  if (!units.count(unit) || !(v > 0)) throw smp::Error("--max-shard-size '" + text + "': not a size (e.g. 5GB, 500MB)");
+  return static_cast<int64_t>(v * units.at(unit));
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream f(path.string());
+  f << text;
+  f.close();
+  if (!f) throw smp::Error("cannot write " + path.string());
+}
+
+// A Llama in Hugging Face's layout: the weights (one file, or files of at most
+// max_shard bytes each and their index), then config.json, then the tokenizer
+// the run used, when its [model] names one.
+int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt2::Tensors& params,
+              const std::string& out, const std::string& dtype, int64_t max_shard, int64_t max_positions) {
+  smp::llama::Shape shape = smp::llama::shape_of_manifest(m);
+  if (max_positions > 0) shape.seq_len = max_positions;
+  if (shape.seq_len <= 0)
+    throw smp::Error(folder + ": its [model] has no seq_len for config.json's max_position_embeddings: give "
+                     "--max-position-embeddings");
+  const smp::llama::Tensors hf = smp::llama::to_hf(params, shape);
+  const at::ScalarType type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  // Hugging Face's order: the embedding, the layers in order, the final norm, the head.
+  auto rank = [](const std::string& name) {
+    if (name.rfind("model.embed_tokens", 0) == 0) return std::make_pair(int64_t{-1}, name);
+    if (name.rfind("model.layers.", 0) == 0) return std::make_pair(static_cast<int64_t>(std::stoll(name.substr(13))), name);
+    return std::make_pair(std::numeric_limits<int64_t>::max(), name);
+  };
+  std::vector<std::pair<std::string, at::Tensor>> ordered;
+  for (const auto& [name, t] : hf) ordered.emplace_back(name, t.to(type).contiguous());
+  std::sort(ordered.begin(), ordered.end(), [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (auto& nt : ordered) {
+    const int64_t bytes = nt.second.numel() * static_cast<int64_t>(nt.second.element_size());
+    if (max_shard > 0 && in_shard > 0 && in_shard + bytes > max_shard) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(std::move(nt));
+    in_shard += bytes;
+    total += bytes;
+  }
+  const fs::path dir(out);
+  fs::create_directories(dir);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"smp_step", std::to_string(m.value("step", 0))}};
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    smp::write_safetensors((dir / file).string(), shards[k], meta);
+    for (const auto& nt : shards[k]) weight_map[nt.first] = file;
+  }
+  if (shards.size() > 1)
+    write_text(dir / "model.safetensors.index.json",
+               nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+  write_text(dir / "config.json", smp::llama::config_json(shape, dtype == "bf16" ? "bfloat16" : "float32").dump(2) + "\n");
+  // The tokenizer the run used, beside the weights.
+  const nlohmann::json& model = m.value("model", nlohmann::json::object());
+  std::string copied;
+  for (const auto& [key, name] : {std::pair<const char*, const char*>{"tokenizer", "tokenizer.json"},
+                                  {"tokenizer_model", "tokenizer.model"}}) {
+    if (!model.is_object() || !model.contains(key) || !model[key].is_string() || model[key].get<std::string>().empty())
+      continue;
+    const fs::path from(model[key].get<std::string>());
+    if (!fs::exists(from))
+      throw smp::Error(folder + ": its [model] " + key + " = '" + from.string() + "' is not there to copy beside the " +
+                       "weights");
+    fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing);
+    copied += std::string(", ") + name;
+  }
+  std::cout << "wrote " << out << ": " << ordered.size() << " tensors (" << dtype << "), " << total << " bytes in "
+            << shards.size() << " file(s), config.json" << copied << " (LlamaForCausalLM, step " << m.value("step", 0)
+            << ")\n";
+  return 0;
+}
+
+// A folder in Hugging Face's layout: config.json, and model.safetensors or
+// the files its model.safetensors.index.json names.
+int import_hf(const std::string& in, const std::string& folder, const std::string& adapter) {
+  const fs::path dir(in);
+  const fs::path config_path = dir / "config.json";
+  if (!fs::is_directory(dir) || !fs::exists(config_path))
+    throw smp::Error(in + ": not a folder with config.json (a Hugging Face model folder)");
+  nlohmann::json config;
+  try {
+    std::ifstream f(config_path.string());
+    config = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw smp::Error(config_path.string() + ": not JSON: " + e.what());
+  }
+  if (adapter != "gpt") throw smp::Error("--format hf imports a Llama for the gpt adapter, not '" + adapter + "'");
+  const smp::llama::Shape shape = smp::llama::shape_of_config(config, config_path.string());
+  std::vector<std::string> files;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    nlohmann::json j;
+    try {
+      std::ifstream f(index.string());
+      j = nlohmann::json::parse(f);
+    } catch (const std::exception& e) {
+      throw smp::Error(index.string() + ": not JSON: " + e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw smp::Error(index.string() + ": no \"weight_map\" object");
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw smp::Error(index.string() + ": tensor '" + tensor + "' maps to " + file.dump());
+      smp::path_inside(dir.string(), file.get<std::string>(), index.string() + ": tensor '" + tensor + "'");
+      names.insert(file.get<std::string>());
+    }
+    files.assign(names.begin(), names.end());
+  } else {
+    files.push_back("model.safetensors");
+  }
+  smp::llama::Tensors read;
+  for (const auto& file : files) {
+    const smp::SafetensorsFile f((dir / file).string());
+    for (const auto& [name, t] : f.tensors()) {
+      at::Tensor v = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+      f.read(name, 0, t.end - t.begin, v.data_ptr());
+      if (!read.emplace(name, v.to(at::kFloat)).second)
+        throw smp::Error((dir / file).string() + ": tensor '" + name + "' is in another file too");
+    }
+  }
+  const smp::llama::Tensors params = smp::llama::from_hf(read, shape);
+  std::vector<smp::StateEntry> entries;
+  for (const auto& [name, t] : params) entries.push_back(smp::whole_tensor_entry("model/" + name, t));
+  smp::CheckpointWriter::Options o;
+  o.token = std::random_device{}();
+  smp::CheckpointWriter writer(o);
+  writer.save(folder, entries,
+              {{"step", 0}, {"adapter", {{"name", adapter}}}, {"imported_from", in}, {"hf_config", config}}, false, 0,
+              false);
+  std::cout << "wrote " << folder << ": " << entries.size() << " parameters from " << in << " (LlamaForCausalLM, "
+            << shape.layers << " layers); start a run of model.arch = \"llama\" with its shape from it with --set "
+            << "run.init_from=\"" << folder << "\"\n";
+  return 0;
+}
+
 int import_from(const std::string& in, const std::string& folder, const std::string& adapter, std::string format) {
+  if (format == "hf") return import_hf(in, folder, adapter);
   const smp::SafetensorsFile f(in);
   smp::gpt2::Tensors read;
   for (const auto& [name, t] : f.tensors()) {
@@ -146,7 +319,8 @@ int import_from(const std::string& in, const std::string& folder, const std::str
 int main(int argc, char** argv) {
   CLI::App app{"smp-checkpoint: inspect, verify, export and import smp checkpoints"};
   app.require_subcommand(1);
-  std::string path, out, in, format, adapter;
+  std::string path, out, in, format, adapter, dtype = "fp32", max_shard_size;
+  int64_t max_positions = 0;
   bool tensors = false;
   auto* ins = app.add_subcommand("inspect", "step, layout, files and bytes of a checkpoint");
   ins->add_option("path", path, "checkpoint folder, or a folder with a `latest`")->required();
@@ -155,19 +329,29 @@ int main(int argc, char** argv) {
   ver->add_option("path", path, "checkpoint folder, or a folder with a `latest`")->required();
   auto* exp = app.add_subcommand("export", "the parameters as one safetensors file of whole tensors (fp32)");
   exp->add_option("path", path, "checkpoint folder, or a folder with a `latest`")->required();
-  exp->add_option("out", out, "the .safetensors file to write")->required();
-  exp->add_option("--format", format, "smp (smp's names) or gpt2 (transformers' GPT-2 names, and config.json)")
-      ->check(CLI::IsMember({"smp", "gpt2"}));
+  exp->add_option("out", out, "the .safetensors file to write (--format hf: the folder)")->required();
+  exp->add_option("--format", format,
+                  "smp (smp's names), gpt2 (transformers' GPT-2 names, and config.json) or hf (a Llama as "
+                  "transformers' LlamaForCausalLM: a folder of weights, config.json and the tokenizer)")
+      ->check(CLI::IsMember({"smp", "gpt2", "hf"}));
+  exp->add_option("--dtype", dtype, "--format hf: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  exp->add_option("--max-shard-size", max_shard_size, "--format hf: at most this much per file (5GB, 500MB; "
+                                                      "default: one file)");
+  exp->add_option("--max-position-embeddings", max_positions,
+                  "--format hf: config.json's max_position_embeddings (default: the run's model.seq_len)");
   auto* imp = app.add_subcommand("import", "a checkpoint folder of a safetensors file's parameters, for run.init_from");
-  imp->add_option("in", in, "the .safetensors file (smp's or GPT-2's names)")->required();
+  imp->add_option("in", in, "the .safetensors file (smp's or GPT-2's names; --format hf: the model folder)")->required();
   imp->add_option("folder", out, "the checkpoint folder to write")->required();
   imp->add_option("--adapter", adapter, "the adapter the parameters are for, e.g. gpt")->required();
-  imp->add_option("--format", format, "smp or gpt2 (default: by the tensor names)")->check(CLI::IsMember({"smp", "gpt2"}));
+  imp->add_option("--format", format, "smp, gpt2 or hf (a LlamaForCausalLM folder; default: by the tensor names)")
+      ->check(CLI::IsMember({"smp", "gpt2", "hf"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*ins) return inspect(path, tensors);
     if (*ver) return verify(path);
-    if (*exp) return export_to(path, out, format.empty() ? "smp" : format);
+    if (*exp)
+      return export_to(path, out, format.empty() ? "smp" : format, dtype,
+                       max_shard_size.empty() ? 0 : parse_bytes(max_shard_size), max_positions);
     if (*imp) return import_from(in, out, adapter, format);
   } catch (const std::exception& e) {
     std::cerr << "smp-checkpoint: error: " << e.what() << std::endl;

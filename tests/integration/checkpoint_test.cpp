@@ -5,6 +5,8 @@
 // bad checkpoint must be refused naming the file and tensor.
 #include "job_runner.h"
 
+#include "checkpoint/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <boost/filesystem.hpp>
@@ -393,6 +395,116 @@ print("gpt2 layout ok:", len(got), "tensors")
   c = run_command(python + " " + script + " " + out + "/gpt2/model.safetensors " + out + "/gpt2/config.json");
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("gpt2 layout ok: 52 tensors"), std::string::npos) << c.output;
+}
+
+// A Llama (GQA: 4 heads, 2 kv heads) to Hugging Face's LlamaForCausalLM layout
+// and back, untied and tied: the export in several files with their index
+// (a size limit per file), config.json saying the model's shape; the import
+// loads into another layout (tp 2) with the saved run's parameters bit for
+// bit; bf16 files hold the fp32 values rounded.
+TEST(CheckpointTool, LlamaRoundTripsThroughHuggingFacesLayout) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    const std::vector<std::string> llama = {"model.arch=llama", "model.kv_heads=2", "model.ffn=48",
+                                            std::string("model.tie_embeddings=") + (tied ? "true" : "false")};
+    std::vector<std::string> sets = llama;
+    for (const std::string s : {"parallel.pp=2", "train.steps=2", "run.checkpoint_every=2", "run.dump_parameters=true"})
+      sets.push_back(s);
+    const JobResult saved = run_job(2, gpt().plugin, gpt().config, sets);
+    ASSERT_EQ(saved.exit_code, 0) << saved.output;
+    const std::string ckpt = saved.run_dir + "/checkpoints", out = fresh_dir(tied ? "hf-tied" : "hf");
+    Command c = run_command(tool() + " export " + ckpt + " " + out + "/hf --format hf --max-shard-size 20KB");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    std::ifstream config_file(out + "/hf/config.json"), index_file(out + "/hf/model.safetensors.index.json");
+    ASSERT_TRUE(config_file && index_file) << c.output;
+    const nlohmann::json config = nlohmann::json::parse(config_file), index = nlohmann::json::parse(index_file);
+    EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+    EXPECT_EQ(config["num_attention_heads"], 4);
+    EXPECT_EQ(config["num_key_value_heads"], 2);
+    EXPECT_EQ(config["intermediate_size"], 48);
+    EXPECT_EQ(config["num_hidden_layers"], 4);
+    EXPECT_EQ(config["vocab_size"], 256);
+    EXPECT_EQ(config["tie_word_embeddings"], tied);
+    EXPECT_EQ(config["hidden_act"], "silu");
+    EXPECT_EQ(config["rope_theta"], 10000.0);
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+    EXPECT_GT(files.size(), 2u) << index.dump();
+    EXPECT_EQ(index["weight_map"].size(), (tied ? 2u : 3u) + 4u * 9u) << index.dump();
+    EXPECT_EQ(index["weight_map"].contains("lm_head.weight"), !tied);
+    for (const auto& f : files) {
+      const smp::SafetensorsFile shard(out + "/hf/" + f);
+      // The limit, plus the header; a tensor larger than the limit has a file of its own (as transformers writes).
+      if (shard.tensors().size() > 1) EXPECT_LE(fs::file_size(out + "/hf/" + f), 20000u + 2000u) << f;
+      // LlamaForCausalLM's shapes (hidden 32, 4 heads of 8, 2 kv heads, ffn 48): nn.Linear's [out, in].
+      const std::map<std::string, std::vector<int64_t>> shapes = {
+          {"model.embed_tokens.weight", {256, 32}},           {"lm_head.weight", {256, 32}},
+          {"model.norm.weight", {32}},                        {"model.layers.1.input_layernorm.weight", {32}},
+          {"model.layers.1.self_attn.q_proj.weight", {32, 32}}, {"model.layers.1.self_attn.k_proj.weight", {16, 32}},
+          {"model.layers.1.self_attn.v_proj.weight", {16, 32}}, {"model.layers.1.self_attn.o_proj.weight", {32, 32}},
+          {"model.layers.1.mlp.gate_proj.weight", {48, 32}},    {"model.layers.1.mlp.up_proj.weight", {48, 32}},
+          {"model.layers.1.mlp.down_proj.weight", {32, 48}},    {"model.layers.1.post_attention_layernorm.weight", {32}}};
+      for (const auto& [name, shape] : shapes)
+        if (shard.tensors().count(name)) EXPECT_EQ(shard.at(name).shape, shape) << name;
+    }
+    c = run_command(tool() + " import " + out + "/hf " + out + "/imported --adapter gpt --format hf");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    std::vector<std::string> load = llama;
+    for (const std::string s : {"parallel.tp=2", "train.steps=0", "run.dump_parameters=true"}) load.push_back(s);
+    load.push_back("run.init_from=" + quoted(out + "/imported"));
+    JobResult r = run_job(2, gpt().plugin, gpt().config, load);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(parameter_problems(r, saved, 0), "");
+    // bf16: the same names, each value the fp32 one rounded.
+    c = run_command(tool() + " export " + ckpt + " " + out + "/bf16 --format hf --dtype bf16");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    const smp::SafetensorsFile fp32_none(out + "/hf/" + index["weight_map"]["model.norm.weight"].get<std::string>()),
+        bf16(out + "/bf16/model.safetensors");
+    const auto read = [](const smp::SafetensorsFile& f, const std::string& name) {
+      const smp::SafetensorsTensor& t = f.at(name);
+      at::Tensor v = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+      f.read(name, 0, t.end - t.begin, v.data_ptr());
+      return v;
+    };
+    EXPECT_EQ(bf16.at("model.norm.weight").dtype, at::kBFloat16);
+    EXPECT_TRUE(at::equal(read(bf16, "model.norm.weight"), read(fp32_none, "model.norm.weight").to(at::kBFloat16)));
+  }
+}
+
+// What LlamaForCausalLM's config.json can say and smp's Llama cannot: each
+// refused by the import, naming the key; nothing written.
+TEST(CheckpointTool, HuggingFaceConfigsSmpCannotRepresentAreRefused) {
+  const JobResult saved = run_job(1, gpt().plugin, gpt().config,
+                                  {"model.arch=llama", "model.kv_heads=2", "model.ffn=48", "train.steps=1",
+                                   "run.checkpoint_every=1"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string out = fresh_dir("hf-refused");
+  Command c = run_command(tool() + " export " + saved.run_dir + "/checkpoints " + out + "/hf --format hf");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  std::ifstream in(out + "/hf/config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  const std::vector<std::pair<nlohmann::json, std::string>> edits = {
+      {{{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "\"rope_scaling\""},
+      {{{"attention_bias", true}}, "\"attention_bias\""},
+      {{{"mlp_bias", true}}, "\"mlp_bias\""},
+      {{{"hidden_act", "gelu"}}, "\"hidden_act\""},
+      {{{"sliding_window", 4096}}, "\"sliding_window\""},
+      {{{"head_dim", 16}}, "\"head_dim\""},
+      {{{"model_type", "mistral"}}, "\"model_type\""},
+      {{{"rms_norm_eps", 1e-6}}, "\"rms_norm_eps\""},
+      {{{"num_key_value_heads", 3}}, "\"num_attention_heads\" is not a multiple of num_key_value_heads"},
+  };
+  for (const auto& [edit, said] : edits) {
+    SCOPED_TRACE(edit.dump());
+    nlohmann::json config = good;
+    config.update(edit);
+    std::ofstream(out + "/hf/config.json", std::ios::trunc) << config.dump();
+    c = run_command(tool() + " import " + out + "/hf " + out + "/imported --adapter gpt --format hf");
+    EXPECT_NE(c.exit_code, 0) << c.output;
+    EXPECT_NE(c.output.find(out + "/hf/config.json"), std::string::npos) << c.output;
+    EXPECT_NE(c.output.find(said), std::string::npos) << c.output;
+    EXPECT_FALSE(fs::exists(out + "/imported")) << c.output;
+  }
 }
 
 // Across precisions: a bf16 run's fp32 masters become an fp32 run's

@@ -1,0 +1,51 @@
+// Hugging Face's Llama layout (transformers' LlamaForCausalLM) for smp's `gpt`
+// adapter with model.arch = "llama". Only the names differ: both keep
+// nn.Linear's [out, in] weights and rotate q and k by halves (GPT-NeoX's
+// layout, plugins/nn ops.hpp rotary), so no tensor is permuted or transposed.
+// The vocabulary: smp pads the embedding and head to a multiple of its
+// padding; Hugging Face's files hold the model's vocab_size rows.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+
+namespace smp::llama {
+
+// parameter name -> whole tensor
+using Tensors = std::map<std::string, at::Tensor>;
+
+// What config.json says and smp's model needs.
+struct Shape {
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0;
+  int64_t vocab = 0;         // the model's (config.json's vocab_size)
+  int64_t padded_vocab = 0;  // rows smp holds (>= vocab)
+  int64_t seq_len = 0;       // max_position_embeddings
+  double rope_theta = 10000.0, eps = 1e-5;
+  bool tied = false;  // the head is the embedding
+};
+
+// The shape of a checkpoint of the gpt adapter with arch "llama", from its
+// manifest (its "graph" and "model"). Throws naming what is not a Llama.
+Shape shape_of_manifest(const nlohmann::json& manifest);
+
+// smp's names ("wte.weight", "blocks.0.attn.q.weight", ...) to Hugging
+// Face's ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+// ...), the padded vocabulary rows cut off. Throws naming a parameter that has
+// no place in LlamaForCausalLM.
+Tensors to_hf(const Tensors& smp, const Shape& shape);
+// Back, the vocabulary padded with zero rows to shape.padded_vocab. Throws
+// naming a tensor that is not one of LlamaForCausalLM's or a missing one.
+Tensors from_hf(const Tensors& hf, const Shape& shape);
+
+// config.json of LlamaForCausalLM for `shape`; torch_dtype "float32" or "bfloat16".
+nlohmann::json config_json(const Shape& shape, const std::string& torch_dtype);
+// The shape config.json describes, refusing (naming the key, in `where`) what
+// smp's llama cannot represent: another architecture or hidden_act,
+// rope_scaling, attention or MLP biases, sliding windows, a head_dim other
+// than hidden / heads, an rms_norm_eps other than 1e-5. padded_vocab = vocab.
+Shape shape_of_config(const nlohmann::json& config, const std::string& where);
+
+}  // namespace smp::llama
