@@ -208,6 +208,25 @@ if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1 &&
   fi
 fi
 
+# transformers (4.40.2, the last that runs on Debian's python3-torch 1.13) and
+# its pure-Python dependencies in .pydeps-hf/, apart from .pydeps/ (its
+# tokenizers is another version): checkpoint_test reads smp's Llama export
+# with transformers' LlamaForCausalLM. Not fatal either.
+pydeps_hf=(transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.4 safetensors==0.4.3 regex tqdm filelock
+           packaging pyyaml fsspec requests urllib3 idna charset_normalizer certifi typing_extensions)
+if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1 &&
+   [[ ! -f $repo/.pydeps-hf/transformers-4.40.2.dist-info/METADATA ]]; then
+  pip_args=(install -q --progress-bar off --no-cache-dir --no-deps --upgrade --target "$repo/.pydeps-hf" "${pydeps_hf[@]}")
+  if python3 -c 'import os, sys, sysconfig; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
+    pip_args+=(--break-system-packages)
+  fi
+  if python3 -m pip "${pip_args[@]}" </dev/null >/dev/null 2>&1; then
+    say "installed transformers 4.40.2 and its dependencies into .pydeps-hf/ (checkpoint_test's Llama reference)"
+  else
+    say "warning: could not pip install transformers into .pydeps-hf/; the Llama reference check will be skipped"
+  fi
+fi
+
 # ---- 3. Configure (once per LibTorch) and build --------------------------
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null | head -n1; }
 fresh=()

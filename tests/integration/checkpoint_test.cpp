@@ -471,6 +471,63 @@ TEST(CheckpointTool, LlamaRoundTripsThroughHuggingFacesLayout) {
   }
 }
 
+// The exported Llama read by transformers itself (LlamaForCausalLM, eager
+// attention, fp32): its next-token loss on 8 rows of 16 tokens equals smp's
+// own evaluation of the checkpoint (Runtime::evaluate on the same batch) to
+// 1e-4 relative, and its logits smp's forward to 1e-4. transformers 4.40.2 and
+// its pure-Python dependencies are in .pydeps-hf (scripts/setup.sh), run by
+// the first python3 with torch (Debian's python3-torch in leg 1).
+TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
+  const std::vector<std::string> llama = {"model.arch=llama", "model.kv_heads=2", "model.ffn=48"};
+  std::vector<std::string> sets = llama;
+  for (const std::string s : {"train.steps=3", "run.checkpoint_every=3", "train.lr=3e-2"}) sets.push_back(s);
+  const JobResult saved = run_job(1, gpt().plugin, gpt().config, sets);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string out = fresh_dir("hf-reference"), ckpt = saved.run_dir + "/checkpoints";
+  Command c = run_command(tool() + " export " + ckpt + " " + out + "/hf --format hf");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  {
+    std::ofstream tokens(out + "/tokens.txt");
+    std::mt19937 gen(7);
+    for (int i = 0; i < 8 * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
+  }
+  std::string theirs_out, why;
+  int theirs_code = 77;
+  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
+                                  source_path("tests/integration/hf/hf_reference.py") + " " + out + "/hf " + out +
+                                  "/tokens.txt 16");
+    theirs_code = t.exit_code;
+    theirs_out = t.output;
+    if (theirs_code != 77) break;
+    why += python + ": " + t.output + "; ";
+  }
+  if (theirs_code == 77) GTEST_SKIP() << "transformers is not installable here: " << why;
+  ASSERT_EQ(theirs_code, 0) << theirs_out;
+  std::string eval = std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out + "/tokens.txt";
+  for (const auto& s : llama) eval += " " + s;
+  // Each override in single quotes: the shell keeps TOML's double quotes.
+  eval += " 'run.init_from=" + quoted(ckpt) + "' 'run.dir=" + quoted(out + "/eval") +
+          "' parallel.microbatches=2 run.dump_parameters=false";
+  c = run_command(eval);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json theirs = nlohmann::json::parse(theirs_out.substr(theirs_out.rfind("{\"loss\"")));
+  const nlohmann::json ours = nlohmann::json::parse(c.output.substr(c.output.rfind("{\"")));
+  const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
+  std::printf("[ hf ] smp loss %.8f, transformers %s (torch %s) %.8f, relative %.2e\n", a,
+              theirs["transformers"].get<std::string>().c_str(), theirs["torch"].get<std::string>().c_str(), b,
+              std::fabs(a - b) / b);
+  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
+  EXPECT_GT(std::fabs(a - std::log(256.0)), 0.05) << "the model is still at chance: the test would see little";
+  const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
+  ASSERT_EQ(x.size(), y.size());
+  ASSERT_EQ(x.size(), 8u * 16u * 8u);
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  std::printf("[ hf ] logits max |diff| %.3e\n", worst);
+  EXPECT_LT(worst, 1e-4);
+}
+
 // What LlamaForCausalLM's config.json can say and smp's Llama cannot: each
 // refused by the import, naming the key; nothing written.
 TEST(CheckpointTool, HuggingFaceConfigsSmpCannotRepresentAreRefused) {

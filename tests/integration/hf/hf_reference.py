@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""transformers' side of the Hugging Face reference test: LlamaForCausalLM
+from an exported folder scores the same tokens as smp_hf_eval.
+
+    hf_reference.py FOLDER TOKENS SEQ_LEN
+
+Prints one JSON line: {"loss": mean next-token cross-entropy, "logits":
+[row][position][first 8 vocabulary entries]}. Exits 77 when torch or
+transformers is not installed. SMP_PYDEPS_HF names a folder of transformers
+and its pure-Python dependencies, searched after the interpreter's own (so
+Debian's python3 keeps its numpy and torch).
+"""
+import json
+import os
+import sys
+
+if os.environ.get("SMP_PYDEPS_HF"):
+    sys.path.append(os.environ["SMP_PYDEPS_HF"])
+try:
+    import torch
+    from transformers import LlamaForCausalLM
+except Exception as e:  # ImportError, or a version check of transformers
+    print(f"hf_reference.py: {type(e).__name__}: {e}")
+    sys.exit(77)
+
+folder, tokens_path, seq_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ids = [int(x) for x in open(tokens_path).read().split()]
+rows = torch.tensor(ids, dtype=torch.long).view(-1, seq_len + 1)
+model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager")
+model.eval()
+with torch.no_grad():
+    logits = model(input_ids=rows[:, :seq_len]).logits.double()
+loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
+print(json.dumps({"loss": loss.item(), "logits": logits[..., :8].reshape(-1).tolist(),
+                  "transformers": __import__("transformers").__version__, "torch": torch.__version__}))
