@@ -1,6 +1,7 @@
 #include "checkpoint_llama.h"
 
 #include <smp/error.h>
+#include <smp/sdk/hf_llama.hpp>
 
 #include <cmath>
 #include <regex>
@@ -170,58 +171,18 @@ nlohmann::json config_json(const Shape& s, const std::string& torch_dtype) {
 }
 
 Shape shape_of_config(const nlohmann::json& c, const std::string& where) {
-  auto fail = [&](const std::string& key, const std::string& why) -> Error {
-    return Error(where + ": \"" + key + "\" " + why);
-  };
-  if (!c.is_object()) throw Error(where + ": not a JSON object");
-  auto count = [&](const char* key, bool required = true, int64_t fallback = 0) -> int64_t {
-    if (!c.contains(key) || c[key].is_null()) {
-      if (required) throw fail(key, "is missing");
-      return fallback;
-    }
-    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
-      throw fail(key, "is " + c[key].dump() + ", not a positive integer");
-    return c[key].get<int64_t>();
-  };
-  const std::string model_type = c.value("model_type", "");
-  if (model_type != "llama")
-    throw fail("model_type", "is \"" + model_type + "\": smp imports \"llama\" (LlamaForCausalLM) in this format");
-  if (c.contains("architectures") && c["architectures"].is_array())
-    for (const auto& a : c["architectures"])
-      if (a != "LlamaForCausalLM") throw fail("architectures", "names " + a.dump() + ", not LlamaForCausalLM");
-  const std::string act = c.value("hidden_act", "silu");
-  if (act != "silu") throw fail("hidden_act", "is \"" + act + "\": smp's Llama MLP is SwiGLU (silu)");
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-    throw fail("rope_scaling", "is " + c["rope_scaling"].dump() +
-                                   ": smp's rotary positions have no scaling (linear, dynamic, llama3, yarn, ...)");
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (c.value(key, false)) throw fail(key, "is true: smp's Llama has no biases");
-  for (const char* key : {"sliding_window", "use_sliding_window"})
-    if (c.contains(key) && !c[key].is_null() && c[key] != false)
-      throw fail(key, "is " + c[key].dump() + ": smp's attention has no sliding window");
-  if (c.contains("pretraining_tp") && c["pretraining_tp"].is_number_integer() && c["pretraining_tp"].get<int64_t>() != 1)
-    throw fail("pretraining_tp", "is " + c["pretraining_tp"].dump() + ": only 1 (the plain linear layers) is supported");
+  const nlohmann::json keys = smp::sdk::hf_llama_model_keys(c, where);
   Shape s;
-  s.layers = count("num_hidden_layers");
-  s.hidden = count("hidden_size");
-  s.heads = count("num_attention_heads");
-  s.kv_heads = count("num_key_value_heads", false, s.heads);
-  s.ffn = count("intermediate_size");
-  s.vocab = count("vocab_size");
-  s.padded_vocab = s.vocab;
-  s.seq_len = count("max_position_embeddings", false, 0);
-  if (s.hidden % s.heads != 0) throw fail("hidden_size", "is not a multiple of num_attention_heads");
-  if (s.heads % s.kv_heads != 0) throw fail("num_attention_heads", "is not a multiple of num_key_value_heads");
-  if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != s.hidden / s.heads)
-    throw fail("head_dim", "is " + c["head_dim"].dump() + ", not hidden_size / num_attention_heads = " +
-                               std::to_string(s.hidden / s.heads) + " (smp's heads split the hidden size)");
-  s.rope_theta = c.value("rope_theta", 10000.0);
-  if (!(s.rope_theta > 0)) throw fail("rope_theta", "must be > 0");
-  s.eps = c.value("rms_norm_eps", 1e-6);
-  if (std::fabs(s.eps - 1e-5) > 1e-12)
-    throw fail("rms_norm_eps", "is " + c.value("rms_norm_eps", nlohmann::json(1e-6)).dump() +
-                                   ": smp's Llama normalises with 1e-5 (the gpt adapter has no key for another yet)");
-  s.tied = c.value("tie_word_embeddings", false);
+  s.layers = keys["layers"].get<int64_t>();
+  s.hidden = keys["hidden"].get<int64_t>();
+  s.heads = keys["heads"].get<int64_t>();
+  s.kv_heads = keys["kv_heads"].get<int64_t>();
+  s.ffn = keys["ffn"].get<int64_t>();
+  s.vocab = s.padded_vocab = keys["vocab"].get<int64_t>();
+  s.seq_len = keys.value("seq_len", int64_t{0});
+  s.rope_theta = keys["rope_base"].get<double>();
+  s.eps = keys["norm_eps"].get<double>();
+  s.tied = keys["tie_embeddings"].get<bool>();
   return s;
 }
 

@@ -42,10 +42,9 @@ Tensors from_hf(const Tensors& hf, const Shape& shape);
 
 // config.json of LlamaForCausalLM for `shape`; torch_dtype "float32" or "bfloat16".
 nlohmann::json config_json(const Shape& shape, const std::string& torch_dtype);
-// The shape config.json describes, refusing (naming the key, in `where`) what
-// smp's llama cannot represent: another architecture or hidden_act,
-// rope_scaling, attention or MLP biases, sliding windows, a head_dim other
-// than hidden / heads, an rms_norm_eps other than 1e-5. padded_vocab = vocab.
+// The shape config.json describes (smp/sdk/hf_llama.hpp's checks: what smp's
+// Llama cannot represent is refused naming the key, starting with `where`).
+// padded_vocab = vocab.
 Shape shape_of_config(const nlohmann::json& config, const std::string& where);
 
 }  // namespace smp::llama

@@ -8,6 +8,7 @@
 // smp_nn / smp_tp kinds.
 #include "text_dataset.h"
 
+#include <smp/sdk/hf_llama.hpp>
 #include <smp/sdk/plugin.hpp>
 #include <smp/sdk/tokenizers.hpp>
 
@@ -53,15 +54,33 @@ const std::map<std::string, Shape>& presets() {
   return p;
 }
 
+// model.from_hf = "<folder>": the shape a Hugging Face LlamaForCausalLM's
+// config.json gives (smp/sdk/hf_llama.hpp), merged into [model]; a key given
+// in both must agree.
+Json with_from_hf(const Json& table) {
+  if (!table.contains("from_hf")) return table;
+  const std::string folder = smp::sdk::model_get<std::string>(table, "from_hf");
+  const std::string where = "model.from_hf: " + folder + "/config.json";
+  const Json keys = smp::sdk::hf_llama_model_keys(smp::sdk::read_hf_config(folder), where);
+  Json merged = table;
+  for (const auto& [key, value] : keys.items()) {
+    if (table.contains(key) && table.at(key) != value)
+      throw Error("model." + key + " = " + table.at(key).dump() + ", but " + where + " gives " + value.dump());
+    merged[key] = value;
+  }
+  return merged;
+}
+
 class GptAdapter : public smp::sdk::Adapter {
  public:
-  GptAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
+  GptAdapter(const Json& table, const smp::sdk::AdapterContext& ctx) {
     const uint64_t seed = ctx.seed;
-    smp::sdk::expect_model_keys(cfg, {"preset", "arch", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab",
-                                      "vocab_multiple", "dropout", "data", "val_fraction", "ffn", "mask_fraction",
-                                      "rope_base", "tie_embeddings", "tokenizer", "tokenizer_model", "tokenizer_merges",
-                                      "data_cache_path"},
+    smp::sdk::expect_model_keys(table, {"preset", "arch", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab",
+                                        "vocab_multiple", "dropout", "data", "val_fraction", "ffn", "mask_fraction",
+                                        "rope_base", "tie_embeddings", "tokenizer", "tokenizer_model", "tokenizer_merges",
+                                        "data_cache_path", "norm_eps", "from_hf"},
                                 "gpt");
+    const Json cfg = with_from_hf(table);
     Shape s{};
     if (cfg.contains("preset")) {
       std::string name = smp::sdk::model_get<std::string>(cfg, "preset");
@@ -97,6 +116,12 @@ class GptAdapter : public smp::sdk::Adapter {
       throw Error("model.rope_base: rotary positions are part of model.arch = \"llama\" (gpt2 learns positions)");
     if (s.llama && rope_base_ <= 0) throw Error("model.rope_base: must be > 0, got " + std::to_string(rope_base_));
     tie_ = smp::sdk::model_get<bool>(cfg, "tie_embeddings", !s.llama);
+    // The norms' epsilon: nodes keep their default (1e-5) unless given.
+    if (cfg.contains("norm_eps")) {
+      norm_eps_ = smp::sdk::model_get<double>(cfg, "norm_eps");
+      if (!(norm_eps_ > 0) || !std::isfinite(norm_eps_))
+        throw Error("model.norm_eps: must be a positive number, got " + cfg.at("norm_eps").dump());
+    }
     shape_ = s;
     ffn_ = smp::sdk::model_positive(cfg, "ffn", s.ffn ? s.ffn : 4 * s.hidden);
     dropout_ = smp::sdk::model_get<double>(cfg, "dropout", 0.0);
@@ -204,13 +229,14 @@ class GptAdapter : public smp::sdk::Adapter {
       std::string y = "h" + std::to_string(i + 1);
       Json cfg{{"hidden", s.hidden}, {"heads", s.heads}, {"ffn", ffn_}, {"causal", true},
                {"dropout", dropout_}, {"init_std", 0.02}, {"out_init_std", out_std}};
+      if (norm_eps_ > 0) cfg["eps"] = norm_eps_;
       const double flops = 24.0 * sl * h * h + 4.0 * sl * sl * h;
       const double params = 4.0 * (12.0 * h * h + 13.0 * h);
       g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", flops, params, act_bytes,
               fp32_extra, core_bytes});
       x = y;
     }
-    g.node({"ln_f", "layer_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
+    g.node({"ln_f", "layer_norm", norm_config(s.hidden), {x}, {"hf"}, "", "", 5.0 * sl * h, 8.0 * h, 4.0 * sl * h});
     // Megatron's training FLOPs per sample without recomputation.
     g.flops_per_sample(72.0 * sl * L * h * h * (1.0 + sl / (6.0 * h) + V / (12.0 * L * h)));
     return "hf";
@@ -244,11 +270,12 @@ class GptAdapter : public smp::sdk::Adapter {
       Json cfg{{"hidden", s.hidden}, {"heads", s.heads}, {"kv_heads", s.kv_heads}, {"ffn", ffn_},
                {"causal", true}, {"dropout", dropout_}, {"init_std", 0.02}, {"out_init_std", out_std},
                {"norm_type", "rms_norm"}, {"mlp", "swiglu"}, {"bias", false}, {"rope_base", rope_base_}};
+      if (norm_eps_ > 0) cfg["eps"] = norm_eps_;
       g.node({"blocks." + std::to_string(i), "transformer_layer", cfg, {x}, {y}, "", "", layer_flops,
               4.0 * layer_params, act_bytes, fp32_extra, core_bytes});
       x = y;
     }
-    g.node({"norm_f", "rms_norm", {{"dim", s.hidden}}, {x}, {"hf"}, "", "", 4.0 * sl * h, 4.0 * h, 8.0 * sl * h});
+    g.node({"norm_f", "rms_norm", norm_config(s.hidden), {x}, {"hf"}, "", "", 4.0 * sl * h, 4.0 * h, 8.0 * sl * h});
     // Training FLOPs: three times the forward GEMMs and attention.
     g.flops_per_sample(3.0 * (L * layer_flops + 2.0 * sl * h * V));
     return "hf";
@@ -270,6 +297,13 @@ class GptAdapter : public smp::sdk::Adapter {
   int64_t padded_vocab_ = 0;
   int64_t ffn_ = 0;
   double rope_base_ = 0;
+  double norm_eps_ = 0;  // model.norm_eps; 0: the nodes' default
+
+  Json norm_config(int64_t dim) const {
+    Json c{{"dim", dim}};
+    if (norm_eps_ > 0) c["eps"] = norm_eps_;
+    return c;
+  }
   bool tie_ = true;
   double dropout_ = 0;
   double mask_fraction_ = 0;

@@ -528,6 +528,36 @@ TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
   EXPECT_LT(worst, 1e-4);
 }
 
+// model.from_hf: a run takes its [model] shape from an exported folder's
+// config.json (here with model.norm_eps = 1e-6, which config.json carries as
+// rms_norm_eps) and, with run.init_from on the import, starts from the saved
+// parameters; a key the job gives otherwise is refused naming both.
+TEST(CheckpointTool, ARunTakesItsShapeFromAHuggingFaceConfig) {
+  const std::vector<std::string> llama = {"model.arch=llama", "model.kv_heads=2", "model.ffn=48",
+                                          "model.norm_eps=1e-6"};
+  std::vector<std::string> sets = llama;
+  for (const std::string s : {"train.steps=2", "run.checkpoint_every=2", "run.dump_parameters=true"}) sets.push_back(s);
+  const JobResult saved = run_job(1, gpt().plugin, gpt().config, sets);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string out = fresh_dir("hf-from");
+  Command c = run_command(tool() + " export " + saved.run_dir + "/checkpoints " + out + "/hf --format hf");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  std::ifstream in(out + "/hf/config.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["rms_norm_eps"], 1e-6);
+  c = run_command(tool() + " import " + out + "/hf " + out + "/imported --adapter gpt --format hf");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  // Only the folder: arch, kv_heads, ffn and norm_eps come from config.json.
+  JobResult r = run_job(2, gpt().plugin, gpt().config,
+                        {"model.from_hf=" + quoted(out + "/hf"), "parallel.tp=2", "train.steps=0",
+                         "run.dump_parameters=true", "run.init_from=" + quoted(out + "/imported")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(parameter_problems(r, saved, 0), "");
+  r = run_job(1, gpt().plugin, gpt().config, {"model.from_hf=" + quoted(out + "/hf"), "model.ffn=64", "train.steps=0"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.ffn = 64, but model.from_hf: " + out + "/hf/config.json gives 48"), std::string::npos)
+      << r.output;
+}
+
 // What LlamaForCausalLM's config.json can say and smp's Llama cannot: each
 // refused by the import, naming the key; nothing written.
 TEST(CheckpointTool, HuggingFaceConfigsSmpCannotRepresentAreRefused) {
@@ -548,7 +578,6 @@ TEST(CheckpointTool, HuggingFaceConfigsSmpCannotRepresentAreRefused) {
       {{{"sliding_window", 4096}}, "\"sliding_window\""},
       {{{"head_dim", 16}}, "\"head_dim\""},
       {{{"model_type", "mistral"}}, "\"model_type\""},
-      {{{"rms_norm_eps", 1e-6}}, "\"rms_norm_eps\""},
       {{{"num_key_value_heads", 3}}, "\"num_attention_heads\" is not a multiple of num_key_value_heads"},
   };
   for (const auto& [edit, said] : edits) {

@@ -1,0 +1,101 @@
+// Hugging Face's LlamaForCausalLM config.json as the gpt adapter's [model]
+// keys: what `model.from_hf` reads and `smp-checkpoint import --format hf`
+// checks. Refuses, naming the file and key, what smp's Llama cannot represent.
+#pragma once
+
+#include <smp/sdk/host.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+namespace smp::sdk {
+
+// config.json of a Hugging Face model folder (or the file itself), parsed.
+inline nlohmann::json read_hf_config(const std::string& path_or_folder) {
+  std::string path = path_or_folder;
+  if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0)
+    path += (path.empty() || path.back() == '/' ? "" : "/") + std::string("config.json");
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open (a Hugging Face model folder holds config.json)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(path + ": not JSON: " + e.what());
+  }
+}
+
+// The gpt adapter's [model] keys for the LlamaForCausalLM `c` describes:
+// arch "llama", layers, hidden, heads, kv_heads, ffn, vocab, seq_len
+// (max_position_embeddings, when given), rope_base, norm_eps, tie_embeddings.
+// `where` (the file) starts every error. Refused: another model_type or
+// architecture, hidden_act other than silu, rope_scaling, attention or MLP
+// biases, sliding windows, pretraining_tp other than 1, a head_dim other than
+// hidden_size / num_attention_heads, heads not a multiple of kv heads.
+inline nlohmann::json hf_llama_model_keys(const nlohmann::json& c, const std::string& where) {
+  auto fail = [&](const std::string& key, const std::string& why) {
+    return Error(where + ": \"" + key + "\" " + why);
+  };
+  if (!c.is_object()) throw Error(where + ": not a JSON object");
+  auto count = [&](const char* key, bool required) -> int64_t {
+    if (!c.contains(key) || c[key].is_null()) {
+      if (required) throw fail(key, "is missing");
+      return 0;
+    }
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+      throw fail(key, "is " + c[key].dump() + ", not a positive integer");
+    return c[key].get<int64_t>();
+  };
+  auto number = [&](const char* key, double fallback) -> double {
+    if (!c.contains(key) || c[key].is_null()) return fallback;
+    if (!c[key].is_number() || !(c[key].get<double>() > 0) || !std::isfinite(c[key].get<double>()))
+      throw fail(key, "is " + c[key].dump() + ", not a positive number");
+    return c[key].get<double>();
+  };
+  const std::string model_type = c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
+  if (model_type != "llama")
+    throw fail("model_type", "is \"" + model_type + "\": smp reads \"llama\" (LlamaForCausalLM) in this format");
+  if (c.contains("architectures") && c["architectures"].is_array())
+    for (const auto& a : c["architectures"])
+      if (a != "LlamaForCausalLM") throw fail("architectures", "names " + a.dump() + ", not LlamaForCausalLM");
+  const std::string act = c.contains("hidden_act") && c["hidden_act"].is_string() ? c["hidden_act"].get<std::string>() : "silu";
+  if (act != "silu") throw fail("hidden_act", "is \"" + act + "\": smp's Llama MLP is SwiGLU (silu)");
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    throw fail("rope_scaling", "is " + c["rope_scaling"].dump() +
+                                   ": smp's rotary positions have no scaling (linear, dynamic, llama3, yarn, ...)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (c.contains(key) && c[key] != false && !c[key].is_null())
+      throw fail(key, "is " + c[key].dump() + ": smp's Llama has no biases");
+  for (const char* key : {"sliding_window", "use_sliding_window"})
+    if (c.contains(key) && !c[key].is_null() && c[key] != false)
+      throw fail(key, "is " + c[key].dump() + ": smp's attention has no sliding window");
+  if (c.contains("pretraining_tp") && !c["pretraining_tp"].is_null() && c["pretraining_tp"] != 1)
+    throw fail("pretraining_tp", "is " + c["pretraining_tp"].dump() + ": only 1 (plain linear layers) is supported");
+  const int64_t layers = count("num_hidden_layers", true), hidden = count("hidden_size", true),
+                heads = count("num_attention_heads", true), ffn = count("intermediate_size", true),
+                vocab = count("vocab_size", true);
+  const int64_t kv = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
+                         ? count("num_key_value_heads", true)
+                         : heads;
+  if (hidden % heads != 0) throw fail("hidden_size", "is not a multiple of num_attention_heads");
+  if (heads % kv != 0) throw fail("num_attention_heads", "is not a multiple of num_key_value_heads");
+  if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != hidden / heads)
+    throw fail("head_dim", "is " + c["head_dim"].dump() + ", not hidden_size / num_attention_heads = " +
+                               std::to_string(hidden / heads) + " (smp's heads split the hidden size)");
+  nlohmann::json keys = {{"arch", "llama"},
+                         {"layers", layers},
+                         {"hidden", hidden},
+                         {"heads", heads},
+                         {"kv_heads", kv},
+                         {"ffn", ffn},
+                         {"vocab", vocab},
+                         {"rope_base", number("rope_theta", 10000.0)},
+                         {"norm_eps", number("rms_norm_eps", 1e-6)},
+                         {"tie_embeddings", c.contains("tie_word_embeddings") && c["tie_word_embeddings"] == true}};
+  if (const int64_t positions = count("max_position_embeddings", false)) keys["seq_len"] = positions;
+  return keys;
+}
+
+}  // namespace smp::sdk
