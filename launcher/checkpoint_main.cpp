@@ -206,20 +206,34 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
     write_text(dir / "model.safetensors.index.json",
                nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
   write_text(dir / "config.json", smp::llama::config_json(shape, dtype == "bf16" ? "bfloat16" : "float32").dump(2) + "\n");
-  // The tokenizer the run used, beside the weights.
+  // The tokenizer the run used, beside the weights: model.tokenizer is its
+  // kind; a BPE's files (tokenizer.json, or vocab.json and merges.txt) and a
+  // SentencePiece model are copied under Hugging Face's names. Bytes have no file.
   const nlohmann::json& model = m.value("model", nlohmann::json::object());
+  auto key = [&](const char* k) {
+    return model.is_object() && model.contains(k) && model[k].is_string() ? model[k].get<std::string>() : "";
+  };
+  const std::string kind = key("tokenizer").empty() ? "bytes" : key("tokenizer");
+  std::vector<std::pair<std::string, std::string>> copies;  // model key, name beside the weights
+  if (kind == "sentencepiece") copies = {{"tokenizer_model", "tokenizer.model"}};
+  if (kind == "bpe") {
+    const std::string file = key("tokenizer_model");
+    copies = {{"tokenizer_model", file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0 &&
+                                          key("tokenizer_merges").empty()
+                                      ? "tokenizer.json"
+                                      : "vocab.json"}};
+    if (!key("tokenizer_merges").empty()) copies.push_back({"tokenizer_merges", "merges.txt"});
+  }
   std::string copied;
-  for (const auto& [key, name] : {std::pair<const char*, const char*>{"tokenizer", "tokenizer.json"},
-                                  {"tokenizer_model", "tokenizer.model"}}) {
-    if (!model.is_object() || !model.contains(key) || !model[key].is_string() || model[key].get<std::string>().empty())
-      continue;
-    const fs::path from(model[key].get<std::string>());
-    if (!fs::exists(from))
-      throw smp::Error(folder + ": its [model] " + key + " = '" + from.string() + "' is not there to copy beside the " +
+  for (const auto& [k, name] : copies) {
+    const fs::path from(key(k.c_str()));
+    if (from.empty() || !fs::exists(from))
+      throw smp::Error(folder + ": its [model] " + k + " = '" + from.string() + "' is not there to copy beside the " +
                        "weights");
     fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing);
-    copied += std::string(", ") + name;
+    copied += ", " + name;
   }
+  if (kind == "bytes") copied = " (the run's tokenizer is bytes: no file)";
   std::cout << "wrote " << out << ": " << ordered.size() << " tensors (" << dtype << "), " << total << " bytes in "
             << shards.size() << " file(s), config.json" << copied << " (LlamaForCausalLM, step " << m.value("step", 0)
             << ")\n";

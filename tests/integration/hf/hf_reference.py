@@ -3,9 +3,11 @@
 from an exported folder scores the same tokens as smp_hf_eval.
 
     hf_reference.py FOLDER TOKENS SEQ_LEN
+    hf_reference.py FOLDER --generate IDS N   (IDS: comma-separated prompt ids)
 
 Prints one JSON line: {"loss": mean next-token cross-entropy, "logits":
-[row][position][first 8 vocabulary entries]}. Exits 77 when torch or
+[row][position][first 8 vocabulary entries]}; with --generate, {"ids": the
+N tokens transformers' greedy generate() adds to the prompt}. Exits 77 when torch or
 transformers is not installed. SMP_PYDEPS_HF names a folder of transformers
 and its pure-Python dependencies, searched after the interpreter's own (so
 Debian's python3 keeps its numpy and torch).
@@ -23,6 +25,14 @@ except Exception as e:  # ImportError, or a version check of transformers
     print(f"hf_reference.py: {type(e).__name__}: {e}")
     sys.exit(77)
 
+if sys.argv[2] == "--generate":
+    model = LlamaForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32, attn_implementation="eager")
+    prompt = torch.tensor([[int(x) for x in sys.argv[3].split(",")]], dtype=torch.long)
+    n = int(sys.argv[4])
+    with torch.no_grad():
+        out = model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    print(json.dumps({"ids": out[0, prompt.size(1):].tolist()}))
+    sys.exit(0)
 folder, tokens_path, seq_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ids = [int(x) for x in open(tokens_path).read().split()]
 rows = torch.tensor(ids, dtype=torch.long).view(-1, seq_len + 1)
