@@ -4,7 +4,9 @@
 #include <smp/sdk/hf_llama.hpp>
 
 #include <cmath>
+#include <iterator>
 #include <regex>
+#include <vector>
 
 namespace smp::llama {
 
@@ -24,9 +26,31 @@ const Same kBlock[] = {{"ln1.weight", "input_layernorm.weight"},
                        {"mlp.gate.weight", "mlp.gate_proj.weight"},
                        {"mlp.up.weight", "mlp.up_proj.weight"},
                        {"mlp.down.weight", "mlp.down_proj.weight"}};
+// The moe adapter's layers (norm, attention, experts as nodes of their own).
+const Same kMoeBlock[] = {{"ln1.weight", "input_layernorm.weight"},
+                          {"attn.q.weight", "self_attn.q_proj.weight"},
+                          {"attn.k.weight", "self_attn.k_proj.weight"},
+                          {"attn.v.weight", "self_attn.v_proj.weight"},
+                          {"attn.out.weight", "self_attn.o_proj.weight"},
+                          {"ln2.weight", "post_attention_layernorm.weight"},
+                          {"moe.router.weight", "block_sparse_moe.gate.weight"}};
+// smp's stacked experts [E, f, h] / [E, h, f] -> Mixtral's per expert: w1 the
+// gate, w3 the up projection, w2 the down one.
+struct Expert {
+  const char* smp;
+  const char* hf;
+};
+const Expert kExperts[] = {{"moe.experts.gate", "w1.weight"}, {"moe.experts.up", "w3.weight"},
+                           {"moe.experts.down", "w2.weight"}};
 const Same kTop[] = {{"wte.weight", "model.embed_tokens.weight"},
                      {"norm_f.weight", "model.norm.weight"},
                      {"lm_head.weight", "lm_head.weight"}};
+
+// A layer's one-to-one names: a Llama block's, or a Mixtral layer's (its experts apart).
+std::vector<Same> block_names(const Shape& shape) {
+  if (shape.experts > 0) return {std::begin(kMoeBlock), std::end(kMoeBlock)};
+  return {std::begin(kBlock), std::end(kBlock)};
+}
 
 bool vocab_rows(const std::string& smp_name) { return smp_name == "wte.weight" || smp_name == "lm_head.weight"; }
 
@@ -37,6 +61,8 @@ std::string dims(const at::Tensor& t) {
 }
 
 }  // namespace
+
+nlohmann::json llama_config_json(const Shape& s, const std::string& torch_dtype);
 
 Shape shape_of_manifest(const nlohmann::json& manifest) {
   Shape s;
@@ -60,9 +86,41 @@ Shape shape_of_manifest(const nlohmann::json& manifest) {
     } else if (kind == "cross_entropy") {
       s.padded_vocab = c.at("vocab").get<int64_t>();
       s.vocab = c.value("real_vocab", s.padded_vocab);
-    } else if (kind == "moe_layer" || kind.find("moe") != std::string::npos) {
-      throw Error("node '" + name + "' (" + kind + ") is a mixture of experts: LlamaForCausalLM has none");
+    } else if (kind == "attention") {  // the moe adapter's layers: attention, then experts
+      if (c.value("bias", true)) throw Error("node '" + name + "' has biases: Mixtral's attention has none");
+      s.hidden = c.at("hidden").get<int64_t>();
+      s.heads = c.at("heads").get<int64_t>();
+      s.kv_heads = c.value("kv_heads", s.heads);
+      s.rope_theta = c.value("rope_base", 0.0);
+    } else if (kind == "rms_norm") {
+      s.eps = c.value("eps", 1e-5);
+    } else if (kind == "moe") {
+      if (c.value("shared_experts", int64_t{0}) > 0)
+        throw Error("node '" + name + "' has shared experts: MixtralForCausalLM cannot express them");
+      if (c.value("router", std::string("topk_softmax")) != "topk_softmax")
+        throw Error("node '" + name + "' routes \"" + c.value("router", std::string()) +
+                    "\" (top-k of the softmax, not renormalised): Mixtral renormalises the top k (\"topk_softmax\")");
+      if (c.value("capacity_factor", 0.0) > 0)
+        throw Error("node '" + name + "' drops tokens past capacity_factor " + c["capacity_factor"].dump() +
+                    ": Mixtral is dropless");
+      if (c.value("mlp", std::string("swiglu")) != "swiglu")
+        throw Error("node '" + name + "' has " + c["mlp"].dump() + " experts: Mixtral's are SwiGLU");
+      ++s.layers;
+      s.experts = c.at("experts").get<int64_t>();
+      s.top_k = c.at("top_k").get<int64_t>();
+      s.ffn = c.at("ffn").get<int64_t>();
     }
+  }
+  if (s.experts > 0 && llama_blocks)
+    throw Error("the checkpoint has dense layers beside its mixture-of-experts layers: Mixtral's are all MoE");
+  if (s.experts > 0) {
+    if (s.rope_theta <= 0) throw Error("the checkpoint's attention has no rotary positions (rope_base): not a Mixtral");
+    if (s.padded_vocab <= 0) throw Error("the checkpoint's graph has no cross_entropy node to read the vocabulary from");
+    s.tied = !manifest.at("tensors").contains("model/lm_head.weight");
+    const nlohmann::json& model = manifest.value("model", nlohmann::json::object());
+    if (model.is_object() && model.contains("seq_len") && model["seq_len"].is_number_integer())
+      s.seq_len = model["seq_len"].get<int64_t>();
+    return s;
   }
   if (!llama_blocks) throw Error("the checkpoint's graph has no Llama blocks (adapter gpt with model.arch = \"llama\")");
   if (s.rope_theta <= 0) throw Error("the checkpoint's blocks have no rotary positions (rope_base): not a Llama");
@@ -88,19 +146,31 @@ Tensors to_hf(const Tensors& smp, const Shape& shape) {
         placed = true;
       }
     std::smatch m;
-    if (!placed && std::regex_match(name, m, block))
-      for (const Same& s : kBlock)
-        if (m[2].str() == s.smp) {
-          out["model.layers." + m[1].str() + "." + s.hf] = t;
+    if (!placed && std::regex_match(name, m, block)) {
+      const std::string layer = "model.layers." + m[1].str() + ".", local = m[2].str();
+      for (const Same& s : block_names(shape))
+        if (local == s.smp) {
+          out[layer + s.hf] = t;
           placed = true;
         }
-    if (!placed) throw Error("parameter '" + name + "' has no place in LlamaForCausalLM's layout");
+      // Mixtral: the experts' stacked [E, ...] tensors, one tensor per expert.
+      for (const Expert& e : kExperts)
+        if (shape.experts > 0 && local == e.smp) {
+          for (int64_t x = 0; x < t.size(0); ++x)
+            out[layer + "block_sparse_moe.experts." + std::to_string(x) + "." + e.hf] = t[x].contiguous();
+          placed = true;
+        }
+    }
+    if (!placed)
+      throw Error("parameter '" + name + "' has no place in " +
+                  (shape.experts > 0 ? "MixtralForCausalLM's" : "LlamaForCausalLM's") + " layout");
   }
   return out;
 }
 
 Tensors from_hf(const Tensors& hf, const Shape& shape) {
   Tensors out;
+  std::map<std::string, std::map<int64_t, at::Tensor>> experts;  // Mixtral: stacked after the loop
   static const std::regex block("model\\.layers\\.([0-9]+)\\.(.+)");
   for (const auto& [name, t] : hf) {
     bool placed = false;
@@ -121,16 +191,36 @@ Tensors from_hf(const Tensors& hf, const Shape& shape) {
     if (!placed && std::regex_match(name, m, block)) {
       if (std::stoll(m[1].str()) >= shape.layers)
         throw Error("tensor '" + name + "': config.json has " + std::to_string(shape.layers) + " layers");
-      for (const Same& s : kBlock)
+      for (const Same& s : block_names(shape))
         if (m[2].str() == s.hf) {
           out["blocks." + m[1].str() + "." + s.smp] = t;
           placed = true;
         }
+      static const std::regex expert("block_sparse_moe\\.experts\\.([0-9]+)\\.(w[123]\\.weight)");
+      std::smatch e;
+      const std::string local = m[2].str();
+      if (shape.experts > 0 && std::regex_match(local, e, expert)) {
+        const int64_t x = std::stoll(e[1].str());
+        if (x >= shape.experts)
+          throw Error("tensor '" + name + "': config.json has " + std::to_string(shape.experts) + " experts");
+        for (const Expert& k : kExperts)
+          if (e[2].str() == k.hf) experts["blocks." + m[1].str() + "." + k.smp][x] = t;
+        placed = true;
+      }
       if (m[2].str() == "self_attn.rotary_emb.inv_freq") placed = true;  // a buffer older transformers saved
     }
     if (!placed) throw Error("tensor '" + name + "' is not one of LlamaForCausalLM's");
   }
-  const size_t expected = 2 + (shape.tied ? 0 : 1) + 9 * static_cast<size_t>(shape.layers);
+  for (auto& [smp_name, by_expert] : experts) {
+    if (static_cast<int64_t>(by_expert.size()) != shape.experts)
+      throw Error("the files hold " + std::to_string(by_expert.size()) + " of the " + std::to_string(shape.experts) +
+                  " experts of '" + smp_name + "'");
+    std::vector<at::Tensor> stack;
+    for (auto& [x, t] : by_expert) stack.push_back(t);
+    out[smp_name] = at::stack(stack);
+  }
+  const size_t per_layer = shape.experts > 0 ? std::size(kMoeBlock) + std::size(kExperts) : std::size(kBlock);
+  const size_t expected = 2 + (shape.tied ? 0 : 1) + per_layer * static_cast<size_t>(shape.layers);
   if (out.size() != expected) {
     std::string missing;
     auto want = [&](const std::string& n) {
@@ -138,15 +228,35 @@ Tensors from_hf(const Tensors& hf, const Shape& shape) {
     };
     for (const Same& s : kTop)
       if (!(shape.tied && std::string(s.smp) == "lm_head.weight")) want(s.smp);
-    for (int64_t i = 0; i < shape.layers; ++i)
-      for (const Same& s : kBlock) want("blocks." + std::to_string(i) + "." + s.smp);
-    throw Error("the files lack " + std::to_string(expected - out.size()) + " of LlamaForCausalLM's tensors (" +
-                missing + ")");
+    for (int64_t i = 0; i < shape.layers; ++i) {
+      if (shape.experts > 0) {
+        for (const Same& s : kMoeBlock) want("blocks." + std::to_string(i) + "." + s.smp);
+        for (const Expert& e : kExperts) want("blocks." + std::to_string(i) + "." + e.smp);
+      } else {
+        for (const Same& s : kBlock) want("blocks." + std::to_string(i) + "." + s.smp);
+      }
+    }
+    throw Error("the files lack " + std::to_string(expected - out.size()) + " of " +
+                (shape.experts > 0 ? "MixtralForCausalLM's" : "LlamaForCausalLM's") + " tensors (" + missing + ")");
   }
   return out;
 }
 
 nlohmann::json config_json(const Shape& s, const std::string& torch_dtype) {
+  nlohmann::json c = llama_config_json(s, torch_dtype);
+  if (s.experts == 0) return c;
+  c["architectures"] = {"MixtralForCausalLM"};
+  c["model_type"] = "mixtral";
+  c["num_local_experts"] = s.experts;
+  c["num_experts_per_tok"] = s.top_k;
+  c["sliding_window"] = nullptr;
+  c["output_router_logits"] = false;
+  c["router_aux_loss_coef"] = 0.0;
+  for (const char* k : {"pretraining_tp", "mlp_bias", "attention_bias", "head_dim"}) c.erase(k);
+  return c;
+}
+
+nlohmann::json llama_config_json(const Shape& s, const std::string& torch_dtype) {
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"hidden_size", s.hidden},
@@ -183,6 +293,38 @@ Shape shape_of_config(const nlohmann::json& c, const std::string& where) {
   s.rope_theta = keys["rope_base"].get<double>();
   s.eps = keys["norm_eps"].get<double>();
   s.tied = keys["tie_embeddings"].get<bool>();
+  return s;
+}
+
+Shape shape_of_mixtral_config(const nlohmann::json& c, const std::string& where) {
+  if (!c.is_object() || c.value("model_type", "") != "mixtral")
+    throw Error(where + ": \"model_type\" is not \"mixtral\"");
+  // Mixtral's keys over Llama's: the same checks, on a copy that reads as a Llama.
+  nlohmann::json as_llama = c;
+  as_llama["model_type"] = "llama";
+  as_llama.erase("architectures");
+  if (c.contains("architectures") && c["architectures"].is_array())
+    for (const auto& a : c["architectures"])
+      if (a != "MixtralForCausalLM") throw Error(where + ": \"architectures\" names " + a.dump() + ", not MixtralForCausalLM");
+  for (const char* key : {"output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "num_local_experts",
+                          "num_experts_per_tok"})
+    as_llama.erase(key);
+  if (c.contains("router_jitter_noise") && c["router_jitter_noise"].is_number() && c["router_jitter_noise"] != 0)
+    throw Error(where + ": \"router_jitter_noise\" is " + c["router_jitter_noise"].dump() +
+                ": smp's router adds no noise at inference");
+  Shape s = shape_of_config(as_llama, where);
+  auto count = [&](const char* key) {
+    if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+      throw Error(where + ": \"" + key + "\" is " + (c.contains(key) ? c[key].dump() : "missing") +
+                  ", not a positive integer");
+    return c[key].get<int64_t>();
+  };
+  if (std::fabs(s.eps - 1e-5) > 1e-12)
+    throw Error(where + ": \"rms_norm_eps\" is " + c.value("rms_norm_eps", nlohmann::json(1e-6)).dump() +
+                ": the moe adapter normalises with 1e-5 (it has no key for another yet)");
+  s.experts = count("num_local_experts");
+  s.top_k = count("num_experts_per_tok");
+  if (s.top_k > s.experts) throw Error(where + ": \"num_experts_per_tok\" is more than \"num_local_experts\"");
   return s;
 }
 

@@ -1,5 +1,7 @@
 // Hugging Face's Llama layout (transformers' LlamaForCausalLM) for smp's `gpt`
-// adapter with model.arch = "llama". Only the names differ: both keep
+// adapter with model.arch = "llama", and Mixtral's (MixtralForCausalLM) for
+// the `moe` adapter when every layer is a mixture of experts with Mixtral's
+// router and nothing Mixtral lacks. Only the names differ: both keep
 // nn.Linear's [out, in] weights and rotate q and k by halves (GPT-NeoX's
 // layout, plugins/nn ops.hpp rotary), so no tensor is permuted or transposed.
 // The vocabulary: smp pads the embedding and head to a multiple of its
@@ -25,10 +27,16 @@ struct Shape {
   int64_t seq_len = 0;       // max_position_embeddings
   double rope_theta = 10000.0, eps = 1e-5;
   bool tied = false;  // the head is the embedding
+  // Mixtral (MixtralForCausalLM, the moe adapter): experts per layer, > 0;
+  // ffn is then each expert's.
+  int64_t experts = 0, top_k = 0;
 };
 
-// The shape of a checkpoint of the gpt adapter with arch "llama", from its
-// manifest (its "graph" and "model"). Throws naming what is not a Llama.
+// The shape of a checkpoint of the gpt adapter with arch "llama", or of the
+// moe adapter, from its manifest (its "graph" and "model"). Throws naming what
+// is not a Llama, or what Mixtral cannot express (shared experts, dense
+// layers, a router other than softmax-then-top-k renormalised, dropping
+// tokens at a capacity, biases).
 Shape shape_of_manifest(const nlohmann::json& manifest);
 
 // smp's names ("wte.weight", "blocks.0.attn.q.weight", ...) to Hugging
@@ -40,11 +48,14 @@ Tensors to_hf(const Tensors& smp, const Shape& shape);
 // naming a tensor that is not one of LlamaForCausalLM's or a missing one.
 Tensors from_hf(const Tensors& hf, const Shape& shape);
 
-// config.json of LlamaForCausalLM for `shape`; torch_dtype "float32" or "bfloat16".
+// config.json of LlamaForCausalLM (MixtralForCausalLM with experts) for
+// `shape`; torch_dtype "float32" or "bfloat16".
 nlohmann::json config_json(const Shape& shape, const std::string& torch_dtype);
 // The shape config.json describes (smp/sdk/hf_llama.hpp's checks: what smp's
 // Llama cannot represent is refused naming the key, starting with `where`).
 // padded_vocab = vocab.
 Shape shape_of_config(const nlohmann::json& config, const std::string& where);
+// The same for MixtralForCausalLM (model_type "mixtral").
+Shape shape_of_mixtral_config(const nlohmann::json& config, const std::string& where);
 
 }  // namespace smp::llama

@@ -235,7 +235,8 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
   }
   if (kind == "bytes") copied = " (the run's tokenizer is bytes: no file)";
   std::cout << "wrote " << out << ": " << ordered.size() << " tensors (" << dtype << "), " << total << " bytes in "
-            << shards.size() << " file(s), config.json" << copied << " (LlamaForCausalLM, step " << m.value("step", 0)
+            << shards.size() << " file(s), config.json" << copied
+            << (shape.experts > 0 ? " (MixtralForCausalLM, step " : " (LlamaForCausalLM, step ") << m.value("step", 0)
             << ")\n";
   return 0;
 }
@@ -254,8 +255,13 @@ int import_hf(const std::string& in, const std::string& folder, const std::strin
   } catch (const std::exception& e) {
     throw smp::Error(config_path.string() + ": not JSON: " + e.what());
   }
-  if (adapter != "gpt") throw smp::Error("--format hf imports a Llama for the gpt adapter, not '" + adapter + "'");
-  const smp::llama::Shape shape = smp::llama::shape_of_config(config, config_path.string());
+  const bool mixtral = config.is_object() && config.value("model_type", "") == "mixtral";
+  if (adapter != (mixtral ? "moe" : "gpt"))
+    throw smp::Error(std::string("--format hf imports ") +
+                     (mixtral ? "a Mixtral for the moe adapter" : "a Llama for the gpt adapter") + ", not '" + adapter +
+                     "'");
+  const smp::llama::Shape shape = mixtral ? smp::llama::shape_of_mixtral_config(config, config_path.string())
+                                          : smp::llama::shape_of_config(config, config_path.string());
   std::vector<std::string> files;
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -297,9 +303,9 @@ int import_hf(const std::string& in, const std::string& folder, const std::strin
   writer.save(folder, entries,
               {{"step", 0}, {"adapter", {{"name", adapter}}}, {"imported_from", in}, {"hf_config", config}}, false, 0,
               false);
-  std::cout << "wrote " << folder << ": " << entries.size() << " parameters from " << in << " (LlamaForCausalLM, "
-            << shape.layers << " layers); start a run of model.arch = \"llama\" with its shape from it with --set "
-            << "run.init_from=\"" << folder << "\"\n";
+  std::cout << "wrote " << folder << ": " << entries.size() << " parameters from " << in << " ("
+            << (mixtral ? "MixtralForCausalLM, " : "LlamaForCausalLM, ") << shape.layers
+            << " layers); start a run of its shape from it with --set run.init_from=\"" << folder << "\"\n";
   return 0;
 }
 

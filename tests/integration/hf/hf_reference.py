@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""transformers' side of the Hugging Face reference test: LlamaForCausalLM
-from an exported folder scores the same tokens as smp_hf_eval.
+"""transformers' side of the Hugging Face reference tests: the model of an
+exported folder (LlamaForCausalLM, MixtralForCausalLM: AutoModelForCausalLM
+by its config.json) scores the same tokens as smp_hf_eval.
 
     hf_reference.py FOLDER TOKENS SEQ_LEN
     hf_reference.py FOLDER --generate IDS N   (IDS: comma-separated prompt ids)
@@ -20,13 +21,13 @@ if os.environ.get("SMP_PYDEPS_HF"):
     sys.path.append(os.environ["SMP_PYDEPS_HF"])
 try:
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 except Exception as e:  # ImportError, or a version check of transformers
     print(f"hf_reference.py: {type(e).__name__}: {e}")
     sys.exit(77)
 
 if sys.argv[2] == "--generate":
-    model = LlamaForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32, attn_implementation="eager")
     prompt = torch.tensor([[int(x) for x in sys.argv[3].split(",")]], dtype=torch.long)
     n = int(sys.argv[4])
     with torch.no_grad():
@@ -36,7 +37,7 @@ if sys.argv[2] == "--generate":
 folder, tokens_path, seq_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ids = [int(x) for x in open(tokens_path).read().split()]
 rows = torch.tensor(ids, dtype=torch.long).view(-1, seq_len + 1)
-model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager")
+model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager")
 model.eval()
 with torch.no_grad():
     logits = model(input_ids=rows[:, :seq_len]).logits.double()
