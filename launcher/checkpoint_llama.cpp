@@ -297,34 +297,18 @@ Shape shape_of_config(const nlohmann::json& c, const std::string& where) {
 }
 
 Shape shape_of_mixtral_config(const nlohmann::json& c, const std::string& where) {
-  if (!c.is_object() || c.value("model_type", "") != "mixtral")
-    throw Error(where + ": \"model_type\" is not \"mixtral\"");
-  // Mixtral's keys over Llama's: the same checks, on a copy that reads as a Llama.
-  nlohmann::json as_llama = c;
-  as_llama["model_type"] = "llama";
-  as_llama.erase("architectures");
-  if (c.contains("architectures") && c["architectures"].is_array())
-    for (const auto& a : c["architectures"])
-      if (a != "MixtralForCausalLM") throw Error(where + ": \"architectures\" names " + a.dump() + ", not MixtralForCausalLM");
-  for (const char* key : {"output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "num_local_experts",
-                          "num_experts_per_tok"})
-    as_llama.erase(key);
-  if (c.contains("router_jitter_noise") && c["router_jitter_noise"].is_number() && c["router_jitter_noise"] != 0)
-    throw Error(where + ": \"router_jitter_noise\" is " + c["router_jitter_noise"].dump() +
-                ": smp's router adds no noise at inference");
-  Shape s = shape_of_config(as_llama, where);
-  auto count = [&](const char* key) {
-    if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
-      throw Error(where + ": \"" + key + "\" is " + (c.contains(key) ? c[key].dump() : "missing") +
-                  ", not a positive integer");
-    return c[key].get<int64_t>();
-  };
-  if (std::fabs(s.eps - 1e-5) > 1e-12)
-    throw Error(where + ": \"rms_norm_eps\" is " + c.value("rms_norm_eps", nlohmann::json(1e-6)).dump() +
-                ": the moe adapter normalises with 1e-5 (it has no key for another yet)");
-  s.experts = count("num_local_experts");
-  s.top_k = count("num_experts_per_tok");
-  if (s.top_k > s.experts) throw Error(where + ": \"num_experts_per_tok\" is more than \"num_local_experts\"");
+  const nlohmann::json keys = smp::sdk::hf_mixtral_model_keys(c, where);
+  Shape s;
+  s.layers = keys["layers"].get<int64_t>();
+  s.hidden = keys["hidden"].get<int64_t>();
+  s.heads = keys["heads"].get<int64_t>();
+  s.kv_heads = keys["kv_heads"].get<int64_t>();
+  s.ffn = keys["expert_ffn"].get<int64_t>();
+  s.experts = keys["experts"].get<int64_t>();
+  s.top_k = keys["top_k"].get<int64_t>();
+  s.vocab = s.padded_vocab = keys["vocab"].get<int64_t>();
+  s.seq_len = keys.value("seq_len", int64_t{0});
+  s.rope_theta = keys["rope_base"].get<double>();
   return s;
 }
 

@@ -54,23 +54,6 @@ const std::map<std::string, Shape>& presets() {
   return p;
 }
 
-// model.from_hf = "<folder>": the shape a Hugging Face LlamaForCausalLM's
-// config.json gives (smp/sdk/hf_llama.hpp), merged into [model]; a key given
-// in both must agree.
-Json with_from_hf(const Json& table) {
-  if (!table.contains("from_hf")) return table;
-  const std::string folder = smp::sdk::model_get<std::string>(table, "from_hf");
-  const std::string where = "model.from_hf: " + folder + "/config.json";
-  const Json keys = smp::sdk::hf_llama_model_keys(smp::sdk::read_hf_config(folder), where);
-  Json merged = table;
-  for (const auto& [key, value] : keys.items()) {
-    if (table.contains(key) && table.at(key) != value)
-      throw Error("model." + key + " = " + table.at(key).dump() + ", but " + where + " gives " + value.dump());
-    merged[key] = value;
-  }
-  return merged;
-}
-
 class GptAdapter : public smp::sdk::Adapter {
  public:
   GptAdapter(const Json& table, const smp::sdk::AdapterContext& ctx) {
@@ -80,7 +63,8 @@ class GptAdapter : public smp::sdk::Adapter {
                                         "rope_base", "tie_embeddings", "tokenizer", "tokenizer_model", "tokenizer_merges",
                                         "data_cache_path", "norm_eps", "from_hf"},
                                 "gpt");
-    const Json cfg = with_from_hf(table);
+    // model.from_hf: the shape a Hugging Face LlamaForCausalLM's config.json gives.
+    const Json cfg = smp::sdk::with_from_hf(table, smp::sdk::hf_llama_model_keys);
     Shape s{};
     if (cfg.contains("preset")) {
       std::string name = smp::sdk::model_get<std::string>(cfg, "preset");

@@ -9,6 +9,7 @@
 // into the metrics moe_load, moe_dropped, moe_aux, moe_z, moe_a2a_bytes, moe_a2a_ms.
 #include "text_dataset.h"
 
+#include <smp/sdk/hf_llama.hpp>
 #include <smp/sdk/plugin.hpp>
 #include <smp/sdk/tokenizers.hpp>
 
@@ -45,13 +46,15 @@ const std::map<std::string, Shape>& presets() {
 
 class MoeAdapter : public smp::sdk::Adapter {
  public:
-  MoeAdapter(const Json& cfg, const smp::sdk::AdapterContext& ctx) {
+  MoeAdapter(const Json& table, const smp::sdk::AdapterContext& ctx) {
     smp::sdk::expect_model_keys(
-        cfg, {"preset", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "vocab_multiple", "ffn", "experts",
-              "top_k", "expert_ffn", "shared_experts", "moe_every", "dense_layers", "capacity_factor", "router",
-              "router_jitter", "aux_loss_weight", "z_loss_weight", "expert_tp", "rope_base", "data", "val_fraction",
-              "tokenizer", "tokenizer_model", "tokenizer_merges", "data_cache_path"},
+        table, {"preset", "layers", "hidden", "heads", "kv_heads", "seq_len", "vocab", "vocab_multiple", "ffn",
+                "experts", "top_k", "expert_ffn", "shared_experts", "moe_every", "dense_layers", "capacity_factor",
+                "router", "router_jitter", "aux_loss_weight", "z_loss_weight", "expert_tp", "rope_base", "data",
+                "val_fraction", "tokenizer", "tokenizer_model", "tokenizer_merges", "data_cache_path", "from_hf"},
         "moe");
+    // model.from_hf: the shape a Hugging Face MixtralForCausalLM's config.json gives.
+    const Json cfg = smp::sdk::with_from_hf(table, smp::sdk::hf_mixtral_model_keys);
     const std::string preset = smp::sdk::model_get<std::string>(cfg, "preset", "tiny");
     auto it = presets().find(preset);
     if (it == presets().end()) {

@@ -626,8 +626,9 @@ TEST(Generate, GreedyEqualsTransformersAndEveryLayoutAgrees) {
 
 // The moe adapter in Mixtral's layout (MixtralForCausalLM): 4 experts, top 2,
 // every layer MoE. The export names each expert's w1 (gate), w3 (up) and w2
-// (down) and the router block_sparse_moe.gate; imported back it loads into
-// dp 2 with the experts split ep 2, the saved parameters bit for bit; transformers'
+// (down) and the router block_sparse_moe.gate; imported back it loads, with
+// the shape from config.json (model.from_hf), into dp 2 with the experts split
+// ep 2, the saved parameters bit for bit; transformers'
 // MixtralForCausalLM gives smp's logits and, with the auxiliary losses off,
 // its loss. What Mixtral cannot express is refused by the export, by name.
 TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
@@ -659,11 +660,16 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
   EXPECT_EQ(f.tensors().size(), 3u + 4u * (7u + 3u * 4u));
   c = run_command(tool() + " import " + out + "/hf " + out + "/imported --adapter moe --format hf");
   ASSERT_EQ(c.exit_code, 0) << c.output;
+  // The shape from config.json too (model.from_hf): experts, top_k, expert_ffn, the router, ...
   JobResult r = run_job(2, moe().plugin, moe().config,
                         {"parallel.ep=2", "parallel.dp=2", "train.steps=0", "run.dump_parameters=true",
-                         "run.init_from=" + quoted(out + "/imported")});
+                         "model.from_hf=" + quoted(out + "/hf"), "run.init_from=" + quoted(out + "/imported")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(parameter_problems(r, saved, 0), "");
+  r = run_job(1, moe().plugin, moe().config, {"model.from_hf=" + quoted(out + "/hf"), "model.experts=8", "train.steps=0"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.experts = 8, but model.from_hf: " + out + "/hf/config.json gives 4"), std::string::npos)
+      << r.output;
   // transformers' MixtralForCausalLM on the same 16 rows of 16 tokens.
   {
     std::ofstream tokens(out + "/tokens.txt");

@@ -98,4 +98,65 @@ inline nlohmann::json hf_llama_model_keys(const nlohmann::json& c, const std::st
   return keys;
 }
 
+// The moe adapter's [model] keys for the MixtralForCausalLM `c` describes:
+// layers, hidden, heads, kv_heads, expert_ffn, experts, top_k, vocab, seq_len,
+// rope_base, and what makes the moe adapter Mixtral (every layer MoE, no
+// shared experts, the renormalised top-k router, dropless). Refused besides
+// what hf_llama_model_keys refuses: a tied head, router jitter, an
+// rms_norm_eps other than 1e-5 (the moe adapter has no key for it yet).
+inline nlohmann::json hf_mixtral_model_keys(const nlohmann::json& c, const std::string& where) {
+  if (!c.is_object() || !c.contains("model_type") || c["model_type"] != "mixtral")
+    throw Error(where + ": \"model_type\" is " + (c.is_object() && c.contains("model_type") ? c["model_type"].dump() : "missing") +
+                ": smp reads \"mixtral\" (MixtralForCausalLM) for the moe adapter");
+  nlohmann::json as_llama = c;  // Mixtral's shared keys read as a Llama's
+  as_llama["model_type"] = "llama";
+  as_llama.erase("architectures");
+  if (c.contains("architectures") && c["architectures"].is_array())
+    for (const auto& a : c["architectures"])
+      if (a != "MixtralForCausalLM")
+        throw Error(where + ": \"architectures\" names " + a.dump() + ", not MixtralForCausalLM");
+  const nlohmann::json l = hf_llama_model_keys(as_llama, where);
+  if (l["tie_embeddings"] == true) throw Error(where + ": \"tie_word_embeddings\" is true: the moe adapter's head is its own");
+  if (std::fabs(l["norm_eps"].get<double>() - 1e-5) > 1e-12)
+    throw Error(where + ": \"rms_norm_eps\" is " + c["rms_norm_eps"].dump() +
+                ": the moe adapter normalises with 1e-5 (it has no key for another yet)");
+  if (c.contains("router_jitter_noise") && c["router_jitter_noise"].is_number() && c["router_jitter_noise"] != 0)
+    throw Error(where + ": \"router_jitter_noise\" is " + c["router_jitter_noise"].dump() +
+                ": smp's router adds no noise outside training (model.router_jitter)");
+  auto count = [&](const char* key) {
+    if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+      throw Error(where + ": \"" + key + "\" is " + (c.contains(key) ? c[key].dump() : "missing") +
+                  ", not a positive integer");
+    return c[key].get<int64_t>();
+  };
+  const int64_t experts = count("num_local_experts"), top_k = count("num_experts_per_tok");
+  if (top_k > experts) throw Error(where + ": \"num_experts_per_tok\" is more than \"num_local_experts\"");
+  nlohmann::json keys = {{"layers", l["layers"]},   {"hidden", l["hidden"]},   {"heads", l["heads"]},
+                         {"kv_heads", l["kv_heads"]}, {"expert_ffn", l["ffn"]}, {"experts", experts},
+                         {"top_k", top_k},          {"vocab", l["vocab"]},     {"rope_base", l["rope_base"]},
+                         {"shared_experts", 0},     {"dense_layers", 0},       {"moe_every", 1},
+                         {"router", "topk_softmax"}, {"capacity_factor", 0.0}};
+  if (l.contains("seq_len")) keys["seq_len"] = l["seq_len"];
+  return keys;
+}
+
+// [model] with the keys `from_hf(config, where)` gives merged in: a key the
+// table also gives must agree (else an Error naming both). `table` has
+// "from_hf" (a Hugging Face model folder) or is returned as it is.
+template <class FromHf>
+nlohmann::json with_from_hf(const nlohmann::json& table, FromHf from_hf) {
+  if (!table.contains("from_hf")) return table;
+  if (!table["from_hf"].is_string()) throw Error("model.from_hf: expected a folder name, got " + table["from_hf"].dump());
+  const std::string folder = table["from_hf"].get<std::string>();
+  const std::string where = "model.from_hf: " + folder + "/config.json";
+  const nlohmann::json keys = from_hf(read_hf_config(folder), where);
+  nlohmann::json merged = table;
+  for (const auto& [key, value] : keys.items()) {
+    if (table.contains(key) && table.at(key) != value)
+      throw Error("model." + key + " = " + table.at(key).dump() + ", but " + where + " gives " + value.dump());
+    merged[key] = value;
+  }
+  return merged;
+}
+
 }  // namespace smp::sdk
