@@ -721,6 +721,52 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
   if (theirs_code == 77) GTEST_SKIP() << "transformers is not installable here (the round trip passed): " << why;
 }
 
+// The other way: a Llama transformers itself wrote (save_pretrained, sharded
+// files with their index; rope_theta 500000, rms_norm_eps 1e-6, untied)
+// imports, takes its shape from its config.json, and scores 8 rows of 16
+// tokens with transformers' own loss (1e-4 relative) and logits (1e-4).
+TEST(CheckpointTool, ALlamaTransformersWroteScoresInSmpAsInTransformers) {
+  const std::string out = fresh_dir("hf-theirs");
+  {
+    std::ofstream tokens(out + "/tokens.txt");
+    std::mt19937 gen(13);
+    for (int i = 0; i < 8 * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
+  }
+  std::string theirs_out, why;
+  int code = 77;
+  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
+                                  source_path("tests/integration/hf/hf_reference.py") + " " + out + "/theirs --write " +
+                                  out + "/tokens.txt 16");
+    code = t.exit_code;
+    theirs_out = t.output;
+    if (code != 77) break;
+    why += python + ": " + t.output + "; ";
+  }
+  if (code == 77) GTEST_SKIP() << "transformers is not installable here: " << why;
+  ASSERT_EQ(code, 0) << theirs_out;
+  ASSERT_TRUE(fs::exists(out + "/theirs/model.safetensors.index.json")) << theirs_out;
+  Command c = run_command(tool() + " import " + out + "/theirs " + out + "/imported --adapter gpt --format hf");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  c = run_command(std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out +
+                  "/tokens.txt 'model.from_hf=" + quoted(out + "/theirs") + "' 'run.init_from=" +
+                  quoted(out + "/imported") + "' 'run.dir=" + quoted(out + "/eval") +
+                  "' parallel.microbatches=2 run.dump_parameters=false");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json theirs = nlohmann::json::parse(theirs_out.substr(theirs_out.rfind("{\"loss\"")));
+  const nlohmann::json ours = nlohmann::json::parse(c.output.substr(c.output.rfind("{\"")));
+  const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
+  std::printf("[ hf ] transformers wrote it: loss %.8f, smp %.8f, relative %.2e\n", b, a, std::fabs(a - b) / b);
+  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
+  EXPECT_GT(std::fabs(b - std::log(256.0)), 0.05) << "the model is at chance: the test would see little";
+  const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
+  ASSERT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  std::printf("[ hf ] logits max |diff| %.3e\n", worst);
+  EXPECT_LT(worst, 1e-4);
+}
+
 // What LlamaForCausalLM's config.json can say and smp's Llama cannot: each
 // refused by the import, naming the key; nothing written.
 TEST(CheckpointTool, HuggingFaceConfigsSmpCannotRepresentAreRefused) {
