@@ -327,6 +327,49 @@ Command run_command(const std::string& cmd) {
 
 std::string tool() { return std::string(SMP_BIN_DIR) + "/smp-checkpoint"; }
 
+// transformers' side of the Hugging Face checks: tests/integration/hf/
+// hf_reference.py `args` under the first python3 with torch and transformers
+// (.pydeps-hf). Exit 77, with each interpreter's reason as the output, when none has.
+Command run_hf_reference(const std::string& args) {
+  Command last;
+  std::string why;
+  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+    last = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
+                       source_path("tests/integration/hf/hf_reference.py") + " " + args);
+    if (last.exit_code != 77) return last;
+    why += python + ": " + last.output + "; ";
+  }
+  last.output = why;
+  return last;
+}
+
+// `rows` seeded rows of 17 ids below 256 (16 inputs, 16 targets) for smp_hf_eval and hf_reference.py.
+void write_tokens(const std::string& path, int rows, unsigned seed) {
+  std::ofstream tokens(path);
+  std::mt19937 gen(seed);
+  for (int i = 0; i < rows * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
+}
+
+// The last JSON in a command's output, from the last `start`.
+nlohmann::json last_json(const std::string& output, const std::string& start = "{\"") {
+  return nlohmann::json::parse(output.substr(output.rfind(start)));
+}
+
+// smp's scores (smp_hf_eval) and transformers' (hf_reference.py) agree: the
+// loss to 1e-4 relative, the logits to 1e-4. Prints both under `label`.
+void expect_scores_agree(const nlohmann::json& ours, const nlohmann::json& theirs, const std::string& label) {
+  const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
+  std::printf("[ hf ] %s: smp loss %.8f, transformers %.8f, relative %.2e\n", label.c_str(), a, b,
+              std::fabs(a - b) / b);
+  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
+  const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
+  ASSERT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  std::printf("[ hf ] %s: logits max |diff| %.3e\n", label.c_str(), worst);
+  EXPECT_LT(worst, 1e-4);
+}
+
 // export (smp's names, and GPT-2's) -> import -> run.init_from on another
 // layout: the parameters are the saved ones, bit for bit. The GPT-2 file has
 // transformers' names and shapes (read back by Python's safetensors below).
@@ -487,24 +530,10 @@ TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
   const std::string out = fresh_dir("hf-reference"), ckpt = saved.run_dir + "/checkpoints";
   Command c = run_command(tool() + " export " + ckpt + " " + out + "/hf --format hf");
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  {
-    std::ofstream tokens(out + "/tokens.txt");
-    std::mt19937 gen(7);
-    for (int i = 0; i < 8 * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
-  }
-  std::string theirs_out, why;
-  int theirs_code = 77;
-  for (const std::string python : {"python3", "/usr/bin/python3"}) {
-    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
-                                  source_path("tests/integration/hf/hf_reference.py") + " " + out + "/hf " + out +
-                                  "/tokens.txt 16");
-    theirs_code = t.exit_code;
-    theirs_out = t.output;
-    if (theirs_code != 77) break;
-    why += python + ": " + t.output + "; ";
-  }
-  if (theirs_code == 77) GTEST_SKIP() << "transformers is not installable here: " << why;
-  ASSERT_EQ(theirs_code, 0) << theirs_out;
+  write_tokens(out + "/tokens.txt", 8, 7);
+  const Command theirs = run_hf_reference(out + "/hf " + out + "/tokens.txt 16");
+  if (theirs.exit_code == 77) GTEST_SKIP() << "transformers is not installable here: " << theirs.output;
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
   std::string eval = std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out + "/tokens.txt";
   for (const auto& s : llama) eval += " " + s;
   // Each override in single quotes: the shell keeps TOML's double quotes.
@@ -512,21 +541,13 @@ TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
           "' parallel.microbatches=2 run.dump_parameters=false";
   c = run_command(eval);
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  const nlohmann::json theirs = nlohmann::json::parse(theirs_out.substr(theirs_out.rfind("{\"loss\"")));
-  const nlohmann::json ours = nlohmann::json::parse(c.output.substr(c.output.rfind("{\"")));
-  const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
-  std::printf("[ hf ] smp loss %.8f, transformers %s (torch %s) %.8f, relative %.2e\n", a,
-              theirs["transformers"].get<std::string>().c_str(), theirs["torch"].get<std::string>().c_str(), b,
-              std::fabs(a - b) / b);
-  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
-  EXPECT_GT(std::fabs(a - std::log(256.0)), 0.05) << "the model is still at chance: the test would see little";
-  const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
-  ASSERT_EQ(x.size(), y.size());
-  ASSERT_EQ(x.size(), 8u * 16u * 8u);
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  std::printf("[ hf ] logits max |diff| %.3e\n", worst);
-  EXPECT_LT(worst, 1e-4);
+  const nlohmann::json ours = last_json(c.output), reference = last_json(theirs.output, "{\"loss\"");
+  std::printf("[ hf ] transformers %s, torch %s\n", reference["transformers"].get<std::string>().c_str(),
+              reference["torch"].get<std::string>().c_str());
+  expect_scores_agree(ours, reference, "exported Llama");
+  EXPECT_GT(std::fabs(ours["loss"].get<double>() - std::log(256.0)), 0.05)
+      << "the model is still at chance: the test would see little";
+  ASSERT_EQ(ours["logits"].size(), 8u * 16u * 8u);
 }
 
 // model.from_hf: a run takes its [model] shape from an exported folder's
@@ -607,21 +628,11 @@ TEST(Generate, GreedyEqualsTransformersAndEveryLayoutAgrees) {
   // transformers' greedy generate() on the exported folder.
   c = run_command(tool() + " export " + ckpt + " " + out + "/hf --format hf");
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  std::string theirs, why;
-  int code = 77;
-  for (const std::string python : {"python3", "/usr/bin/python3"}) {
-    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
-                                  source_path("tests/integration/hf/hf_reference.py") + " " + out +
-                                  "/hf --generate 84,104 10");  // 'T', 'h'
-    code = t.exit_code;
-    theirs = t.output;
-    if (code != 77) break;
-    why += python + ": " + t.output + "; ";
-  }
-  if (code == 77) GTEST_SKIP() << "transformers is not installable here (the layouts agreed): " << why;
-  ASSERT_EQ(code, 0) << theirs;
-  EXPECT_EQ(nlohmann::json::parse(theirs.substr(theirs.rfind("{\"")))["ids"].get<std::vector<int64_t>>(), greedy)
-      << theirs;
+  const Command theirs = run_hf_reference(out + "/hf --generate 84,104 10");  // 'T', 'h'
+  if (theirs.exit_code == 77)
+    GTEST_SKIP() << "transformers is not installable here (the layouts agreed): " << theirs.output;
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
+  EXPECT_EQ(last_json(theirs.output)["ids"].get<std::vector<int64_t>>(), greedy) << theirs.output;
 }
 
 // The moe adapter in Mixtral's layout (MixtralForCausalLM): 4 experts, top 2,
@@ -671,39 +682,15 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
   EXPECT_NE(r.output.find("model.experts = 8, but model.from_hf: " + out + "/hf/config.json gives 4"), std::string::npos)
       << r.output;
   // transformers' MixtralForCausalLM on the same 16 rows of 16 tokens.
-  {
-    std::ofstream tokens(out + "/tokens.txt");
-    std::mt19937 gen(11);
-    for (int i = 0; i < 16 * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
-  }
-  std::string theirs_out, why;
-  int theirs_code = 77;
-  for (const std::string python : {"python3", "/usr/bin/python3"}) {
-    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
-                                  source_path("tests/integration/hf/hf_reference.py") + " " + out + "/hf " + out +
-                                  "/tokens.txt 16");
-    theirs_code = t.exit_code;
-    theirs_out = t.output;
-    if (theirs_code != 77) break;
-    why += python + ": " + t.output + "; ";
-  }
-  if (theirs_code != 77) {
-    ASSERT_EQ(theirs_code, 0) << theirs_out;
+  write_tokens(out + "/tokens.txt", 16, 11);
+  const Command theirs = run_hf_reference(out + "/hf " + out + "/tokens.txt 16");
+  if (theirs.exit_code != 77) {
+    ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
     c = run_command(std::string(SMP_HF_EVAL) + " " + moe().plugin + " " + moe().config + " " + out +
                     "/tokens.txt 'run.init_from=" + quoted(ckpt) + "' 'run.dir=" + quoted(out + "/eval") +
                     "' parallel.microbatches=2 model.aux_loss_weight=0 model.z_loss_weight=0 run.dump_parameters=false");
     ASSERT_EQ(c.exit_code, 0) << c.output;
-    const nlohmann::json theirs = nlohmann::json::parse(theirs_out.substr(theirs_out.rfind("{\"loss\"")));
-    const nlohmann::json ours = nlohmann::json::parse(c.output.substr(c.output.rfind("{\"")));
-    const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
-    std::printf("[ hf ] smp loss %.8f, transformers' Mixtral %.8f, relative %.2e\n", a, b, std::fabs(a - b) / b);
-    EXPECT_LT(std::fabs(a - b), 1e-4 * b);
-    const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
-    ASSERT_EQ(x.size(), y.size());
-    double worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-    std::printf("[ hf ] logits max |diff| %.3e\n", worst);
-    EXPECT_LT(worst, 1e-4);
+    expect_scores_agree(last_json(c.output), last_json(theirs.output, "{\"loss\""), "exported Mixtral");
   }
   // What Mixtral cannot express.
   for (const auto& [set, said] : std::vector<std::pair<std::string, std::string>>{
@@ -718,7 +705,8 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
     EXPECT_NE(c.exit_code, 0) << c.output;
     EXPECT_NE(c.output.find(said), std::string::npos) << c.output;
   }
-  if (theirs_code == 77) GTEST_SKIP() << "transformers is not installable here (the round trip passed): " << why;
+  if (theirs.exit_code == 77)
+    GTEST_SKIP() << "transformers is not installable here (the round trip passed): " << theirs.output;
 }
 
 // The other way: a Llama transformers itself wrote (save_pretrained, sharded
@@ -727,25 +715,11 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
 // tokens with transformers' own loss (1e-4 relative) and logits (1e-4).
 TEST(CheckpointTool, ALlamaTransformersWroteScoresInSmpAsInTransformers) {
   const std::string out = fresh_dir("hf-theirs");
-  {
-    std::ofstream tokens(out + "/tokens.txt");
-    std::mt19937 gen(13);
-    for (int i = 0; i < 8 * 17; ++i) tokens << (gen() % 256) << (i % 17 == 16 ? "\n" : " ");
-  }
-  std::string theirs_out, why;
-  int code = 77;
-  for (const std::string python : {"python3", "/usr/bin/python3"}) {
-    const Command t = run_command("SMP_PYDEPS_HF=" + source_path(".pydeps-hf") + " " + python + " " +
-                                  source_path("tests/integration/hf/hf_reference.py") + " " + out + "/theirs --write " +
-                                  out + "/tokens.txt 16");
-    code = t.exit_code;
-    theirs_out = t.output;
-    if (code != 77) break;
-    why += python + ": " + t.output + "; ";
-  }
-  if (code == 77) GTEST_SKIP() << "transformers is not installable here: " << why;
-  ASSERT_EQ(code, 0) << theirs_out;
-  ASSERT_TRUE(fs::exists(out + "/theirs/model.safetensors.index.json")) << theirs_out;
+  write_tokens(out + "/tokens.txt", 8, 13);
+  const Command theirs = run_hf_reference(out + "/theirs --write " + out + "/tokens.txt 16");
+  if (theirs.exit_code == 77) GTEST_SKIP() << "transformers is not installable here: " << theirs.output;
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
+  ASSERT_TRUE(fs::exists(out + "/theirs/model.safetensors.index.json")) << theirs.output;
   Command c = run_command(tool() + " import " + out + "/theirs " + out + "/imported --adapter gpt --format hf");
   ASSERT_EQ(c.exit_code, 0) << c.output;
   c = run_command(std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out +
@@ -753,18 +727,10 @@ TEST(CheckpointTool, ALlamaTransformersWroteScoresInSmpAsInTransformers) {
                   quoted(out + "/imported") + "' 'run.dir=" + quoted(out + "/eval") +
                   "' parallel.microbatches=2 run.dump_parameters=false");
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  const nlohmann::json theirs = nlohmann::json::parse(theirs_out.substr(theirs_out.rfind("{\"loss\"")));
-  const nlohmann::json ours = nlohmann::json::parse(c.output.substr(c.output.rfind("{\"")));
-  const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
-  std::printf("[ hf ] transformers wrote it: loss %.8f, smp %.8f, relative %.2e\n", b, a, std::fabs(a - b) / b);
-  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
-  EXPECT_GT(std::fabs(b - std::log(256.0)), 0.05) << "the model is at chance: the test would see little";
-  const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
-  ASSERT_EQ(x.size(), y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  std::printf("[ hf ] logits max |diff| %.3e\n", worst);
-  EXPECT_LT(worst, 1e-4);
+  const nlohmann::json reference = last_json(theirs.output, "{\"loss\"");
+  expect_scores_agree(last_json(c.output), reference, "a Llama transformers wrote");
+  EXPECT_GT(std::fabs(reference["loss"].get<double>() - std::log(256.0)), 0.05)
+      << "the model is at chance: the test would see little";
 }
 
 // What LlamaForCausalLM's config.json can say and smp's Llama cannot: each
