@@ -113,17 +113,12 @@ Shape shape_of_manifest(const nlohmann::json& manifest) {
   }
   if (s.experts > 0 && llama_blocks)
     throw Error("the checkpoint has dense layers beside its mixture-of-experts layers: Mixtral's are all MoE");
-  if (s.experts > 0) {
-    if (s.rope_theta <= 0) throw Error("the checkpoint's attention has no rotary positions (rope_base): not a Mixtral");
-    if (s.padded_vocab <= 0) throw Error("the checkpoint's graph has no cross_entropy node to read the vocabulary from");
-    s.tied = !manifest.at("tensors").contains("model/lm_head.weight");
-    const nlohmann::json& model = manifest.value("model", nlohmann::json::object());
-    if (model.is_object() && model.contains("seq_len") && model["seq_len"].is_number_integer())
-      s.seq_len = model["seq_len"].get<int64_t>();
-    return s;
-  }
-  if (!llama_blocks) throw Error("the checkpoint's graph has no Llama blocks (adapter gpt with model.arch = \"llama\")");
-  if (s.rope_theta <= 0) throw Error("the checkpoint's blocks have no rotary positions (rope_base): not a Llama");
+  const std::string what = s.experts > 0 ? "Mixtral" : "Llama";
+  if (s.experts == 0 && !llama_blocks)
+    throw Error("the checkpoint's graph has no Llama blocks (adapter gpt with model.arch = \"llama\")");
+  if (s.rope_theta <= 0)
+    throw Error("the checkpoint's " + std::string(s.experts > 0 ? "attention has" : "blocks have") +
+                " no rotary positions (rope_base): not a " + what);
   if (s.padded_vocab <= 0) throw Error("the checkpoint's graph has no cross_entropy node to read the vocabulary from");
   s.tied = !manifest.at("tensors").contains("model/lm_head.weight");
   const nlohmann::json& model = manifest.value("model", nlohmann::json::object());
