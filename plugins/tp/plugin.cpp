@@ -56,4 +56,21 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                // moe adapter's hint: about 0.4 of them).
                .tp_rule("moe", "parallel_moe", &rules::moe_tp, 1.0, 0.4)
                .rule("ep", "moe", "parallel_moe", &rules::moe_ep, 1.0, 0.0)
-               .rule("ep", "parallel_moe", "parallel_moe", &rules::moe_ep, 1.0, 0.0))
+               .rule("ep", "parallel_moe", "parallel_moe", &rules::moe_ep, 1.0, 0.0)
+               // Generation (ABI 2.7). Under sequence parallelism the kinds that
+               // split the sequence refuse a decoding call by name.
+               .inference("tp_linear", SMP_INFERENCE_POSITIONWISE)
+               .inference("column_parallel_linear", SMP_INFERENCE_POSITIONWISE)
+               .inference("row_parallel_linear", SMP_INFERENCE_POSITIONWISE)
+               .inference("vocab_parallel_embedding", SMP_INFERENCE_POSITIONWISE)
+               .sharded_output("vocab_parallel_embedding", "attend", 0, "tp", -1)  // the logits, vocabulary-sharded
+               .inference("sharded_embedding_table", SMP_INFERENCE_POSITIONWISE)
+               .inference("parallel_mlp", SMP_INFERENCE_POSITIONWISE)
+               .inference("parallel_swiglu_mlp", SMP_INFERENCE_POSITIONWISE)
+               .inference("dist_layer_norm", SMP_INFERENCE_POSITIONWISE)
+               .inference("dist_rms_norm", SMP_INFERENCE_POSITIONWISE)
+               .inference("dist_dropout", SMP_INFERENCE_POSITIONWISE)
+               .inference("dist_position_embedding", SMP_INFERENCE_DECODE)
+               .inference("parallel_attention", SMP_INFERENCE_DECODE)
+               .inference("parallel_transformer_layer", SMP_INFERENCE_DECODE)
+               .inference("parallel_moe", SMP_INFERENCE_DECODE))

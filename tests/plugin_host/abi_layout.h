@@ -44,7 +44,10 @@ extern "C" {
   X(smp_job_tables_extension, SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE)     \
   X(smp_kind_memory, SMP_KIND_MEMORY_STRUCT_SIZE)                       \
   X(smp_rule_memory, SMP_RULE_MEMORY_STRUCT_SIZE)                       \
-  X(smp_memory_extension, SMP_MEMORY_EXTENSION_STRUCT_SIZE)
+  X(smp_memory_extension, SMP_MEMORY_EXTENSION_STRUCT_SIZE)             \
+  X(smp_kind_inference, SMP_KIND_INFERENCE_STRUCT_SIZE)                 \
+  X(smp_inference_extension, SMP_INFERENCE_EXTENSION_STRUCT_SIZE)       \
+  X(smp_decode_extension, SMP_DECODE_EXTENSION_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;

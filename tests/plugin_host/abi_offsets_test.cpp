@@ -82,6 +82,7 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_forward_args, n_outputs, 40, 0),
       ROW(smp_forward_args, training, 48, 0),
       ROW(smp_forward_args, rng_seed, 56, 0),
+      ROW(smp_forward_args, extension_start, 64, 7),
 
       ROW(smp_placement, struct_size, 0, 0),
       ROW(smp_placement, axis, 8, 0),
@@ -325,6 +326,20 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_memory_extension, n_kinds, 32, 5),
       ROW(smp_memory_extension, rules, 40, 5),
       ROW(smp_memory_extension, n_rules, 48, 5),
+      ROW(smp_kind_inference, struct_size, 0, 7),
+      ROW(smp_kind_inference, kind, 8, 7),
+      ROW(smp_kind_inference, method, 16, 7),
+      ROW(smp_kind_inference, flags, 24, 7),
+      ROW(smp_kind_inference, sharded_output, 28, 7),
+      ROW(smp_kind_inference, shard_axis, 32, 7),
+      ROW(smp_kind_inference, shard_dim, 40, 7),
+      ROW(smp_inference_extension, base, 0, 7),
+      ROW(smp_inference_extension, kinds, 24, 7),
+      ROW(smp_inference_extension, n_kinds, 32, 7),
+      ROW(smp_decode_extension, base, 0, 7),
+      ROW(smp_decode_extension, start, 24, 7),
+      ROW(smp_decode_extension, n_samples, 32, 7),
+      ROW(smp_decode_extension, capacity, 40, 7),
   };
   return rows;
 }
@@ -376,6 +391,7 @@ const std::vector<SizeConstant>& size_constants() {
         SIZE_AT(SMP_ADAPTER_CONTEXT_STRUCT_SIZE_2_0, smp_adapter_context, 0),
         SIZE_AT(SMP_RULE_STRUCT_SIZE_2_0, smp_rule, 0),
         SIZE_AT(SMP_HOST_API_STRUCT_SIZE_2_0, smp_host_api, 0),
+        SIZE_AT(SMP_FORWARD_ARGS_STRUCT_SIZE_2_6, smp_forward_args, 6),
     };
 #define SMP_TEST_CURRENT(type, constant) \
   c.push_back(SizeConstant{#constant, #type, constant, SMP_ABI_VERSION_MINOR});

@@ -461,6 +461,9 @@ TEST(ProgramModel, BadBatchesAreRefusedAndTheRuntimeStaysUsable) {
       {"device", "batch input 'x' is on meta; this rank computes on cpu"},
       {"forward rows", "rank 0: forward: the batch's 3 samples do not split into parallel.microbatches = 2"},
       {"forward without targets", "output 'loss:loss' of node 'loss' was not computed: it needs graph input 'y'"},
+      // A program's own kinds declare nothing about decoding (ABI 2.7): refused by node.
+      {"decode", "rank 0: decode: node 'net"},
+      {"decode", "declares neither that it works position by position nor that it keeps a KV cache"},
   };
   for (const auto& [what, message] : expected) {
     EXPECT_TRUE(smp_test::contains(r.output, "refused " + what + ": ")) << what << "\n" << r.output;
@@ -509,6 +512,46 @@ TEST(InProcessPlugin, RegistersARuleForTheProgramsOwnKind) {
   ASSERT_NE(r, nullptr);
   EXPECT_STREQ(r->dist_kind, "mine_scale_tp");
   EXPECT_EQ(registry.provider("tp rule", "mine_scale"), "mine");
+}
+
+// What kinds do outside training (ABI 2.7's SMP_EXTENSION_INFERENCE): read by
+// kind and method (a kind-wide entry and the method's own together), and a
+// declaration about a kind the plugin lacks, unknown flags or a sharded output
+// without an axis refused by name.
+TEST(InProcessPlugin, InferenceDeclarationsAreReadByKindAndMethodAndChecked) {
+  smp::PluginRegistry registry;
+  registry.load_source(smp::sdk::InProcessPlugin(std::move(smp::sdk::PluginBuilder("gen", "1.0")
+                                                               .module<Scale>("gen_a")
+                                                               .module<Scale>("gen_b")
+                                                               .inference("gen_a", SMP_INFERENCE_POSITIONWISE)
+                                                               .inference("gen_b", SMP_INFERENCE_DECODE, "step")
+                                                               .sharded_output("gen_b", "attend", 0, "tp", -1))));
+  EXPECT_EQ(registry.inference("gen_a", "forward").flags, SMP_INFERENCE_POSITIONWISE);
+  EXPECT_EQ(registry.inference("gen_a", "other").flags, SMP_INFERENCE_POSITIONWISE);
+  EXPECT_EQ(registry.inference("gen_b", "forward").flags, 0u);
+  EXPECT_EQ(registry.inference("gen_b", "step").flags, SMP_INFERENCE_DECODE);
+  const smp::KindInference attend = registry.inference("gen_b", "attend");
+  EXPECT_EQ(attend.sharded_output, 0);
+  EXPECT_EQ(attend.shard_axis, "tp");
+  EXPECT_EQ(attend.shard_dim, -1);
+  EXPECT_EQ(registry.inference("gen_b", "forward").sharded_output, -1);
+  EXPECT_EQ(registry.inference("unknown", "forward").flags, 0u);
+  const auto refused = [](smp::sdk::PluginBuilder builder, const std::string& message) {
+    smp::PluginRegistry r;
+    try {
+      r.load_source(smp::sdk::InProcessPlugin(std::move(builder)));
+      ADD_FAILURE() << "accepted; expected: " << message;
+    } catch (const smp::Error& e) {
+      EXPECT_TRUE(smp_test::contains(e.what(), message)) << e.what();
+    }
+    EXPECT_TRUE(r.plugins().empty());
+  };
+  refused(std::move(smp::sdk::PluginBuilder("ghost", "1.0").module<Scale>("ghost_a").inference("ghost_b", 1)),
+          "inference extension: module kind 'ghost_b' is not one this plugin registers");
+  refused(std::move(smp::sdk::PluginBuilder("flags", "1.0").module<Scale>("flags_a").inference("flags_a", 64)),
+          "inference extension: module kind 'flags_a': unknown flags 64");
+  refused(std::move(smp::sdk::PluginBuilder("axis", "1.0").module<Scale>("axis_a").sharded_output("axis_a", "", 0, "", 0)),
+          "inference extension: module kind 'axis_a': a sharded output needs an index >= 0 and a mesh axis");
 }
 
 TEST(InProcessPlugin, RefusedForAnotherAbiOrLibTorch) {

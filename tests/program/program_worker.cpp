@@ -240,6 +240,12 @@ int main(int argc, char** argv) {
       } catch (const smp::Error& e) {
         std::cout << "refused forward without targets: " << e.what() << "\n";
       }
+      try {
+        rt->decode({{"x", share(x)}}, {std::vector<int64_t>(static_cast<size_t>(rows), 0), 64}, {"logits"});
+        std::cout << "accepted: decode\n";
+      } catch (const smp::Error& e) {
+        std::cout << "refused decode: " << e.what() << "\n";
+      }
       // Still usable: a good step trains.
       const smp::StepResult r = rt->train_step({{"x", share(x)}, {"y", share(y)}});
       std::cout << "after refusals: step " << r.step << " loss " << r.loss << "\n";

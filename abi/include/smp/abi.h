@@ -71,7 +71,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 6
+#define SMP_ABI_VERSION_MINOR 7
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -157,6 +157,8 @@ typedef enum smp_extension_type {
   SMP_EXTENSION_CONFIG = 4,     /* since 2.5, on a plugin descriptor: smp_config_extension */
   SMP_EXTENSION_JOB_TABLES = 5, /* since 2.5, on smp_module_context: smp_job_tables_extension */
   SMP_EXTENSION_MEMORY = 6,     /* since 2.5, on a plugin descriptor: smp_memory_extension */
+  SMP_EXTENSION_DECODE = 7,     /* since 2.7, on smp_forward_args: smp_decode_extension */
+  SMP_EXTENSION_INFERENCE = 8,  /* since 2.7, on a plugin descriptor: smp_inference_extension */
   SMP_EXTENSION_PRIVATE_BASE = 0x10000
 } smp_extension_type;
 
@@ -205,6 +207,10 @@ typedef struct smp_forward_args {
   size_t n_outputs;
   int32_t training;             /* 1 during training steps (dropout on) */
   uint64_t rng_seed;            /* per call; same for every layout */
+  /* Since 2.7: NULL, or the host's extensions for this call (e.g.
+   * SMP_EXTENSION_DECODE). The struct's last field: later additions are
+   * extensions. */
+  const struct smp_extension_base* extension_start;
 } smp_forward_args;
 
 /* How a parameter lies along one mesh axis (DTensor's placements, kept small). */
@@ -656,6 +662,61 @@ typedef struct smp_memory_extension {
 } smp_memory_extension;
 
 /* ------------------------------------------------------------------------ */
+/* Inference (since 2.7): what kinds do outside training, and decoding calls  */
+/* ------------------------------------------------------------------------ */
+/* Generation feeds a model a few new positions per call and keeps what
+ * attention needs of the earlier ones (a KV cache). A forward call during
+ * generation carries SMP_EXTENSION_DECODE; the host issues such calls only
+ * when every node that runs is of a kind that declares, for its method, that
+ * it either works position by position (SMP_INFERENCE_POSITIONWISE: each
+ * position's outputs depend on that position's inputs alone, so feeding fewer
+ * positions changes nothing) or honours the extension (SMP_INFERENCE_DECODE);
+ * it refuses any other node by name. */
+#define SMP_INFERENCE_POSITIONWISE 1u
+#define SMP_INFERENCE_DECODE 2u
+
+/* What one kind (one method, or all of them) does outside training. */
+typedef struct smp_kind_inference {
+  size_t struct_size;
+  const char* kind;       /* a module kind this plugin registers */
+  const char* method;     /* NULL: every method of the kind; else this one */
+  uint32_t flags;         /* SMP_INFERENCE_* bits */
+  /* The output the method leaves sharded over a mesh axis (-1: none), e.g. a
+   * vocabulary-parallel head's logits: rank i of shard_axis holds slice i of
+   * dimension shard_dim (negative counts from the end). The host puts it
+   * together (an all-gather) where a program asks for the value whole
+   * (Runtime::forward). */
+  int32_t sharded_output;
+  const char* shard_axis;
+  int32_t shard_dim;
+} smp_kind_inference;
+
+/* type SMP_EXTENSION_INFERENCE, version 1, on a plugin descriptor. A kind it
+ * does not list declares nothing: no decoding through it, outputs whole. */
+typedef struct smp_inference_extension {
+  smp_extension_base base;
+  const smp_kind_inference* const* kinds;
+  size_t n_kinds;
+} smp_inference_extension;
+
+/* type SMP_EXTENSION_DECODE, version 1, on smp_forward_args.extension_start.
+ * The call's inputs are positions [start[i], start[i] + s) of sample i, where
+ * s is the call's sequence length (dimension 1). A kind that mixes positions
+ * (attention) keeps, per sample, what later positions need of these (its K
+ * and V) at their positions, attends each new position p to the kept
+ * positions 0..p only (so what was kept past start[i] is overwritten, never
+ * read), and offsets its position encodings by start[i]. The batch is fixed
+ * while decoding: a call whose batch size or capacity differs from the cache's
+ * starts a new one (then every start must be 0). A call without the extension
+ * frees the cache. */
+typedef struct smp_decode_extension {
+  smp_extension_base base;
+  const int64_t* start; /* n_samples entries, each >= 0; borrowed for the call */
+  size_t n_samples;     /* the call's batch size */
+  int64_t capacity;     /* positions a cache must hold: start[i] + s <= capacity */
+} smp_decode_extension;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -810,7 +871,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_EXTENSION_BASE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_extension_base, next)
 #define SMP_MODULE_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_module_context, extension_start)
 #define SMP_MODULE_CONTEXT_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_module_context, parallel_json) /* the fields of minor 0 */
-#define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, rng_seed)
+#define SMP_FORWARD_ARGS_STRUCT_SIZE SMP_STRUCT_SIZE(smp_forward_args, extension_start)
+#define SMP_FORWARD_ARGS_STRUCT_SIZE_2_6 SMP_STRUCT_SIZE(smp_forward_args, rng_seed) /* the fields before 2.7 */
 #define SMP_PLACEMENT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_placement, dim)
 #define SMP_PARAM_INFO_STRUCT_SIZE SMP_STRUCT_SIZE(smp_param_info, flags)
 #define SMP_PARAM_INFO_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_param_info, n_placements) /* the fields of minor 0 */
@@ -848,6 +910,9 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_KIND_MEMORY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_kind_memory, features)
 #define SMP_RULE_MEMORY_STRUCT_SIZE SMP_STRUCT_SIZE(smp_rule_memory, activation_split)
 #define SMP_MEMORY_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_memory_extension, n_rules)
+#define SMP_KIND_INFERENCE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_kind_inference, shard_dim)
+#define SMP_INFERENCE_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_inference_extension, n_kinds)
+#define SMP_DECODE_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_decode_extension, capacity)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

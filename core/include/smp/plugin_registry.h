@@ -34,6 +34,14 @@ struct MemorySplit {
   double params = 1.0, activations = 1.0;
 };
 
+// What a kind does outside training (SMP_EXTENSION_INFERENCE, ABI 2.7), for one method.
+struct KindInference {
+  uint32_t flags = 0;        // SMP_INFERENCE_* bits
+  int sharded_output = -1;   // an output left sharded over shard_axis along shard_dim; -1: none
+  std::string shard_axis;
+  int shard_dim = 0;
+};
+
 class PluginRegistry {
  public:
   PluginRegistry();
@@ -74,6 +82,9 @@ class PluginRegistry {
   // rule splits (everything when it does not say).
   uint32_t memory_features(const std::string& kind) const;
   MemorySplit memory_split(const std::string& axis, const std::string& kind) const;
+  // What `kind` declares for `method` (its declarations for every method, and
+  // for this one); nothing for a kind that declares nothing.
+  KindInference inference(const std::string& kind, const std::string& method) const;
   // The job's plugin tables (Config::plugin_tables), each checked by the plugin
   // that declares it; every declared table is checked, "{}" when not given.
   // Returns them all by name (the modules' SMP_EXTENSION_JOB_TABLES). Throws
@@ -108,6 +119,7 @@ class PluginRegistry {
   std::map<std::string, const smp_config_table*> tables_;
   std::map<std::string, uint32_t> features_;    // by module kind
   std::map<std::string, MemorySplit> splits_;   // by "<axis>:<kind>"
+  std::map<std::string, KindInference> inference_;  // by "<kind>:<method>" ("<kind>:" for every method)
   std::map<std::string, std::string> providers_;  // "kind:x" / "adapter:x" / ... -> plugin name
 };
 

@@ -104,7 +104,19 @@ class Runtime {
   // only what the outputs need: nodes whose inputs are missing do not run
   // (e.g. the loss without its targets); an output that needs a missing input
   // is refused naming both. The batch size need only divide by microbatches.
+  // A value another rank's module left sharded (a vocabulary-parallel head's
+  // logits, as its kind declares) is gathered whole.
   Batch forward(const Batch& inputs, const std::vector<std::string>& outputs);
+  // Generation with a KV cache: forward() over each sample's next positions
+  // only (`positions`), while the modules that mix positions (attention) keep
+  // what later calls need of the earlier ones. Feed the prompts at start 0,
+  // then each new token at its position: one position per token instead of
+  // the whole sequence. Every node that runs must be of a kind that declares
+  // it works position by position or honours decoding (ABI 2.7); another is
+  // refused naming it and its kind, before anything runs. One microbatch
+  // (parallel.microbatches = 1); the same call on every rank. Any other call
+  // (training, evaluate, forward) frees the caches.
+  Batch decode(const Batch& inputs, const DecodePositions& positions, const std::vector<std::string>& outputs);
   // The graph's validation metrics over the last evaluate() (sum / count over
   // its batches and ranks), by name, in declaration order; empty if the graph has none.
   std::vector<std::pair<std::string, double>> validation_metrics() const;

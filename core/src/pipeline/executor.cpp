@@ -98,9 +98,10 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
     const uint64_t rng = derive_seed(setup_.seed, node.name, {step, mb});
     std::shared_ptr<ModuleInstance> module = setup_.modules->at(key);
     // The call, as a checkpointed node's backward repeats it (same seed, so the same dropout masks).
-    ModuleCall call = [module, &node, training, rng, gather](const std::vector<at::Tensor>& in) {
+    const smp_extension_base* extensions = call_extensions_;
+    ModuleCall call = [module, &node, training, rng, gather, extensions](const std::vector<at::Tensor>& in) {
       if (gather) gather->acquire(node.module_key());
-      return module->call(node.name, node.method, in, node.outputs.size(), training, rng);
+      return module->call(node.name, node.method, in, node.outputs.size(), training, rng, extensions);
     };
     const std::string* next = i + 1 < nodes.size() ? &g.nodes[nodes[i + 1]].module_key() : nullptr;
     if (gather) {

@@ -81,6 +81,9 @@ class Executor {
     capture_ = values;
     captured_ = sink;
   }
+  // Extensions every module call carries while set (a decoding run's
+  // SMP_EXTENSION_DECODE); null: none.
+  void call_extensions(const smp_extension_base* extensions) { call_extensions_ = extensions; }
 
  private:
   struct Slot;  // one (microbatch, chunk) in flight
@@ -105,6 +108,7 @@ class Executor {
   std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
   const std::set<std::string>* capture_ = nullptr;
   std::map<std::string, std::map<int, at::Tensor>>* captured_ = nullptr;
+  const smp_extension_base* call_extensions_ = nullptr;
 };
 
 }  // namespace smp

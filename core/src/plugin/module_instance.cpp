@@ -131,7 +131,8 @@ ModuleInstance::~ModuleInstance() {
 
 std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const std::string& method,
                                              const std::vector<at::Tensor>& inputs, size_t n_outputs,
-                                             bool training, uint64_t rng_seed) {
+                                             bool training, uint64_t rng_seed,
+                                             const smp_extension_base* extensions) {
   std::vector<smp_tensor*> in;
   in.reserve(inputs.size());
   for (const auto& t : inputs) in.push_back(make_tensor_handle(t));
@@ -145,6 +146,7 @@ std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const
   args.n_outputs = out.size();
   args.training = training ? 1 : 0;
   args.rng_seed = rng_seed;
+  args.extension_start = extensions;
   smp_error* err = kind_->forward(module_, &args);
   const smp_host_api* host = host_api();
   for (auto* h : in) host->tensor_release(h);

@@ -53,7 +53,7 @@ class ModuleInstance {
 
   std::vector<at::Tensor> call(const std::string& node_name, const std::string& method,
                                const std::vector<at::Tensor>& inputs, size_t n_outputs, bool training,
-                               uint64_t rng_seed);
+                               uint64_t rng_seed, const smp_extension_base* extensions = nullptr);
 
   const std::vector<ModuleParameter>& parameters() const { return params_; }
   const std::string& key() const { return key_; }

@@ -183,6 +183,9 @@ const smp_config_extension* config_of(const smp_plugin_descriptor* d) {  // 2.5
 const smp_memory_extension* memory_of(const smp_plugin_descriptor* d) {  // 2.5
   return extension_of<smp_memory_extension>(d, SMP_EXTENSION_MEMORY);
 }
+const smp_inference_extension* inference_of(const smp_plugin_descriptor* d) {  // 2.7
+  return extension_of<smp_inference_extension>(d, SMP_EXTENSION_INFERENCE);
+}
 
 
 // Calls f(type, name) for every capability the descriptor lists (null entries skipped).
@@ -310,6 +313,22 @@ void check_extensions(const smp_plugin_descriptor* d, PluginInfo& info, const st
         throw Error(who + ": memory extension: rule '" + rule + "': split fractions must lie in [0, 1]");
     }
   }
+  if (const smp_inference_extension* x = inference_of(d)) {
+    require_size(&x->base, SMP_INFERENCE_EXTENSION_STRUCT_SIZE, "inference extension", path, "2.7");
+    if (x->n_kinds > 0 && !x->kinds) throw Error(who + ": inference extension lists kinds but the array is null");
+    for (size_t i = 0; i < x->n_kinds; ++i) {
+      const smp_kind_inference* k = x->kinds[i];
+      require_size(k, SMP_KIND_INFERENCE_STRUCT_SIZE, "inference extension kind", path, "2.7");
+      const std::string kind = k->kind ? k->kind : "";
+      const std::string where = who + ": inference extension: module kind '" + kind + "'";
+      if (std::find(info.module_kinds.begin(), info.module_kinds.end(), kind) == info.module_kinds.end())
+        throw Error(where + " is not one this plugin registers");
+      if (k->flags & ~(SMP_INFERENCE_POSITIONWISE | SMP_INFERENCE_DECODE))
+        throw Error(where + ": unknown flags " + std::to_string(k->flags));
+      if (k->sharded_output < -1 || (k->sharded_output >= 0 && (!k->shard_axis || !*k->shard_axis)))
+        throw Error(where + ": a sharded output needs an index >= 0 and a mesh axis");
+    }
+  }
 }
 
 }  // namespace
@@ -401,7 +420,28 @@ void PluginRegistry::register_capabilities(const smp_plugin_descriptor* d, const
       splits_[std::string(m->rules[i]->axis) + ":" + m->rules[i]->kind] = {m->rules[i]->param_split,
                                                                            m->rules[i]->activation_split};
   }
+  if (const smp_inference_extension* x = inference_of(d))
+    for (size_t i = 0; i < x->n_kinds; ++i) {
+      const smp_kind_inference* k = x->kinds[i];
+      KindInference& entry = inference_[std::string(k->kind) + ":" + (k->method ? k->method : "")];
+      entry.flags = k->flags;
+      if (k->sharded_output >= 0) entry.sharded_output = k->sharded_output, entry.shard_axis = k->shard_axis,
+                                  entry.shard_dim = k->shard_dim;
+    }
   for_each_capability(d, [&](const std::string& type, const char* name) { providers_[type + ":" + name] = info.name; });
+}
+
+KindInference PluginRegistry::inference(const std::string& kind, const std::string& method) const {
+  KindInference out;
+  auto all = inference_.find(kind + ":");
+  if (all != inference_.end()) out = all->second;
+  auto one = inference_.find(kind + ":" + method);
+  if (one != inference_.end()) {
+    out.flags |= one->second.flags;
+    if (one->second.sharded_output >= 0) out.sharded_output = one->second.sharded_output,
+                                         out.shard_axis = one->second.shard_axis, out.shard_dim = one->second.shard_dim;
+  }
+  return out;
 }
 
 const smp_module_kind* PluginRegistry::module_kind(const std::string& k) const {

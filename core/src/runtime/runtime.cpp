@@ -150,6 +150,9 @@ double Runtime::evaluate(const Batch& batch) { return impl_->steps->evaluate(bat
 Batch Runtime::forward(const Batch& inputs, const std::vector<std::string>& outputs) {
   return impl_->steps->forward(inputs, outputs);
 }
+Batch Runtime::decode(const Batch& inputs, const DecodePositions& positions, const std::vector<std::string>& outputs) {
+  return impl_->steps->forward(inputs, outputs, &positions);
+}
 
 std::vector<std::pair<std::string, double>> Runtime::validation_metrics() const { return impl_->steps->last_metrics(); }
 

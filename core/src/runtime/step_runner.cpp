@@ -235,6 +235,45 @@ std::vector<std::string> missing_inputs(const ModelGraph& g, const std::map<std:
   return missing;
 }
 
+// The method a node calls ("forward" when it names none).
+const std::string& method_of(const GraphNode& n) {
+  static const std::string kForward = "forward";
+  return n.method.empty() ? kForward : n.method;
+}
+
+// Refuses a decoding run through a node whose kind neither works position by
+// position nor keeps a cache (ABI 2.7), among the nodes the inputs given reach.
+void check_decodable(const ModelGraph& g, const PluginRegistry& registry, const Batch& inputs,
+                     const std::string& where) {
+  std::set<std::string> known;
+  for (const auto& [name, t] : inputs) known.insert(name);
+  for (const GraphNode& n : g.nodes) {
+    if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return known.count(v) > 0; }))
+      continue;
+    const uint32_t flags = registry.inference(n.kind, method_of(n)).flags;
+    if (!(flags & (SMP_INFERENCE_POSITIONWISE | SMP_INFERENCE_DECODE)))
+      throw Error(where + ": node '" + n.name + "' (kind '" + n.kind + "' of plugin '" + registry.provider("module kind", n.kind) +
+                  "', method '" + method_of(n) + "') declares neither that it works position by position nor that it "
+                  "keeps a KV cache (SMP_EXTENSION_INFERENCE), so it cannot be fed one new position at a time: "
+                  "use forward() over the whole sequence");
+    known.insert(n.outputs.begin(), n.outputs.end());
+  }
+}
+
+// The whole value of `t`, which each rank of `comm` holds a slice of along `dim`.
+at::Tensor gather_along(Communicator& comm, const at::Tensor& t, int dim) {
+  const int64_t d = dim < 0 ? dim + t.dim() : dim;
+  if (d < 0 || d >= t.dim())
+    throw Error("forward: a sharded output of " + std::to_string(t.dim()) + " dimensions has no dimension " +
+                std::to_string(dim));
+  const at::Tensor flat = t.contiguous().view({-1});
+  at::Tensor all = at::empty({comm.size() * flat.numel()}, flat.options());
+  comm.allgather(flat, all)->wait();
+  std::vector<int64_t> shape{comm.size()};
+  shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+  return at::cat(all.view(shape).unbind(0), d);
+}
+
 // Sends `t` (undefined: "not computed") from pp rank `root` to every pp rank.
 at::Tensor broadcast_value(Communicator& pp, at::Tensor t, int root, const c10::Device& device) {
   constexpr int kMaxDims = 16;
@@ -257,11 +296,37 @@ at::Tensor broadcast_value(Communicator& pp, at::Tensor t, int root, const c10::
 
 }  // namespace
 
-Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& outputs) {
+Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& outputs,
+                          const DecodePositions* decode) {
   c10::NoGradGuard ng;
   const ModelGraph& g = model_.graph();
   const StagePlan& plan = model_.stage_plan();
-  const std::string where = "rank " + std::to_string(context_.mesh().rank()) + ": forward";
+  const std::string where = "rank " + std::to_string(context_.mesh().rank()) + (decode ? ": decode" : ": forward");
+  smp_decode_extension positions{};
+  if (decode) {
+    check_decodable(g, model_.registry(), inputs, where);
+    if (model_.microbatches() != 1)
+      throw Error(where + ": decoding runs one microbatch (parallel.microbatches = 1), the job has " +
+                  std::to_string(model_.microbatches()));
+    int64_t rows = -1, seq = -1;
+    for (const auto& [name, t] : inputs)
+      if (t.defined() && t.dim() >= 2) rows = t.size(0), seq = t.size(1);
+    if (rows < 0) throw Error(where + ": no input has a sequence dimension ([batch, positions, ...])");
+    if (static_cast<int64_t>(decode->start.size()) != rows)
+      throw Error(where + ": " + std::to_string(decode->start.size()) + " start positions for a batch of " +
+                  std::to_string(rows) + " samples");
+    for (size_t i = 0; i < decode->start.size(); ++i)
+      if (decode->start[i] < 0 || decode->start[i] + seq > decode->capacity)
+        throw Error(where + ": sample " + std::to_string(i) + " at positions [" + std::to_string(decode->start[i]) +
+                    ", " + std::to_string(decode->start[i] + seq) + ") lies outside the cache's capacity " +
+                    std::to_string(decode->capacity));
+    positions.base.struct_size = SMP_DECODE_EXTENSION_STRUCT_SIZE;
+    positions.base.type = SMP_EXTENSION_DECODE;
+    positions.base.version = 1;
+    positions.start = decode->start.data();
+    positions.n_samples = decode->start.size();
+    positions.capacity = decode->capacity;
+  }
   std::map<std::string, int> producer;  // graph value -> the node computing it
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = static_cast<int>(i);
@@ -279,7 +344,14 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
   {
     UseSource use(source_, &fed);
     Capture keep(*executor_, wanted, captured);
-    executor_->run(model_.eval_schedule(), 0, false);
+    executor_->call_extensions(decode ? &positions.base : nullptr);
+    try {
+      executor_->run(model_.eval_schedule(), 0, false);
+    } catch (...) {
+      executor_->call_extensions(nullptr);
+      throw;
+    }
+    executor_->call_extensions(nullptr);
   }
   const DeviceMesh& mesh = context_.mesh();
   Batch out;
@@ -295,6 +367,15 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
       for (auto& [mb, t] : captured[name]) parts.push_back(t);
       if (static_cast<int>(parts.size()) == model_.microbatches())
         value = parts.front().dim() == 0 ? at::stack(parts) : at::cat(parts, 0);
+      // A value its kind leaves sharded over an axis (ABI 2.7) is put together
+      // here, where every rank of that axis holds its slice.
+      const GraphNode& n = g.nodes[static_cast<size_t>(producer.at(name))];
+      const KindInference how = model_.registry().inference(n.kind, method_of(n));
+      const auto index = std::find(n.outputs.begin(), n.outputs.end(), name) - n.outputs.begin();
+      if (value.defined() && how.sharded_output == index) {
+        Communicator& comm = context_.comm(mesh.axis(how.shard_axis));
+        if (comm.size() > 1) value = gather_along(comm, value, how.shard_dim);
+      }
     }
     if (mesh.pp() > 1) value = broadcast_value(context_.comm(Axis::PP), value, owner, context_.device());
     if (!value.defined()) {

@@ -38,7 +38,9 @@ class StepRunner {
                    const Batch* batch = nullptr);
   double evaluate(int batches);
   double evaluate(const Batch& batch);
-  Batch forward(const Batch& inputs, const std::vector<std::string>& outputs);
+  // decode: Runtime::decode's positions (each module call carries them), or null.
+  Batch forward(const Batch& inputs, const std::vector<std::string>& outputs,
+                const DecodePositions* decode = nullptr);
   // The dtypes and ranks program batches must have (from the example given
   // to create, else the first batch).
   void expect_inputs(std::vector<InputSpec> spec) { spec_ = std::move(spec); }

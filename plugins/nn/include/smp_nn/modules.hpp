@@ -38,6 +38,7 @@
 // same masks, whatever the layout.
 #pragma once
 
+#include <smp_nn/kv_cache.hpp>
 #include <smp_nn/ops.hpp>
 
 #include <smp/sdk/module.hpp>
@@ -69,13 +70,21 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 }
 
 // ---- serial math on full parameters (reused by tests) ----
+// decode: a decoding call's positions, whose K and V `cache` keeps (kv_cache.hpp).
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
-                                const Tensor& pad_mask, bool training, uint64_t seed) {
+                                const Tensor& pad_mask, bool training, uint64_t seed, KvCache* cache = nullptr,
+                                const smp::sdk::Decode* decode = nullptr, const std::string& node = "") {
   std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
+  if (decode) check_decodable(c, pad_mask, node);
+  const Tensor positions = decode ? decode_positions(*decode, x.size(1), x.device()) : Tensor();
   if (c.rope_base > 0) {
-    qkv[0] = rotary(qkv[0], c.heads, c.head_dim(), c.rope_base);
-    qkv[1] = rotary(qkv[1], c.kv_heads, c.head_dim(), c.rope_base);
+    qkv[0] = rotary(qkv[0], c.heads, c.head_dim(), c.rope_base, positions);
+    qkv[1] = rotary(qkv[1], c.kv_heads, c.head_dim(), c.rope_base, positions);
   }
+  if (decode)
+    return linear(cache->attend(*decode, qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, 0, 0, c.group(), c.head_dim(),
+                                node),
+                  p.out);
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], c.kv_heads, 0, 0, c.heads, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
@@ -92,9 +101,12 @@ inline Tensor swiglu_mlp_forward(const SwigluMlpParams& p, const SwigluMlpConfig
                  mix_seed(seed, kMlpOut));
 }
 inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const TransformerLayerConfig& c,
-                                        const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
+                                        const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed,
+                                        KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr,
+                                        const std::string& node = "") {
   return transformer_block(
-      c.post_norm, x, [&](const Tensor& t) { return attention_forward(p.attn, c.attn, t, pad_mask, training, seed); },
+      c.post_norm, x,
+      [&](const Tensor& t) { return attention_forward(p.attn, c.attn, t, pad_mask, training, seed, cache, decode, node); },
       [&](const Tensor& t) {
         return c.swiglu ? swiglu_mlp_forward(p.swiglu, c.swiglu_mlp(), t, training, seed)
                         : mlp_forward(p.mlp, c.mlp, t, training, seed);
@@ -165,6 +177,7 @@ class PositionEmbedding : public Module {
     expect_inputs(call.inputs, 1, 1, node_, call.method);
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.dim, node_, "input");
+    if (call.decode) return {x + position_rows(weight_, *call.decode, x, node_)};
     if (x.size(1) > c_.max_len)
       throw smp::sdk::Error("node '" + node_ + "': sequence length " + std::to_string(x.size(1)) +
                             " exceeds max_len " + std::to_string(c_.max_len));
@@ -249,7 +262,8 @@ class Attention : public Module {
     expect_inputs(call.inputs, 1, 2, node_, call.method);
     expect_dim(call.inputs[0], 3, c_.hidden, node_, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
-    return {attention_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed)};
+    if (!call.decode) cache_.clear();
+    return {attention_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed, &cache_, call.decode, node_)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -262,6 +276,7 @@ class Attention : public Module {
   std::string node_;
   AttentionConfig c_;
   AttentionParams p_;
+  KvCache cache_;
 };
 
 class Mlp : public Module {
@@ -332,7 +347,9 @@ class TransformerLayer : public Module {
     expect_inputs(call.inputs, 1, 2, node_, call.method);
     expect_dim(call.inputs[0], 3, c_.attn.hidden, node_, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
-    return {transformer_layer_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed)};
+    if (!call.decode) cache_.clear();
+    return {transformer_layer_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed, &cache_, call.decode,
+                                      node_)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -352,6 +369,7 @@ class TransformerLayer : public Module {
   std::string node_;
   TransformerLayerConfig c_;
   TransformerLayerParams p_;
+  KvCache cache_;
 };
 
 class CrossEntropy : public Module {

@@ -368,6 +368,17 @@ inline Tensor a2a_stats(double bytes, double ms, const at::TensorOptions& o) {
   return t.to(o.device());
 }
 
+// A decoding call (ABI 2.7) feeds each sequence a new position at a time:
+// capacity, counted per sequence, would then drop other tokens than the whole
+// sequence does. Dropless routing is per token, so feeding fewer positions
+// changes nothing.
+inline void check_moe_decodable(const MoeConfig& c, const smp::sdk::Call& call, const std::string& node) {
+  if (call.decode && c.capacity_factor > 0)
+    throw smp::sdk::Error("node '" + node + "': capacity_factor " + c10::str(c.capacity_factor) +
+                          " drops tokens per sequence, so a decoding call (one new position) would route otherwise "
+                          "than the whole sequence: generate with capacity_factor = 0 (dropless)");
+}
+
 // The serial kind: every expert on this rank.
 //   forward: x [b, s, h] (, stats [kMoeStats]) -> y [b, s, h], stats
 class Moe : public smp::sdk::Module {
@@ -382,6 +393,7 @@ class Moe : public smp::sdk::Module {
     expect_inputs(call.inputs, 1, 2, node_, call.method);
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.hidden, node_, "input");
+    check_moe_decodable(c_, call, node_);
     const int64_t b = x.size(0), s = x.size(1), h = x.size(2);
     TokenSlice ts;
     ts.full_seq = s;

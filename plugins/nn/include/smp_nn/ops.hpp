@@ -5,6 +5,7 @@
 
 #include <smp/sdk/checkpoint.hpp>
 
+#include <c10/core/GradMode.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -44,11 +45,14 @@ inline Tensor linear(const Tensor& x, const LinearParams& p) {
 // q, k and v from one GEMM over the concatenated weights (the parameters stay
 // three): one kernel with three times the columns instead of three, and in
 // backward one input-gradient GEMM instead of three and the two sums of their
-// results. Returns views into the one output.
+// results. Returns views into the one output. Without gradients (evaluation,
+// generation) three GEMMs instead: concatenating the weights reads and writes
+// them once more per call, which a decoding call of one position per sample,
+// whose cost is reading the weights, would pay on every token.
 inline std::vector<Tensor> qkv_projection(const Tensor& x, const LinearParams& q, const LinearParams& k,
                                           const LinearParams& v) {
   const int biases = q.bias.defined() + k.bias.defined() + v.bias.defined();
-  if (biases != 0 && biases != 3) return {linear(x, q), linear(x, k), linear(x, v)};
+  if ((biases != 0 && biases != 3) || !c10::GradMode::is_enabled()) return {linear(x, q), linear(x, k), linear(x, v)};
   const Tensor w = at::cat({q.weight, k.weight, v.weight}, 0);
   const Tensor y = biases ? at::linear(x, w, at::cat({q.bias, k.bias, v.bias}, 0)) : at::linear(x, w);
   return y.split_with_sizes({q.weight.size(0), k.weight.size(0), v.weight.size(0)}, -1);
@@ -68,14 +72,17 @@ inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
 // Rotary position embedding (Su et al. 2021) of t [b, s, heads * head_dim]: in
 // each head, the pair (x_i, x_{i + d/2}) at position p turns by p * base^(-2i/d)
 // (the rotate-half layout of GPT-NeoX and Hugging Face's Llama). Angles in fp64,
-// cos and sin in t's dtype.
-inline Tensor rotary(const Tensor& t, int64_t heads, int64_t head_dim, double base) {
+// cos and sin in t's dtype. positions: undefined (0..s-1 in every sample), or
+// [b, s] int64, each sample's own (a decoding call's, see kv_cache.hpp).
+inline Tensor rotary(const Tensor& t, int64_t heads, int64_t head_dim, double base, const Tensor& positions = {}) {
   const int64_t b = t.size(0), s = t.size(1), half = head_dim / 2;
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(t.device());
   const Tensor inv_freq = at::pow(base, at::arange(0, half, f64).mul(-2.0 / static_cast<double>(head_dim)));
-  const Tensor angles = at::outer(at::arange(s, f64), inv_freq);  // [s, d/2]
-  const Tensor cos = at::cat({angles.cos(), angles.cos()}, -1).to(t.scalar_type()).view({1, s, 1, head_dim});
-  const Tensor sin = at::cat({angles.sin(), angles.sin()}, -1).to(t.scalar_type()).view({1, s, 1, head_dim});
+  const Tensor pos = positions.defined() ? positions.to(f64) : at::arange(s, f64).view({1, s});
+  const Tensor angles = pos.unsqueeze(-1) * inv_freq;  // [1 or b, s, d/2]
+  const int64_t pb = pos.size(0);
+  const Tensor cos = at::cat({angles.cos(), angles.cos()}, -1).to(t.scalar_type()).view({pb, s, 1, head_dim});
+  const Tensor sin = at::cat({angles.sin(), angles.sin()}, -1).to(t.scalar_type()).view({pb, s, 1, head_dim});
   const Tensor x = t.reshape({b, s, heads, head_dim});
   const Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
   return (x * cos + rotated * sin).reshape({b, s, heads * head_dim});

@@ -102,6 +102,13 @@ struct Tp {
     return smp::sdk::reduce_scatter_to_sequence(y, comm, 1);
   }
   int64_t seq_offset(int64_t local_len) const { return sp ? rank * local_len : 0; }
+  // A decoding call feeds a position or a few: sequence parallelism cannot split them.
+  void refuse_sp_decode(const smp::sdk::Call& call) const {
+    if (sp && call.decode)
+      throw smp::sdk::Error("node '" + node + "': tp.sequence_parallel splits each sequence over tp, and a decoding "
+                            "call feeds one new position: generate with tp.sequence_parallel = false (a checkpoint "
+                            "loads into either)");
+  }
   int64_t full_seq(int64_t local_len) const { return sp ? local_len * size : local_len; }
   void divisible(int64_t n, const char* what) const {
     if (n % size != 0)
@@ -149,16 +156,25 @@ inline Tensor row_exit(const Tp& tp, const Tensor& partial, const Tensor& bias) 
 }
 
 // ---- the parallel blocks (x laid out per tp) ----
+// decode: a decoding call's positions, whose K and V (this rank's kv heads) `cache` keeps.
 inline Tensor parallel_attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tp& tp,
-                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed) {
+                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed,
+                                         KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr) {
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
   const bool split = kv_split(c, tp.size);
   const int64_t kvl = split ? c.kv_heads / tp.size : c.kv_heads, kv_offset = split ? tp.rank * kvl : 0;
   std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v);  // this rank's heads of each
+  if (decode) check_decodable(c, pad_mask, tp.node);
+  const Tensor positions = decode ? decode_positions(*decode, xf.size(1), xf.device()) : Tensor();
   if (c.rope_base > 0) {  // positions are whole here: under SP the input was gathered first
-    qkv[0] = rotary(qkv[0], nl, c.head_dim(), c.rope_base);
-    qkv[1] = rotary(qkv[1], kvl, c.head_dim(), c.rope_base);
+    qkv[0] = rotary(qkv[0], nl, c.head_dim(), c.rope_base, positions);
+    qkv[1] = rotary(qkv[1], kvl, c.head_dim(), c.rope_base, positions);
+  }
+  if (decode) {
+    const Tensor ctx = cache->attend(*decode, qkv[0], qkv[1], qkv[2], nl, kvl, kv_offset, tp.rank * nl, c.group(),
+                                     c.head_dim(), tp.node);
+    return row_exit(tp, at::linear(ctx, p.out.weight), p.out.bias);
   }
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], nl, c.head_dim(), c.causal, pad_mask,
@@ -196,7 +212,10 @@ class ParallelAttention : public Module {
     expect_inputs(call.inputs, 1, 2, tp_.node, call.method);
     expect_dim(call.inputs[0], 3, c_.hidden, tp_.node, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
-    return {parallel_attention_forward(p_, c_, tp_, call.inputs[0], mask, call.training, call.rng_seed)};
+    tp_.refuse_sp_decode(call);
+    if (!call.decode) cache_.clear();
+    return {parallel_attention_forward(p_, c_, tp_, call.inputs[0], mask, call.training, call.rng_seed, &cache_,
+                                       call.decode)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -208,6 +227,7 @@ class ParallelAttention : public Module {
   Tp tp_;
   AttentionConfig c_;
   AttentionParams p_;
+  KvCache cache_;
 };
 
 class ParallelMlp : public Module {
@@ -283,10 +303,13 @@ class ParallelTransformerLayer : public Module {
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.attn.hidden, tp_.node, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
+    tp_.refuse_sp_decode(call);
+    if (!call.decode) cache_.clear();
     return {smp_nn::transformer_block(
         c_.post_norm, x,
         [&](const Tensor& t) {
-          return parallel_attention_forward(p_.attn, c_.attn, tp_, t, mask, call.training, call.rng_seed);
+          return parallel_attention_forward(p_.attn, c_.attn, tp_, t, mask, call.training, call.rng_seed, &cache_,
+                                            call.decode);
         },
         [&](const Tensor& t) {
           return c_.swiglu ? parallel_swiglu_mlp_forward(p_.swiglu, c_.swiglu_mlp(), tp_, t, call.training, call.rng_seed)
@@ -309,6 +332,7 @@ class ParallelTransformerLayer : public Module {
   Tp tp_;
   TransformerLayerConfig c_;
   TransformerLayerParams p_;
+  KvCache cache_;
 };
 
 // Y = X W^T + b with W's rows (outputs) split: rank r computes outputs [r*out/t, (r+1)*out/t).
@@ -433,6 +457,7 @@ class VocabParallelEmbedding : public Module {
   }
   std::vector<Tensor> forward(const Call& call) override {
     expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
+    tp_.refuse_sp_decode(call);
     if (call.method == "attend") {
       expect_dim(call.inputs[0], 3, c_.dim, tp_.node, "attend input");
       Tensor x = tp_.enter(call.inputs[0]);
@@ -503,6 +528,8 @@ class DistPositionEmbedding : public Module {
     expect_inputs(call.inputs, 1, 1, tp_.node, call.method);
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.dim, tp_.node, "input");
+    tp_.refuse_sp_decode(call);
+    if (call.decode) return {x + position_rows(weight_, *call.decode, x, tp_.node)};
     const int64_t s = x.size(1), off = tp_.seq_offset(s);
     if (off + s > c_.max_len)
       throw smp::sdk::Error("node '" + tp_.node + "': sequence length " + std::to_string(tp_.full_seq(s)) +

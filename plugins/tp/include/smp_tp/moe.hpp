@@ -46,6 +46,11 @@ class ParallelMoe : public Module {
     expect_inputs(call.inputs, 1, 2, tp_.node, call.method);
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.hidden, tp_.node, "input");
+    check_moe_decodable(c_, call, tp_.node);
+    tp_.refuse_sp_decode(call);
+    if (split_ && call.decode)
+      throw smp::sdk::Error("node '" + tp_.node + "': expert_tp = false splits each sequence's tokens over tp, and "
+                            "a decoding call feeds one new position: generate with expert_tp = true");
     const int64_t b = x.size(0), h = x.size(2), k = c_.top_k;
     const smp::sdk::Comm& tp = tp_.comm;
     // This rank's tokens for routing.

@@ -162,11 +162,21 @@ struct Param {
   }
 };
 
+// A decoding call's positions (ABI 2.7 SMP_EXTENSION_DECODE): sample i's
+// inputs are its positions [start[i], start[i] + s). A kind that keeps a KV
+// cache writes these positions into it and attends each to the kept positions
+// up to itself; a call without a Decode frees the cache.
+struct Decode {
+  std::vector<int64_t> start;  // one per sample
+  int64_t capacity = 0;        // positions the cache holds
+};
+
 struct Call {
   std::string method = "forward";
   std::vector<at::Tensor> inputs;
   bool training = false;
   uint64_t rng_seed = 0;
+  const Decode* decode = nullptr;  // null: not a decoding call
 };
 
 class Module {
@@ -309,6 +319,15 @@ struct ModuleKindTable {
       for (size_t i = 0; i < a->n_inputs; ++i) call.inputs.push_back(aten(a->inputs[i]));
       call.training = a->training != 0;
       call.rng_seed = a->rng_seed;
+      Decode decode;
+      if (SMP_HAS_FIELD(a, smp_forward_args, extension_start))
+        for (const smp_extension_base* e = a->extension_start; e; e = e->next)
+          if (e->type == SMP_EXTENSION_DECODE && e->struct_size >= SMP_DECODE_EXTENSION_STRUCT_SIZE) {
+            const auto* d = reinterpret_cast<const smp_decode_extension*>(e);
+            decode.start.assign(d->start, d->start + d->n_samples);
+            decode.capacity = d->capacity;
+            call.decode = &decode;
+          }
       auto outs = reinterpret_cast<ModuleBox*>(m)->impl->forward(call);
       if (outs.size() != a->n_outputs)
         throw Error("method '" + call.method + "' produced " + std::to_string(outs.size()) +

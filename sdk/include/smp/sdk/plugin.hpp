@@ -53,6 +53,23 @@ class PluginBuilder {
     return *this;
   }
 
+  // What a registered kind does outside training (ABI 2.7): SMP_INFERENCE_*
+  // flags for one method, or every method when `method` is empty.
+  PluginBuilder& inference(const std::string& kind, uint32_t flags, const std::string& method = "") {
+    kind_inference(kind, method).flags |= flags;
+    return *this;
+  }
+  // The method's output `output` is left sharded over mesh `axis` along `dim`
+  // (a vocabulary-parallel head's logits): the host gathers it for a program.
+  PluginBuilder& sharded_output(const std::string& kind, const std::string& method, int32_t output,
+                                const std::string& axis, int32_t dim) {
+    smp_kind_inference& k = kind_inference(kind, method);
+    k.sharded_output = output;
+    k.shard_axis = keep(axis);
+    k.shard_dim = dim;
+    return *this;
+  }
+
   // A module kind made by a function instead of a class's constructor: the
   // function may hold state (a program's own modules, see torch_module.hpp).
   PluginBuilder& module(const std::string& kind, ModuleFactory factory, uint32_t memory_features = 0) {
@@ -202,6 +219,14 @@ class PluginBuilder {
       memory_ext_.n_rules = rule_memory_ptrs_.size();
       extensions_.push_back(&memory_ext_.base);
     }
+    if (!kind_inference_.empty()) {
+      point_at(kind_inference_, kind_inference_ptrs_);
+      inference_ext_ = smp_inference_extension{};
+      inference_ext_.base = extension_base(SMP_INFERENCE_EXTENSION_STRUCT_SIZE, SMP_EXTENSION_INFERENCE);
+      inference_ext_.kinds = kind_inference_ptrs_.data();
+      inference_ext_.n_kinds = kind_inference_ptrs_.size();
+      extensions_.push_back(&inference_ext_.base);
+    }
     for (size_t i = 0; i + 1 < extensions_.size(); ++i) extensions_[i]->next = extensions_[i + 1];
     d_ = smp_plugin_descriptor{};
     d_.struct_size = SMP_PLUGIN_DESCRIPTOR_STRUCT_SIZE;
@@ -224,6 +249,16 @@ class PluginBuilder {
 
  private:
   const char* keep(const std::string& s) { return strings_.emplace_back(s).c_str(); }
+  smp_kind_inference& kind_inference(const std::string& kind, const std::string& method) {
+    for (auto& k : kind_inference_)
+      if (kind == k.kind && method == (k.method ? k.method : "")) return k;
+    smp_kind_inference k{};
+    k.struct_size = SMP_KIND_INFERENCE_STRUCT_SIZE;
+    k.kind = keep(kind);
+    k.method = method.empty() ? nullptr : keep(method);
+    k.sharded_output = -1;
+    return kind_inference_.emplace_back(k);
+  }
   template <class T>
   static void point_at(std::deque<T>& items, std::vector<const T*>& pointers) {
     for (auto& item : items) pointers.push_back(&item);
@@ -283,6 +318,9 @@ class PluginBuilder {
   std::vector<const smp_kind_memory*> kind_memory_ptrs_;
   std::vector<const smp_rule_memory*> rule_memory_ptrs_;
   smp_memory_extension memory_ext_{};
+  std::deque<smp_kind_inference> kind_inference_;
+  std::vector<const smp_kind_inference*> kind_inference_ptrs_;
+  smp_inference_extension inference_ext_{};
   std::vector<std::pair<uint32_t, std::string>> required_;
   std::vector<smp_extension_base*> extensions_;
   std::vector<const smp_module_kind*> kind_ptrs_;
