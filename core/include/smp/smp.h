@@ -12,6 +12,7 @@
 #include <smp/abi.h>
 #include <smp/config.h>
 #include <smp/error.h>
+#include <smp/generation.h>
 #include <smp/job_config.h>
 #include <smp/logging.h>
 #include <smp/mesh.h>
