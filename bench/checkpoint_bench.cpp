@@ -28,6 +28,28 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Before each job: wait (at most job_wait_s) while other processes keep more than quiet_cores busy.
+void wait_for_quiet_cores(double quiet_cores, double job_wait_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double busy = competing_cores_now(0.5);
+  while (busy > quiet_cores && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < job_wait_s)
+    busy = competing_cores_now(1.0);
+}
+
+std::vector<double> blocking_of(const json& summary) {
+  std::vector<double> out;
+  for (const auto& s : summary["checkpoints"]["saved"]) out.push_back(s["blocking_seconds"].get<double>());
+  return out;
+}
+
+double sum(const std::vector<double>& v, size_t from = 0) {
+  double s = 0;
+  for (size_t i = from; i < v.size(); ++i) s += v[i];
+  return s;
+}
+
+}  // namespace
+
 // The disk's sequential write throughput for files of these sizes written at
 // once, one thread each (as the ranks write their shards): write + fsync.
 double disk_write_bytes_per_s(const std::string& dir, const std::vector<int64_t>& sizes) {
@@ -59,27 +81,6 @@ double disk_write_bytes_per_s(const std::string& dir, const std::vector<int64_t>
   return static_cast<double>(total) / s;
 }
 
-// Before each job: wait (at most job_wait_s) while other processes keep more than quiet_cores busy.
-void wait_for_quiet_cores(double quiet_cores, double job_wait_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  double busy = competing_cores_now(0.5);
-  while (busy > quiet_cores && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < job_wait_s)
-    busy = competing_cores_now(1.0);
-}
-
-std::vector<double> blocking_of(const json& summary) {
-  std::vector<double> out;
-  for (const auto& s : summary["checkpoints"]["saved"]) out.push_back(s["blocking_seconds"].get<double>());
-  return out;
-}
-
-double sum(const std::vector<double>& v, size_t from = 0) {
-  double s = 0;
-  for (size_t i = from; i < v.size(); ++i) s += v[i];
-  return s;
-}
-
-}  // namespace
 
 json run_checkpoint_bench(const CheckpointBenchOptions& o) {
   const std::string work = (fs::temp_directory_path() / "smp-bench-checkpoint").string();

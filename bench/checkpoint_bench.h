@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct CheckpointBenchOptions {
   int save_every = 2;
   double quiet_cores = 0.5, job_wait_s = 60;
 };
+
+// The disk's sequential write throughput (bytes/s) for files of these sizes
+// written at once under `dir`, one thread each: write + fsync.
+double disk_write_bytes_per_s(const std::string& dir, const std::vector<int64_t>& sizes);
 
 // Runs the rounds and returns the result JSON (every round's values, medians, goals).
 nlohmann::json run_checkpoint_bench(const CheckpointBenchOptions& o);

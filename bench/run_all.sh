@@ -22,7 +22,7 @@ OUT="${OUT:-$SRC/bench/results}"
 if [[ ! -f "$BUILD/build.ninja" && ! -f "$BUILD/Makefile" ]]; then
   cmake -S "$SRC" -B "$BUILD" -G Ninja
 fi
-cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker smp-data gpt moe bert roberta ncf smp_nn smp_tp smp_partition smp_optim
+cmake --build "$BUILD" -j"$JOBS" --target smp-bench smp-launch smp-worker smp-data smp-generate smp-checkpoint gpt moe bert roberta ncf smp_nn smp_tp smp_partition smp_optim
 
 mkdir -p "$OUT"
 BENCH="$BUILD/bin/smp-bench"
@@ -52,6 +52,8 @@ python3 "$SRC/bench/zero_step_times.py" --build "$BUILD" --rounds 10 --out "$OUT
 python3 "$SRC/bench/memory_estimate.py" --build "$BUILD" --out "$OUT/memory-estimate.json"
 # Checkpoints: save and load times against the disk's write throughput, the async stall.
 "$BENCH" checkpoint --repeat "${CKPT_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/checkpoint.json"
+# Generation: smp-generate vs a plain LibTorch KV-cache loop; Hugging Face export/import vs the disk.
+"$BENCH" generate --repeat "${GEN_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/generate.json"
 # MoE: ep 2 vs ep 1, one rank vs a PyTorch-eager MoE, grouped GEMM, the preset vs its dense twin.
 "$BENCH" moe --repeat "${MOE_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/moe.json"
 # Prepared data: smp-data prepare against spm_encode, the data share of the step, SentencePiece vs bytes.

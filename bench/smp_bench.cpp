@@ -10,6 +10,7 @@
 // time excluding the first step; the plain loop uses the same rule).
 #include "analytic.h"
 #include "checkpoint_bench.h"
+#include "generate_bench.h"
 #include "moe_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
@@ -882,6 +883,35 @@ int cmd_tp(const Common& c) {
 
 }  // namespace
 
+// ----------------------------------------------------------------------------- generate
+int cmd_generate(const Common& c, int64_t new_tokens) {
+  bench::GenerateBenchOptions o;
+  o.config = c.config.empty() ? bench::paths().source_dir + "/bench/configs/generate-bench.toml" : c.config;
+  o.repeat = c.repeat;
+  o.new_tokens = new_tokens;
+  o.quiet_cores = c.quiet_cores;
+  o.job_wait_s = c.job_wait_s;
+  json result = interleaved_header("generate", c, {});
+  result.erase("steps");
+  result.erase("batch_size");
+  result.erase("timing_rule");
+  result.update(bench::run_generate_bench(o));
+  result["machine_after"] = bench::machine_json();
+  for (const char* b : {"batch_1", "batch_8"}) {
+    const json& g = result["generation"][b];
+    std::cout << "smp-bench generate " << b << ": smp " << fmt(g["median_smp_tokens_per_s"].get<double>())
+              << " tokens/s, plain " << fmt(g["median_plain_tokens_per_s"].get<double>()) << " tokens/s, median ratio "
+              << fmt(g["median_smp_over_plain"].get<double>()) << ", same tokens: " << g["same_greedy_tokens"] << "\n";
+  }
+  const json& x = result["exchange"];
+  std::cout << "export " << fmt(x["median_export_seconds"].get<double>()) << " s, import "
+            << fmt(x["median_import_seconds"].get<double>()) << " s for " << bench::human_bytes(x["hf_bytes"].get<double>())
+            << "; disk " << bench::human_bytes(x["median_disk_write_bytes_per_s"].get<double>()) << "/s\n";
+  std::ofstream(c.out) << result.dump(2) << "\n";
+  std::cout << "wrote " << c.out << "\n";
+  return 0;
+}
+
 // ----------------------------------------------------------------------------- checkpoint
 int cmd_checkpoint(const Common& c, int save_every) {
   const auto base = base_overrides(c);
@@ -989,6 +1019,12 @@ int main(int argc, char** argv) {
   auto* mo = app.add_subcommand("moe", "MoE: ep 2 vs ep 1 on 2 ranks with the all-to-all share, 1 rank vs PyTorch eager, grouped GEMM vs a loop, preset vs its dense twin");
   add_common(mo, moe, 12, 16, P.source_dir + "/bench/results/moe.json");
   mo->add_option("--quality", moe_quality, "also train configs/moe-small.toml and its dense twin (minutes)")->capture_default_str();
+  Common gen;
+  int64_t gen_tokens = 32;
+  gen.repeat = 10;  // its goal counts only on the median of >= 10 interleaved rounds
+  auto* ge = app.add_subcommand("generate", "smp-generate vs a plain LibTorch KV-cache loop at batch 1 and 8; HF export/import vs the disk");
+  add_common(ge, gen, 0, 1, P.source_dir + "/bench/results/generate.json");
+  ge->add_option("--new-tokens", gen_tokens, "tokens generated per prompt")->capture_default_str();
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -1049,6 +1085,7 @@ int main(int argc, char** argv) {
     if (*pl) return cmd_pipeline(pipe);
     if (*t) return cmd_tp(tp);
     if (*ck) return cmd_checkpoint(ckpt, ckpt_every);
+    if (*ge) return cmd_generate(gen, gen_tokens);
     if (*mo) {
       require_python_torch("moe");
       return cmd_moe(moe, moe_quality);

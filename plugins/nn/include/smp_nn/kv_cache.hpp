@@ -53,28 +53,61 @@ class KvCache {
       k_ = at::zeros({b, d.capacity, k.size(2)}, k.options());
       v_ = at::zeros({b, d.capacity, v.size(2)}, v.options());
     }
-    int64_t len = 0;
-    for (int64_t i = 0; i < b; ++i) {
-      k_[i].narrow(0, d.start[static_cast<size_t>(i)], s).copy_(k[i]);
-      v_[i].narrow(0, d.start[static_cast<size_t>(i)], s).copy_(v[i]);
-      len = std::max(len, d.start[static_cast<size_t>(i)] + s);
+    // This call's positions into the cache: one copy when the samples are
+    // level (the usual case: same-length prompts), else one scatter.
+    const Tensor positions = decode_positions(d, s, q.device());  // [b, s]
+    const int64_t first = d.start.front();
+    const bool level = std::all_of(d.start.begin(), d.start.end(), [&](int64_t st) { return st == first; });
+    if (level) {
+      k_.narrow(1, first, s).copy_(k);
+      v_.narrow(1, first, s).copy_(v);
+    } else {
+      const Tensor rows = at::arange(b, positions.options()).repeat_interleave(s);
+      k_.index_put_({rows, positions.reshape({-1})}, k.reshape({b * s, -1}));
+      v_.index_put_({rows, positions.reshape({-1})}, v.reshape({b * s, -1}));
     }
-    const Tensor keys = kv_for_heads(k_.narrow(1, 0, len), kv_local, kv_offset, first_q, heads_local, group, head_dim);
-    const Tensor values = kv_for_heads(v_.narrow(1, 0, len), kv_local, kv_offset, first_q, heads_local, group, head_dim);
-    auto heads = [&](const Tensor& t, int64_t n) { return t.reshape({b, n, heads_local, head_dim}).transpose(1, 2); };
-    const Tensor scores = at::matmul(heads(q, s), heads(keys, len).transpose(2, 3))
-                              .to(at::kFloat)
-                              .mul(1.0 / std::sqrt(static_cast<double>(head_dim)));  // [b, n, s, len]
-    // Key position j is hidden from query position p when j > p (and so every
-    // kept position past this call's, stale from an earlier batch, is too).
-    const Tensor query_pos = decode_positions(d, s, q.device()).view({b, 1, s, 1});
-    const Tensor key_pos = at::arange(len, at::TensorOptions().dtype(at::kLong).device(q.device())).view({1, 1, 1, len});
-    const Tensor probs = at::softmax(scores.masked_fill(key_pos > query_pos, -1e9), -1).to(q.scalar_type());
-    return at::matmul(probs, heads(values, len)).transpose(1, 2).reshape({b, s, heads_local * head_dim});
+    const int64_t len = positions.max().item<int64_t>() + 1;
+    // Grouped-query attention without copying the cache per query head: the
+    // g query heads that share a kv head attend to it together, as one
+    // [g * s, d] x [d, len] product per (sample, kv head).
+    const int64_t g = std::min(group, heads_local);
+    if (heads_local % g != 0 || first_q % g != 0) {  // an uneven split of heads: the general path
+      const Tensor keys = kv_for_heads(k_.narrow(1, 0, len), kv_local, kv_offset, first_q, heads_local, group, head_dim);
+      const Tensor values =
+          kv_for_heads(v_.narrow(1, 0, len), kv_local, kv_offset, first_q, heads_local, group, head_dim);
+      return attend_grouped(q, keys, values, positions, heads_local, 1, 0, head_dim, len);
+    }
+    return attend_grouped(q, k_.narrow(1, 0, len), v_.narrow(1, 0, len), positions, heads_local / g,
+                          g, first_q / group - kv_offset, head_dim, len);
   }
   void clear() { k_ = v_ = Tensor(); }
 
  private:
+  // Attention of q [b, s, u * g * d] over kv heads [kv_first, kv_first + u) of
+  // keys and values [b, len, * x d]: query head j uses kv head kv_first + j / g.
+  static Tensor attend_grouped(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& positions,
+                               int64_t u, int64_t g, int64_t kv_first, int64_t head_dim, int64_t len) {
+    const int64_t b = q.size(0), s = q.size(1);
+    const int64_t kv_total = keys.size(2) / head_dim;
+    auto kv = [&](const Tensor& t) {  // [b, u, len, d], a view of the cache
+      return t.view({b, len, kv_total, head_dim}).narrow(2, kv_first, u).permute({0, 2, 1, 3});
+    };
+    const Tensor qg = q.reshape({b, s, u, g, head_dim}).permute({0, 2, 3, 1, 4}).reshape({b, u, g * s, head_dim});
+    const Tensor scores = at::matmul(qg, kv(keys).transpose(2, 3))
+                              .to(at::kFloat)
+                              .mul(1.0 / std::sqrt(static_cast<double>(head_dim)))
+                              .view({b, u, g, s, len});
+    // Key position j is hidden from query position p when j > p (and so every
+    // kept position past this call's, stale from an earlier batch, is too).
+    const Tensor key_pos = at::arange(len, positions.options()).view({1, 1, 1, 1, len});
+    const Tensor hidden = key_pos > positions.view({b, 1, 1, s, 1});
+    const Tensor probs = at::softmax(scores.masked_fill(hidden, -1e9), -1).to(q.scalar_type());
+    return at::matmul(probs.view({b, u, g * s, len}), kv(values))
+        .view({b, u, g, s, head_dim})
+        .permute({0, 3, 1, 2, 4})
+        .reshape({b, s, u * g * head_dim});
+  }
+
   Tensor k_, v_;  // [b, capacity, kv_local * head_dim]
 };
 
