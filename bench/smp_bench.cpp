@@ -11,6 +11,7 @@
 #include "analytic.h"
 #include "checkpoint_bench.h"
 #include "generate_bench.h"
+#include "plan/validate.h"
 #include "moe_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
@@ -912,6 +913,54 @@ int cmd_generate(const Common& c, int64_t new_tokens) {
   return 0;
 }
 
+// ----------------------------------------------------------------------------- plan
+// The planner against Megatron-LM's published runs (bench/configs/plan-published.json)
+// on the DGX A100 preset, and the search's speed: a wide search (GPT-3 175B on
+// 3072 accelerators, microbatch sizes up to 64, up to 16 virtual stages) timed
+// `repeat` times.
+int cmd_plan(const Common& c) {
+  namespace plan = smp::plan;
+  json result;
+  result["benchmark"] = "plan";
+  result["machine_before"] = bench::machine_json();
+  const plan::Cluster cluster = plan::load_cluster("dgx-a100-80gb");
+  std::ifstream in(bench::paths().source_dir + "/bench/configs/plan-published.json");
+  result["published"] = plan::validate_published(cluster, json::parse(in));
+  plan::Shape s;
+  s.layers = 96, s.hidden = 12288, s.heads = 96, s.seq = 2048, s.vocab = 51200, s.batch = 1536;
+  plan::SearchOptions o;
+  o.world = 3072;
+  o.max_virtual_stages = 16;
+  std::vector<double> seconds;
+  int64_t candidates = 0;
+  for (int r = 0; r < std::max(1, c.repeat); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const plan::SearchResult found = plan::search(cluster, s, o);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    candidates = found.candidates;
+  }
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  result["search_speed"] = {{"what", "one search of GPT-3 175B (96 layers, hidden 12288, batch 1536) on 3072 "
+                                     "accelerators: tp within a node, pp, dp, schedules (1F1B, GPipe, ZB-H1, "
+                                     "interleaved with 2-16 virtual stages), every microbatch size up to 64 that "
+                                     "divides the batch per dp rank, ZeRO 0-3, "
+                                     "recomputation or not"},
+                            {"candidates", candidates},
+                            {"seconds", seconds},
+                            {"median_seconds", sorted[sorted.size() / 2]},
+                            {"candidates_per_second", candidates / sorted[sorted.size() / 2]},
+                            {"goal", ">= 10,000 candidates in <= 10 s"},
+                            {"goal_met", candidates >= 10000 && sorted[sorted.size() / 2] <= 10}};
+  result["machine_after"] = bench::machine_json();
+  std::cout << "smp-bench plan: largest error against the published runs "
+            << fmt(100 * result["published"]["largest_abs_error"].get<double>(), 1) << "%; search of " << candidates
+            << " candidates in " << fmt(sorted[sorted.size() / 2], 3) << " s\n";
+  std::ofstream(c.out) << result.dump(2) << "\n";
+  std::cout << "wrote " << c.out << "\n";
+  return 0;
+}
+
 // ----------------------------------------------------------------------------- checkpoint
 int cmd_checkpoint(const Common& c, int save_every) {
   const auto base = base_overrides(c);
@@ -1025,6 +1074,10 @@ int main(int argc, char** argv) {
   auto* ge = app.add_subcommand("generate", "smp-generate vs a plain LibTorch KV-cache loop at batch 1 and 8; HF export/import vs the disk");
   add_common(ge, gen, 0, 1, P.source_dir + "/bench/results/generate.json");
   ge->add_option("--new-tokens", gen_tokens, "tokens generated per prompt")->capture_default_str();
+  Common plan_opts;
+  plan_opts.repeat = 10;
+  auto* planner = app.add_subcommand("plan", "the planner against Megatron-LM's published runs, and the search's speed");
+  add_common(planner, plan_opts, 0, 1, P.source_dir + "/bench/results/plan.json");
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -1086,6 +1139,7 @@ int main(int argc, char** argv) {
     if (*t) return cmd_tp(tp);
     if (*ck) return cmd_checkpoint(ckpt, ckpt_every);
     if (*ge) return cmd_generate(gen, gen_tokens);
+    if (*planner) return cmd_plan(plan_opts);
     if (*mo) {
       require_python_torch("moe");
       return cmd_moe(moe, moe_quality);

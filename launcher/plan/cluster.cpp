@@ -1,0 +1,157 @@
+#include "plan/cluster.h"
+
+#include <smp/error.h>
+
+#include <toml++/toml.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace smp::plan {
+
+namespace {
+
+struct Reader {
+  const toml::table& root;
+  std::string file;
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw Error(file + ": " + key + ": " + why);
+  }
+  const toml::node& at(const std::string& key) const {
+    const toml::node_view<const toml::node> v = root.at_path(key);
+    if (!v) fail(key, "missing");
+    return *v.node();
+  }
+  double positive(const std::string& key) const {
+    const toml::node& n = at(key);
+    const std::optional<double> v = n.value<double>();
+    if (!v || !std::isfinite(*v) || *v <= 0) fail(key, "must be a positive number");
+    return *v;
+  }
+  double non_negative(const std::string& key) const {
+    const std::optional<double> v = at(key).value<double>();
+    if (!v || !std::isfinite(*v) || *v < 0) fail(key, "must be a number >= 0");
+    return *v;
+  }
+  std::string text(const std::string& key) const {
+    const std::optional<std::string> v = at(key).value<std::string>();
+    if (!v || v->empty()) fail(key, "must be a non-empty string");
+    return *v;
+  }
+};
+
+// Every key of `table` (at `prefix`) must be one of `known`.
+void only(const toml::table& table, const std::string& prefix, std::initializer_list<const char*> known,
+          const std::string& file) {
+  for (const auto& [k, v] : table) {
+    const std::string key(k.str());
+    if (std::find_if(known.begin(), known.end(), [&](const char* n) { return key == n; }) == known.end()) {
+      std::string list;
+      for (const char* n : known) list += (list.empty() ? "" : ", ") + std::string(n);
+      throw Error(file + ": " + prefix + key + ": unknown key (known: " + list + ")");
+    }
+  }
+}
+
+}  // namespace
+
+double Cluster::efficiency(double size) const {
+  const auto& t = gemm_efficiency;
+  if (size <= t.front().first) return t.front().second;
+  if (size >= t.back().first) return t.back().second;
+  for (size_t i = 1; i < t.size(); ++i)
+    if (size <= t[i].first) {
+      const double x = (std::log(size) - std::log(t[i - 1].first)) / (std::log(t[i].first) - std::log(t[i - 1].first));
+      return t[i - 1].second + x * (t[i].second - t[i - 1].second);
+    }
+  return t.back().second;
+}
+
+double Cluster::peak(const std::string& dtype) const {
+  auto it = peak_flops.find(dtype);
+  if (it == peak_flops.end()) throw Error(file + ": accelerator.peak_tflops: no figure for " + dtype);
+  return it->second;
+}
+
+Cluster read_cluster(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(path + ": " + std::string(e.description()) + " (line " +
+                std::to_string(e.source().begin.line) + ")");
+  }
+  const Reader r{root, path};
+  only(root, "", {"name", "accelerator", "node", "links", "topology"}, path);
+  Cluster c;
+  c.file = path;
+  c.name = r.text("name");
+  if (const toml::table* a = root["accelerator"].as_table())
+    only(*a, "accelerator.", {"name", "memory_gb", "memory_bandwidth_gbs", "peak_tflops", "gemm_efficiency"}, path);
+  c.accelerator = r.text("accelerator.name");
+  c.memory_bytes = r.positive("accelerator.memory_gb") * 1e9;
+  c.memory_bandwidth = r.positive("accelerator.memory_bandwidth_gbs") * 1e9;
+  const toml::table* peaks = r.at("accelerator.peak_tflops").as_table();
+  if (!peaks || peaks->empty()) r.fail("accelerator.peak_tflops", "must be a table of dtype = TFLOP/s");
+  for (const auto& [k, v] : *peaks) {
+    const std::string key = "accelerator.peak_tflops." + std::string(k.str());
+    if (std::string(k.str()) != "fp16" && std::string(k.str()) != "bf16" && std::string(k.str()) != "fp32")
+      r.fail(key, "unknown dtype (known: fp16, bf16, fp32)");
+    c.peak_flops[std::string(k.str())] = r.positive(key) * 1e12;
+  }
+  const toml::array* eff = r.at("accelerator.gemm_efficiency").as_array();
+  if (!eff || eff->empty()) r.fail("accelerator.gemm_efficiency", "must be a list of [size, fraction of peak] pairs");
+  for (size_t i = 0; i < eff->size(); ++i) {
+    const toml::array* pair = (*eff)[i].as_array();
+    const std::string key = "accelerator.gemm_efficiency[" + std::to_string(i) + "]";
+    std::optional<double> size, frac;
+    if (pair && pair->size() == 2) size = (*pair)[0].value<double>(), frac = (*pair)[1].value<double>();
+    if (!size || !frac) r.fail(key, "must be [size, fraction of peak]");
+    if (*size < 1) r.fail(key, "the size must be >= 1");
+    if (!(*frac > 0 && *frac <= 1)) r.fail(key, "the fraction of peak must lie in (0, 1]");
+    if (!c.gemm_efficiency.empty() && *size <= c.gemm_efficiency.back().first)
+      r.fail(key, "sizes must rise from one pair to the next");
+    c.gemm_efficiency.emplace_back(*size, *frac);
+  }
+  if (const toml::table* n = root["node"].as_table()) only(*n, "node.", {"accelerators"}, path);
+  const double node = r.positive("node.accelerators");
+  if (node != std::floor(node)) r.fail("node.accelerators", "must be a whole number");
+  c.node_size = static_cast<int>(node);
+  for (const char* link : {"intra", "inter"}) {
+    if (const toml::table* l = root["links"][link].as_table())
+      only(*l, std::string("links.") + link + ".", {"bandwidth_gbs", "latency_us"}, path);
+    Link& to = std::string(link) == "intra" ? c.intra : c.inter;
+    to.bandwidth = r.positive(std::string("links.") + link + ".bandwidth_gbs") * 1e9;
+    to.latency = r.non_negative(std::string("links.") + link + ".latency_us") * 1e-6;
+  }
+  if (c.inter.bandwidth > c.intra.bandwidth)
+    r.fail("links.inter.bandwidth_gbs", "is above links.intra.bandwidth_gbs: the link between nodes would be "
+           "faster than the one inside a node");
+  const toml::array* inside = r.at("topology.inside_node").as_array();
+  if (!inside) r.fail("topology.inside_node", "must be a list of mesh axes (\"tp\", \"ep\", \"pp\", \"dp\")");
+  std::set<std::string> seen;
+  for (const auto& a : *inside) {
+    const std::optional<std::string> axis = a.value<std::string>();
+    if (!axis || (*axis != "tp" && *axis != "pp" && *axis != "dp" && *axis != "ep"))
+      r.fail("topology.inside_node", "an entry is not one of \"tp\", \"ep\", \"pp\", \"dp\"");
+    if (!seen.insert(*axis).second) r.fail("topology.inside_node", "names \"" + *axis + "\" twice");
+    c.inside_node.push_back(*axis);
+  }
+  return c;
+}
+
+Cluster load_cluster(const std::string& name_or_path) {
+  if (name_or_path.find('/') != std::string::npos || name_or_path.find(".toml") != std::string::npos)
+    return read_cluster(name_or_path);
+  for (const std::string dir : {std::string(SMP_PLAN_SOURCE_CLUSTERS), std::string(SMP_PLAN_INSTALL_CLUSTERS)}) {
+    const std::string path = dir + "/" + name_or_path + ".toml";
+    if (::access(path.c_str(), R_OK) == 0) return read_cluster(path);
+  }
+  throw Error("cluster '" + name_or_path + "': no such preset in " + SMP_PLAN_SOURCE_CLUSTERS + " or " +
+              SMP_PLAN_INSTALL_CLUSTERS + " (or give a path)");
+}
+
+}  // namespace smp::plan

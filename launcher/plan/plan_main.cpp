@@ -1,0 +1,129 @@
+// smp-plan: the fastest layout that fits, predicted for a cluster.
+//
+//   smp-plan --cluster dgx-a100-80gb --world 512 --layers 48 --hidden 8192 --heads 64 --seq 2048
+//            --vocab 51200 --batch 1536 [--ffn F] [--dtype fp16] [--tp N] [--pp N] [--top 5] [--json]
+//   smp-plan --cluster dgx-a100-80gb --validate bench/configs/plan-published.json [--out F]
+//
+// The cluster is a preset name (configs/clusters/<name>.toml) or a file
+// (launcher/plan/cluster.h). The table lists the top layouts with their
+// predicted step time and every term of it, tokens/s, TFLOP/s per device,
+// MFU, memory per rank, and the --set lines that run the layout. --validate
+// predicts published runs (their layout given; the microbatch size and
+// virtual stages searched), and what the search itself picks for them.
+#include "plan/search.h"
+#include "plan/validate.h"
+
+#include <smp/error.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+namespace {
+
+using nlohmann::json;
+using namespace smp::plan;
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+void print_table(const SearchResult& r, const Shape& s, size_t top) {
+  std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp", "bubble",
+              "dp", "optim", "TFLOP/s", "MFU", "mem (GB)");
+  for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) {
+    const Prediction& p = r.ranked[i].prediction;
+    const auto share = [&](double x) { return fixed(100 * x / p.step_seconds, 1) + "%"; };
+    std::printf("%-44s %9.3f %7s %7s %7s %7s %7s %7s %8.1f %5.1f%% %9.1f\n", r.ranked[i].layout.describe().c_str(),
+                p.step_seconds, share(p.compute).c_str(), share(p.tp_comm).c_str(), share(p.pp_comm).c_str(),
+                share(p.bubble).c_str(), share(p.dp_comm).c_str(), share(p.optimizer).c_str(), p.tflops_per_device,
+                100 * p.mfu, p.memory_bytes / 1e9);
+  }
+  if (!r.ranked.empty()) {
+    std::printf("\nthe best, to run it:");
+    for (const auto& set : r.ranked.front().layout.sets(s)) std::printf(" --set %s", set.c_str());
+    std::printf("\n");
+  }
+}
+
+int validate(const Cluster& c, const std::string& path, const std::string& out) {
+  std::ifstream in(path);
+  if (!in) throw smp::Error(path + ": cannot read");
+  const json result = validate_published(c, json::parse(in));
+  for (const json& r : result["rows"]) {
+    const json& best = r["search"]["best"];
+    std::printf("%-8s tp %d pp %d on %d: published %.0f, predicted %.1f TFLOP/s per GPU (%+.1f%%); the search picks "
+                "%s at %.1f TFLOP/s (%lld candidates, %.3f s)\n",
+                r.value("params", "").c_str(), r["tp"].get<int>(), r["pp"].get<int>(), r["gpus"].get<int>(),
+                r["tflops_per_gpu"].get<double>(), r.value("predicted_tflops_per_gpu", 0.0), 100 * r.value("error", 0.0),
+                best.is_null() ? "nothing" : best["layout"].get<std::string>().c_str(),
+                best.is_null() ? 0.0 : best["tflops_per_device"].get<double>(),
+                static_cast<long long>(r["search"]["candidates"].get<int64_t>()), r["search"]["seconds"].get<double>());
+  }
+  if (!out.empty()) std::ofstream(out) << result.dump(2) << "\n";
+  return result["all_within_15_percent"].get<bool>() ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"smp-plan: the fastest layout that fits, predicted for a cluster"};
+  std::string cluster_name, validate_path, out;
+  Shape s;
+  SearchOptions o;
+  size_t top = 5;
+  bool as_json = false;
+  app.add_option("--cluster", cluster_name, "a preset (configs/clusters/<name>.toml) or a cluster file")->required();
+  app.add_option("--validate", validate_path, "predict the published runs of this file (and exit 3 past 15%)");
+  app.add_option("--out", out, "--validate: write the result JSON here");
+  app.add_option("--world", o.world, "accelerators")->check(CLI::PositiveNumber);
+  app.add_option("--layers", s.layers)->check(CLI::PositiveNumber);
+  app.add_option("--hidden", s.hidden)->check(CLI::PositiveNumber);
+  app.add_option("--heads", s.heads)->check(CLI::PositiveNumber);
+  app.add_option("--seq", s.seq)->check(CLI::PositiveNumber);
+  app.add_option("--vocab", s.vocab)->check(CLI::PositiveNumber);
+  app.add_option("--ffn", s.ffn, "MLP width (default 4 x hidden)")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", s.batch, "global batch, samples")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", s.dtype, "compute dtype")->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
+  app.add_option("--tp", o.tp, "only this tp")->check(CLI::NonNegativeNumber);
+  app.add_option("--pp", o.pp, "only this pp")->check(CLI::NonNegativeNumber);
+  app.add_option("--top", top, "layouts to list")->check(CLI::PositiveNumber);
+  app.add_flag("--json", as_json, "the result as JSON");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const Cluster c = load_cluster(cluster_name);
+    if (!validate_path.empty()) return validate(c, validate_path, out);
+    for (const auto& [name, v] : {std::pair<const char*, int64_t>{"--layers", s.layers}, {"--hidden", s.hidden},
+                                  {"--heads", s.heads}, {"--seq", s.seq}, {"--vocab", s.vocab}, {"--batch", s.batch}})
+      if (v <= 0) throw smp::Error(std::string(name) + " is required (the model's shape)");
+    const auto t0 = std::chrono::steady_clock::now();
+    const SearchResult r = search(c, s, o);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (as_json) {
+      json j = {{"cluster", c.name}, {"candidates", r.candidates}, {"fitting", r.fitting}, {"search_seconds", seconds},
+                {"top", json::array()}};
+      for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) j["top"].push_back(candidate_json(r.ranked[i], s));
+      std::cout << j.dump(2) << std::endl;
+    } else {
+      std::printf("%s: %lld layouts predicted in %.3f s, %lld fit in %.0f GB\n\n", c.name.c_str(),
+                  static_cast<long long>(r.candidates), seconds, static_cast<long long>(r.fitting),
+                  c.memory_bytes / 1e9);
+      print_table(r, s, top);
+    }
+    if (r.ranked.empty()) {
+      std::cerr << "smp-plan: no layout fits " << c.memory_bytes / 1e9 << " GB per accelerator" << std::endl;
+      return 2;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "smp-plan: error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,57 @@
+#include "plan/search.h"
+
+#include <algorithm>
+
+namespace smp::plan {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+SearchResult search(const Cluster& c, const Shape& s, const SearchOptions& o) {
+  SearchResult r;
+  for (int tp : divisors(o.world)) {
+    if (tp > c.node_size || (o.tp && tp != o.tp)) continue;
+    for (int pp : divisors(o.world / tp)) {
+      if (o.pp && pp != o.pp) continue;
+      const int dp = o.world / tp / pp;
+      std::vector<int64_t> sizes = o.microbatch_sizes;
+      if (sizes.empty())
+        for (int64_t mb = 1; mb <= o.max_microbatch && s.batch % dp == 0 && mb <= s.batch / dp; ++mb)
+          if ((s.batch / dp) % mb == 0) sizes.push_back(mb);
+      for (int v = 1; v <= o.max_virtual_stages; ++v)
+        for (const std::string& schedule : o.schedules)
+        for (int64_t mb : sizes)
+          for (int zero : o.zero_stages)
+            for (bool recompute : o.recompute) {
+              Layout l;
+              l.tp = tp, l.pp = pp, l.dp = dp, l.virtual_stages = v, l.microbatch = mb, l.zero = zero;
+              l.recompute = recompute;
+              l.schedule = schedule;
+              l.overlap_dp = o.overlap_dp;
+              if (!invalid(s, l, o.world).empty()) continue;
+              if (zero > 0 && dp == 1) continue;  // nothing to shard
+              Candidate k{l, predict(c, s, l)};
+              ++r.candidates;
+              if (!k.prediction.fits) continue;
+              ++r.fitting;
+              r.ranked.push_back(k);
+            }
+    }
+  }
+  std::sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& x, const Candidate& y) {
+    if (x.prediction.step_seconds != y.prediction.step_seconds)
+      return x.prediction.step_seconds < y.prediction.step_seconds;
+    return x.layout.describe() < y.layout.describe();
+  });
+  return r;
+}
+
+}  // namespace smp::plan

@@ -1,0 +1,82 @@
+// The planner's step-time and memory model of a GPT-shaped decoder (the gpt
+// adapter's [model]: layers, hidden, heads, sequence, vocabulary, ffn) trained
+// on a cluster under one layout, every term kept apart:
+//   compute      each GEMM's FLOPs over the peak times the efficiency its
+//                smallest dimension gets on the cluster; the elementwise work
+//                (norms, activations, residuals, dropout, the softmax over
+//                [heads, s, s]) as bytes over the memory bandwidth; forward,
+//                backward (twice the forward) and, under full recomputation,
+//                the forward again;
+//   tp           Megatron's all-reduces of [b, s, h] per layer (2 forward, 2
+//                backward, 2 more when recomputing) as α-β rings on the link
+//                tp uses, not overlapped;
+//   pp           the activations (and their gradients) between stages per
+//                microbatch and virtual stage, on the link pp uses, not
+//                overlapped; the bubble of 1F1B, (p - 1) / (v m) of the steady
+//                part (interleaved: v virtual stages per rank; zb-h1: the
+//                weight gradients fill a third of it);
+//   dp           the gradient all-reduce (or reduce-scatter + all-gather under
+//                ZeRO) on the link dp uses, the part that the last
+//                microbatch's backward does not hide (overlap_dp), and under
+//                ZeRO-3 the parameters gathered for each pass, not hidden;
+//   optimizer    AdamW over this rank's parameters, as bytes over the memory
+//                bandwidth.
+// FLOPs counted as the paper counts them (Narayanan et al. 2021, equation 3:
+// 96 B s l h^2 (1 + s/6h + V/16lh) with recomputation, 72 B s l h^2 (1 + s/6h
+// + V/12lh) without) give the TFLOP/s per accelerator.
+#pragma once
+
+#include "plan/cluster.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace smp::plan {
+
+struct Shape {
+  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;  // ffn 0: 4 x hidden
+  int64_t batch = 0;             // global batch, samples
+  std::string dtype = "fp16";    // compute dtype
+  int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
+};
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int virtual_stages = 1;        // interleaved 1F1B when > 1
+  // With one virtual stage: "1f1b", "gpipe" (the same bubble, every
+  // microbatch's activations kept) or "zb-h1" (the backward split into its
+  // input and weight parts, which fill a third of 1F1B's bubble... of two thirds:
+  // Qi et al. 2023 give (p - 1)(F + B - 2W) against (p - 1)(F + B)).
+  std::string schedule = "1f1b";
+  int64_t microbatch = 1;        // samples per microbatch
+  int zero = 0;                  // 0-3
+  bool recompute = true;         // full activation recomputation
+  // The gradient reduction overlaps the last microbatch's backward (smp's
+  // buckets, train.bucket_mb); false: it follows the backward (Megatron-LM
+  // in 2021, whose published runs are checked with false).
+  bool overlap_dp = true;
+  int64_t microbatches(const Shape& s) const { return s.batch / (dp * microbatch); }
+  std::string describe() const;  // "tp 8 pp 2 dp 32 v 2 mb 1 zero 1 recompute"
+  // The --set lines that run it with smp.
+  std::vector<std::string> sets(const Shape& s) const;
+};
+
+struct Prediction {
+  bool fits = false;
+  double memory_bytes = 0;       // the most any rank holds
+  double step_seconds = 0;
+  // The terms, in seconds (their sum is the step): compute, tp, pp, bubble, dp, optimizer.
+  double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0, optimizer = 0;
+  double flops = 0;              // per step, the paper's count for this layout's recomputation
+  double model_flops = 0;        // per step without recomputation (what MFU counts)
+  double tflops_per_device = 0, mfu = 0, tokens_per_s = 0;
+  nlohmann::json to_json() const;
+};
+
+// Why a layout cannot run this shape on this world, or "" when it can.
+std::string invalid(const Shape& s, const Layout& l, int world);
+Prediction predict(const Cluster& c, const Shape& s, const Layout& l);
+
+}  // namespace smp::plan
