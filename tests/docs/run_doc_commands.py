@@ -190,7 +190,7 @@ RULES = [
     Rule("run", r"^build/bin/smp-launch --estimate-memory --device-memory 80GB --plugin gpt "
                 r"--config configs/gpt3-175b-1024\.toml$", file=r"^docs/memory\.md$", check=check_estimate_table,
          why="an estimate, no training: as written; the table below it must be its output, rounded"),
-    Rule("run", r"^build/bin/smp-(data|checkpoint|generate) ", why="as written"),
+    Rule("run", r"^build/bin/smp-(data|checkpoint|generate|plan) ", why="as written"),
     Rule("run", r"^echo \"[^\"]*\" \| build/bin/smp-data ", why="as written"),
 ]
 
