@@ -2,7 +2,15 @@
 //
 //   smp-plan --cluster dgx-a100-80gb --world 512 --layers 48 --hidden 8192 --heads 64 --seq 2048
 //            --vocab 51200 --batch 1536 [--ffn F] [--dtype fp16] [--tp N] [--pp N] [--top 5] [--json]
+//   smp-plan --cluster dgx-a100-80gb --world 8 --config job.toml [--plugin gpt] [--set key=value ...]
 //   smp-plan --cluster dgx-a100-80gb --validate bench/configs/plan-published.json [--out F]
+//
+// With --config the shape is the job's (its graph's transformer layers,
+// embedding and tokens per sample; train.batch_size and train.precision), and each layout
+// listed has passed smp's own memory estimate (what smp-launch
+// --estimate-memory prints for it), which the memory column then shows: the
+// ranked layouts are taken in order and those the estimate puts over the
+// accelerator's memory are left out.
 //
 // The cluster is a preset name (configs/clusters/<name>.toml) or a file
 // (launcher/plan/cluster.h). The table lists the top layouts with their
@@ -13,7 +21,9 @@
 #include "plan/search.h"
 #include "plan/validate.h"
 
+#include <smp/config.h>
 #include <smp/error.h>
+#include <smp/runtime.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -37,11 +47,11 @@ std::string fixed(double v, int digits) {
 
 void print_table(const SearchResult& r, const Shape& s, size_t top) {
   std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp", "bubble",
-              "dp", "optim", "TFLOP/s", "MFU", "mem (GB)");
+              "dp", "optim", "TFLOP/s", "MFU", "mem (GB)");  // memory to 3 significant digits: a small job's too
   for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) {
     const Prediction& p = r.ranked[i].prediction;
     const auto share = [&](double x) { return fixed(100 * x / p.step_seconds, 1) + "%"; };
-    std::printf("%-44s %9.3f %7s %7s %7s %7s %7s %7s %8.1f %5.1f%% %9.1f\n", r.ranked[i].layout.describe().c_str(),
+    std::printf("%-44s %9.3g %7s %7s %7s %7s %7s %7s %8.3g %5.1f%% %9.3g\n", r.ranked[i].layout.describe().c_str(),
                 p.step_seconds, share(p.compute).c_str(), share(p.tp_comm).c_str(), share(p.pp_comm).c_str(),
                 share(p.bubble).c_str(), share(p.dp_comm).c_str(), share(p.optimizer).c_str(), p.tflops_per_device,
                 100 * p.mfu, p.memory_bytes / 1e9);
@@ -71,6 +81,63 @@ int validate(const Cluster& c, const std::string& path, const std::string& out) 
   return result["all_within_15_percent"].get<bool>() ? 0 : 3;
 }
 
+// The shape of a job's GPT-shaped model, from its graph as the adapter
+// describes it (Runtime::describe_model): the transformer layers (how many,
+// hidden, heads, ffn), the embedding's rows (the padded vocabulary), tokens
+// per sample; the batch and dtype from [train].
+Shape shape_of(const smp::Config& config, int world, const std::string& plugin) {
+  const json model = smp::Runtime::describe_model(config, world, {plugin});
+  Shape s;
+  for (const json& n : model["nodes"]) {
+    const std::string kind = n["kind"];
+    const json& c = n["config"];
+    const auto ends_with = [&](const std::string& tail) {
+      return kind.size() >= tail.size() && kind.compare(kind.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (ends_with("transformer_layer")) {
+      ++s.layers;
+      s.hidden = c.at("hidden"), s.heads = c.at("heads");
+      s.ffn = c.value("ffn", int64_t{0});
+    } else if (ends_with("embedding") && s.vocab == 0) {
+      s.vocab = c.at("num");
+    }
+  }
+  if (s.layers == 0)
+    throw smp::Error(config.origin() + ": the model has no transformer_layer nodes: smp-plan's model is for "
+                     "GPT-shaped decoders (the gpt adapter)");
+  if (model["throughput_unit"] != "tokens")
+    throw smp::Error(config.origin() + ": the model counts " + model["throughput_unit"].get<std::string>() +
+                     ", not tokens: smp-plan needs its sequence length");
+  s.seq = static_cast<int64_t>(model["throughput_per_sample"].get<double>());
+  s.batch = config.get_int("train.batch_size");
+  s.dtype = config.has("train.precision") ? config.get_string("train.precision") : "fp32";
+  return s;
+}
+
+// The ranked layouts smp's memory estimate keeps under the accelerator's
+// memory, `top` at most, each with that estimate as its memory.
+SearchResult checked_by_smp(const SearchResult& ranked, const Cluster& c, const std::string& config_path,
+                            const std::vector<std::string>& sets, const std::string& plugin, int world, size_t top,
+                            const Shape& s, int64_t* left_out) {
+  SearchResult kept = ranked;
+  kept.ranked.clear();
+  *left_out = 0;
+  for (const Candidate& k : ranked.ranked) {
+    if (kept.ranked.size() >= top) break;
+    std::vector<std::string> with = sets;
+    for (const std::string& set : k.layout.sets(s)) with.push_back(set);
+    const json estimate = smp::Runtime::estimate_memory(smp::Config::load(config_path, with), world, {plugin});
+    Candidate checked = k;
+    checked.prediction.memory_bytes = estimate.at("max_total_bytes").get<double>();
+    checked.prediction.fits = checked.prediction.memory_bytes <= c.memory_bytes;
+    if (checked.prediction.fits)
+      kept.ranked.push_back(checked);
+    else
+      ++*left_out;
+  }
+  return kept;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,6 +151,11 @@ int main(int argc, char** argv) {
   app.add_option("--validate", validate_path, "predict the published runs of this file (and exit 3 past 15%)");
   app.add_option("--out", out, "--validate: write the result JSON here");
   app.add_option("--world", o.world, "accelerators")->check(CLI::PositiveNumber);
+  std::string config_path, plugin = "gpt";
+  std::vector<std::string> sets;
+  app.add_option("--config", config_path, "a job file: the model's shape from it, memory from smp's estimate");
+  app.add_option("--plugin", plugin, "--config: the job's adapter plugin");
+  app.add_option("--set", sets, "--config: key=value over the job file (repeatable)");
   app.add_option("--layers", s.layers)->check(CLI::PositiveNumber);
   app.add_option("--hidden", s.hidden)->check(CLI::PositiveNumber);
   app.add_option("--heads", s.heads)->check(CLI::PositiveNumber);
@@ -100,21 +172,32 @@ int main(int argc, char** argv) {
   try {
     const Cluster c = load_cluster(cluster_name);
     if (!validate_path.empty()) return validate(c, validate_path, out);
+    if (!config_path.empty()) s = shape_of(smp::Config::load(config_path, sets), o.world, plugin);
     for (const auto& [name, v] : {std::pair<const char*, int64_t>{"--layers", s.layers}, {"--hidden", s.hidden},
                                   {"--heads", s.heads}, {"--seq", s.seq}, {"--vocab", s.vocab}, {"--batch", s.batch}})
       if (v <= 0) throw smp::Error(std::string(name) + " is required (the model's shape)");
     const auto t0 = std::chrono::steady_clock::now();
-    const SearchResult r = search(c, s, o);
+    SearchResult r = search(c, s, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t left_out = 0;
+    if (!config_path.empty()) r = checked_by_smp(r, c, config_path, sets, plugin, o.world, top, s, &left_out);
     if (as_json) {
       json j = {{"cluster", c.name}, {"candidates", r.candidates}, {"fitting", r.fitting}, {"search_seconds", seconds},
-                {"top", json::array()}};
+                {"memory", config_path.empty() ? "the planner's" : "smp's estimate"},
+                {"left_out_by_smps_estimate", left_out}, {"top", json::array()},
+                {"shape",
+                 {{"layers", s.layers}, {"hidden", s.hidden}, {"heads", s.heads}, {"seq", s.seq}, {"vocab", s.vocab},
+                  {"ffn", s.ffn_size()}, {"batch", s.batch}, {"dtype", s.dtype}}}};
       for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) j["top"].push_back(candidate_json(r.ranked[i], s));
       std::cout << j.dump(2) << std::endl;
     } else {
-      std::printf("%s: %lld layouts predicted in %.3f s, %lld fit in %.0f GB\n\n", c.name.c_str(),
+      std::printf("%s: %lld layouts predicted in %.3f s, %lld fit in %.0f GB\n", c.name.c_str(),
                   static_cast<long long>(r.candidates), seconds, static_cast<long long>(r.fitting),
                   c.memory_bytes / 1e9);
+      if (!config_path.empty())
+        std::printf("memory: smp's estimate for %s (smp-launch --estimate-memory); %lld of the fastest left out by "
+                    "it\n", config_path.c_str(), static_cast<long long>(left_out));
+      std::printf("\n");
       print_table(r, s, top);
     }
     if (r.ranked.empty()) {

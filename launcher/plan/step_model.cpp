@@ -59,9 +59,10 @@ std::vector<std::string> Layout::sets(const Shape& s) const {
           "parallel.dp=" + std::to_string(dp),
           "parallel.microbatches=" + std::to_string(microbatches(s)),
           "parallel.virtual_stages=" + std::to_string(virtual_stages),
-          "parallel.schedule=\"" + (virtual_stages > 1 ? std::string("interleaved") : schedule) + "\"",
+          "parallel.schedule=\"" + (virtual_stages > 1 ? std::string("interleaved-1f1b") : schedule) + "\"",
           "parallel.zero=" + std::to_string(zero),
-          std::string("memory.checkpoint_layers=") + (recompute ? "true" : "false")};
+          // Full recomputation: every transformer layer keeps only its input.
+          std::string("memory.checkpoint=") + (recompute ? "[\"transformer_layer\"]" : "[]")};
 }
 
 nlohmann::json Prediction::to_json() const {

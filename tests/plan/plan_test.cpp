@@ -166,4 +166,48 @@ TEST(Plan, TheSearchIsDeterministic) {
   }
 }
 
+// smp-plan --config: the shape from the job, and every layout listed has
+// passed smp's own memory estimate, whose figure it shows: the top layout's
+// memory is what smp-launch --estimate-memory prints for it, none listed
+// exceeds the accelerator's memory, and the estimate left some out.
+TEST(Plan, AJobsLayoutsCarrySmpsOwnMemoryEstimate) {
+  const fs::path cluster = fs::temp_directory_path() / fs::unique_path("smp-cluster-%%%%-%%%%.toml");
+  std::string text = read(preset("dgx-a100-80gb"));
+  text.replace(text.find("memory_gb = 80"), 14, "memory_gb = 0.00092");  // the gpt-equiv job at dp 2 needs about that
+  std::ofstream(cluster.string()) << text;
+  const std::string job = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
+  const auto run = [](const std::string& command) {
+    std::string out;
+    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+    char buf[4096];
+    while (pipe && fgets(buf, sizeof buf, pipe)) out += buf;
+    if (pipe) pclose(pipe);
+    return out;
+  };
+  const std::string planned = run(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + cluster.string() +
+                                  " --world 2 --config " + job + " --top 50 --json");
+  const nlohmann::json plan = nlohmann::json::parse(planned.substr(planned.find("{\n")));
+  EXPECT_EQ(plan["memory"], "smp's estimate");
+  ASSERT_FALSE(plan["top"].empty()) << planned;
+  EXPECT_GT(plan["left_out_by_smps_estimate"].get<int>(), 0) << "the estimate left nothing out: the test sees little";
+  for (const auto& k : plan["top"]) EXPECT_LE(k["memory_bytes"].get<double>(), 0.00092e9) << k["layout"];
+  std::string estimate = std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 2 --estimate-memory --plugin gpt "
+                         "--config " + job;
+  for (const auto& set : plan["top"][0]["sets"]) estimate += " --set '" + set.get<std::string>() + "'";
+  const std::string printed = run(estimate);
+  const size_t at = printed.rfind("{\"layout\"");
+  ASSERT_NE(at, std::string::npos) << printed;
+  EXPECT_EQ(nlohmann::json::parse(printed.substr(at))["max_total_bytes"].get<double>(),
+            plan["top"][0]["memory_bytes"].get<double>())
+      << plan["top"][0]["layout"];
+  fs::remove(cluster);
+  // A preset's shape, resolved by the adapter: GPT-3 175B (its vocabulary padded to 51200 for tp 8).
+  const std::string gpt3 = run(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 1024 --config " +
+                               std::string(SMP_SOURCE_DIR) + "/configs/gpt3-175b-1024.toml --top 1 --json");
+  const nlohmann::json shape = nlohmann::json::parse(gpt3.substr(gpt3.find("{\n")))["shape"];
+  EXPECT_EQ(shape, nlohmann::json({{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"seq", 2048}, {"vocab", 51200},
+                                   {"ffn", 49152}, {"batch", 1536}, {"dtype", "bf16"}}))
+      << gpt3;
+}
+
 }  // namespace

@@ -70,6 +70,11 @@ class Runtime {
   // partition and schedule only; no rendezvous, no module is created. Bytes per
   // pp rank by category (the account's), and the largest total.
   static nlohmann::json estimate_memory(Config config, int world_size, const std::vector<PluginSource>& plugins);
+  // The job's model as the adapter describes it and the rules rewrite it, the
+  // same way and as cheaply (no rendezvous, no module): {"nodes": [{"name",
+  // "kind", "config"}], "throughput_unit", "throughput_per_sample"}. What
+  // smp-plan reads a model's shape from.
+  static nlohmann::json describe_model(Config config, int world_size, const std::vector<PluginSource>& plugins);
   // Leaves the job: waits (up to run.timeout_s) until every rank got here, so
   // the rank hosting the rendezvous store does not exit under the others.
   // Called by the destructor when not called before; idempotent.

@@ -130,6 +130,19 @@ nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std
   return out;
 }
 
+nlohmann::json Runtime::describe_model(Config config, int world_size, const std::vector<PluginSource>& plugins) {
+  config.resolve_layout(world_size);
+  const JobConfig job = JobConfig::from(config);
+  const auto context = ParallelContext::offline(job, world_size);
+  const ModelBuilder model(job, context->mesh(), plugins);
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const GraphNode& n : model.graph().nodes)
+    nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
+  return {{"nodes", nodes},
+          {"throughput_unit", model.graph().throughput_unit},
+          {"throughput_per_sample", model.graph().throughput_per_sample}};
+}
+
 StepResult Runtime::train_step() { return impl_->step(nullptr); }
 StepResult Runtime::train_step(const Batch& batch) { return impl_->step(&batch); }
 
