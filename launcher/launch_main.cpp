@@ -3,7 +3,12 @@
 //   smp-launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A
 //              --master-port P] [--max-restarts K] [--threads-per-rank T]
 //              [--kill-timeout S] [--log-dir D] [--tee] [--worker PATH]
-//              [--] <worker args...>
+//              [--plan CLUSTER] [--] <worker args...>
+//
+// --plan CLUSTER runs the layout smp-plan predicts fastest on that cluster
+// (a preset name or a file) for the job (--plugin, --config, --set) on
+// --nproc-per-node x --nnodes ranks: its --set lines are added to the job's.
+// The search is deterministic, so every node picks the same.
 //
 // The launcher's own options are taken wherever they stand before a `--`;
 // every other argument, and everything after `--`, goes to the worker in
@@ -12,12 +17,15 @@
 #include "supervisor.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -30,7 +38,7 @@ const std::vector<std::pair<std::string, bool>> kOwnOptions = {
     {"--master-port", true},    {"--max-restarts", true}, {"--threads-per-rank", true},
     {"--bind-cores", false},    {"--kill-timeout", true}, {"--log-dir", true},     {"--tee", false},
     {"--worker", true},         {"--estimate-memory", false}, {"--device-memory", true},
-    {"--help", false},          {"-h", false}};
+    {"--plan", true},           {"--help", false},          {"-h", false}};
 
 // Splits argv into the launcher's arguments (argv[0] first) and the worker's.
 void split_arguments(int argc, char** argv, std::vector<std::string>& own, std::vector<std::string>& worker) {
@@ -52,6 +60,47 @@ void split_arguments(int argc, char** argv, std::vector<std::string>& own, std::
     if (known->second && a.find('=') == std::string::npos && i + 1 < argc) own.push_back(argv[++i]);
   }
   for (; i < argc; ++i) worker.push_back(argv[i]);
+}
+
+// The --set lines of the layout smp-plan predicts fastest for the job in
+// `worker` on `world` ranks of `cluster`; refuses a job that sets one of those
+// keys itself (it would be ignored). Prints what it chose.
+std::vector<std::string> planned_layout(const std::string& cluster, int world, const std::vector<std::string>& worker) {
+  std::string plugin = "gpt", config;
+  std::vector<std::string> sets;
+  for (size_t i = 0; i + 1 < worker.size(); ++i) {
+    if (worker[i] == "--plugin") plugin = worker[i + 1];
+    if (worker[i] == "--config") config = worker[i + 1];
+    if (worker[i] == "--set") sets.push_back(worker[i + 1]);
+  }
+  if (config.empty()) throw std::runtime_error("--plan needs the job's --config");
+  const std::string self = smp::launch::default_worker_path();
+  std::string command = self.substr(0, self.rfind('/')) + "/smp-plan --json --top 1 --cluster '" + cluster +
+                        "' --world " + std::to_string(world) + " --plugin '" + plugin + "' --config '" + config + "'";
+  for (const auto& s : sets) command += " --set '" + s + "'";
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error("--plan: cannot run smp-plan");
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  const size_t at = out.find("{\n");
+  if (status != 0 || at == std::string::npos) throw std::runtime_error("--plan " + cluster + ": smp-plan failed:\n" + out);
+  const nlohmann::json plan = nlohmann::json::parse(out.substr(at));
+  if (plan["top"].empty()) throw std::runtime_error("--plan " + cluster + ": no layout fits");
+  const nlohmann::json& best = plan["top"][0];
+  std::vector<std::string> chosen = best["sets"].get<std::vector<std::string>>();
+  for (const auto& mine : sets)
+    for (const auto& theirs : chosen)
+      if (mine.substr(0, mine.find('=')) == theirs.substr(0, theirs.find('=')))
+        throw std::runtime_error("--plan chooses " + theirs.substr(0, theirs.find('=')) + ", which the job sets (--set " +
+                                 mine + "): leave it to the plan or drop --plan");
+  std::cerr << "smp-launch: --plan " << cluster << ": " << best["layout"].get<std::string>() << ", predicted "
+            << best["step_seconds"].get<double>() << " s per step (" << plan["candidates"].get<int64_t>()
+            << " layouts predicted); running it with";
+  for (const auto& s : chosen) std::cerr << " --set " << s;
+  std::cerr << std::endl;
+  return chosen;
 }
 
 }  // namespace
@@ -87,6 +136,9 @@ int main(int argc, char** argv) {
                "print each rank's estimated memory for the job's layout (--nproc-per-node x --nnodes ranks, or "
                "the config's pp * tp * dp) and exit: one process, no training, nothing allocated at full size");
   app.add_option("--device-memory", device_memory, "with --estimate-memory: say whether it fits, e.g. 80GB");
+  std::string plan_cluster;
+  app.add_option("--plan", plan_cluster,
+                 "run the layout smp-plan predicts fastest on this cluster (a preset or a file) for the job");
   try {
     std::vector<char*> own_argv;
     for (auto& a : own_args) own_argv.push_back(a.data());
@@ -96,6 +148,15 @@ int main(int argc, char** argv) {
   }
   o.master_addr_given = addr->count() > 0;
   o.master_port_given = port->count() > 0;
+  if (!plan_cluster.empty()) {
+    try {
+      for (const auto& s : planned_layout(plan_cluster, o.nproc_per_node * o.nnodes, worker_args))
+        worker_args.insert(worker_args.end(), {"--set", s});
+    } catch (const std::exception& e) {
+      std::cerr << "smp-launch: " << e.what() << "\n";
+      return 2;
+    }
+  }
   o.worker_args = worker_args;
   if (o.worker.empty()) o.worker = smp::launch::default_worker_path();
   if (!device_memory.empty() && !estimate) {

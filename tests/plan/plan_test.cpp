@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <sys/wait.h>
 
 namespace {
 
@@ -164,6 +165,44 @@ TEST(Plan, TheSearchIsDeterministic) {
     EXPECT_EQ(a.ranked[i].layout.describe(), b.ranked[i].layout.describe());
     EXPECT_EQ(a.ranked[i].prediction.step_seconds, b.ranked[i].prediction.step_seconds);
   }
+}
+
+std::string run_command(const std::string& command, int* code = nullptr) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof buf, pipe)) out += buf;
+  const int status = pipe ? pclose(pipe) : -1;
+  if (code) *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return out;
+}
+
+// smp-launch --plan runs the layout the planner picks for the job: the same
+// one smp-plan lists first, which the ranks then report; a job that sets a
+// key the plan chooses is refused naming it.
+TEST(Plan, SmpLaunchPlanRunsTheLayoutThePlannerPicks) {
+  const fs::path cluster = fs::temp_directory_path() / fs::unique_path("smp-cluster-%%%%-%%%%.toml");
+  std::string text = read(preset("dgx-a100-80gb"));
+  text.replace(text.find("memory_gb = 80"), 14, "memory_gb = 0.00092");
+  std::ofstream(cluster.string()) << text;
+  const std::string job = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
+  const std::string planned = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + cluster.string() +
+                                          " --world 2 --config " + job + " --top 1 --json");
+  const std::string layout = nlohmann::json::parse(planned.substr(planned.find("{\n")))["top"][0]["layout"];
+  const std::string dir = (fs::temp_directory_path() / fs::unique_path("smp-plan-run-%%%%-%%%%")).string();
+  const std::string launch = std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 2 --plan " + cluster.string() +
+                             " --plugin gpt --config " + job + " --set train.steps=1 --set 'run.dir=\"" + dir + "\"'";
+  int code = -1;
+  std::string out = run_command(launch, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("--plan " + cluster.string() + ": " + layout + ", predicted"), std::string::npos) << out;
+  EXPECT_NE(out.find("layout pp=1 tp=1 dp=2 world=2"), std::string::npos) << out;  // the plan's pick: dp 2, ZeRO 1
+  out = run_command(launch + " --set parallel.zero=3", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--plan chooses parallel.zero, which the job sets (--set parallel.zero=3)"), std::string::npos)
+      << out;
+  fs::remove(cluster);
+  fs::remove_all(dir);
 }
 
 // smp-plan --config: the shape from the job, and every layout listed has
