@@ -74,7 +74,7 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed, KvCache* cache = nullptr,
                                 const smp::sdk::Decode* decode = nullptr, const std::string& node = "") {
-  std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v);
+  std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v, decode != nullptr);
   if (decode) check_decodable(c, pad_mask, node);
   const Tensor positions = decode ? decode_positions(*decode, x.size(1), x.device()) : Tensor();
   if (c.rope_base > 0) {

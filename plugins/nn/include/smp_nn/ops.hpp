@@ -5,7 +5,6 @@
 
 #include <smp/sdk/checkpoint.hpp>
 
-#include <c10/core/GradMode.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -45,14 +44,15 @@ inline Tensor linear(const Tensor& x, const LinearParams& p) {
 // q, k and v from one GEMM over the concatenated weights (the parameters stay
 // three): one kernel with three times the columns instead of three, and in
 // backward one input-gradient GEMM instead of three and the two sums of their
-// results. Returns views into the one output. Without gradients (evaluation,
-// generation) three GEMMs instead: concatenating the weights reads and writes
-// them once more per call, which a decoding call of one position per sample,
-// whose cost is reading the weights, would pay on every token.
+// results. Returns views into the one output. `decoding`: three GEMMs
+// instead, as concatenating the weights reads and writes them once more per
+// call, which a decoding call of a position per sample, whose cost is reading
+// the weights, would pay on every token. (Only there: a checkpointed layer's
+// forward, without gradients, must compute as its recomputation does.)
 inline std::vector<Tensor> qkv_projection(const Tensor& x, const LinearParams& q, const LinearParams& k,
-                                          const LinearParams& v) {
+                                          const LinearParams& v, bool decoding = false) {
   const int biases = q.bias.defined() + k.bias.defined() + v.bias.defined();
-  if ((biases != 0 && biases != 3) || !c10::GradMode::is_enabled()) return {linear(x, q), linear(x, k), linear(x, v)};
+  if ((biases != 0 && biases != 3) || decoding) return {linear(x, q), linear(x, k), linear(x, v)};
   const Tensor w = at::cat({q.weight, k.weight, v.weight}, 0);
   const Tensor y = biases ? at::linear(x, w, at::cat({q.bias, k.bias, v.bias}, 0)) : at::linear(x, w);
   return y.split_with_sizes({q.weight.size(0), k.weight.size(0), v.weight.size(0)}, -1);

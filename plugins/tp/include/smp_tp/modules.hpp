@@ -164,7 +164,7 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
   const int64_t nl = c.heads / tp.size;
   const bool split = kv_split(c, tp.size);
   const int64_t kvl = split ? c.kv_heads / tp.size : c.kv_heads, kv_offset = split ? tp.rank * kvl : 0;
-  std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v);  // this rank's heads of each
+  std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v, decode != nullptr);  // this rank's heads of each
   if (decode) check_decodable(c, pad_mask, tp.node);
   const Tensor positions = decode ? decode_positions(*decode, xf.size(1), xf.device()) : Tensor();
   if (c.rope_base > 0) {  // positions are whole here: under SP the input was gathered first
