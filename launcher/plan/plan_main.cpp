@@ -4,6 +4,7 @@
 //            --vocab 51200 --batch 1536 [--ffn F] [--dtype fp16] [--tp N] [--pp N] [--top 5] [--json]
 //   smp-plan --cluster dgx-a100-80gb --world 8 --config job.toml [--plugin gpt] [--set key=value ...]
 //   smp-plan --cluster dgx-a100-80gb --validate bench/configs/plan-published.json [--out F]
+//   smp-plan --calibrate this-machine.toml [--threads 1]     measure this machine into a cluster file
 //
 // With --config the shape is the job's (its graph's transformer layers,
 // embedding and tokens per sample; train.batch_size and train.precision), and each layout
@@ -18,6 +19,7 @@
 // MFU, memory per rank, and the --set lines that run the layout. --validate
 // predicts published runs (their layout given; the microbatch size and
 // virtual stages searched), and what the search itself picks for them.
+#include "plan/calibrate.h"
 #include "plan/search.h"
 #include "plan/validate.h"
 
@@ -147,7 +149,11 @@ int main(int argc, char** argv) {
   SearchOptions o;
   size_t top = 5;
   bool as_json = false;
-  app.add_option("--cluster", cluster_name, "a preset (configs/clusters/<name>.toml) or a cluster file")->required();
+  std::string calibrate_path;
+  int threads = 1;
+  app.add_option("--calibrate", calibrate_path, "measure this machine and write its cluster file here");
+  app.add_option("--threads", threads, "--calibrate: intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--cluster", cluster_name, "a preset (configs/clusters/<name>.toml) or a cluster file");
   app.add_option("--validate", validate_path, "predict the published runs of this file (and exit 3 past 15%)");
   app.add_option("--out", out, "--validate: write the result JSON here");
   app.add_option("--world", o.world, "accelerators")->check(CLI::PositiveNumber);
@@ -170,6 +176,13 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "the result as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!calibrate_path.empty()) {
+      std::cout << calibrate(calibrate_path, threads);
+      std::cerr << "smp-plan: wrote " << calibrate_path << " (read back: " << read_cluster(calibrate_path).name << ")"
+                << std::endl;
+      return 0;
+    }
+    if (cluster_name.empty()) throw smp::Error("--cluster is required (a preset name or a cluster file)");
     const Cluster c = load_cluster(cluster_name);
     if (!validate_path.empty()) return validate(c, validate_path, out);
     if (!config_path.empty()) s = shape_of(smp::Config::load(config_path, sets), o.world, plugin);

@@ -205,6 +205,33 @@ TEST(Plan, SmpLaunchPlanRunsTheLayoutThePlannerPicks) {
   fs::remove_all(dir);
 }
 
+// smp-plan --calibrate writes a cluster file of this machine that the planner
+// reads back: the measured figures in range (a GEMM curve rising to 1 at the
+// fastest size, links with a bandwidth and a latency), and a plan made with it.
+TEST(Plan, CalibrateWritesThisMachinesClusterFile) {
+  const std::string path = (fs::temp_directory_path() / fs::unique_path("smp-this-machine-%%%%.toml")).string();
+  int code = -1;
+  const std::string out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --calibrate " + path, &code);
+  ASSERT_EQ(code, 0) << out;
+  const Cluster c = read_cluster(path);
+  EXPECT_EQ(c.name, "this-machine");
+  EXPECT_GT(c.peak("fp32"), 1e9);
+  EXPECT_GT(c.peak("bf16"), 0);
+  EXPECT_GT(c.memory_bandwidth, 1e8);
+  double best = 0;
+  for (const auto& [size, fraction] : c.gemm_efficiency) best = std::max(best, fraction);
+  EXPECT_EQ(best, 1.0);
+  EXPECT_GT(c.intra.bandwidth, 0);
+  EXPECT_GT(c.intra.latency, 0);
+  EXPECT_GT(c.inter.latency, 0);
+  EXPECT_LE(c.inter.bandwidth, c.intra.bandwidth);
+  const std::string planned = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + path +
+                                          " --world 2 --config " + SMP_SOURCE_DIR +
+                                          "/tests/integration/data/gpt-equiv.toml --top 3 --json", &code);
+  EXPECT_EQ(code, 0) << planned;
+  fs::remove(path);
+}
+
 // smp-plan --config: the shape from the job, and every layout listed has
 // passed smp's own memory estimate, whose figure it shows: the top layout's
 // memory is what smp-launch --estimate-memory prints for it, none listed
