@@ -242,14 +242,7 @@ TEST(Plan, AJobsLayoutsCarrySmpsOwnMemoryEstimate) {
   text.replace(text.find("memory_gb = 80"), 14, "memory_gb = 0.00092");  // the gpt-equiv job at dp 2 needs about that
   std::ofstream(cluster.string()) << text;
   const std::string job = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
-  const auto run = [](const std::string& command) {
-    std::string out;
-    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-    char buf[4096];
-    while (pipe && fgets(buf, sizeof buf, pipe)) out += buf;
-    if (pipe) pclose(pipe);
-    return out;
-  };
+  const auto run = [](const std::string& command) { return run_command(command); };
   const std::string planned = run(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + cluster.string() +
                                   " --world 2 --config " + job + " --top 50 --json");
   const nlohmann::json plan = nlohmann::json::parse(planned.substr(planned.find("{\n")));
