@@ -24,24 +24,8 @@ namespace fs = boost::filesystem;
 // The median of every value (jobs.h's, from the first).
 double median(const std::vector<double>& v) { return median_from(v, 0); }
 
-struct Ran {
-  int code;
-  std::string output;
-  double seconds;
-};
-
-// A shell command's exit code, output (stdout and stderr) and wall time.
-Ran run(const std::string& command) {
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) throw std::runtime_error("cannot run: " + command);
-  std::string out;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out, s};
-}
+using Ran = CommandResult;
+Ran run(const std::string& command) { return run_command(command); }
 
 Ran must(const std::string& command) {
   Ran r = run(command);

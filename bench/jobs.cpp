@@ -282,6 +282,19 @@ double gemm_peak_flops_1thread() {
   return best;
 }
 
+CommandResult run_command(const std::string& command) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run: " + command);
+  CommandResult r;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
 std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, double quiet_cores, double job_wait_s) {
   std::vector<Measured> out(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) out[i].job = jobs[i];

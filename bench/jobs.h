@@ -70,6 +70,14 @@ struct JobResult {
 // plain: OMP_NUM_THREADS=1 smp-bench plain-run --config C --set ... --out <fresh>/summary.json
 JobResult run_job(const Job& job);
 
+// A shell command's exit code, output (stdout and stderr together) and wall time.
+struct CommandResult {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+CommandResult run_command(const std::string& command);
+
 // Busy CPU seconds of the whole machine so far (/proc/stat), and our children's CPU seconds.
 double machine_busy_seconds();
 double children_cpu_seconds();

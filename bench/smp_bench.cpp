@@ -12,6 +12,7 @@
 #include "checkpoint_bench.h"
 #include "generate_bench.h"
 #include "plan/validate.h"
+#include "plan_local.h"
 #include "moe_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
@@ -962,6 +963,32 @@ int cmd_plan(const Common& c) {
 }
 
 // ----------------------------------------------------------------------------- checkpoint
+// The planner against this machine (bench/plan_local.h).
+int cmd_plan_local(const Common& c, const std::string& cluster, const std::string& measured) {
+  const std::vector<std::string> base{"train.steps=" + std::to_string(c.steps), "train.val_batches=0",
+                                      "train.val_every=0", "train.log_every=1"};
+  json result = interleaved_header("plan-local", c, base);
+  result["method"] =
+      "smp-plan --calibrate writes this machine's cluster file (cluster_file); every layout of the GPT bench model "
+      "on 2 ranks (dp 2 with ZeRO 0-3, pp 2 with 1F1B, GPipe, ZB-H1 and interleaved 1F1B, tp 2; every microbatch "
+      "size; no recomputation) and of the moe bench model at dp 2 (ep 1 and 2, every microbatch size, ZeRO 0 and "
+      "1) is predicted with it and measured: each job run `repeat` times, interleaved (every layout once per "
+      "round), its step time the median over steps 2..N of a run, and the layout's the median over its runs. "
+      "Compared per model: Spearman's rank correlation of predicted and measured, the median of |predicted - "
+      "measured| / measured, and the measured time of the layout predicted fastest over the fastest measured.";
+  bench::PlanLocalOptions o;
+  o.overrides = base;
+  for (const auto& s : c.sets) o.overrides.push_back(s);
+  o.repeat = c.repeat;
+  o.quiet_cores = c.quiet_cores;
+  o.job_wait_s = c.job_wait_s;
+  o.cluster = cluster;
+  o.measured = measured;
+  result.update(bench::run_plan_local(o));
+  finish(result, c);
+  return 0;
+}
+
 int cmd_checkpoint(const Common& c, int save_every) {
   const auto base = base_overrides(c);
   json result = interleaved_header("checkpoint", c, base);
@@ -1078,6 +1105,14 @@ int main(int argc, char** argv) {
   plan_opts.repeat = 10;
   auto* planner = app.add_subcommand("plan", "the planner against Megatron-LM's published runs, and the search's speed");
   add_common(planner, plan_opts, 0, 1, P.source_dir + "/bench/results/plan.json");
+  Common local_opts;
+  local_opts.repeat = 5;
+  std::string local_cluster, local_measured;
+  auto* local = app.add_subcommand("plan-local", "the planner's predictions against every 2-rank layout of the gpt "
+                                                 "and moe bench models, measured on this machine");
+  add_common(local, local_opts, 8, 0, P.source_dir + "/bench/results/plan-local.json");
+  local->add_option("--cluster", local_cluster, "a cluster file instead of calibrating this machine first");
+  local->add_option("--measured", local_measured, "predict an earlier result's measurements again (runs no jobs)");
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -1140,6 +1175,7 @@ int main(int argc, char** argv) {
     if (*ck) return cmd_checkpoint(ckpt, ckpt_every);
     if (*ge) return cmd_generate(gen, gen_tokens);
     if (*planner) return cmd_plan(plan_opts);
+    if (*local) return cmd_plan_local(local_opts, local_cluster, local_measured);
     if (*mo) {
       require_python_torch("moe");
       return cmd_moe(moe, moe_quality);

@@ -90,10 +90,18 @@ Cluster read_cluster(const std::string& path) {
   c.file = path;
   c.name = r.text("name");
   if (const toml::table* a = root["accelerator"].as_table())
-    only(*a, "accelerator.", {"name", "memory_gb", "memory_bandwidth_gbs", "peak_tflops", "gemm_efficiency"}, path);
+    only(*a, "accelerator.", {"name", "memory_gb", "memory_bandwidth_gbs", "elementwise_gbs", "op_overhead_us", "peak_tflops",
+                                  "gemm_efficiency"},
+         path);
   c.accelerator = r.text("accelerator.name");
   c.memory_bytes = r.positive("accelerator.memory_gb") * 1e9;
   c.memory_bandwidth = r.positive("accelerator.memory_bandwidth_gbs") * 1e9;
+  c.elementwise_bandwidth =
+      root.at_path("accelerator.elementwise_gbs") ? r.positive("accelerator.elementwise_gbs") * 1e9 : c.memory_bandwidth;
+  if (c.elementwise_bandwidth > c.memory_bandwidth)
+    r.fail("accelerator.elementwise_gbs", "is above accelerator.memory_bandwidth_gbs: elementwise passes cannot "
+           "outrun the memory");
+  c.op_overhead = root.at_path("accelerator.op_overhead_us") ? r.non_negative("accelerator.op_overhead_us") * 1e-6 : 0;
   const toml::table* peaks = r.at("accelerator.peak_tflops").as_table();
   if (!peaks || peaks->empty()) r.fail("accelerator.peak_tflops", "must be a table of dtype = TFLOP/s");
   for (const auto& [k, v] : *peaks) {
@@ -120,10 +128,13 @@ Cluster read_cluster(const std::string& path) {
   const double node = r.positive("node.accelerators");
   if (node != std::floor(node)) r.fail("node.accelerators", "must be a whole number");
   c.node_size = static_cast<int>(node);
-  for (const char* link : {"intra", "inter"}) {
+  if (const toml::table* l = root["links"].as_table()) only(*l, "links.", {"intra", "inter", "alltoall"}, path);
+  c.has_alltoall = static_cast<bool>(root.at_path("links.alltoall"));
+  for (const char* link : {"intra", "inter", "alltoall"}) {
+    if (std::string(link) == "alltoall" && !c.has_alltoall) continue;
     if (const toml::table* l = root["links"][link].as_table())
       only(*l, std::string("links.") + link + ".", {"bandwidth_gbs", "latency_us"}, path);
-    Link& to = std::string(link) == "intra" ? c.intra : c.inter;
+    Link& to = std::string(link) == "intra" ? c.intra : std::string(link) == "inter" ? c.inter : c.alltoall;
     to.bandwidth = r.positive(std::string("links.") + link + ".bandwidth_gbs") * 1e9;
     to.latency = r.non_negative(std::string("links.") + link + ".latency_us") * 1e-6;
   }

@@ -22,10 +22,24 @@ struct Cluster {
   std::string accelerator;
   double memory_bytes = 0;
   double memory_bandwidth = 0;                 // bytes/s
+  // The rate of the elementwise passes (norms, activations, softmax, the
+  // optimizer) in bytes/s as the step model counts them: the memory bandwidth
+  // on a GPU (accelerator.elementwise_gbs absent), less on a CPU core, where
+  // exp, erf and tanh cost more than the bytes they move.
+  double elementwise_bandwidth = 0;
+  // Host time per operator that the accelerator does not hide (seconds;
+  // accelerator.op_overhead_us, default 0): a CPU runs each operator's
+  // dispatch in line with its work; a GPU's asynchronous launches overlap it.
+  double op_overhead = 0;
   std::map<std::string, double> peak_flops;    // by dtype ("fp16", "bf16", "fp32")
   std::vector<std::pair<double, double>> gemm_efficiency;  // (smallest GEMM dimension, fraction of peak), rising sizes
   int node_size = 1;                           // accelerators per node
   Link intra, inter;
+  // The all-to-all's own costs when the implementation takes another path for
+  // it than the axis' link ([links.alltoall]; smp on CPUs: Gloo, while the
+  // other collectives go through shared memory); absent: the axis' link.
+  Link alltoall;
+  bool has_alltoall = false;
   std::vector<std::string> inside_node;        // axes placed inside a node first, in this order
 
   // The fraction of peak a GEMM whose smallest dimension is `size` achieves:

@@ -20,6 +20,7 @@
 // predicts published runs (their layout given; the microbatch size and
 // virtual stages searched), and what the search itself picks for them.
 #include "plan/calibrate.h"
+#include "plan/job_shape.h"
 #include "plan/search.h"
 #include "plan/validate.h"
 
@@ -48,13 +49,14 @@ std::string fixed(double v, int digits) {
 }
 
 void print_table(const SearchResult& r, const Shape& s, size_t top) {
-  std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp", "bubble",
-              "dp", "optim", "TFLOP/s", "MFU", "mem (GB)");  // memory to 3 significant digits: a small job's too
+  std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %7s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp",
+              "ep", "bubble", "dp", "optim", "TFLOP/s", "MFU", "mem (GB)");  // memory to 3 significant digits: a small job's too
   for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) {
     const Prediction& p = r.ranked[i].prediction;
     const auto share = [&](double x) { return fixed(100 * x / p.step_seconds, 1) + "%"; };
-    std::printf("%-44s %9.3g %7s %7s %7s %7s %7s %7s %8.3g %5.1f%% %9.3g\n", r.ranked[i].layout.describe().c_str(),
+    std::printf("%-44s %9.3g %7s %7s %7s %7s %7s %7s %7s %8.3g %5.1f%% %9.3g\n", r.ranked[i].layout.describe().c_str(),
                 p.step_seconds, share(p.compute).c_str(), share(p.tp_comm).c_str(), share(p.pp_comm).c_str(),
+                share(p.ep_comm).c_str(),
                 share(p.bubble).c_str(), share(p.dp_comm).c_str(), share(p.optimizer).c_str(), p.tflops_per_device,
                 100 * p.mfu, p.memory_bytes / 1e9);
   }
@@ -81,39 +83,6 @@ int validate(const Cluster& c, const std::string& path, const std::string& out) 
   }
   if (!out.empty()) std::ofstream(out) << result.dump(2) << "\n";
   return result["all_within_15_percent"].get<bool>() ? 0 : 3;
-}
-
-// The shape of a job's GPT-shaped model, from its graph as the adapter
-// describes it (Runtime::describe_model): the transformer layers (how many,
-// hidden, heads, ffn), the embedding's rows (the padded vocabulary), tokens
-// per sample; the batch and dtype from [train].
-Shape shape_of(const smp::Config& config, int world, const std::string& plugin) {
-  const json model = smp::Runtime::describe_model(config, world, {plugin});
-  Shape s;
-  for (const json& n : model["nodes"]) {
-    const std::string kind = n["kind"];
-    const json& c = n["config"];
-    const auto ends_with = [&](const std::string& tail) {
-      return kind.size() >= tail.size() && kind.compare(kind.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    if (ends_with("transformer_layer")) {
-      ++s.layers;
-      s.hidden = c.at("hidden"), s.heads = c.at("heads");
-      s.ffn = c.value("ffn", int64_t{0});
-    } else if (ends_with("embedding") && s.vocab == 0) {
-      s.vocab = c.at("num");
-    }
-  }
-  if (s.layers == 0)
-    throw smp::Error(config.origin() + ": the model has no transformer_layer nodes: smp-plan's model is for "
-                     "GPT-shaped decoders (the gpt adapter)");
-  if (model["throughput_unit"] != "tokens")
-    throw smp::Error(config.origin() + ": the model counts " + model["throughput_unit"].get<std::string>() +
-                     ", not tokens: smp-plan needs its sequence length");
-  s.seq = static_cast<int64_t>(model["throughput_per_sample"].get<double>());
-  s.batch = config.get_int("train.batch_size");
-  s.dtype = config.has("train.precision") ? config.get_string("train.precision") : "fp32";
-  return s;
 }
 
 // The ranked layouts smp's memory estimate keeps under the accelerator's
@@ -172,6 +141,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", s.dtype, "compute dtype")->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
   app.add_option("--tp", o.tp, "only this tp")->check(CLI::NonNegativeNumber);
   app.add_option("--pp", o.pp, "only this pp")->check(CLI::NonNegativeNumber);
+  app.add_option("--ep", o.ep, "only this ep (a model with experts)")->check(CLI::NonNegativeNumber);
   app.add_option("--top", top, "layouts to list")->check(CLI::PositiveNumber);
   app.add_flag("--json", as_json, "the result as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -185,7 +155,7 @@ int main(int argc, char** argv) {
     if (cluster_name.empty()) throw smp::Error("--cluster is required (a preset name or a cluster file)");
     const Cluster c = load_cluster(cluster_name);
     if (!validate_path.empty()) return validate(c, validate_path, out);
-    if (!config_path.empty()) s = shape_of(smp::Config::load(config_path, sets), o.world, plugin);
+    if (!config_path.empty()) s = shape_of_job(smp::Config::load(config_path, sets), o.world, plugin);
     for (const auto& [name, v] : {std::pair<const char*, int64_t>{"--layers", s.layers}, {"--hidden", s.hidden},
                                   {"--heads", s.heads}, {"--seq", s.seq}, {"--vocab", s.vocab}, {"--batch", s.batch}})
       if (v <= 0) throw smp::Error(std::string(name) + " is required (the model's shape)");
@@ -200,7 +170,10 @@ int main(int argc, char** argv) {
                 {"left_out_by_smps_estimate", left_out}, {"top", json::array()},
                 {"shape",
                  {{"layers", s.layers}, {"hidden", s.hidden}, {"heads", s.heads}, {"seq", s.seq}, {"vocab", s.vocab},
-                  {"ffn", s.ffn_size()}, {"batch", s.batch}, {"dtype", s.dtype}}}};
+                  {"ffn", s.ffn_size()}, {"kv_heads", s.kv_heads_or_heads()}, {"gated_mlp", s.gated_mlp},
+                  {"moe_layers", s.moe_layers}, {"experts", s.experts}, {"top_k", s.top_k},
+                  {"expert_ffn", s.expert_ffn}, {"shared_experts", s.shared_experts}, {"batch", s.batch},
+                  {"dtype", s.dtype}}}};
       for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) j["top"].push_back(candidate_json(r.ranked[i], s));
       std::cout << j.dump(2) << std::endl;
     } else {

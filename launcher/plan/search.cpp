@@ -26,13 +26,15 @@ SearchResult search(const Cluster& c, const Shape& s, const SearchOptions& o) {
       if (sizes.empty())
         for (int64_t mb = 1; mb <= o.max_microbatch && s.batch % dp == 0 && mb <= s.batch / dp; ++mb)
           if ((s.batch / dp) % mb == 0) sizes.push_back(mb);
+      for (int ep : divisors(dp)) {
+      if ((o.ep && ep != o.ep) || (ep > 1 && s.moe_layers == 0)) continue;
       for (int v = 1; v <= o.max_virtual_stages; ++v)
         for (const std::string& schedule : o.schedules)
         for (int64_t mb : sizes)
           for (int zero : o.zero_stages)
             for (bool recompute : o.recompute) {
               Layout l;
-              l.tp = tp, l.pp = pp, l.dp = dp, l.virtual_stages = v, l.microbatch = mb, l.zero = zero;
+              l.tp = tp, l.pp = pp, l.dp = dp, l.ep = ep, l.virtual_stages = v, l.microbatch = mb, l.zero = zero;
               l.recompute = recompute;
               l.schedule = schedule;
               l.overlap_dp = o.overlap_dp;
@@ -44,6 +46,7 @@ SearchResult search(const Cluster& c, const Shape& s, const SearchOptions& o) {
               ++r.fitting;
               r.ranked.push_back(k);
             }
+      }
     }
   }
   std::sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& x, const Candidate& y) {

@@ -1,5 +1,5 @@
 // The planner's search: every layout of a world size for a shape (tp within a
-// node, pp, dp, schedule and virtual stages, microbatch size, ZeRO 0-3, full
+// node, pp, dp, ep dividing dp when the model has experts, schedule and virtual stages, microbatch size, ZeRO 0-3, full
 // recomputation or none), each predicted (step_model.h); the ones that fit the accelerator's
 // memory ranked by step time, ties broken by the layout's text (deterministic).
 #pragma once
@@ -22,7 +22,7 @@ struct SearchOptions {
   std::vector<std::string> schedules = {"1f1b", "gpipe", "zb-h1"};  // with one virtual stage
   bool overlap_dp = true;  // Layout::overlap_dp of every candidate
   // Only these (0: any).
-  int tp = 0, pp = 0;
+  int tp = 0, pp = 0, ep = 0;
 };
 
 struct Candidate {

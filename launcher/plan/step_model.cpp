@@ -10,38 +10,59 @@ namespace {
 // Elementwise passes over a layer's activations per forward (each pass reads
 // or writes the tensor once), the implementation's constants for every
 // cluster and shape: layer norms, residual adds and dropouts over [b, s, h]
-// on every tp rank; the split q, k, v over [b, s, 3h/t]; the activation over
-// [b, s, ffn/t]; the fused scale-mask-softmax and the dropout over the
-// attention probabilities [b, heads/t, s, s]. A backward makes twice the passes.
-constexpr double kReplicatedPasses = 16, kQkvPasses = 4, kActivationPasses = 2, kSoftmaxPasses = 5;
+// on every tp rank; the split q, k, v over [b, s, (h + 2 kv)/t]; the
+// activation over [b, s, ffn/t] (SwiGLU: the gate's and the product's); the
+// fused scale-mask-softmax and the dropout over the attention probabilities
+// [b, heads/t, s, s]; a MoE layer's router over [b, s, experts] and the
+// routed rows sorted, sent, received, gated and added back over [b s k, h].
+// A backward makes twice the passes.
+constexpr double kReplicatedPasses = 16, kQkvPasses = 4, kActivationPasses = 2, kGatedActivationPasses = 4,
+                 kSoftmaxPasses = 5, kRouterPasses = 8, kRoutedPasses = 8;
+// Operators per forward of one layer as smp's layers call them (each one
+// costs the cluster's op_overhead; a backward, twice): attention with its
+// norm and residual, a dense MLP, a MoE layer's routing and each local expert;
+// the head and loss per microbatch; per parameter tensor at the step.
+constexpr double kAttentionOps = 40, kMlpOps = 12, kRouterOps = 40, kExpertOps = 8, kHeadOps = 20,
+                 kOpsPerParameterTensor = 12, kTensorsPerLayer = 12;
 // Bytes per parameter: AdamW's fp32 master, two moments; and what a step of
-// AdamW reads and writes per parameter (master, moments, gradient, weight).
-constexpr double kOptimizerStateBytes = 12, kOptimizerStepBytes = 16;
+// AdamW (with the gradient norm's read for clipping) reads and writes per
+// parameter (master, moments, gradient, weight).
+constexpr double kOptimizerStateBytes = 12, kOptimizerStepBytes = 20;
 
 double ring_allreduce(const Link& link, double bytes, int n) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) / n * bytes / link.bandwidth + 2.0 * (n - 1) * link.latency;
 }
 
+// Each rank sends (n - 1)/n of `bytes`, one message to each peer.
+double alltoall(const Link& link, double bytes, int n) {
+  if (n <= 1) return 0;
+  return static_cast<double>(n - 1) / n * bytes / link.bandwidth + (n - 1) * link.latency;
+}
+
 // Whether each axis' group stays inside a node: axes fill a node in the
-// cluster's order (then tp, pp, dp), each spanning the product of those before.
+// cluster's order (then tp, pp, dp), each spanning the product of those
+// before; ep is dp's first ranks.
 struct Links {
-  const Link *tp, *pp, *dp;
+  const Link *tp, *pp, *dp, *ep;
 };
 Links links_of(const Cluster& c, const Layout& l) {
   std::vector<std::string> order = c.inside_node;
   for (const char* a : {"tp", "pp", "dp"})
     if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
-  Links out{&c.inter, &c.inter, &c.inter};
+  Links out{&c.inter, &c.inter, &c.inter, &c.inter};
   int64_t span = 1;
   for (const std::string& a : order) {
+    if (a == "ep") continue;
     const int size = a == "tp" ? l.tp : a == "pp" ? l.pp : a == "dp" ? l.dp : 1;
+    if (a == "dp") out.ep = span * l.ep <= c.node_size ? &c.intra : &c.inter;
     span *= size;
     const Link* link = span <= c.node_size ? &c.intra : &c.inter;
     if (a == "tp") out.tp = link;
     if (a == "pp") out.pp = link;
     if (a == "dp") out.dp = link;
   }
+  if (c.has_alltoall) out.ep = &c.alltoall;
   return out;
 }
 
@@ -49,12 +70,13 @@ Links links_of(const Cluster& c, const Layout& l) {
 
 std::string Layout::describe() const {
   return "tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " dp " + std::to_string(dp) + " " +
+         (ep > 1 ? "ep " + std::to_string(ep) + " " : "") +
          (virtual_stages > 1 ? "interleaved v " + std::to_string(virtual_stages) : schedule) + " mb " +
          std::to_string(microbatch) + " zero " + std::to_string(zero) + (recompute ? " recompute" : "");
 }
 
 std::vector<std::string> Layout::sets(const Shape& s) const {
-  return {"parallel.tp=" + std::to_string(tp),
+  std::vector<std::string> out = {"parallel.tp=" + std::to_string(tp),
           "parallel.pp=" + std::to_string(pp),
           "parallel.dp=" + std::to_string(dp),
           "parallel.microbatches=" + std::to_string(microbatches(s)),
@@ -63,6 +85,8 @@ std::vector<std::string> Layout::sets(const Shape& s) const {
           "parallel.zero=" + std::to_string(zero),
           // Full recomputation: every transformer layer keeps only its input.
           std::string("memory.checkpoint=") + (recompute ? "[\"transformer_layer\"]" : "[]")};
+  if (s.experts > 0) out.push_back("parallel.ep=" + std::to_string(ep));
+  return out;
 }
 
 nlohmann::json Prediction::to_json() const {
@@ -70,7 +94,7 @@ nlohmann::json Prediction::to_json() const {
           {"memory_bytes", memory_bytes},
           {"step_seconds", step_seconds},
           {"terms_seconds",
-           {{"compute", compute}, {"tp", tp_comm}, {"pp", pp_comm}, {"bubble", bubble}, {"dp", dp_comm},
+           {{"compute", compute}, {"tp", tp_comm}, {"pp", pp_comm}, {"ep", ep_comm}, {"bubble", bubble}, {"dp", dp_comm},
             {"optimizer", optimizer}}},
           {"flops_per_step", flops},
           {"model_flops_per_step", model_flops},
@@ -88,6 +112,10 @@ std::string invalid(const Shape& s, const Layout& l, int world) {
   if (l.virtual_stages > 1 && l.schedule != "1f1b") return "interleaving is a 1F1B schedule";
   if (l.schedule != "1f1b" && l.schedule != "gpipe" && l.schedule != "zb-h1") return "unknown schedule " + l.schedule;
   if (l.pp == 1 && l.schedule != "1f1b") return "one stage has no schedule to choose";
+  if (l.ep < 1 || l.dp % l.ep) return "ep does not divide dp";
+  if (l.ep > 1 && (s.moe_layers == 0 || s.experts % l.ep)) return "ep needs experts divisible by it";
+  if (s.moe_layers > 0 && s.expert_ffn % l.tp) return "the experts' ffn does not divide by tp";
+  if (s.heads % s.kv_heads_or_heads() || s.kv_heads_or_heads() % l.tp) return "kv heads do not divide by tp";
   return "";
 }
 
@@ -95,56 +123,106 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   Prediction p;
   const double t = l.tp, b = static_cast<double>(l.microbatch), seq = static_cast<double>(s.seq);
   const double h = static_cast<double>(s.hidden), f = static_cast<double>(s.ffn_size()),
-               a = static_cast<double>(s.heads), V = static_cast<double>(s.vocab);
+               a = static_cast<double>(s.heads), V = static_cast<double>(s.vocab),
+               kv = h * static_cast<double>(s.kv_heads_or_heads()) / a;
+  const double E = static_cast<double>(s.experts), k = static_cast<double>(s.top_k),
+               ef = static_cast<double>(s.expert_ffn), sf = static_cast<double>(s.shared_experts) * ef,
+               ep = l.ep, local_experts = s.experts > 0 ? E / ep : 0;
   const double peak = c.peak(s.dtype), bytes = s.dtype == "fp32" ? 4 : 2;
   const double bs = b * seq;
   const Links link = links_of(c, l);
-  // One layer's forward on one rank, one microbatch.
-  auto gemm = [&](double m, double k, double n, double batch = 1) {
-    return 2 * m * k * n * batch / (peak * c.efficiency(std::min({m, k, n})));
+  // One layer's forward on one rank, one microbatch: GEMMs, elementwise
+  // passes, operators.
+  auto gemm = [&](double m, double kk, double n, double batch = 1) {
+    return 2 * m * kk * n * batch / (peak * c.efficiency(std::min({m, kk, n})));
   };
-  const double layer_gemm = gemm(bs, h, 3 * h / t) + gemm(bs, h / t, h) + gemm(bs, h, f / t) + gemm(bs, f / t, h) +
-                            2 * gemm(seq, h / a, seq, b * a / t);
-  const double layer_bytes = bytes * (kReplicatedPasses * bs * h + kQkvPasses * bs * 3 * h / t +
-                                      kActivationPasses * bs * f / t + kSoftmaxPasses * b * (a / t) * seq * seq);
-  const double layer_forward = layer_gemm + layer_bytes / c.memory_bandwidth;
+  const double mlp_gemms = s.gated_mlp ? 3 : 2;
+  const double attention_gemm =
+      gemm(bs, h, (h + 2 * kv) / t) + gemm(bs, h / t, h) + 2 * gemm(seq, h / a, seq, b * a / t);
+  const double attention_bytes = bytes * (kReplicatedPasses * bs * h + kQkvPasses * bs * (h + 2 * kv) / t +
+                                          kSoftmaxPasses * b * (a / t) * seq * seq);
+  const double dense_gemm = mlp_gemms * gemm(bs, h, f / t);
+  const double dense_bytes =
+      bytes * (s.gated_mlp ? kGatedActivationPasses : kActivationPasses) * bs * f / t;
+  // A MoE layer: the router (replicated over tp), this rank's experts on the
+  // rows routed to them (each of its E/ep experts gets ep b s k / E rows),
+  // the shared experts on every token.
+  const double rows_per_expert = s.experts > 0 ? ep * bs * k / E : 0;
+  const double moe_gemm = gemm(bs, h, E) + local_experts * 3 * gemm(rows_per_expert, h, ef / t) +
+                          (sf > 0 ? 3 * gemm(bs, h, sf / t) : 0);
+  const double moe_bytes = bytes * (kRouterPasses * bs * E + kRoutedPasses * bs * k * h +
+                                    kGatedActivationPasses * (bs * k + (sf > 0 ? bs : 0)) * ef / t);
+  const double moe_ops = kRouterOps + kExpertOps * local_experts;
+  const auto forward_of = [&](double gemms, double elementwise_bytes, double ops) {
+    return gemms + elementwise_bytes / c.elementwise_bandwidth + ops * c.op_overhead;
+  };
+  const double dense_forward = forward_of(attention_gemm + dense_gemm, attention_bytes + dense_bytes,
+                                          kAttentionOps + kMlpOps);
+  const double moe_forward = forward_of(attention_gemm + moe_gemm, attention_bytes + moe_bytes,
+                                        kAttentionOps + moe_ops);
   const double passes = 3 + (l.recompute ? 1 : 0);  // forward, backward (2x), recomputed forward
   const double tp_allreduce = ring_allreduce(*link.tp, bytes * bs * h, l.tp);
-  const double layer_step = passes * layer_forward + (2 * passes - 2) * tp_allreduce;
-  // The head on the last stage: logits GEMM forward and backward, the loss's passes in fp32.
-  const double head = 3 * gemm(bs, h, V / t) + 3 * 4 * 4 * bs * V / t / c.memory_bandwidth;
+  // The rows' dispatch and combine, each way (forward 2, backward 2,
+  // recomputation 2), and each forward's exchange of the rows per expert first.
+  const double ep_per_moe_layer = 2 * (passes - 1) * alltoall(*link.ep, bytes * bs * k * h, l.ep) +
+                                  (passes - 2) * alltoall(*link.ep, 8 * E, l.ep);
+  // The layers of the slowest stage: the last, which also holds the head; a
+  // model's MoE layers are its last moe_layers (the moe adapter's dense_layers
+  // come first), so the last stage holds as many of them as fit.
   const double layers_per_stage = static_cast<double>(s.layers) / l.pp;
-  const double stage = layers_per_stage * layer_step + head;  // the last stage, the slowest
+  const double moe_per_stage = std::min<double>(layers_per_stage, static_cast<double>(s.moe_layers));
+  const double dense_per_stage = layers_per_stage - moe_per_stage;
+  const double layer_comm = (2 * passes - 2) * tp_allreduce;
+  // The head on the last stage: logits GEMM forward and backward, the loss's passes in fp32.
+  const double head = 3 * gemm(bs, h, V / t) + 3 * 4 * 4 * bs * V / t / c.elementwise_bandwidth +
+                      3 * kHeadOps * c.op_overhead;
+  const double stage = passes * (dense_per_stage * dense_forward + moe_per_stage * moe_forward) +
+                       layers_per_stage * layer_comm + moe_per_stage * ep_per_moe_layer + head;
   // Between stages: activations forward and gradients back per microbatch and
   // chunk, each tp rank sending its 1/t (Megatron's scatter-gather).
   const double m = static_cast<double>(l.microbatches(s)), v = l.virtual_stages;
   const double hop = l.pp > 1 ? 2 * v * (bytes * bs * h / t / link.pp->bandwidth + link.pp->latency) : 0;
   const double per_microbatch = stage + hop;
-  p.compute = m * stage;
+  p.tp_comm = m * layers_per_stage * layer_comm;
+  p.ep_comm = m * moe_per_stage * ep_per_moe_layer;
+  p.compute = m * stage - p.tp_comm - p.ep_comm;  // kept apart: stage above holds all three
   p.pp_comm = m * hop;
-  p.tp_comm = m * layers_per_stage * (2 * passes - 2) * tp_allreduce;
-  p.compute -= p.tp_comm;  // kept apart: stage above holds both
   // Zero bubble H1: the bubble is (p - 1)(F + B - 2W) instead of (p - 1)(F + B),
   // with the weight gradient W half of the backward B (2F): a third of it goes.
   p.bubble = (l.pp - 1) / v * per_microbatch * (l.schedule == "zb-h1" ? 2.0 / 3.0 : 1.0);
-  // Parameters per rank (the first stage, with the embedding; the tied head's copy on the last).
-  const double layer_params = 4 * h * h + 2 * h * f + 9 * h + f;
-  const double stage_params = layers_per_stage * layer_params / t + V * h / t + (l.pp == 1 ? seq * h : 0);
-  const double dp = l.dp;
-  const double grad_bytes = bytes * stage_params;
+  // Parameters per rank (the first stage, with the embedding; the tied head's
+  // copy on the last): dense, and the experts (reduced over dp / ep only).
+  const double attention_params = 2 * h * h + 2 * h * kv + 5 * h;
+  const double dense_layer_params = attention_params + mlp_gemms * h * f + 4 * h + f;
+  const double moe_layer_params_dense = attention_params + 4 * h + E * h + 3 * h * sf;
+  const double expert_params = moe_per_stage * 3 * local_experts * h * ef / t;
+  const double dense_params = (dense_per_stage * dense_layer_params + moe_per_stage * moe_layer_params_dense) / t +
+                              V * h / t + (l.pp == 1 ? seq * h : 0);
+  const double stage_params = dense_params + expert_params;
+  const double dp = l.dp, edp = l.dp / l.ep;
   // Reduce-scatter + all-gather under ZeRO move the same bytes as the all-reduce.
-  const double reduce = ring_allreduce(*link.dp, grad_bytes, l.dp);
-  const double hidden_by_backward = l.overlap_dp ? layers_per_stage * 2 * layer_forward : 0;
+  const double reduce = ring_allreduce(*link.dp, bytes * dense_params, l.dp) +
+                        ring_allreduce(*link.dp, bytes * expert_params, l.dp / l.ep);
+  const double hidden_by_backward =
+      l.overlap_dp ? 2 * (dense_per_stage * dense_forward + moe_per_stage * moe_forward) : 0;
   p.dp_comm = std::max(0.0, reduce - hidden_by_backward);
   if (l.zero == 3)  // parameters gathered again for every forward and backward
-    p.dp_comm += m * (passes - 1) * ring_allreduce(*link.dp, bytes * stage_params, l.dp) / 2;
-  p.optimizer = kOptimizerStepBytes * stage_params / (l.zero >= 1 ? dp : 1) / c.memory_bandwidth;
-  p.step_seconds = p.compute + p.tp_comm + p.pp_comm + p.bubble + p.dp_comm + p.optimizer;
+    p.dp_comm += m * (passes - 1) *
+                 (ring_allreduce(*link.dp, bytes * dense_params, l.dp) +
+                  ring_allreduce(*link.dp, bytes * expert_params, l.dp / l.ep)) / 2;
+  const double tensors = layers_per_stage * kTensorsPerLayer + 2;
+  p.optimizer = kOptimizerStepBytes * (dense_params / (l.zero >= 1 ? dp : 1) + expert_params / (l.zero >= 1 ? edp : 1)) /
+                    c.elementwise_bandwidth +
+                kOpsPerParameterTensor * tensors * c.op_overhead;
+  p.step_seconds = p.compute + p.tp_comm + p.pp_comm + p.ep_comm + p.bubble + p.dp_comm + p.optimizer;
   // Memory: weights, gradients, optimizer state (each sharded by its ZeRO stage) and activations.
-  const double weights = bytes * stage_params / (l.zero >= 3 ? dp : 1);
-  const double grads = bytes * stage_params / (l.zero >= 2 ? dp : 1);
-  const double state = kOptimizerStateBytes * stage_params / (l.zero >= 1 ? dp : 1);
-  const double full_layer = bs * h * (10 + 24 / t + 5 * a * seq / (h * t));  // Korthikanti et al., fp16, no SP
+  const double sharded = dense_params / dp + expert_params / edp;
+  const double weights = bytes * (l.zero >= 3 ? sharded : stage_params);
+  const double grads = bytes * (l.zero >= 2 ? sharded : stage_params);
+  const double state = kOptimizerStateBytes * (l.zero >= 1 ? sharded : stage_params);
+  // Korthikanti et al. (fp16, no sequence parallelism): what a layer keeps for its backward.
+  const double full_layer = bs * h * (10 + 24 / t + 5 * a * seq / (h * t)) +
+                            (s.experts > 0 ? bytes * bs * (k * (5 * h + 4 * ef / t) + 2 * E) : 0);
   const double kept_layer = l.recompute ? bytes * bs * h : full_layer;
   const double in_flight =
       l.schedule == "gpipe" ? m : std::min<double>(m, l.pp * (1 + (l.pp - 1) / (l.pp * v)));
@@ -152,11 +230,15 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
                              2 * 4 * bs * V / t;  // the logits and their gradient in fp32, one microbatch
   p.memory_bytes = weights + grads + state + activations;
   p.fits = p.memory_bytes <= c.memory_bytes;
-  // FLOPs as the paper counts them (f = 4h gives its equation 3).
-  const double B = static_cast<double>(s.batch), L = static_cast<double>(s.layers);
-  const double layer_fwd = B * seq * (8 * h * h + 4 * h * f + 4 * seq * h), head_fwd = 2 * B * seq * h * V;
-  p.model_flops = L * 3 * layer_fwd + 3 * head_fwd;
-  p.flops = p.model_flops + (l.recompute ? L * layer_fwd : 0);
+  // FLOPs as the paper counts them (f = 4h, no GQA, no experts: its equation 3).
+  const double B = static_cast<double>(s.batch), L = static_cast<double>(s.layers),
+               Lm = static_cast<double>(s.moe_layers);
+  const double attention_fwd = B * seq * (4 * h * (h + kv) + 4 * seq * h);
+  const double dense_fwd = attention_fwd + 2 * B * seq * mlp_gemms * h * f;
+  const double moe_fwd = attention_fwd + 2 * B * seq * (h * E + 3 * h * ef * k + 3 * h * sf);
+  const double layers_fwd = (L - Lm) * dense_fwd + Lm * moe_fwd, head_fwd = 2 * B * seq * h * V;
+  p.model_flops = 3 * layers_fwd + 3 * head_fwd;
+  p.flops = p.model_flops + (l.recompute ? layers_fwd : 0);
   const double world = l.tp * l.pp * l.dp;
   p.tflops_per_device = p.flops / p.step_seconds / world / 1e12;
   p.mfu = p.model_flops / p.step_seconds / world / peak;

@@ -37,13 +37,20 @@ namespace smp::plan {
 
 struct Shape {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;  // ffn 0: 4 x hidden
+  int64_t kv_heads = 0;          // grouped-query attention's K/V heads (0: heads)
+  bool gated_mlp = false;        // SwiGLU: three ffn-wide GEMMs instead of two
+  // The last moe_layers layers' MLP is a mixture of experts: each token goes to
+  // top_k of `experts` MLPs of expert_ffn (SwiGLU), and to shared_experts more.
+  int64_t moe_layers = 0, experts = 0, top_k = 0, expert_ffn = 0, shared_experts = 0;
   int64_t batch = 0;             // global batch, samples
   std::string dtype = "fp16";    // compute dtype
   int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
+  int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
+  int ep = 1;                    // experts split over ep ranks of dp (smp's parallel.ep)
   int virtual_stages = 1;        // interleaved 1F1B when > 1
   // With one virtual stage: "1f1b", "gpipe" (the same bubble, every
   // microbatch's activations kept) or "zb-h1" (the backward split into its
@@ -67,8 +74,9 @@ struct Prediction {
   bool fits = false;
   double memory_bytes = 0;       // the most any rank holds
   double step_seconds = 0;
-  // The terms, in seconds (their sum is the step): compute, tp, pp, bubble, dp, optimizer.
-  double compute = 0, tp_comm = 0, pp_comm = 0, bubble = 0, dp_comm = 0, optimizer = 0;
+  // The terms, in seconds (their sum is the step): compute, tp, pp, ep (the
+  // experts' all-to-alls), bubble, dp, optimizer.
+  double compute = 0, tp_comm = 0, pp_comm = 0, ep_comm = 0, bubble = 0, dp_comm = 0, optimizer = 0;
   double flops = 0;              // per step, the paper's count for this layout's recomputation
   double model_flops = 0;        // per step without recomputation (what MFU counts)
   double tflops_per_device = 0, mfu = 0, tokens_per_s = 0;

@@ -265,7 +265,9 @@ TEST(Plan, AJobsLayoutsCarrySmpsOwnMemoryEstimate) {
                                std::string(SMP_SOURCE_DIR) + "/configs/gpt3-175b-1024.toml --top 1 --json");
   const nlohmann::json shape = nlohmann::json::parse(gpt3.substr(gpt3.find("{\n")))["shape"];
   EXPECT_EQ(shape, nlohmann::json({{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"seq", 2048}, {"vocab", 51200},
-                                   {"ffn", 49152}, {"batch", 1536}, {"dtype", "bf16"}}))
+                                   {"ffn", 49152}, {"kv_heads", 96}, {"gated_mlp", false}, {"moe_layers", 0},
+                                   {"experts", 0}, {"top_k", 0}, {"expert_ffn", 0}, {"shared_experts", 0},
+                                   {"batch", 1536}, {"dtype", "bf16"}}))
       << gpt3;
 }
 
