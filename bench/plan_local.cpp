@@ -7,6 +7,7 @@
 #include <smp/config.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -108,9 +109,22 @@ json run_plan_local(const PlanLocalOptions& o) {
   std::string cluster_path = o.cluster;
   if (cluster_path.empty()) {
     cluster_path = (paths().work_dir.empty() ? std::string("/tmp") : paths().work_dir) + "/this-machine.toml";
+    // On a quiet machine: the calibration is what every prediction rests on.
+    const auto w0 = std::chrono::steady_clock::now();
+    double busy = competing_cores_now(1.0);
+    while (busy > o.quiet_cores &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < o.job_wait_s)
+      busy = competing_cores_now(2.0);
+    const double machine0 = machine_busy_seconds(), own0 = children_cpu_seconds();
     const CommandResult c = run_command(paths().bin_dir + "/smp-plan --calibrate " + cluster_path + " --threads 1");
     if (c.code != 0) throw std::runtime_error("smp-plan --calibrate failed:\n" + c.output);
-    result["calibrate_seconds"] = c.seconds;
+    const double others = (machine_busy_seconds() - machine0 - (children_cpu_seconds() - own0)) / c.seconds;
+    result["calibrate"] = {{"seconds", c.seconds}, {"competing_cores_before", busy}, {"competing_cores_during", others}};
+    std::cerr << "smp-bench: calibrated in " << fmt(c.seconds, 1) << " s (other processes used " << fmt(others, 2)
+              << " cores meanwhile)\n";
+    if (others > o.quiet_cores)
+      throw std::runtime_error("other processes kept " + fmt(others, 2) + " cores busy while smp-plan --calibrate "
+                               "measured: its figures would be theirs too; run again on a quiet machine");
   }
   {
     std::ifstream in(cluster_path);

@@ -8,12 +8,14 @@
 // --plan CLUSTER runs the layout smp-plan predicts fastest on that cluster
 // (a preset name or a file) for the job (--plugin, --config, --set) on
 // --nproc-per-node x --nnodes ranks: its --set lines are added to the job's.
-// The search is deterministic, so every node picks the same.
+// A job with parallel.layout = "auto" does the same for its parallel.cluster
+// (planned_layout.h).
 //
 // The launcher's own options are taken wherever they stand before a `--`;
 // every other argument, and everything after `--`, goes to the worker in
 // order (so `smp-launch --nproc-per-node 8 --plugin gpt.so --estimate-memory`
 // estimates, and `--max-restarts 1` may follow the worker's options).
+#include "planned_layout.h"
 #include "supervisor.h"
 
 #include <CLI/CLI.hpp>
@@ -62,47 +64,6 @@ void split_arguments(int argc, char** argv, std::vector<std::string>& own, std::
   for (; i < argc; ++i) worker.push_back(argv[i]);
 }
 
-// The --set lines of the layout smp-plan predicts fastest for the job in
-// `worker` on `world` ranks of `cluster`; refuses a job that sets one of those
-// keys itself (it would be ignored). Prints what it chose.
-std::vector<std::string> planned_layout(const std::string& cluster, int world, const std::vector<std::string>& worker) {
-  std::string plugin = "gpt", config;
-  std::vector<std::string> sets;
-  for (size_t i = 0; i + 1 < worker.size(); ++i) {
-    if (worker[i] == "--plugin") plugin = worker[i + 1];
-    if (worker[i] == "--config") config = worker[i + 1];
-    if (worker[i] == "--set") sets.push_back(worker[i + 1]);
-  }
-  if (config.empty()) throw std::runtime_error("--plan needs the job's --config");
-  const std::string self = smp::launch::default_worker_path();
-  std::string command = self.substr(0, self.rfind('/')) + "/smp-plan --json --top 1 --cluster '" + cluster +
-                        "' --world " + std::to_string(world) + " --plugin '" + plugin + "' --config '" + config + "'";
-  for (const auto& s : sets) command += " --set '" + s + "'";
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) throw std::runtime_error("--plan: cannot run smp-plan");
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  const size_t at = out.find("{\n");
-  if (status != 0 || at == std::string::npos) throw std::runtime_error("--plan " + cluster + ": smp-plan failed:\n" + out);
-  const nlohmann::json plan = nlohmann::json::parse(out.substr(at));
-  if (plan["top"].empty()) throw std::runtime_error("--plan " + cluster + ": no layout fits");
-  const nlohmann::json& best = plan["top"][0];
-  std::vector<std::string> chosen = best["sets"].get<std::vector<std::string>>();
-  for (const auto& mine : sets)
-    for (const auto& theirs : chosen)
-      if (mine.substr(0, mine.find('=')) == theirs.substr(0, theirs.find('=')))
-        throw std::runtime_error("--plan chooses " + theirs.substr(0, theirs.find('=')) + ", which the job sets (--set " +
-                                 mine + "): leave it to the plan or drop --plan");
-  std::cerr << "smp-launch: --plan " << cluster << ": " << best["layout"].get<std::string>() << ", predicted "
-            << best["step_seconds"].get<double>() << " s per step (" << plan["candidates"].get<int64_t>()
-            << " layouts predicted); running it with";
-  for (const auto& s : chosen) std::cerr << " --set " << s;
-  std::cerr << std::endl;
-  return chosen;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,14 +109,21 @@ int main(int argc, char** argv) {
   }
   o.master_addr_given = addr->count() > 0;
   o.master_port_given = port->count() > 0;
-  if (!plan_cluster.empty()) {
-    try {
-      for (const auto& s : planned_layout(plan_cluster, o.nproc_per_node * o.nnodes, worker_args))
-        worker_args.insert(worker_args.end(), {"--set", s});
-    } catch (const std::exception& e) {
-      std::cerr << "smp-launch: " << e.what() << "\n";
-      return 2;
+  try {
+    std::string why = "--plan " + plan_cluster;
+    if (plan_cluster.empty()) {
+      plan_cluster = smp::launch::auto_layout_cluster(worker_args);
+      why = "parallel.layout = \"auto\" for " + plan_cluster;
     }
+    if (!plan_cluster.empty()) {
+      for (const auto& s : smp::launch::planned_layout(plan_cluster, o.nproc_per_node * o.nnodes, worker_args, why))
+        worker_args.insert(worker_args.end(), {"--set", s});
+      // The run records that the planner chose (the worker refuses "auto").
+      worker_args.insert(worker_args.end(), {"--set", "parallel.layout=\"planned\""});
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "smp-launch: " << e.what() << "\n";
+    return 2;
   }
   o.worker_args = worker_args;
   if (o.worker.empty()) o.worker = smp::launch::default_worker_path();

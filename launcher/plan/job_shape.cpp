@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace smp::plan {
 
 namespace {
@@ -23,19 +25,27 @@ void attention_of(const nlohmann::json& c, Shape& s) {
 Shape shape_of_job(const Config& config, int world, const std::string& plugin) {
   const nlohmann::json model = Runtime::describe_model(config, world, {plugin});
   Shape s;
+  s.recompute_kinds.clear();
+  const auto recomputed = [&](const std::string& kind) {
+    if (std::find(s.recompute_kinds.begin(), s.recompute_kinds.end(), kind) == s.recompute_kinds.end())
+      s.recompute_kinds.push_back(kind);
+  };
   for (const nlohmann::json& n : model["nodes"]) {
     const std::string kind = n["kind"];
     const nlohmann::json& c = n["config"];
     if (ends_with(kind, "transformer_layer")) {  // attention and a dense MLP
       ++s.layers;
+      recomputed("transformer_layer");  // the job's kind: a parallel rule may have renamed the graph's
       attention_of(c, s);
       s.ffn = c.value("ffn", int64_t{0});
       s.gated_mlp = c.value("mlp", std::string()) == "swiglu";
     } else if (ends_with(kind, "attention")) {  // a layer spelled out: its MLP or moe node follows
       ++s.layers;
+      recomputed("attention");
       attention_of(c, s);
     } else if (ends_with(kind, "moe")) {
       ++s.moe_layers;
+      recomputed("moe");
       s.experts = c.at("experts"), s.top_k = c.at("top_k"), s.expert_ffn = c.at("ffn");
       s.shared_experts = c.value("shared_experts", int64_t{0});
     } else if (ends_with(kind, "embedding") && s.vocab == 0) {

@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "layouts to list")->check(CLI::PositiveNumber);
   app.add_flag("--json", as_json, "the result as JSON");
   CLI11_PARSE(app, argc, argv);
+  // The job's layout is what the search varies: a job that leaves it to the
+  // planner (parallel.layout = "auto") is read as any other.
+  sets.push_back("parallel.layout=\"manual\"");
   try {
     if (!calibrate_path.empty()) {
       std::cout << calibrate(calibrate_path, threads);

@@ -66,6 +66,13 @@ Links links_of(const Cluster& c, const Layout& l) {
   return out;
 }
 
+// ["a", "b"] as a TOML array.
+std::string kinds_list(const std::vector<std::string>& kinds) {
+  std::string out = "[";
+  for (size_t i = 0; i < kinds.size(); ++i) out += (i ? ", \"" : "\"") + kinds[i] + "\"";
+  return out + "]";
+}
+
 }  // namespace
 
 std::string Layout::describe() const {
@@ -83,8 +90,8 @@ std::vector<std::string> Layout::sets(const Shape& s) const {
           "parallel.virtual_stages=" + std::to_string(virtual_stages),
           "parallel.schedule=\"" + (virtual_stages > 1 ? std::string("interleaved-1f1b") : schedule) + "\"",
           "parallel.zero=" + std::to_string(zero),
-          // Full recomputation: every transformer layer keeps only its input.
-          std::string("memory.checkpoint=") + (recompute ? "[\"transformer_layer\"]" : "[]")};
+          // Full recomputation: every layer keeps only its inputs.
+          "memory.checkpoint=" + (recompute ? kinds_list(s.recompute_kinds) : std::string("[]"))};
   if (s.experts > 0) out.push_back("parallel.ep=" + std::to_string(ep));
   return out;
 }
@@ -223,7 +230,9 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   // Korthikanti et al. (fp16, no sequence parallelism): what a layer keeps for its backward.
   const double full_layer = bs * h * (10 + 24 / t + 5 * a * seq / (h * t)) +
                             (s.experts > 0 ? bytes * bs * (k * (5 * h + 4 * ef / t) + 2 * E) : 0);
-  const double kept_layer = l.recompute ? bytes * bs * h : full_layer;
+  // Recomputed, a layer keeps the input of each node kind checkpointed.
+  const double kept_layer =
+      l.recompute ? bytes * bs * h * static_cast<double>(std::max<size_t>(1, s.recompute_kinds.size())) : full_layer;
   const double in_flight =
       l.schedule == "gpipe" ? m : std::min<double>(m, l.pp * (1 + (l.pp - 1) / (l.pp * v)));
   const double activations = in_flight * layers_per_stage * kept_layer + (l.recompute ? full_layer : 0) +

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace smp::plan {
 
@@ -44,6 +45,9 @@ struct Shape {
   int64_t moe_layers = 0, experts = 0, top_k = 0, expert_ffn = 0, shared_experts = 0;
   int64_t batch = 0;             // global batch, samples
   std::string dtype = "fp16";    // compute dtype
+  // The graph's node kinds that full recomputation checkpoints (memory.checkpoint):
+  // the gpt adapter's whole layers, or the moe adapter's attention and moe nodes.
+  std::vector<std::string> recompute_kinds = {"transformer_layer"};
   int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
   int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
 };

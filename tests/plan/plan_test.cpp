@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -80,6 +81,12 @@ TEST(Plan, ClusterFilesWithAMissingOrContradictoryKeyAreRefusedNamingIt) {
        "topology.inside_node: an entry is not one of"},
       {{"latency_us = 5", "latency_us = 5\nlatancy_us = 3"}, "links.intra.latancy_us: unknown key"},
       {{"fp32 = 19.5", "fp32 = 19.5, fp8 = 624"}, "accelerator.peak_tflops.fp8: unknown dtype"},
+      {{"memory_bandwidth_gbs = 2039", "memory_bandwidth_gbs = 2039\nelementwise_gbs = 3000"},
+       "accelerator.elementwise_gbs: is above accelerator.memory_bandwidth_gbs"},
+      {{"memory_bandwidth_gbs = 2039", "memory_bandwidth_gbs = 2039\nop_overhead_us = -1"},
+       "accelerator.op_overhead_us: must be a number >= 0"},
+      {{"[topology]", "[links.alltoall]\nbandwidth_gbs = 100\n\n[topology]"}, "links.alltoall.latency_us: missing"},
+      {{"[topology]", "[links.allgather]\nbandwidth_gbs = 100\n\n[topology]"}, "links.allgather: unknown key"},
   };
   for (const auto& [edit, message] : cases) {
     const std::string path = edited(edit.first, edit.second);
@@ -177,9 +184,10 @@ std::string run_command(const std::string& command, int* code = nullptr) {
   return out;
 }
 
-// smp-launch --plan runs the layout the planner picks for the job: the same
-// one smp-plan lists first, which the ranks then report; a job that sets a
-// key the plan chooses is refused naming it.
+// smp-launch --plan, and parallel.layout = "auto" in a job, run the layout
+// the planner picks for the job: the same one smp-plan lists first, which the
+// ranks then report; a job that sets a key the plan chooses is refused naming
+// it, and so is "auto" without a cluster, or without smp-launch.
 TEST(Plan, SmpLaunchPlanRunsTheLayoutThePlannerPicks) {
   const fs::path cluster = fs::temp_directory_path() / fs::unique_path("smp-cluster-%%%%-%%%%.toml");
   std::string text = read(preset("dgx-a100-80gb"));
@@ -199,8 +207,47 @@ TEST(Plan, SmpLaunchPlanRunsTheLayoutThePlannerPicks) {
   EXPECT_NE(out.find("layout pp=1 tp=1 dp=2 world=2"), std::string::npos) << out;  // the plan's pick: dp 2, ZeRO 1
   out = run_command(launch + " --set parallel.zero=3", &code);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("--plan chooses parallel.zero, which the job sets (--set parallel.zero=3)"), std::string::npos)
+  EXPECT_NE(out.find("--plan " + cluster.string() +
+                     ": the plan chooses parallel.zero, which the job sets (--set parallel.zero=3)"),
+            std::string::npos)
       << out;
+  fs::remove_all(dir);
+  // parallel.layout = "auto" with parallel.cluster in the job file: the same
+  // plan, run by smp-launch; the run records "planned".
+  std::string text_job = read(job);
+  text_job.replace(text_job.find("microbatches = 4"), 16,
+                   "layout = \"auto\"\ncluster = \"" + cluster.string() + "\"");
+  const fs::path auto_job = fs::temp_directory_path() / fs::unique_path("smp-auto-job-%%%%-%%%%.toml");
+  std::ofstream(auto_job.string()) << text_job;
+  const std::string base = std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 2 --plugin gpt --config ";
+  const std::string run_dir = " --set train.steps=1 --set 'run.dir=\"" + dir + "\"'";
+  out = run_command(base + auto_job.string() + run_dir, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("parallel.layout = \"auto\" for " + cluster.string() + ": " + layout + ", predicted"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("layout pp=1 tp=1 dp=2 world=2"), std::string::npos) << out;
+  EXPECT_EQ(nlohmann::json::parse(read(dir + "/summary.json"))["config"]["parallel"]["layout"], "planned");
+  // A process started without smp-launch cannot plan: refused naming the key.
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-worker --estimate-memory --world-size 2 --plugin gpt --config " +
+                    auto_job.string(), &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find(auto_job.string() + ": parallel.layout = \"auto\" is resolved by smp-launch"), std::string::npos)
+      << out;
+  // "auto" with a key the plan sets in the job file, or without a cluster: refused naming them.
+  out = run_command(base + job + " --set 'parallel.layout=\"auto\"' --set 'parallel.cluster=\"" + cluster.string() +
+                    "\"'" + run_dir, &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find(job + ": parallel.microbatches: set by the job while parallel.layout = \"auto\" leaves it to "
+                           "the plan"),
+            std::string::npos)
+      << out;
+  out = run_command(base + job + " --set 'parallel.layout=\"auto\"'" + run_dir, &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--set parallel.layout=\"auto\": parallel.layout = \"auto\" needs parallel.cluster"),
+            std::string::npos)
+      << out;
+  fs::remove(auto_job);
   fs::remove(cluster);
   fs::remove_all(dir);
 }
@@ -269,6 +316,47 @@ TEST(Plan, AJobsLayoutsCarrySmpsOwnMemoryEstimate) {
                                    {"experts", 0}, {"top_k", 0}, {"expert_ffn", 0}, {"shared_experts", 0},
                                    {"batch", 1536}, {"dtype", "bf16"}}))
       << gpt3;
+}
+
+// A MoE job's shape as the moe adapter builds it (grouped-query attention,
+// experts, top-k), and expert parallelism among the layouts: ep 2 costs its
+// all-to-alls, which a faster all-to-all link makes cheaper, and halves the
+// expert parameters each rank keeps; its --set lines carry parallel.ep.
+TEST(Plan, MoeJobsAreSearchedOverExpertParallelism) {
+  const std::string job = std::string(SMP_SOURCE_DIR) + "/bench/configs/moe-bench.toml";
+  const std::string out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 2 --plugin "
+                                      "moe --config " + job + " --top 1000 --json");
+  const nlohmann::json plan = nlohmann::json::parse(out.substr(out.find("{\n")));
+  const nlohmann::json& shape = plan["shape"];
+  EXPECT_EQ(shape["layers"], 4);
+  EXPECT_EQ(shape["moe_layers"], 4);
+  EXPECT_EQ(shape["experts"], 16);
+  EXPECT_EQ(shape["top_k"], 4);
+  EXPECT_EQ(shape["expert_ffn"], 128);
+  EXPECT_EQ(shape["kv_heads"], 2);
+  int ep2 = 0;
+  for (const auto& k : plan["top"]) {
+    const std::vector<std::string> sets = k["sets"];
+    const bool expert_parallel = k["layout"].get<std::string>().find(" ep 2 ") != std::string::npos;
+    EXPECT_NE(std::find(sets.begin(), sets.end(), expert_parallel ? "parallel.ep=2" : "parallel.ep=1"), sets.end())
+        << k["layout"];
+    EXPECT_EQ(k["terms_seconds"]["ep"].get<double>() > 0, expert_parallel) << k["layout"];
+    ep2 += expert_parallel;
+  }
+  EXPECT_GT(ep2, 0) << out;
+  Shape s;
+  s.layers = 4, s.hidden = 128, s.heads = 4, s.kv_heads = 2, s.seq = 128, s.vocab = 256, s.batch = 16, s.dtype = "fp32";
+  s.moe_layers = 4, s.experts = 16, s.top_k = 4, s.expert_ffn = 128, s.gated_mlp = true;
+  Cluster c = load_cluster("dgx-a100-80gb");
+  Layout one, two;
+  one.dp = two.dp = 2, two.ep = 2;
+  const Prediction p1 = predict(c, s, one), p2 = predict(c, s, two);
+  EXPECT_EQ(p1.ep_comm, 0);
+  EXPECT_GT(p2.ep_comm, 0);
+  EXPECT_LT(p2.memory_bytes, p1.memory_bytes);
+  c.alltoall = {c.intra.bandwidth * 10, 0}, c.has_alltoall = true;
+  EXPECT_LT(predict(c, s, two).ep_comm, p2.ep_comm);
+  EXPECT_NE(invalid(s, [] { Layout l; l.dp = 2, l.ep = 4; return l; }(), 2), "");
 }
 
 }  // namespace

@@ -268,8 +268,23 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 63);  // every key of the reference
+  EXPECT_EQ(fields, 65);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
+}
+
+// parallel.layout: "manual" and "planned" resolve; "auto" is the launcher's
+// to resolve (smp-plan is not in the core), so a process asked to resolve it
+// refuses naming the key; anything else is refused by the schema.
+TEST(ConfigTest, AnAutoLayoutIsTheLaunchersToResolve) {
+  for (const char* mode : {"manual", "planned"}) {
+    Config c = Config::from_string(std::string("[parallel]\nlayout = \"") + mode + "\"\n", "job.toml");
+    c.resolve_layout(2);
+    EXPECT_EQ(c.get_int("parallel.dp"), 2) << mode;
+  }
+  Config c = Config::from_string("[parallel]\nlayout = \"auto\"\ncluster = \"dgx-h100\"\n", "job.toml");
+  EXPECT_ERROR(c.resolve_layout(2), "job.toml: parallel.layout = \"auto\" is resolved by smp-launch");
+  EXPECT_ERROR(Config::from_string("[parallel]\nlayout = \"fastest\"\n", "job.toml"),
+               "parallel.layout: expected one of \"manual\", \"auto\", \"planned\"");
 }
 
 TEST(ConfigTest, JobConfigIsTheTypedConfig) {

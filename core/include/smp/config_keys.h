@@ -26,6 +26,13 @@
   X(schedule, "parallel.schedule", std::string, Schedule, "1f1b", Default, "pipeline schedule")                   \
   X(virtual_stages, "parallel.virtual_stages", int, Positive, 1, Default,                                          \
     "model chunks per pipeline rank (interleaved-1f1b only)")                                                      \
+  X(layout, "parallel.layout", std::string, LayoutMode, "manual", Default,                                         \
+    "manual: the layout as these keys give it; auto: smp-launch runs smp-plan for parallel.cluster and sets tp, "  \
+    "pp, dp, ep, microbatches, schedule, virtual_stages, zero and memory.checkpoint to the layout it predicts "     \
+    "fastest (the run then records \"planned\")")                                                                   \
+  X(cluster, "parallel.cluster", std::string, None, "", Default,                                                   \
+    "with parallel.layout = \"auto\": the cluster to plan for, a preset (dgx-a100-80gb, dgx-h100, dgx-h200) or "   \
+    "a cluster file (smp-plan --calibrate writes one for this machine)")                                           \
   X(partition, "parallel.partition", std::string, None, "balanced", Default,                                      \
     "partition strategy of a loaded plugin (smp_partition: balanced, tree, manual); its options in [partition]")   \
   X(placement, "parallel.placement", std::string, Placement, "pp,dp,tp", Default,                                  \

@@ -24,7 +24,7 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, A
 
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
-                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName };
+                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName, LayoutMode };
 
 enum class Presence { Default, Derived };
 
@@ -138,6 +138,7 @@ const char* expectation(Type t, Rule r) {
       return "expected a permutation of \"pp,dp,tp\" and any axes of parallel.axes (slowest- to fastest-varying), "
              "or \"cluster\"/\"spread\"";
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
+    case Rule::LayoutMode: return "expected one of \"manual\", \"auto\", \"planned\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
     case Rule::ZeroStage: return "expected 0, 1, 2 or 3";
@@ -312,6 +313,11 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
     case Rule::Device: {
       const auto& s = v.get_ref<const std::string&>();
       if (s != "auto" && s != "cpu" && s != "cuda") return fail();
+      break;
+    }
+    case Rule::LayoutMode: {
+      const auto& s = v.get_ref<const std::string&>();
+      if (s != "manual" && s != "auto" && s != "planned") return fail();
       break;
     }
     case Rule::Precision: {
@@ -701,6 +707,12 @@ void check_flatten(const std::string& origin, const json& flatten, const json& a
 
 void Config::resolve_layout(int world_size) {
   if (world_size < 1) throw Error(origin_ + ": invalid world size " + std::to_string(world_size));
+  // The planner lives in the launcher (smp-plan), not in the core.
+  if (get_string("parallel.layout") == "auto")
+    throw Error(origin_of("parallel.layout") + ": parallel.layout = \"auto\" is resolved by smp-launch, which runs "
+                "smp-plan for parallel.cluster and starts the job on the layout it predicts fastest; this process was "
+                "started without it: start the job with smp-launch, or set the layout (smp-plan --config prints its "
+                "--set lines)");
   const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
   const json parallel = section_json("parallel");
   const json& axes = parallel["axes"];

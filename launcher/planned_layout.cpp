@@ -1,0 +1,124 @@
+#include "planned_layout.h"
+
+#include "supervisor.h"
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+
+namespace smp::launch {
+
+namespace {
+
+// What the plan sets (launcher/plan/step_model.cpp, Layout::sets).
+const std::vector<std::string> kPlannedKeys = {"parallel.tp",           "parallel.pp",    "parallel.dp",
+                                               "parallel.ep",           "parallel.microbatches",
+                                               "parallel.schedule",     "parallel.virtual_stages",
+                                               "parallel.zero",         "memory.checkpoint"};
+
+struct JobArgs {
+  std::string plugin = "gpt", config;
+  std::vector<std::string> sets;
+};
+
+JobArgs job_args(const std::vector<std::string>& worker) {
+  JobArgs j;
+  for (size_t i = 0; i + 1 < worker.size(); ++i) {
+    if (worker[i] == "--plugin") j.plugin = worker[i + 1];
+    if (worker[i] == "--config") j.config = worker[i + 1];
+    if (worker[i] == "--set") j.sets.push_back(worker[i + 1]);
+  }
+  return j;
+}
+
+std::string key_of(const std::string& set) { return set.substr(0, set.find('=')); }
+
+// A --set value as text: a TOML string's quotes dropped.
+std::string text_of(const std::string& set) {
+  std::string v = set.substr(set.find('=') + 1);
+  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+  return v;
+}
+
+// The last --set of `key`, or the job file's value, or "".
+std::string value_of(const JobArgs& j, const toml::table* file, const std::string& key, std::string* origin) {
+  for (auto it = j.sets.rbegin(); it != j.sets.rend(); ++it)
+    if (key_of(*it) == key) {
+      *origin = "--set " + *it;
+      return text_of(*it);
+    }
+  if (file)
+    if (const auto v = file->at_path(key).value<std::string>()) {
+      *origin = j.config;
+      return *v;
+    }
+  return "";
+}
+
+}  // namespace
+
+std::string auto_layout_cluster(const std::vector<std::string>& worker_args) {
+  const JobArgs j = job_args(worker_args);
+  toml::table file;
+  const toml::table* table = nullptr;
+  if (!j.config.empty()) {
+    try {
+      file = toml::parse_file(j.config);
+      table = &file;
+    } catch (const toml::parse_error&) {
+      // The worker reports a file it cannot parse, with the line.
+    }
+  }
+  std::string origin;
+  if (value_of(j, table, "parallel.layout", &origin) != "auto") return "";
+  const std::string layout_origin = origin;
+  const std::string cluster = value_of(j, table, "parallel.cluster", &origin);
+  if (cluster.empty())
+    throw std::runtime_error(layout_origin + ": parallel.layout = \"auto\" needs parallel.cluster: a preset "
+                             "(dgx-a100-80gb, dgx-h100, dgx-h200) or a cluster file (smp-plan --calibrate FILE "
+                             "writes one for this machine)");
+  if (table)
+    for (const std::string& key : kPlannedKeys)
+      if (table->at_path(key))
+        throw std::runtime_error(j.config + ": " + key + ": set by the job while parallel.layout = \"auto\" leaves "
+                                 "it to the plan: drop one of them");
+  return cluster;
+}
+
+std::vector<std::string> planned_layout(const std::string& cluster, int world,
+                                        const std::vector<std::string>& worker_args, const std::string& why) {
+  const JobArgs j = job_args(worker_args);
+  if (j.config.empty()) throw std::runtime_error(why + ": the plan needs the job's --config");
+  const std::string self = default_worker_path();
+  std::string command = self.substr(0, self.rfind('/')) + "/smp-plan --json --top 1 --cluster '" + cluster +
+                        "' --world " + std::to_string(world) + " --plugin '" + j.plugin + "' --config '" + j.config + "'";
+  for (const auto& s : j.sets) command += " --set '" + s + "'";
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error(why + ": cannot run smp-plan");
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  const size_t at = out.find("{\n");
+  if (status != 0 || at == std::string::npos) throw std::runtime_error(why + ": smp-plan failed:\n" + out);
+  const nlohmann::json plan = nlohmann::json::parse(out.substr(at));
+  if (plan["top"].empty()) throw std::runtime_error(why + ": no layout fits");
+  const nlohmann::json& best = plan["top"][0];
+  std::vector<std::string> chosen = best["sets"].get<std::vector<std::string>>();
+  for (const auto& mine : j.sets)
+    for (const auto& theirs : chosen)
+      if (key_of(mine) == key_of(theirs))
+        throw std::runtime_error(why + ": the plan chooses " + key_of(theirs) + ", which the job sets (--set " + mine +
+                                 "): leave it to the plan or set the layout yourself");
+  std::cerr << "smp-launch: " << why << ": " << best["layout"].get<std::string>() << ", predicted "
+            << best["step_seconds"].get<double>() << " s per step (" << plan["candidates"].get<int64_t>()
+            << " layouts predicted); running it with";
+  for (const auto& s : chosen) std::cerr << " --set " << s;
+  std::cerr << std::endl;
+  return chosen;
+}
+
+}  // namespace smp::launch

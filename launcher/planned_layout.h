@@ -1,0 +1,26 @@
+// The layout smp-launch runs when a job leaves it to the planner: --plan
+// CLUSTER, or parallel.layout = "auto" with parallel.cluster in the job. It
+// runs smp-plan (launcher/plan/) for the job and returns the --set lines of the
+// layout predicted fastest; the search is deterministic, so every node picks
+// the same.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace smp::launch {
+
+// The cluster a job plans for through parallel.layout = "auto" (from its
+// --set lines, else its --config file), or "" when its layout is not "auto".
+// Throws std::runtime_error naming the file and key when the layout is "auto"
+// without parallel.cluster, or when the file itself sets a key the plan sets.
+std::string auto_layout_cluster(const std::vector<std::string>& worker_args);
+
+// The --set lines of the layout smp-plan predicts fastest for the job in
+// `worker_args` (--plugin, --config, --set) on `world` ranks of `cluster`;
+// refuses a job whose --set lines give one of those keys (it would be
+// ignored). Prints what it chose. `why`: how the plan was asked for, for messages.
+std::vector<std::string> planned_layout(const std::string& cluster, int world,
+                                        const std::vector<std::string>& worker_args, const std::string& why);
+
+}  // namespace smp::launch
