@@ -207,12 +207,15 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
                               V * h / t + (l.pp == 1 ? seq * h : 0);
   const double stage_params = dense_params + expert_params;
   const double dp = l.dp, edp = l.dp / l.ep;
-  // Reduce-scatter + all-gather under ZeRO move the same bytes as the all-reduce.
-  const double reduce = ring_allreduce(*link.dp, bytes * dense_params, l.dp) +
-                        ring_allreduce(*link.dp, bytes * expert_params, l.dp / l.ep);
+  // The gradients: an all-reduce, or under ZeRO a reduce-scatter (half its
+  // bytes), both during the backward; ZeRO 1 and 2 then all-gather the updated
+  // parameters after the optimizer, where nothing hides them.
+  const double all_reduce = ring_allreduce(*link.dp, bytes * dense_params, l.dp) +
+                            ring_allreduce(*link.dp, bytes * expert_params, l.dp / l.ep);
+  const double reduce = l.zero >= 1 ? all_reduce / 2 : all_reduce;
   const double hidden_by_backward =
       l.overlap_dp ? 2 * (dense_per_stage * dense_forward + moe_per_stage * moe_forward) : 0;
-  p.dp_comm = std::max(0.0, reduce - hidden_by_backward);
+  p.dp_comm = std::max(0.0, reduce - hidden_by_backward) + (l.zero == 1 || l.zero == 2 ? all_reduce / 2 : 0);
   if (l.zero == 3)  // parameters gathered again for every forward and backward
     p.dp_comm += m * (passes - 1) *
                  (ring_allreduce(*link.dp, bytes * dense_params, l.dp) +

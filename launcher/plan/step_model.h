@@ -1,12 +1,14 @@
-// The planner's step-time and memory model of a GPT-shaped decoder (the gpt
-// adapter's [model]: layers, hidden, heads, sequence, vocabulary, ffn) trained
-// on a cluster under one layout, every term kept apart:
+// The planner's step-time and memory model of a decoder (GPT-2 and Llama
+// shapes: grouped-query attention, SwiGLU; mixtures of experts) trained on a
+// cluster under one layout, every term kept apart:
 //   compute      each GEMM's FLOPs over the peak times the efficiency its
-//                smallest dimension gets on the cluster; the elementwise work
-//                (norms, activations, residuals, dropout, the softmax over
-//                [heads, s, s]) as bytes over the memory bandwidth; forward,
-//                backward (twice the forward) and, under full recomputation,
-//                the forward again;
+//                smallest dimension gets on the cluster (a MoE layer: the
+//                router, and each of the rank's E/ep experts on the rows
+//                routed to it); the elementwise work (norms, activations,
+//                residuals, dropout, the softmax over [heads, s, s], the
+//                routed rows) as bytes over the elementwise rate; each
+//                operator's host time; forward, backward (twice the forward)
+//                and, under full recomputation, the forward again;
 //   tp           Megatron's all-reduces of [b, s, h] per layer (2 forward, 2
 //                backward, 2 more when recomputing) as α-β rings on the link
 //                tp uses, not overlapped;
@@ -15,12 +17,17 @@
 //                overlapped; the bubble of 1F1B, (p - 1) / (v m) of the steady
 //                part (interleaved: v virtual stages per rank; zb-h1: the
 //                weight gradients fill a third of it);
-//   dp           the gradient all-reduce (or reduce-scatter + all-gather under
-//                ZeRO) on the link dp uses, the part that the last
-//                microbatch's backward does not hide (overlap_dp), and under
-//                ZeRO-3 the parameters gathered for each pass, not hidden;
-//   optimizer    AdamW over this rank's parameters, as bytes over the memory
-//                bandwidth.
+//   ep           per MoE layer and microbatch, the rows' dispatch and combine
+//                each way and the counts' exchange, on the all-to-all link,
+//                not overlapped;
+//   dp           the gradient all-reduce (a reduce-scatter under ZeRO; the
+//                experts' over dp / ep ranks) on the link dp uses, the part
+//                that the last microbatch's backward does not hide
+//                (overlap_dp); under ZeRO 1-2 the parameters' all-gather after
+//                the optimizer, and under ZeRO-3 the parameters gathered for
+//                each pass, not hidden;
+//   optimizer    AdamW over this rank's parameters, as bytes over the
+//                elementwise rate, and its operators per parameter tensor.
 // FLOPs counted as the paper counts them (Narayanan et al. 2021, equation 3:
 // 96 B s l h^2 (1 + s/6h + V/16lh) with recomputation, 72 B s l h^2 (1 + s/6h
 // + V/12lh) without) give the TFLOP/s per accelerator.
