@@ -170,9 +170,13 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   const double passes = 3 + (l.recompute ? 1 : 0);  // forward, backward (2x), recomputed forward
   const double tp_allreduce = ring_allreduce(*link.tp, bytes * bs * h, l.tp);
   // The rows' dispatch and combine, each way (forward 2, backward 2,
-  // recomputation 2), and each forward's exchange of the rows per expert first.
-  const double ep_per_moe_layer = 2 * (passes - 1) * alltoall(*link.ep, bytes * bs * k * h, l.ep) +
-                                  (passes - 2) * alltoall(*link.ep, 8 * E, l.ep);
+  // recomputation 2), and each forward's exchange of the rows per expert
+  // first. A forward's dispatch travels while the shared experts compute
+  // (smp_nn's dispatch_combine), so only what they do not cover counts.
+  const double rows_exchange = alltoall(*link.ep, bytes * bs * k * h, l.ep);
+  const double shared_forward = sf > 0 ? 3 * gemm(bs, h, sf / t) : 0;
+  const double ep_per_moe_layer = 2 * (passes - 1) * rows_exchange + (passes - 2) * alltoall(*link.ep, 8 * E, l.ep) -
+                                  (passes - 2) * std::min(rows_exchange, shared_forward);
   // The layers of the slowest stage: the last, which also holds the head; a
   // model's MoE layers are its last moe_layers (the moe adapter's dense_layers
   // come first), so the last stage holds as many of them as fit.
@@ -194,8 +198,10 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   p.ep_comm = m * moe_per_stage * ep_per_moe_layer;
   p.compute = m * stage - p.tp_comm - p.ep_comm;  // kept apart: stage above holds all three
   p.pp_comm = m * hop;
-  // Zero bubble H1: the bubble is (p - 1)(F + B - 2W) instead of (p - 1)(F + B),
-  // with the weight gradient W half of the backward B (2F): a third of it goes.
+  // Zero bubble H1: the weight gradients fill a third of 1F1B's bubble as
+  // smp's executor runs it (its pp 2 runs, bench/results/plan-local.json).
+  // Qi et al.'s ideal, (p - 1)(F + B - 2W) with W half of B = 2F, would fill
+  // two thirds.
   p.bubble = (l.pp - 1) / v * per_microbatch * (l.schedule == "zb-h1" ? 2.0 / 3.0 : 1.0);
   // Parameters per rank (the first stage, with the embedding; the tied head's
   // copy on the last): dense, and the experts (reduced over dp / ep only).

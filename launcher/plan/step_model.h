@@ -18,8 +18,8 @@
 //                part (interleaved: v virtual stages per rank; zb-h1: the
 //                weight gradients fill a third of it);
 //   ep           per MoE layer and microbatch, the rows' dispatch and combine
-//                each way and the counts' exchange, on the all-to-all link,
-//                not overlapped;
+//                each way and the counts' exchange, on the all-to-all link;
+//                a forward's dispatch overlaps the shared experts' GEMMs;
 //   dp           the gradient all-reduce (a reduce-scatter under ZeRO; the
 //                experts' over dp / ep ranks) on the link dp uses, the part
 //                that the last microbatch's backward does not hide
@@ -65,8 +65,8 @@ struct Layout {
   int virtual_stages = 1;        // interleaved 1F1B when > 1
   // With one virtual stage: "1f1b", "gpipe" (the same bubble, every
   // microbatch's activations kept) or "zb-h1" (the backward split into its
-  // input and weight parts, which fill a third of 1F1B's bubble... of two thirds:
-  // Qi et al. 2023 give (p - 1)(F + B - 2W) against (p - 1)(F + B)).
+  // input and weight parts, the weight parts filling a third of 1F1B's bubble
+  // as smp runs it; Qi et al. 2023's ideal fills two thirds).
   std::string schedule = "1f1b";
   int64_t microbatch = 1;        // samples per microbatch
   int zero = 0;                  // 0-3
