@@ -124,6 +124,12 @@ std::string render(const json& j) {
 json to_json_value(const toml::node& n);
 std::string render(const toml::node& n) { return render(to_json_value(n)); }
 
+// Whether a string value is one of `names`.
+bool one_of(const json& v, std::initializer_list<const char*> names) {
+  const auto& s = v.get_ref<const std::string&>();
+  return std::any_of(names.begin(), names.end(), [&](const char* n) { return s == n; });
+}
+
 const char* expectation(Type t, Rule r) {
   switch (r) {
     case Rule::Positive: return "expected a positive integer";
@@ -310,34 +316,24 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       v = s;
       break;
     }
-    case Rule::Device: {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s != "auto" && s != "cpu" && s != "cuda") return fail();
+    case Rule::Device:
+      if (!one_of(v, {"auto", "cpu", "cuda"})) return fail();
       break;
-    }
-    case Rule::LayoutMode: {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s != "manual" && s != "auto" && s != "planned") return fail();
+    case Rule::LayoutMode:
+      if (!one_of(v, {"manual", "auto", "planned"})) return fail();
       break;
-    }
-    case Rule::Precision: {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s != "fp32" && s != "bf16" && s != "fp16") return fail();
+    case Rule::Precision:
+      if (!one_of(v, {"fp32", "bf16", "fp16"})) return fail();
       break;
-    }
-    case Rule::CudaBackend: {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s != "auto" && s != "nccl" && s != "gloo") return fail();
+    case Rule::CudaBackend:
+      if (!one_of(v, {"auto", "nccl", "gloo"})) return fail();
       break;
-    }
     case Rule::ZeroStage:
       if (v.get<int64_t>() < 0 || v.get<int64_t>() > 3) return fail();
       break;
-    case Rule::ShardName: {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s != "none" && s != "optimizer" && s != "gradients" && s != "parameters") return fail();
+    case Rule::ShardName:
+      if (!one_of(v, {"none", "optimizer", "gradients", "parameters"})) return fail();
       break;
-    }
   }
   return v;
 }
