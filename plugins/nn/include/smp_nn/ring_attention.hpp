@@ -39,6 +39,14 @@ inline Tensor ring_scores(const Tensor& q, const Tensor& k, const Tensor& q_pos,
   return s;
 }
 
+// Grouped-query attention: each kv head serves `group` query heads in a row
+// ([b, kv, s, d] -> [b, kv group, s, d]), and its gradient is their sum.
+inline Tensor expand_kv(const Tensor& t, int64_t group) { return group == 1 ? t : t.repeat_interleave(group, 1); }
+inline Tensor fold_kv(const Tensor& t, int64_t group) {
+  if (group == 1) return t;
+  return t.reshape({t.size(0), t.size(1) / group, group, t.size(2), t.size(3)}).sum(2);
+}
+
 // Sends `mine` to the next rank and receives the previous rank's into a
 // buffer of the same shape; returns {send, recv} events and the buffer.
 struct RingHop {
@@ -56,17 +64,20 @@ inline RingHop ring_hop(const smp::sdk::Comm& comm, const Tensor& mine, int tag)
 
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
-  // q, k, v [b, h, s/cp, d]: this rank's share; seq the whole sequence.
+  // q [b, h, s/cp, d], k, v [b, kv_heads, s/cp, d]: this rank's share; seq
+  // the whole sequence. The blocks travel with their kv heads only.
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         int64_t seq, const smp::sdk::Comm& comm, bool causal, double scale) {
     const int cp = comm.size(), r = comm.rank();
+    const int64_t group = q.size(1) / k.size(1);
     const std::vector<Tensor> pos = ring_positions(seq, cp);
-    Tensor block = at::stack({k, v}).contiguous();  // [2, b, h, s/cp, d]
+    Tensor block = at::stack({k, v}).contiguous();  // [2, b, kv_heads, s/cp, d]
     BlockAttention acc;
     for (int step = 0, src = r; step < cp; ++step, src = (src + cp - 1) % cp) {
       RingHop hop;
       if (step + 1 < cp) hop = ring_hop(comm, block, step);  // travels while this block is attended to
-      const BlockAttention b = block_attention(q, block[0], block[1], pos[r], pos[src], causal, scale);
+      const BlockAttention b =
+          block_attention(q, expand_kv(block[0], group), expand_kv(block[1], group), pos[r], pos[src], causal, scale);
       acc = step == 0 ? b : merge(acc, b);
       if (step + 1 < cp) {
         hop.sent.wait();
@@ -90,6 +101,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const bool causal = ctx->saved_data["causal"].toBool();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int cp = comm.size(), r = comm.rank();
+    const int64_t group = q.size(1) / k.size(1);
     const std::vector<Tensor> pos = ring_positions(ctx->saved_data["seq"].toInt(), cp);
     const Tensor dout = grads[0].contiguous();
     // D = rowsum(dO * O): the softmax's backward against the merged output.
@@ -103,13 +115,14 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int step = 0, src = r; step < cp; ++step, src = (src + cp - 1) % cp) {
       RingHop kv;
       if (step + 1 < cp) kv = ring_hop(comm, block, kTagBase + 2 * step);
-      const Tensor s = ring_scores(q, block[0], pos[r], pos[src], causal, scale);
+      const Tensor kb = expand_kv(block[0], group), vb = expand_kv(block[1], group);
+      const Tensor s = ring_scores(q, kb, pos[r], pos[src], causal, scale);
       const Tensor p = at::exp(s - safe_lse);  // masked scores give 0
-      const Tensor dp = at::matmul(dout, block[1].transpose(-2, -1)).to(acc);
+      const Tensor dp = at::matmul(dout, vb.transpose(-2, -1)).to(acc);
       const Tensor ds = p * (dp - D);
-      dq += at::matmul(ds, block[0].to(acc)).mul(scale);
-      dblock[0] += at::matmul(ds.transpose(-2, -1), q.to(acc)).mul(scale).to(dblock.scalar_type());
-      dblock[1] += at::matmul(p.transpose(-2, -1), dout.to(acc)).to(dblock.scalar_type());
+      dq += at::matmul(ds, kb.to(acc)).mul(scale);
+      dblock[0] += fold_kv(at::matmul(ds.transpose(-2, -1), q.to(acc)).mul(scale), group).to(dblock.scalar_type());
+      dblock[1] += fold_kv(at::matmul(p.transpose(-2, -1), dout.to(acc)), group).to(dblock.scalar_type());
       // The accumulator follows its block: every hop but the first is on
       // the way home (after cp hops it is back with the block's owner).
       RingHop dkv = ring_hop(comm, dblock, kTagBase + 2 * step + 1);
@@ -130,8 +143,9 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 }  // namespace detail
 
 // Attention of this rank's queries over the whole sequence of keys and
-// values, which the cp ranks of `comm` hold in load-balanced shares (q, k, v
-// [b, heads, seq / cp, head_dim], rank r's chunks r and 2 cp - 1 - r of 2 cp).
+// values, which the cp ranks of `comm` hold in load-balanced shares (q [b,
+// heads, seq / cp, head_dim], k, v [b, kv_heads, seq / cp, head_dim]; rank r's
+// chunks r and 2 cp - 1 - r of 2 cp). kv_heads divides heads.
 // Returns this rank's output [b, heads, seq / cp, head_dim]; differentiable.
 inline Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t seq,
                              const smp::sdk::Comm& comm, bool causal, double scale) {
