@@ -268,12 +268,6 @@ nlohmann::json estimate_of(const JobResult& est) {
   return nlohmann::json::parse(est.output.substr(json_at + 1));
 }
 
-double max_of(const nlohmann::json& values) {
-  double m = 0;
-  for (const auto& v : values) m = std::max(m, v.get<double>());
-  return m;
-}
-
 // The estimate (smp-launch --estimate-memory) against the measured account of
 // the same job, every rank of every layout bench/memory_estimate.py runs on the
 // bench model (bench/configs/memory-layouts.json), here on the test model.
@@ -301,23 +295,28 @@ TEST(MemoryEstimate, EveryBenchmarkLayoutWithinTenPercent) {
     // is in flight with its buffers: ZeRO-3's gradient reductions, pipeline
     // receives posted ahead, tp all-reduces, when a busy machine (ctest -j2
     // beside an 8-rank job) delays them. Seen: pp2 x tp2 rank 3 at -14% once,
-    // its tp peer at -3%. Outside the bound, the job is measured once more and
-    // the run holding less counts (both are printed).
-    auto outside = [&](const JobResult& j) {
-      const int per = nproc / j.summary["layout"]["pp"].get<int>();
-      for (int r = 0; r < nproc; ++r) {
-        const double e = estimate["per_pp_rank"][r / per]["total"].get<double>();
-        const double m = j.summary["memory_bytes"]["total"][r].get<double>();
-        if (std::abs(e / m - 1) > tolerance) return true;
-      }
+    // its tp peer at -3%; rank 2 at -12% while rank 0 held the most. Outside
+    // the bound, the job is measured once more and each rank's smaller
+    // measurement counts (both are printed): a rank short of the estimate in
+    // both runs still fails.
+    std::vector<double> measured;
+    for (int r = 0; r < nproc; ++r) measured.push_back(job.summary["memory_bytes"]["total"][r].get<double>());
+    auto outside = [&] {
+      const int per = nproc / job.summary["layout"]["pp"].get<int>();
+      for (int r = 0; r < nproc; ++r)
+        if (std::abs(estimate["per_pp_rank"][r / per]["total"].get<double>() / measured[r] - 1) > tolerance)
+          return true;
       return false;
     };
-    if (outside(job)) {
+    if (outside()) {
       JobResult again = run_ok(nproc, with(sets, {"train.steps=2", "run.dump_parameters=false"}));
       ASSERT_TRUE(again.summary.is_object()) << again.output;
-      std::printf("[ estimate ] %-30s measured again (timing): max rank total %.0f, then %.0f\n", name.c_str(),
-                  max_of(job.summary["memory_bytes"]["total"]), max_of(again.summary["memory_bytes"]["total"]));
-      if (max_of(again.summary["memory_bytes"]["total"]) < max_of(job.summary["memory_bytes"]["total"])) job = again;
+      for (int r = 0; r < nproc; ++r) {
+        const double second = again.summary["memory_bytes"]["total"][r].get<double>();
+        std::printf("[ estimate ] %-30s rank %d measured again (timing): %.0f, then %.0f\n", name.c_str(), r,
+                    measured[r], second);
+        measured[r] = std::min(measured[r], second);
+      }
     }
     const auto& shape = job.summary["layout"];
     // The default placement (pp,dp,tp) puts pp slowest: rank r is on stage r / (world / pp).
@@ -325,7 +324,7 @@ TEST(MemoryEstimate, EveryBenchmarkLayoutWithinTenPercent) {
     const int per_stage = nproc / shape["pp"].get<int>();
     for (int r = 0; r < nproc; ++r) {
       const double e = estimate["per_pp_rank"][r / per_stage]["total"].get<double>();
-      const double m = job.summary["memory_bytes"]["total"][r].get<double>();
+      const double m = measured[r];
       std::printf("[ estimate ] %-30s rank %d: estimated %.0f, measured %.0f (%+.1f%%)\n", name.c_str(), r, e, m,
                   100 * (e / m - 1));
       EXPECT_NEAR(e / m, 1.0, tolerance) << name << " rank " << r << "\n" << est.output;
