@@ -28,14 +28,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Before each job: wait (at most job_wait_s) while other processes keep more than quiet_cores busy.
-void wait_for_quiet_cores(double quiet_cores, double job_wait_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  double busy = competing_cores_now(0.5);
-  while (busy > quiet_cores && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < job_wait_s)
-    busy = competing_cores_now(1.0);
-}
-
 std::vector<double> blocking_of(const json& summary) {
   std::vector<double> out;
   for (const auto& s : summary["checkpoints"]["saved"]) out.push_back(s["blocking_seconds"].get<double>());
@@ -102,18 +94,18 @@ json run_checkpoint_bench(const CheckpointBenchOptions& o) {
   for (int r = 0; r < o.repeat; ++r) {
     const std::string ckpt = work + "/round-" + std::to_string(r);
     // The same job without saving, saving synchronously, and saving in the background.
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s, 0.5);  // before each job
     const JobResult none = run_job(job("no-save", 2, {"run.checkpoint_every=0"}));
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s, 0.5);
     const JobResult sync = run_job(job("sync", 2, {every, "run.checkpoint_async=false", "run.keep_checkpoints=1",
                                                    "run.checkpoint_dir=\"" + ckpt + "/sync\""}));
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s, 0.5);
     const JobResult async = run_job(job("async", 2, {every, "run.checkpoint_async=true", "run.keep_checkpoints=1",
                                                      "run.checkpoint_dir=\"" + ckpt + "/async\""}));
     // Loading the last save: the same layout, and another (tp 2).
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s, 0.5);
     const JobResult same = run_job(job("load-same-layout", 2, {"run.resume=\"" + ckpt + "/sync\""}));
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s, 0.5);
     const JobResult reshard =
         run_job(job("load-resharded-tp2", 2, {"parallel.dp=1", "parallel.zero=0", "parallel.tp=2",
                                               "run.resume=\"" + ckpt + "/sync\""}));

@@ -295,16 +295,20 @@ CommandResult run_command(const std::string& command) {
   return r;
 }
 
+double wait_for_quiet_cores(double quiet_cores, double max_wait_s, double sample_s) {
+  const auto w0 = std::chrono::steady_clock::now();
+  double busy = competing_cores_now(sample_s);
+  while (busy > quiet_cores && std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < max_wait_s)
+    busy = competing_cores_now(2 * sample_s);
+  return busy;
+}
+
 std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, double quiet_cores, double job_wait_s) {
   std::vector<Measured> out(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) out[i].job = jobs[i];
   for (int r = 0; r < std::max(1, repeat); ++r)
     for (size_t i = 0; i < jobs.size(); ++i) {
-      const auto w0 = std::chrono::steady_clock::now();
-      double busy = competing_cores_now(1.0);
-      while (busy > quiet_cores &&
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < job_wait_s)
-        busy = competing_cores_now(2.0);
+      const double busy = wait_for_quiet_cores(quiet_cores, job_wait_s);
       std::cerr << "smp-bench: [" << (r + 1) << "/" << repeat << "] " << jobs[i].label << " (load "
                 << fmt(load_average()[0], 2) << ", others busy " << fmt(busy, 2) << " cores before)" << std::flush;
       JobResult res = run_job(jobs[i]);

@@ -84,6 +84,11 @@ double children_cpu_seconds();
 // Cores kept busy by other processes over `seconds` while this process idles.
 double competing_cores_now(double seconds = 1.0);
 
+// Waits (up to max_wait_s) while other processes keep more than quiet_cores
+// busy, sampling sample_s first and twice that after; returns the cores they
+// kept busy last.
+double wait_for_quiet_cores(double quiet_cores, double max_wait_s, double sample_s = 1.0);
+
 // 1-, 5-, 15-minute load averages.
 std::vector<double> load_average();
 int online_cores();

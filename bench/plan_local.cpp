@@ -7,7 +7,6 @@
 #include <smp/config.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -110,11 +109,7 @@ json run_plan_local(const PlanLocalOptions& o) {
   if (cluster_path.empty()) {
     cluster_path = (paths().work_dir.empty() ? std::string("/tmp") : paths().work_dir) + "/this-machine.toml";
     // On a quiet machine: the calibration is what every prediction rests on.
-    const auto w0 = std::chrono::steady_clock::now();
-    double busy = competing_cores_now(1.0);
-    while (busy > o.quiet_cores &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < o.job_wait_s)
-      busy = competing_cores_now(2.0);
+    const double busy = wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
     const double machine0 = machine_busy_seconds(), own0 = children_cpu_seconds();
     const CommandResult c = run_command(paths().bin_dir + "/smp-plan --calibrate " + cluster_path + " --threads 1");
     if (c.code != 0) throw std::runtime_error("smp-plan --calibrate failed:\n" + c.output);

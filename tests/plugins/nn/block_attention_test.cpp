@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "plugins/nn/whole_attention.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -15,15 +17,7 @@ namespace {
 
 using at::Tensor;
 
-// softmax(q k^T scale + mask) v, the reference.
-Tensor whole_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
-  if (causal) {
-    const int64_t s = q.size(2);
-    scores = scores.masked_fill(at::ones({s, s}, at::kBool).triu(1), -std::numeric_limits<float>::infinity());
-  }
-  return at::matmul(at::softmax(scores, -1), v);
-}
+using smp_test::whole_attention;
 
 struct Case {
   int64_t seq;

@@ -19,6 +19,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include "plugins/nn/whole_attention.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,14 +34,7 @@ namespace {
 
 using at::Tensor;
 
-Tensor whole_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
-  if (causal) {
-    const int64_t s = q.size(2);
-    scores = scores.masked_fill(at::ones({s, s}, at::kBool).triu(1), -std::numeric_limits<double>::infinity());
-  }
-  return at::matmul(at::softmax(scores, -1), v);
-}
+using smp_test::whole_attention;
 
 // One rank: every case, checked against whole attention; returns the failures.
 int run_rank(int rank, int cp, int port) {

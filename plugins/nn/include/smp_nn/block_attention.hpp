@@ -32,16 +32,21 @@ struct BlockAttention {
   Tensor out, lse;
 };
 
-// q [b, h, sq, d]; k, v [b, h, sk, d]; q_pos [sq], k_pos [sk] the tokens'
-// global positions (int64). causal: query i sees key j iff k_pos[j] <= q_pos[i].
+// scale q k^T [b, h, sq, sk], in fp32 at least (double stays double); q_pos
+// [sq], k_pos [sk] the tokens' global positions (int64). causal: query i sees
+// key j iff k_pos[j] <= q_pos[i], the others' scores are -inf.
+inline Tensor masked_scores(const Tensor& q, const Tensor& k, const Tensor& q_pos, const Tensor& k_pos, bool causal,
+                            double scale) {
+  Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::promote_types(q.scalar_type(), at::kFloat)).mul(scale);
+  if (causal)
+    scores = scores.masked_fill(k_pos.view({1, -1}).gt(q_pos.view({-1, 1})), -std::numeric_limits<float>::infinity());
+  return scores;
+}
+
+// q [b, h, sq, d]; k, v [b, h, sk, d]; positions and mask as masked_scores.
 inline BlockAttention block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                                       const Tensor& k_pos, bool causal, double scale) {
-  // Scores and softmax in fp32 at least (double stays double).
-  Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::promote_types(q.scalar_type(), at::kFloat)).mul(scale);
-  if (causal) {
-    const Tensor hidden = k_pos.view({1, -1}).gt(q_pos.view({-1, 1}));  // [sq, sk]
-    scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
-  }
+  const Tensor scores = masked_scores(q, k, q_pos, k_pos, causal, scale);
   // A query that sees no key of the block gets lse -inf and out 0. Its row of
   // -inf scores is replaced by zeros before the log-sum-exp, whose gradient
   // would otherwise be exp(-inf - -inf) = NaN (times a zero from upstream,

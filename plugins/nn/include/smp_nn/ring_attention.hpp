@@ -31,14 +31,6 @@ inline std::vector<Tensor> ring_positions(int64_t seq, int cp) {
   return out;
 }
 
-// The scores of q against a block, masked (fp32 at least).
-inline Tensor ring_scores(const Tensor& q, const Tensor& k, const Tensor& q_pos, const Tensor& k_pos, bool causal,
-                          double scale) {
-  Tensor s = at::matmul(q, k.transpose(-2, -1)).to(at::promote_types(q.scalar_type(), at::kFloat)).mul(scale);
-  if (causal) s = s.masked_fill(k_pos.view({1, -1}).gt(q_pos.view({-1, 1})), -std::numeric_limits<float>::infinity());
-  return s;
-}
-
 // Grouped-query attention: each kv head serves `group` query heads in a row
 // ([b, kv, s, d] -> [b, kv group, s, d]), and its gradient is their sum.
 inline Tensor expand_kv(const Tensor& t, int64_t group) { return group == 1 ? t : t.repeat_interleave(group, 1); }
@@ -116,7 +108,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       RingHop kv;
       if (step + 1 < cp) kv = ring_hop(comm, block, kTagBase + 2 * step);
       const Tensor kb = expand_kv(block[0], group), vb = expand_kv(block[1], group);
-      const Tensor s = ring_scores(q, kb, pos[r], pos[src], causal, scale);
+      const Tensor s = masked_scores(q, kb, pos[r], pos[src], causal, scale);
       const Tensor p = at::exp(s - safe_lse);  // masked scores give 0
       const Tensor dp = at::matmul(dout, vb.transpose(-2, -1)).to(acc);
       const Tensor ds = p * (dp - D);

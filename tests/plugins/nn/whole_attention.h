@@ -1,0 +1,21 @@
+// The reference of the context-parallel attention tests: softmax(q k^T scale
+// + mask) v over the whole sequence, q, k, v [b, h, s, d], causal or not.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+namespace smp_test {
+
+inline at::Tensor whole_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                  double scale) {
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+  if (causal) {
+    const int64_t s = q.size(2);
+    scores = scores.masked_fill(at::ones({s, s}, at::kBool).triu(1), -std::numeric_limits<double>::infinity());
+  }
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+}  // namespace smp_test
