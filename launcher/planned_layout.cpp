@@ -15,6 +15,7 @@ namespace {
 
 // What the plan sets (launcher/plan/step_model.cpp, Layout::sets).
 const std::vector<std::string> kPlannedKeys = {"parallel.tp",           "parallel.pp",    "parallel.dp",
+                                               "parallel.cp",
                                                "parallel.ep",           "parallel.microbatches",
                                                "parallel.schedule",     "parallel.virtual_stages",
                                                "parallel.zero",         "memory.checkpoint"};

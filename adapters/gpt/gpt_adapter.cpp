@@ -123,6 +123,11 @@ class GptAdapter : public smp::sdk::Adapter {
       smp::sdk::log(SMP_LOG_INFO, "gpt",
                     "vocabulary " + std::to_string(s.vocab) + " padded to " + std::to_string(padded_vocab_) +
                         " (a multiple of model.vocab_multiple x tp); the padded logits are masked out of the loss");
+    // parallel.cp: each rank holds chunks r and 2 cp - 1 - r of 2 cp of every sequence.
+    if (const int cp = ctx.axis_size("cp"); cp > 1 && s.seq_len % (2 * cp) != 0)
+      throw Error("model.seq_len = " + std::to_string(s.seq_len) + " does not cut into 2 x parallel.cp = " +
+                  std::to_string(2 * cp) + " equal chunks (context parallelism's causal load balance needs "
+                  "seq_len % (2 cp) == 0)");
     const Json data = cfg.contains("data") ? cfg.at("data") : Json("/usr/share/common-licenses");
     const double val = smp::sdk::model_get<double>(cfg, "val_fraction", 0.1);
     if (!tokenizer && data.is_string() && !TextDataset::is_prepared(data.get<std::string>()) && s.vocab < 256)
@@ -153,6 +158,7 @@ class GptAdapter : public smp::sdk::Adapter {
             {"loss_sum", "loss_tokens"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
     g.loss_sum("loss_sum", "loss_tokens");
     g.throughput_unit("tokens", sl);
+    g.split_sequence(1);  // batch() gives each rank of parallel.cp its share of the tokens
   }
 
   std::vector<at::Tensor> batch(const smp::sdk::BatchRequest& r) override {
@@ -161,7 +167,8 @@ class GptAdapter : public smp::sdk::Adapter {
     data_->fill(r.split == SMP_SPLIT_VALIDATION, r.step, r.global_batch, r.first_sample, r.num_samples, tokens.data_ptr<int64_t>(),
                 targets.data_ptr<int64_t>());
     if (mask_fraction_ > 0) mask_targets(r, targets);
-    return {tokens, targets};
+    return {smp::sdk::sequence_share_of(tokens, 1, r.sequence, "parallel.cp"),
+            smp::sdk::sequence_share_of(targets, 1, r.sequence, "parallel.cp")};
   }
 
  private:

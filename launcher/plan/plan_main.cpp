@@ -49,14 +49,15 @@ std::string fixed(double v, int digits) {
 }
 
 void print_table(const SearchResult& r, const Shape& s, size_t top) {
-  std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %7s %9s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp",
-              "ep", "bubble", "dp", "optim", "tokens/s", "TFLOP/s", "MFU", "mem (GB)");  // memory to 3 significant digits: a small job's too
+  std::printf("%-44s %9s %7s %7s %7s %7s %7s %7s %7s %7s %9s %8s %6s %9s\n", "layout", "step (s)", "compute", "tp", "pp",
+              "ep", "cp", "bubble", "dp", "optim", "tokens/s", "TFLOP/s", "MFU", "mem (GB)");  // memory to 3 significant digits: a small job's too
   for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) {
     const Prediction& p = r.ranked[i].prediction;
     const auto share = [&](double x) { return fixed(100 * x / p.step_seconds, 1) + "%"; };
-    std::printf("%-44s %9.3g %7s %7s %7s %7s %7s %7s %7s %9.3g %8.3g %5.1f%% %9.3g\n", r.ranked[i].layout.describe().c_str(),
-                p.step_seconds, share(p.compute).c_str(), share(p.tp_comm).c_str(), share(p.pp_comm).c_str(),
-                share(p.ep_comm).c_str(), share(p.bubble).c_str(), share(p.dp_comm).c_str(),
+    std::printf("%-44s %9.3g %7s %7s %7s %7s %7s %7s %7s %7s %9.3g %8.3g %5.1f%% %9.3g\n",
+                r.ranked[i].layout.describe().c_str(), p.step_seconds, share(p.compute).c_str(),
+                share(p.tp_comm).c_str(), share(p.pp_comm).c_str(), share(p.ep_comm).c_str(),
+                share(p.cp_comm).c_str(), share(p.bubble).c_str(), share(p.dp_comm).c_str(),
                 share(p.optimizer).c_str(), p.tokens_per_s, p.tflops_per_device, 100 * p.mfu, p.memory_bytes / 1e9);
   }
   if (!r.ranked.empty()) {

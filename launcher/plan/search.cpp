@@ -19,9 +19,12 @@ SearchResult search(const Cluster& c, const Shape& s, const SearchOptions& o) {
   SearchResult r;
   for (int tp : divisors(o.world)) {
     if (tp > c.node_size || (o.tp && tp != o.tp)) continue;
-    for (int pp : divisors(o.world / tp)) {
+    for (int pp : divisors(o.world / tp))
+    for (int cp : divisors(o.world / tp / pp)) {
       if (o.pp && pp != o.pp) continue;
-      const int dp = o.world / tp / pp;
+      if ((o.cp && cp != o.cp) || cp > (o.max_cp ? o.max_cp : c.node_size)) continue;
+      if (cp > 1 && (s.moe_layers > 0 || s.seq % (2 * cp))) continue;
+      const int dp = o.world / tp / pp / cp;
       std::vector<int64_t> sizes = o.microbatch_sizes;
       if (sizes.empty())
         for (int64_t mb = 1; mb <= o.max_microbatch && s.batch % dp == 0 && mb <= s.batch / dp; ++mb)
@@ -34,7 +37,8 @@ SearchResult search(const Cluster& c, const Shape& s, const SearchOptions& o) {
           for (int zero : o.zero_stages)
             for (bool recompute : o.recompute) {
               Layout l;
-              l.tp = tp, l.pp = pp, l.dp = dp, l.ep = ep, l.virtual_stages = v, l.microbatch = mb, l.zero = zero;
+              l.tp = tp, l.pp = pp, l.dp = dp, l.cp = cp, l.ep = ep, l.virtual_stages = v, l.microbatch = mb;
+              l.zero = zero;
               l.recompute = recompute;
               l.schedule = schedule;
               l.overlap_dp = o.overlap_dp;

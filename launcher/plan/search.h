@@ -21,8 +21,11 @@ struct SearchOptions {
   int max_virtual_stages = 8;
   std::vector<std::string> schedules = {"1f1b", "gpipe", "zb-h1"};  // with one virtual stage
   bool overlap_dp = true;  // Layout::overlap_dp of every candidate
-  // Only these (0: any).
-  int tp = 0, pp = 0, ep = 0;
+  // Only these (0: any). cp: every divisor of world / (tp pp) up to a node (a
+  // ring of intra-node links) for a shape without experts whose sequence
+  // cuts into 2 cp chunks; max_cp bounds it (1: no context parallelism).
+  int tp = 0, pp = 0, ep = 0, cp = 0;
+  int max_cp = 0;  // 0: a node
 };
 
 struct Candidate {

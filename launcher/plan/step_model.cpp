@@ -43,24 +43,30 @@ double alltoall(const Link& link, double bytes, int n) {
 // Whether each axis' group stays inside a node: axes fill a node in the
 // cluster's order (then tp, pp, dp), each spanning the product of those
 // before; ep is dp's first ranks.
+// cp sits just outside tp (smp's placement) unless the cluster names it.
 struct Links {
-  const Link *tp, *pp, *dp, *ep;
+  const Link *tp, *pp, *dp, *ep, *cp;
 };
 Links links_of(const Cluster& c, const Layout& l) {
   std::vector<std::string> order = c.inside_node;
+  if (std::find(order.begin(), order.end(), "cp") == order.end()) {
+    const auto tp = std::find(order.begin(), order.end(), "tp");
+    order.insert(tp == order.end() ? order.begin() : tp + 1, "cp");
+  }
   for (const char* a : {"tp", "pp", "dp"})
     if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
-  Links out{&c.inter, &c.inter, &c.inter, &c.inter};
+  Links out{&c.inter, &c.inter, &c.inter, &c.inter, &c.inter};
   int64_t span = 1;
   for (const std::string& a : order) {
     if (a == "ep") continue;
-    const int size = a == "tp" ? l.tp : a == "pp" ? l.pp : a == "dp" ? l.dp : 1;
+    const int size = a == "tp" ? l.tp : a == "pp" ? l.pp : a == "dp" ? l.dp : a == "cp" ? l.cp : 1;
     if (a == "dp") out.ep = span * l.ep <= c.node_size ? &c.intra : &c.inter;
     span *= size;
     const Link* link = span <= c.node_size ? &c.intra : &c.inter;
     if (a == "tp") out.tp = link;
     if (a == "pp") out.pp = link;
     if (a == "dp") out.dp = link;
+    if (a == "cp") out.cp = link;
   }
   if (c.has_alltoall) out.ep = &c.alltoall;
   return out;
@@ -77,7 +83,7 @@ std::string kinds_list(const std::vector<std::string>& kinds) {
 
 std::string Layout::describe() const {
   return "tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " dp " + std::to_string(dp) + " " +
-         (ep > 1 ? "ep " + std::to_string(ep) + " " : "") +
+         (cp > 1 ? "cp " + std::to_string(cp) + " " : "") + (ep > 1 ? "ep " + std::to_string(ep) + " " : "") +
          (virtual_stages > 1 ? "interleaved v " + std::to_string(virtual_stages) : schedule) + " mb " +
          std::to_string(microbatch) + " zero " + std::to_string(zero) + (recompute ? " recompute" : "");
 }
@@ -86,6 +92,7 @@ std::vector<std::string> Layout::sets(const Shape& s) const {
   std::vector<std::string> out = {"parallel.tp=" + std::to_string(tp),
           "parallel.pp=" + std::to_string(pp),
           "parallel.dp=" + std::to_string(dp),
+          "parallel.cp=" + std::to_string(cp),
           "parallel.microbatches=" + std::to_string(microbatches(s)),
           "parallel.virtual_stages=" + std::to_string(virtual_stages),
           "parallel.schedule=\"" + (virtual_stages > 1 ? std::string("interleaved-1f1b") : schedule) + "\"",
@@ -101,7 +108,8 @@ nlohmann::json Prediction::to_json() const {
           {"memory_bytes", memory_bytes},
           {"step_seconds", step_seconds},
           {"terms_seconds",
-           {{"compute", compute}, {"tp", tp_comm}, {"pp", pp_comm}, {"ep", ep_comm}, {"bubble", bubble}, {"dp", dp_comm},
+           {{"compute", compute}, {"tp", tp_comm}, {"pp", pp_comm}, {"ep", ep_comm}, {"cp", cp_comm}, {"bubble", bubble},
+            {"dp", dp_comm},
             {"optimizer", optimizer}}},
           {"flops_per_step", flops},
           {"model_flops_per_step", model_flops},
@@ -111,7 +119,9 @@ nlohmann::json Prediction::to_json() const {
 }
 
 std::string invalid(const Shape& s, const Layout& l, int world) {
-  if (l.tp * l.pp * l.dp != world) return "tp x pp x dp is not the world size";
+  if (l.tp * l.pp * l.dp * l.cp != world) return "tp x pp x dp x cp is not the world size";
+  if (l.cp > 1 && s.seq % (2 * l.cp)) return "the sequence does not cut into 2 cp chunks";
+  if (l.cp > 1 && s.moe_layers > 0) return "context parallelism does not take expert layers yet";
   if (s.heads % l.tp || s.ffn_size() % l.tp) return "heads or ffn do not divide by tp";
   if (s.layers % (l.pp * l.virtual_stages)) return "layers do not divide into pp x virtual stages";
   if (s.batch % (l.dp * l.microbatch)) return "the batch does not divide into dp x microbatch";
@@ -136,7 +146,8 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
                ef = static_cast<double>(s.expert_ffn), sf = static_cast<double>(s.shared_experts) * ef,
                ep = l.ep, local_experts = s.experts > 0 ? E / ep : 0;
   const double peak = c.peak(s.dtype), bytes = s.dtype == "fp32" ? 4 : 2;
-  const double bs = b * seq;
+  // Each rank's tokens of a microbatch: its share of every sequence under cp.
+  const double cp = l.cp, bs = b * seq / cp;
   const Links link = links_of(c, l);
   // One layer's forward on one rank, one microbatch: GEMMs, elementwise
   // passes, operators.
@@ -145,9 +156,9 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   };
   const double mlp_gemms = s.gated_mlp ? 3 : 2;
   const double attention_gemm =
-      gemm(bs, h, (h + 2 * kv) / t) + gemm(bs, h / t, h) + 2 * gemm(seq, h / a, seq, b * a / t);
+      gemm(bs, h, (h + 2 * kv) / t) + gemm(bs, h / t, h) + 2 * cp * gemm(seq / cp, h / a, seq / cp, b * a / t);
   const double attention_bytes = bytes * (kReplicatedPasses * bs * h + kQkvPasses * bs * (h + 2 * kv) / t +
-                                          kSoftmaxPasses * b * (a / t) * seq * seq);
+                                          kSoftmaxPasses * b * (a / t) * seq * seq / cp);
   const double dense_gemm = mlp_gemms * gemm(bs, h, f / t);
   const double dense_bytes =
       bytes * (s.gated_mlp ? kGatedActivationPasses : kActivationPasses) * bs * f / t;
@@ -184,11 +195,20 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   const double moe_per_stage = std::min<double>(layers_per_stage, static_cast<double>(s.moe_layers));
   const double dense_per_stage = layers_per_stage - moe_per_stage;
   const double layer_comm = (2 * passes - 2) * tp_allreduce;
+  // The ring under cp: each forward, cp - 1 hops of a K and a V block, each
+  // hidden by the block it travels beside; each backward, cp - 1 hops with
+  // dK and dV too (twice the bytes, beside twice the compute) and one more
+  // home. Per layer and microbatch.
+  const double block = 2 * gemm(seq / cp, h / a, seq / cp, b * a / t);
+  const double ring_hop = l.cp > 1 ? bytes * bs * 2 * kv / t / link.cp->bandwidth + link.cp->latency : 0;
+  const double ring_layer = l.cp > 1 ? (passes - 2) * (cp - 1) * std::max(0.0, ring_hop - block) +
+                                           (cp - 1) * std::max(0.0, 2 * ring_hop - 2 * block) + 2 * ring_hop
+                                     : 0;
   // The head on the last stage: logits GEMM forward and backward, the loss's passes in fp32.
   const double head = 3 * gemm(bs, h, V / t) + 3 * 4 * 4 * bs * V / t / c.elementwise_bandwidth +
                       3 * kHeadOps * c.op_overhead;
   const double stage = passes * (dense_per_stage * dense_forward + moe_per_stage * moe_forward) +
-                       layers_per_stage * layer_comm + moe_per_stage * ep_per_moe_layer + head;
+                       layers_per_stage * (layer_comm + ring_layer) + moe_per_stage * ep_per_moe_layer + head;
   // Between stages: activations forward and gradients back per microbatch and
   // chunk, each tp rank sending its 1/t (Megatron's scatter-gather).
   const double m = static_cast<double>(l.microbatches(s)), v = l.virtual_stages;
@@ -196,7 +216,8 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   const double per_microbatch = stage + hop;
   p.tp_comm = m * layers_per_stage * layer_comm;
   p.ep_comm = m * moe_per_stage * ep_per_moe_layer;
-  p.compute = m * stage - p.tp_comm - p.ep_comm;  // kept apart: stage above holds all three
+  p.cp_comm = m * layers_per_stage * ring_layer;
+  p.compute = m * stage - p.tp_comm - p.ep_comm - p.cp_comm;  // kept apart: stage above holds them all
   p.pp_comm = m * hop;
   // Zero bubble H1: the weight gradients fill a third of 1F1B's bubble as
   // smp's executor runs it (its pp 2 runs, bench/results/plan-local.json).
@@ -226,26 +247,34 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
     p.dp_comm += m * (passes - 1) *
                  (ring_allreduce(*link.dp, bytes * dense_params, l.dp) +
                   ring_allreduce(*link.dp, bytes * expert_params, l.dp / l.ep)) / 2;
+  // Every replicated gradient summed over cp after the dp reduction (a ZeRO
+  // rank's shard of it), not hidden.
+  p.cp_comm += ring_allreduce(*link.cp, bytes * (l.zero >= 1 ? dense_params / dp + expert_params / edp : stage_params),
+                              l.cp);
   const double tensors = layers_per_stage * kTensorsPerLayer + 2;
   p.optimizer = kOptimizerStepBytes * (dense_params / (l.zero >= 1 ? dp : 1) + expert_params / (l.zero >= 1 ? edp : 1)) /
                     c.elementwise_bandwidth +
                 kOpsPerParameterTensor * tensors * c.op_overhead;
-  p.step_seconds = p.compute + p.tp_comm + p.pp_comm + p.ep_comm + p.bubble + p.dp_comm + p.optimizer;
+  p.step_seconds = p.compute + p.tp_comm + p.pp_comm + p.ep_comm + p.cp_comm + p.bubble + p.dp_comm + p.optimizer;
   // Memory: weights, gradients, optimizer state (each sharded by its ZeRO stage) and activations.
   const double sharded = dense_params / dp + expert_params / edp;
   const double weights = bytes * (l.zero >= 3 ? sharded : stage_params);
   const double grads = bytes * (l.zero >= 2 ? sharded : stage_params);
   const double state = kOptimizerStateBytes * (l.zero >= 1 ? sharded : stage_params);
   // Korthikanti et al. (fp16, no sequence parallelism): what a layer keeps for its backward.
-  const double full_layer = bs * h * (10 + 24 / t + 5 * a * seq / (h * t)) +
+  // Under cp a rank keeps its tokens' share, its attention blocks [seq/cp, seq/cp].
+  const double full_layer = bs * h * (10 + 24 / t + 5 * a * seq / cp / (h * t)) +
                             (s.experts > 0 ? bytes * bs * (k * (5 * h + 4 * ef / t) + 2 * E) : 0);
   // Recomputed, a layer keeps the input of each node kind checkpointed.
   const double kept_layer =
       l.recompute ? bytes * bs * h * static_cast<double>(std::max<size_t>(1, s.recompute_kinds.size())) : full_layer;
   const double in_flight =
       l.schedule == "gpipe" ? m : std::min<double>(m, l.pp * (1 + (l.pp - 1) / (l.pp * v)));
+  // The ring's buffers in one layer's backward: the K/V block held and the
+  // one arriving, and the dK/dV accumulators travelling.
+  const double ring_buffers = l.cp > 1 ? 4 * bytes * bs * 2 * kv / t : 0;
   const double activations = in_flight * layers_per_stage * kept_layer + (l.recompute ? full_layer : 0) +
-                             2 * 4 * bs * V / t;  // the logits and their gradient in fp32, one microbatch
+                             2 * 4 * bs * V / t + ring_buffers;  // the logits and their gradient in fp32, one microbatch
   p.memory_bytes = weights + grads + state + activations;
   p.fits = p.memory_bytes <= c.memory_bytes;
   // FLOPs as the paper counts them (f = 4h, no GQA, no experts: its equation 3).
@@ -257,7 +286,7 @@ Prediction predict(const Cluster& c, const Shape& s, const Layout& l) {
   const double layers_fwd = (L - Lm) * dense_fwd + Lm * moe_fwd, head_fwd = 2 * B * seq * h * V;
   p.model_flops = 3 * layers_fwd + 3 * head_fwd;
   p.flops = p.model_flops + (l.recompute ? layers_fwd : 0);
-  const double world = l.tp * l.pp * l.dp;
+  const double world = l.tp * l.pp * l.dp * l.cp;
   p.tflops_per_device = p.flops / p.step_seconds / world / 1e12;
   p.mfu = p.model_flops / p.step_seconds / world / peak;
   p.tokens_per_s = B * seq / p.step_seconds;

@@ -17,6 +17,11 @@
 //                overlapped; the bubble of 1F1B, (p - 1) / (v m) of the steady
 //                part (interleaved: v virtual stages per rank; zb-h1: the
 //                weight gradients fill a third of it);
+//   cp           each rank computes seq / cp tokens of every sample (the
+//                attention as cp blocks of [seq/cp, seq/cp]); per layer and
+//                pass the ring's K/V hops (backward: with dK/dV, and one hop
+//                home) where the block computation does not hide them; the
+//                gradients summed over cp after the dp reduction;
 //   ep           per MoE layer and microbatch, the rows' dispatch and combine
 //                each way and the counts' exchange, on the all-to-all link;
 //                a forward's dispatch overlaps the shared experts' GEMMs;
@@ -61,6 +66,7 @@ struct Shape {
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
+  int cp = 1;                    // context parallelism: each sample's sequence over cp ranks (ring attention)
   int ep = 1;                    // experts split over ep ranks of dp (smp's parallel.ep)
   int virtual_stages = 1;        // interleaved 1F1B when > 1
   // With one virtual stage: "1f1b", "gpipe" (the same bubble, every
@@ -76,7 +82,7 @@ struct Layout {
   // in 2021, whose published runs are checked with false).
   bool overlap_dp = true;
   int64_t microbatches(const Shape& s) const { return s.batch / (dp * microbatch); }
-  std::string describe() const;  // "tp 8 pp 2 dp 32 v 2 mb 1 zero 1 recompute"
+  std::string describe() const;  // "tp 8 pp 2 dp 32 v 2 mb 1 zero 1 recompute" ("cp 2" after dp when > 1)
   // The --set lines that run it with smp.
   std::vector<std::string> sets(const Shape& s) const;
 };
@@ -86,8 +92,9 @@ struct Prediction {
   double memory_bytes = 0;       // the most any rank holds
   double step_seconds = 0;
   // The terms, in seconds (their sum is the step): compute, tp, pp, ep (the
-  // experts' all-to-alls), bubble, dp, optimizer.
-  double compute = 0, tp_comm = 0, pp_comm = 0, ep_comm = 0, bubble = 0, dp_comm = 0, optimizer = 0;
+  // experts' all-to-alls), cp (the ring's exposed hops and the gradients'
+  // sum over cp), bubble, dp, optimizer.
+  double compute = 0, tp_comm = 0, pp_comm = 0, ep_comm = 0, cp_comm = 0, bubble = 0, dp_comm = 0, optimizer = 0;
   double flops = 0;              // per step, the paper's count for this layout's recomputation
   double model_flops = 0;        // per step without recomputation (what MFU counts)
   double tflops_per_device = 0, mfu = 0, tokens_per_s = 0;

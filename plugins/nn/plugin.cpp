@@ -1,4 +1,5 @@
 // smp_nn.so: the serial module kinds (see include/smp_nn/modules.hpp for configs and methods).
+#include <smp_nn/cp_rules.hpp>
 #include <smp_nn/modules.hpp>
 #include <smp_nn/moe.hpp>
 
@@ -10,7 +11,10 @@ using namespace smp_nn;
 // created without storage (ABI 2.2 deferred init; ZeRO-3 fills only the dp shard).
 constexpr uint32_t kDeferredInit = SMP_MEMORY_FEATURE_DEFERRED_INIT;
 
-SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
+// The sequence axis (parallel.cp): kinds that compute on a share of every
+// sample's sequence (cp_rules.hpp).
+SMP_PLUGIN(smp_nn::cp_rules::add(
+    smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .module<Embedding>("embedding", kDeferredInit)
                .module<PositionEmbedding>("position_embedding", kDeferredInit)
                .module<LayerNorm>("layer_norm", kDeferredInit)
@@ -53,4 +57,7 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_nn", "0.1.0")
                .inference("position_embedding", SMP_INFERENCE_DECODE)
                .inference("attention", SMP_INFERENCE_DECODE)
                .inference("transformer_layer", SMP_INFERENCE_DECODE)
-               .inference("moe", SMP_INFERENCE_DECODE))
+               .inference("moe", SMP_INFERENCE_DECODE),
+    {"embedding", "embedding_table", "position_embedding", "layer_norm", "rms_norm", "linear", "mlp", "swiglu_mlp",
+     "add", "mul", "relu", "gelu", "tanh", "dropout"},
+    {"attention", "transformer_layer"}, {"cross_entropy"}))

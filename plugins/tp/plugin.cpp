@@ -3,6 +3,7 @@
 #include <smp_tp/modules.hpp>
 #include <smp_tp/moe.hpp>
 #include <smp_tp/rules.hpp>
+#include <smp_nn/cp_rules.hpp>
 
 #include <smp/sdk/plugin.hpp>
 
@@ -12,7 +13,10 @@ using namespace smp_tp;
 // created without storage (ABI 2.2 deferred init; ZeRO-3 fills only the dp shard).
 constexpr uint32_t kDeferredInit = SMP_MEMORY_FEATURE_DEFERRED_INIT;
 
-SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
+// The sequence axis (parallel.cp) after tp: the tensor-parallel kinds compute
+// on a share of every sample's sequence too (smp_nn's cp_rules.hpp).
+SMP_PLUGIN(smp_nn::cp_rules::add(
+    smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .config_table("tp", &rules::table)
                .module<TpLinear>("tp_linear", kDeferredInit)
                .module<ColumnParallelLinear>("column_parallel_linear", kDeferredInit)
@@ -73,4 +77,8 @@ SMP_PLUGIN(smp::sdk::PluginBuilder("smp_tp", "0.1.0")
                .inference("dist_position_embedding", SMP_INFERENCE_DECODE)
                .inference("parallel_attention", SMP_INFERENCE_DECODE)
                .inference("parallel_transformer_layer", SMP_INFERENCE_DECODE)
-               .inference("parallel_moe", SMP_INFERENCE_DECODE))
+               .inference("parallel_moe", SMP_INFERENCE_DECODE),
+    {"tp_linear", "column_parallel_linear", "row_parallel_linear", "vocab_parallel_embedding", "parallel_mlp",
+     "parallel_swiglu_mlp", "dist_layer_norm", "dist_rms_norm", "dist_dropout", "dist_position_embedding",
+     "sharded_embedding_table"},
+    {"parallel_attention", "parallel_transformer_layer"}, {"vocab_parallel_cross_entropy"}))

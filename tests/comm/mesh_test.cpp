@@ -188,6 +188,34 @@ TEST(MeshTest, NamedDimensionsAndDerivedAxes) {
   EXPECT_EQ(m.group_name(cp), "cp.3");  // the fixed coordinates in dimension order: pp 0, dp 1, tp 1
 }
 
+// Roles: the same dimension declared as a sequence axis (parallel.cp) is no
+// model axis: a loss or gradient is a partial sum over it, so every rank of it
+// counts (at_model_origin looks at tp alone), rules still apply on it (after
+// the model axes), and one replica of the model (mp) leaves it out.
+TEST(MeshTest, ASequenceAxisHasItsOwnRole) {
+  smp::MeshOptions opts;
+  opts.sequence = {"cp"};
+  // rank = dp*4 + cp*2 + tp; rank 6 is dp 1, cp 1, tp 0.
+  DeviceMesh m(8, 6, {2, 2, 2}, {"dp", "cp", "tp"}, opts);
+  const Axis cp = m.axis("cp");
+  EXPECT_EQ(m.role(cp), smp::AxisRole::SplitsSequence);
+  EXPECT_EQ(m.role(Axis::DP), smp::AxisRole::SplitsBatch);
+  EXPECT_EQ(m.role(Axis::TP), smp::AxisRole::SplitsModel);
+  EXPECT_EQ(m.role(Axis::PP), smp::AxisRole::SplitsModel);
+  EXPECT_EQ(m.role(Axis::EP), smp::AxisRole::Derived);
+  EXPECT_EQ(m.model_axes(), (std::vector<Axis>{Axis::TP}));
+  EXPECT_EQ(m.sequence_axes(), (std::vector<Axis>{cp}));
+  EXPECT_EQ(m.rule_axes(), (std::vector<Axis>{Axis::TP, cp, Axis::EP}));
+  EXPECT_FALSE(m.is_data_axis(cp));
+  EXPECT_TRUE(m.at_model_origin());  // cp 1 but tp 0
+  EXPECT_FALSE(DeviceMesh(8, 7, {2, 2, 2}, {"dp", "cp", "tp"}, opts).at_model_origin());  // tp 1
+  EXPECT_EQ(m.group(Axis::MP), (std::vector<int>{6, 7}));  // pp 1 x tp 2, without cp
+  EXPECT_EQ(m.group(cp), (std::vector<int>{4, 6}));
+  smp::MeshOptions bad;
+  bad.sequence = {"tp"};
+  EXPECT_THROW(DeviceMesh(8, 0, {2, 2, 2}, {"dp", "cp", "tp"}, bad), smp::Error);
+}
+
 TEST(MeshTest, NamedDimensionsRoundTripAndPartition) {
   const std::vector<std::vector<std::string>> orders = {
       {"pp", "dp", "cp", "tp"}, {"cp", "pp", "tp", "dp"}, {"tp", "cp", "dp", "pp"}};

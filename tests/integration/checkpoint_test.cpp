@@ -20,6 +20,7 @@
 #include <ctime>
 #include <cstdio>
 #include <fstream>
+#include <tuple>
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -99,6 +100,16 @@ std::string parameter_problems(const JobResult& a, const JobResult& b, double to
   }
   std::printf("[ params ] max |diff| %.3g\n", worst);
   return out;
+}
+
+// Another layout resumed at step 2: its steps 3 and 4 are the whole run's,
+// losses within kLossRtol and parameters within kParamAtol.
+void expect_continues(const JobResult& whole, const JobResult& resumed) {
+  const auto all = losses_of(whole), tail = losses_of(resumed);
+  ASSERT_EQ(tail.size(), 2u) << resumed.output;
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
+  EXPECT_EQ(parameter_problems(resumed, whole, kParamAtol), "");
 }
 
 // Same layout: steps 3 and 4 of the resumed run are those of the whole run, bit for bit.
@@ -194,11 +205,34 @@ TEST(CheckpointReshard, Pp2Tp2LoadsIntoDp2Zero3Pp4Tp4InterleavedAndOneRank) {
                           with(with(kSteps, t.sets), {"run.resume=" + quoted(checkpoint)}));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("saved at pp=2 tp=2 dp=1 zero 1"), std::string::npos) << r.output;
-    const auto all = losses_of(whole), tail = losses_of(r);
-    ASSERT_EQ(tail.size(), 2u) << r.output;
-    for (size_t i = 0; i < 2; ++i)
-      EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
-    EXPECT_EQ(parameter_problems(r, whole, kParamAtol), "");
+    expect_continues(whole, r);
+  }
+}
+
+// Context parallelism: a checkpoint saved at cp 2 (each rank wrote its share of
+// the replicated tensors once; the manifest records the axis' role) resumes
+// exactly at cp 2, and loads at cp 1 and at tp 2 as the whole run continues.
+TEST(CheckpointReshard, ContextParallelResumesAndLoadsAtCp1AndTp2) {
+  const std::vector<std::string> saved_on = {"parallel.cp=2", "model.arch=llama", "model.kv_heads=2", "model.ffn=48"};
+  expect_exact_resume(gpt(), 2, saved_on);
+  const JobResult whole = run_whole(gpt(), 2, saved_on);
+  const std::string dir = fresh_dir("cp-reshard");
+  run_first_half(gpt(), 2, saved_on, dir);
+  const std::string checkpoint = (fs::path(dir) / "checkpoints" / "step-00000002").string();
+  {
+    std::ifstream in((fs::path(checkpoint) / "manifest.json").string());
+    ASSERT_TRUE(in) << checkpoint;
+    const nlohmann::json layout = nlohmann::json::parse(in)["layout"];
+    EXPECT_EQ(layout["roles"]["cp"], (nlohmann::json{{"size", 2}, {"role", "sequence"}})) << layout.dump();
+    EXPECT_EQ(layout["roles"]["dp"]["role"], "batch") << layout.dump();
+  }
+  const std::vector<std::string> llama = {"model.arch=llama", "model.kv_heads=2", "model.ffn=48"};
+  for (const auto& [name, nproc, sets] : std::vector<std::tuple<std::string, int, std::vector<std::string>>>{
+           {"cp1", 1, llama}, {"tp2", 2, with(llama, {"parallel.tp=2"})}}) {
+    SCOPED_TRACE(name);
+    JobResult r = run_job(nproc, gpt().plugin, gpt().config, with(with(kSteps, sets), {"run.resume=" + quoted(checkpoint)}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_continues(whole, r);
   }
 }
 
@@ -1013,11 +1047,7 @@ TEST(CheckpointReshard, ExpertParallelLoadsIntoOtherEpLayouts) {
     JobResult r = run_job(c.to_nproc, experts().plugin, experts().config,
                           with(with(kSteps, c.to), {"run.resume=" + quoted(dir + "/checkpoints")}));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto all = losses_of(whole), tail = losses_of(r);
-    ASSERT_EQ(tail.size(), 2u) << r.output;
-    for (size_t i = 0; i < 2; ++i)
-      EXPECT_NEAR(tail[i], all[i + 2], kLossRtol * std::abs(all[i + 2])) << "step " << i + 3;
-    EXPECT_EQ(parameter_problems(r, whole, kParamAtol), "");
+    expect_continues(whole, r);
   }
 }
 

@@ -115,6 +115,31 @@ TEST(GptEquivalence, LlamaArchUnderPipelineTensorAndDataParallel) {
                     {"model.arch=llama", "model.kv_heads=2", "model.ffn=48"});
 }
 
+// Context parallelism (parallel.cp): every sample's sequence split over the
+// cp ranks, chunks r and 2 cp - 1 - r of 2 cp; attention as a ring of K/V
+// blocks (or an all-to-all over heads); the loss's sums and the gradients
+// summed over cp from the axis' role. Each layout equals the serial run.
+std::vector<Layout> context_parallel_layouts() {
+  return {
+      {"cp2", 2, {"parallel.cp=2"}},
+      {"cp4", 4, {"parallel.cp=4"}},
+      {"cp2 all-to-all", 2, {"parallel.cp=2", "parallel.cp_mode=\"alltoall\""}},
+      {"cp2 x tp2 sequence-parallel", 4, {"parallel.cp=2", "parallel.tp=2", "tp.sequence_parallel=true"}},
+      {"cp2 x pp2", 4, {"parallel.cp=2", "parallel.pp=2"}},
+      {"cp2 x dp2 zero3", 4, {"parallel.cp=2", "parallel.dp=2", "parallel.zero=3"}},
+      // Recomputed layers run their ring again in backward, in step on every cp rank.
+      {"cp2 checkpointed layers", 2, {"parallel.cp=2", "memory.checkpoint=[\"transformer_layer\"]"}},
+  };
+}
+
+TEST(GptEquivalence, ContextParallel) { expect_equivalent(gpt(), context_parallel_layouts()); }
+
+// Llama: rotary positions from each chunk's global offsets, grouped-query
+// attention (2 kv heads travel the ring; split over tp 2).
+TEST(GptEquivalence, ContextParallelLlama) {
+  expect_equivalent(gpt(), context_parallel_layouts(), {"model.arch=llama", "model.kv_heads=2", "model.ffn=48"});
+}
+
 // Sequence parallelism is smp_tp's setting, in its own table ([tp], ABI 2.5's
 // plugin tables): given there it reaches the tensor-parallel layers, whose tp
 // collectives then reduce-scatter and all-gather activations; without it they
@@ -396,18 +421,18 @@ TEST(MoeTraffic, AllToAllBytesEqualTheRoutedRows) {
 }
 
 // A generic named mesh: the job declares an axis the core has never heard of
-// (parallel.axes.cp), a third party's plugin (tests/integration/context, the
-// SDK alone) brings the "cp" rule and splits each sequence's tokens over it,
-// declaring its weights' gradients partial on cp. No core code names "cp":
+// (parallel.axes.tok), a third party's plugin (tests/integration/context, the
+// SDK alone) brings the "tok" rule and splits each sequence's tokens over it,
+// declaring its weights' gradients partial on tok. No core code names "tok":
 // the communicator, the rule, the partial-gradient sum, the loss counted
-// once per cp group and the global gradient norm all follow from the name.
+// once per tok group and the global gradient norm all follow from the name.
 TEST(ContextEquivalence, AThirdPartyRuleOnAnAxisTheCoreDoesNotKnow) {
   expect_equivalent(context(), {
-                                   {"cp2", 2, {"parallel.axes.cp=2"}},
-                                   {"cp4", 4, {"parallel.axes.cp=4"}},
-                                   {"cp2 x dp2 zero2", 4, {"parallel.axes.cp=2", "parallel.dp=2", "parallel.zero=2"}},
-                                   {"pp2 x cp2, cp slowest", 4,
-                                    {"parallel.pp=2", "parallel.axes.cp=2", "parallel.placement=\"cp,pp,dp,tp\""}},
+                                   {"tok2", 2, {"parallel.axes.tok=2"}},
+                                   {"tok4", 4, {"parallel.axes.tok=4"}},
+                                   {"tok2 x dp2 zero2", 4, {"parallel.axes.tok=2", "parallel.dp=2", "parallel.zero=2"}},
+                                   {"pp2 x tok2, tok slowest", 4,
+                                    {"parallel.pp=2", "parallel.axes.tok=2", "parallel.placement=\"tok,pp,dp,tp\""}},
                                });
 }
 

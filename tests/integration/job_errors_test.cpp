@@ -43,10 +43,32 @@ TEST(JobErrors, TensorParallelDegreeThatDoesNotDivideNamesNodeAndSizes) {
 // A job's own axis that no loaded plugin has a rule for would only repeat work:
 // refused by name. A placement naming an axis the job did not declare too.
 TEST(JobErrors, AJobAxisWithoutARuleOrUndeclaredIsRefusedByName) {
-  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.axes.cp=2"}),
-                 {"parallel.axes.cp = 2", "no loaded plugin has a \"cp\" rule"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.axes.xp=2"}),
+                 {"parallel.axes.xp = 2", "no loaded plugin has a \"xp\" rule"});
   expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.placement=\"pp,xp,dp,tp\""}),
                  {"parallel.placement names \"xp\"", "parallel.axes"});
+}
+
+// Context parallelism's bad layouts, refused before any step by the key that
+// makes them: a sequence that does not cut into 2 cp chunks, heads the
+// all-to-all form cannot split, dropout on attention across the ring, an
+// adapter that does not cut its sequences, cp declared as a model axis, and
+// an unknown form.
+TEST(JobErrors, BadContextParallelLayoutsAreRefusedByKey) {
+  expect_failure(run_job(4, plugin_path("gpt"), gpt_config(), {"parallel.cp=4", "model.seq_len=12"}),
+                 {"model.seq_len = 12", "2 x parallel.cp = 8"});
+  expect_failure(run_job(4, plugin_path("gpt"), gpt_config(),
+                         {"parallel.cp=4", "parallel.cp_mode=\"alltoall\"", "model.arch=llama", "model.kv_heads=2",
+                          "model.ffn=48"}),
+                 {"parallel.cp_mode = \"alltoall\"", "4 heads and 2 kv heads"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.cp=2", "model.dropout=0.1"}),
+                 {"parallel.cp = 2", "dropout 0.1", "node 'blocks.0'"});
+  expect_failure(run_job(2, plugin_path("moe"), source_path("tests/integration/data/moe-equiv.toml"), {"parallel.cp=2"}),
+                 {"parallel.cp = 2: adapter 'moe' (plugin 'moe')", "does not cut its samples' sequences"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.axes.cp=2"}),
+                 {"parallel.axes.cp", "\"cp\" is the sequence axis, set by parallel.cp"});
+  expect_failure(run_job(2, plugin_path("gpt"), gpt_config(), {"parallel.cp=2", "parallel.cp_mode=\"ulysses\""}),
+                 {"parallel.cp_mode", "\"ring\", \"alltoall\""});
 }
 
 // Plugin-owned tables (ABI 2.5's SMP_EXTENSION_CONFIG): the owner checks its

@@ -160,6 +160,52 @@ TEST(Plan, NoProposedLayoutExceedsTheMemory) {
     EXPECT_LE(tight.ranked[i - 1].prediction.step_seconds, tight.ranked[i].prediction.step_seconds);
 }
 
+// Context parallelism: a long sequence's activations per rank fall with cp
+// (its tokens' share, attention blocks [s/cp, s/cp], plus the ring's
+// buffers), the FLOPs stay the model's, the ring's exposed hops and the
+// gradients' sum over cp are their own term; and a sequence that fits no
+// layout without cp is planned with it.
+TEST(Plan, ContextParallelSplitsASequencesActivations) {
+  const Cluster c = load_cluster("dgx-h100");
+  Shape s = megatron(32, 4096, 32, 8);
+  s.seq = 65536, s.vocab = 32000, s.kv_heads = 8;
+  Layout one;
+  one.tp = 8, one.recompute = true;
+  Layout four = one;
+  four.cp = 4;
+  EXPECT_EQ(invalid(s, four, 32), "");
+  EXPECT_NE(invalid(s, four, 8), "");  // tp x cp is not the world
+  const Prediction p1 = predict(c, s, one), p4 = predict(c, s, four);
+  EXPECT_EQ(p1.cp_comm, 0);
+  EXPECT_GT(p4.cp_comm, 0);
+  EXPECT_NEAR(p4.model_flops / p1.model_flops, 1.0, 1e-12);
+  // Activations: the memory less that of a 16-token sequence (parameters,
+  // gradients and optimizer state, but for the position table's rows).
+  const auto activations = [&](const Prediction& p, const Layout& l) {
+    Shape tiny = s;
+    tiny.seq = 16;
+    return p.memory_bytes - predict(c, tiny, l).memory_bytes;
+  };
+  const double a1 = activations(p1, one), a4 = activations(p4, four);
+  EXPECT_LT(a4, a1 / 4 * 1.1) << a1 << " " << a4;
+  EXPECT_GT(a4, a1 / 4 * 0.5) << a1 << " " << a4;
+  Shape odd = s;
+  odd.seq = 65536 + 4;
+  EXPECT_NE(invalid(odd, four, 32), "");
+  SearchOptions o;
+  o.world = 32;
+  o.max_cp = 1;
+  Cluster small = c;
+  small.memory_bytes = 40e9;
+  const SearchResult without = search(small, s, o);
+  o.max_cp = 0;
+  const SearchResult with = search(small, s, o);
+  EXPECT_GT(with.candidates, without.candidates);
+  ASSERT_FALSE(with.ranked.empty());
+  EXPECT_GT(with.ranked.front().layout.cp, 1) << with.ranked.front().layout.describe();
+  for (const auto& k : without.ranked) EXPECT_EQ(k.layout.cp, 1);
+}
+
 TEST(Plan, TheSearchIsDeterministic) {
   const Cluster c = load_cluster("dgx-h100");
   const Shape s = megatron(80, 12288, 96, 2304);

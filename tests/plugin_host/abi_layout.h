@@ -47,7 +47,10 @@ extern "C" {
   X(smp_memory_extension, SMP_MEMORY_EXTENSION_STRUCT_SIZE)             \
   X(smp_kind_inference, SMP_KIND_INFERENCE_STRUCT_SIZE)                 \
   X(smp_inference_extension, SMP_INFERENCE_EXTENSION_STRUCT_SIZE)       \
-  X(smp_decode_extension, SMP_DECODE_EXTENSION_STRUCT_SIZE)
+  X(smp_decode_extension, SMP_DECODE_EXTENSION_STRUCT_SIZE)            \
+  X(smp_axis_coord, SMP_AXIS_COORD_STRUCT_SIZE)                         \
+  X(smp_batch_axes_extension, SMP_BATCH_AXES_EXTENSION_STRUCT_SIZE)     \
+  X(smp_graph_extension, SMP_GRAPH_EXTENSION_STRUCT_SIZE)
 
 typedef struct smp_layout_entry {
   const char* type;

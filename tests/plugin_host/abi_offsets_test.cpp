@@ -142,6 +142,7 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_batch_request, global_batch, 24, 0),
       ROW(smp_batch_request, first_sample, 32, 0),
       ROW(smp_batch_request, num_samples, 40, 0),
+      ROW(smp_batch_request, extension_start, 48, 8),
 
       ROW(smp_model_adapter, struct_size, 0, 0),
       ROW(smp_model_adapter, name, 8, 0),
@@ -340,6 +341,16 @@ const std::vector<Row>& frozen_table() {
       ROW(smp_decode_extension, start, 24, 7),
       ROW(smp_decode_extension, n_samples, 32, 7),
       ROW(smp_decode_extension, capacity, 40, 7),
+      ROW(smp_axis_coord, struct_size, 0, 8),
+      ROW(smp_axis_coord, axis, 8, 8),
+      ROW(smp_axis_coord, flags, 16, 8),
+      ROW(smp_axis_coord, index, 20, 8),
+      ROW(smp_axis_coord, size, 24, 8),
+      ROW(smp_batch_axes_extension, base, 0, 8),
+      ROW(smp_batch_axes_extension, axes, 24, 8),
+      ROW(smp_batch_axes_extension, n_axes, 32, 8),
+      ROW(smp_graph_extension, base, 0, 8),
+      ROW(smp_graph_extension, split_sequence, 24, 8),
   };
   return rows;
 }
@@ -392,6 +403,7 @@ const std::vector<SizeConstant>& size_constants() {
         SIZE_AT(SMP_RULE_STRUCT_SIZE_2_0, smp_rule, 0),
         SIZE_AT(SMP_HOST_API_STRUCT_SIZE_2_0, smp_host_api, 0),
         SIZE_AT(SMP_FORWARD_ARGS_STRUCT_SIZE_2_6, smp_forward_args, 6),
+        SIZE_AT(SMP_BATCH_REQUEST_STRUCT_SIZE_2_7, smp_batch_request, 7),
     };
 #define SMP_TEST_CURRENT(type, constant) \
   c.push_back(SizeConstant{#constant, #type, constant, SMP_ABI_VERSION_MINOR});

@@ -87,8 +87,9 @@ TEST(HostApi, TheMeshExtensionEnumeratesEveryAxis) {
     EXPECT_EQ(groups.all().count(name), 1u) << name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"pp", "dp", "tp", "cp", "ep", "edp", "dp_cp", "mp", "world"}));
-  EXPECT_EQ(flags[3], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_RULES));                 // cp
-  EXPECT_EQ(flags[1], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_DATA));                  // dp
+  // A job's dimension splits the model; dp splits the batch (ABI 2.8's roles).
+  EXPECT_EQ(flags[3], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_RULES | SMP_AXIS_SPLITS_MODEL));  // cp
+  EXPECT_EQ(flags[1], static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_DATA | SMP_AXIS_SPLITS_BATCH));   // dp
   EXPECT_EQ(flags[4], static_cast<uint32_t>(SMP_AXIS_DATA | SMP_AXIS_RULES));                      // ep
   EXPECT_EQ(flags[6], static_cast<uint32_t>(SMP_AXIS_DATA));                                       // dp_cp
   EXPECT_NE(smp::consume_error(ext->axis_at(groups.handle(), count, nullptr, nullptr, nullptr, nullptr))
@@ -99,6 +100,27 @@ TEST(HostApi, TheMeshExtensionEnumeratesEveryAxis) {
   EXPECT_EQ(n, 1);
   EXPECT_NE(smp::consume_error(H().mesh_axis(groups.handle(), "sp", &r, &n)).find("no axis named \"sp\""),
             std::string::npos);
+  rdv->shutdown(10s);
+}
+
+// ABI 2.8: parallel.cp's dimension is listed as the one that splits the
+// sequence (what SequenceShare and the kinds' SequenceSplit look for).
+TEST(HostApi, TheMeshExtensionFlagsTheSequenceAxis) {
+  using namespace std::chrono_literals;
+  const auto* ext = reinterpret_cast<const smp_mesh_extension*>(find_extension(H().extension_start, SMP_EXTENSION_MESH));
+  ASSERT_NE(ext, nullptr);
+  smp::MeshOptions opts;
+  opts.sequence = {"cp"};
+  smp::DeviceMesh mesh(1, 0, {1, 1}, {"dp", "cp"}, opts);
+  auto rdv = smp::Rendezvous::connect("127.0.0.1", smp::find_free_port(), 0, 1, 10s);
+  smp::ProcessGroups groups(mesh, rdv, smp::CommOptions{});
+  const char* name = nullptr;
+  uint32_t f = 0;
+  ASSERT_EQ(smp::consume_error(ext->axis_at(groups.handle(), 3, &name, nullptr, nullptr, &f)), "");
+  EXPECT_STREQ(name, "cp");
+  EXPECT_EQ(f, static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_RULES | SMP_AXIS_SPLITS_SEQUENCE));
+  ASSERT_EQ(smp::consume_error(ext->axis_at(groups.handle(), 0, &name, nullptr, nullptr, &f)), "");
+  EXPECT_EQ(f, static_cast<uint32_t>(SMP_AXIS_DIMENSION | SMP_AXIS_SPLITS_MODEL));  // pp
   rdv->shutdown(10s);
 }
 

@@ -218,20 +218,20 @@ TEST(ConfigTest, AnErrorAboutASetKeyNamesTheSetArgument) {
 }
 
 TEST(ConfigTest, JobAxesAndFlattenedAxes) {
-  Config c = Config::from_string("[parallel]\ntp = 2\n[parallel.axes]\ncp = 2\n", "job.toml",
-                                 {"parallel.axes.sp=1", "parallel.flatten.dp_cp=[\"dp\", \"cp\"]"});
+  Config c = Config::from_string("[parallel]\ntp = 2\n[parallel.axes]\ntok = 2\n", "job.toml",
+                                 {"parallel.axes.sp=1", "parallel.flatten.dp_tok=[\"dp\", \"tok\"]"});
   c.resolve_layout(8);
   EXPECT_EQ(c.get_int("parallel.dp"), 2);
-  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,cp,sp,tp");
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,sp,tok,tp");
   smp::JobConfig j = smp::JobConfig::from(c);
-  EXPECT_EQ(j.parallel.axes, (std::vector<std::pair<std::string, int>>{{"cp", 2}, {"sp", 1}}));
+  EXPECT_EQ(j.parallel.axes, (std::vector<std::pair<std::string, int>>{{"sp", 1}, {"tok", 2}}));
   ASSERT_EQ(j.parallel.flatten.size(), 1u);
-  EXPECT_EQ(j.parallel.flatten[0].first, "dp_cp");
-  EXPECT_EQ(j.parallel.flatten[0].second, (std::vector<std::string>{"dp", "cp"}));
-  EXPECT_EQ(j.parallel_json.at("axes").at("cp"), 2);  // what adapters and modules see
-  Config named = Config::from_string("[parallel]\nplacement = \"cp,pp,dp,tp\"\naxes = { cp = 4 }\n", "job.toml");
+  EXPECT_EQ(j.parallel.flatten[0].first, "dp_tok");
+  EXPECT_EQ(j.parallel.flatten[0].second, (std::vector<std::string>{"dp", "tok"}));
+  EXPECT_EQ(j.parallel_json.at("axes").at("tok"), 2);  // what adapters and modules see
+  Config named = Config::from_string("[parallel]\nplacement = \"tok,pp,dp,tp\"\naxes = { tok = 4 }\n", "job.toml");
   named.resolve_layout(8);
-  EXPECT_EQ(named.get_string("parallel.placement"), "cp,pp,dp,tp");
+  EXPECT_EQ(named.get_string("parallel.placement"), "tok,pp,dp,tp");
   EXPECT_EQ(named.get_int("parallel.dp"), 2);
   EXPECT_ERROR(Config::from_string("[parallel.axes]\nep = 2\n", "job.toml"),
                "job.toml: parallel.axes: expected a table of axis names");
@@ -239,12 +239,40 @@ TEST(ConfigTest, JobAxesAndFlattenedAxes) {
   EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel.axes.cp=0"}), "to positive integers");
   Config undeclared = Config::from_string("[parallel]\nplacement = \"pp,cp,dp,tp\"\n", "job.toml");
   EXPECT_ERROR(undeclared.resolve_layout(4),
-               "job.toml: parallel.placement names \"cp\", which is neither pp, dp, tp nor an axis of parallel.axes");
-  Config product = Config::from_string("[parallel]\ndp = 2\naxes = { cp = 2 }\n", "job.toml");
+               "job.toml: parallel.placement names \"cp\", which is neither pp, dp, tp, cp (with parallel.cp > 1) nor an "
+               "axis of parallel.axes");
+  Config product = Config::from_string("[parallel]\ndp = 2\naxes = { tok = 2 }\n", "job.toml");
   EXPECT_ERROR(product.resolve_layout(8),
-               "parallel.pp * parallel.tp * parallel.axes.cp * parallel.dp = 1 * 1 * 2 * 2 = 4, but the world size is 8");
+               "parallel.pp * parallel.tp * parallel.axes.tok * parallel.dp = 1 * 1 * 2 * 2 = 4, but the world size is 8");
   Config join = Config::from_string("[parallel.flatten]\ndp_xp = [\"dp\", \"xp\"]\n", "job.toml");
   EXPECT_ERROR(join.resolve_layout(2), "parallel.flatten.dp_xp: \"xp\" is not a dimension");
+}
+
+// parallel.cp: the sequence axis, a dimension "cp" just outside tp unless the
+// placement names it; parallel.axes cannot declare it.
+TEST(ConfigTest, ContextParallelAxis) {
+  Config c = Config::from_string("[parallel]\ntp = 2\ncp = 2\n", "job.toml");
+  c.resolve_layout(8);
+  EXPECT_EQ(c.get_int("parallel.dp"), 2);
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,cp,tp");
+  EXPECT_EQ(c.get_string("parallel.cp_mode"), "ring");
+  smp::JobConfig j = smp::JobConfig::from(c);
+  EXPECT_EQ(j.parallel.cp, 2);
+  EXPECT_TRUE(j.parallel.axes.empty());
+  Config named = Config::from_string("[parallel]\ncp = 4\nplacement = \"cp,pp,dp,tp\"\n", "job.toml");
+  named.resolve_layout(8);
+  EXPECT_EQ(named.get_string("parallel.placement"), "cp,pp,dp,tp");
+  EXPECT_EQ(named.get_int("parallel.dp"), 2);
+  Config one = Config::from_string("[parallel]\ncp = 1\n", "job.toml");
+  one.resolve_layout(2);
+  EXPECT_EQ(one.get_string("parallel.placement"), "pp,dp,tp");
+  Config declared = Config::from_string("[parallel.axes]\ncp = 2\n", "job.toml");
+  EXPECT_ERROR(declared.resolve_layout(2), "parallel.axes.cp: \"cp\" is the sequence axis, set by parallel.cp");
+  Config product = Config::from_string("[parallel]\ncp = 4\ndp = 1\n", "job.toml");
+  EXPECT_ERROR(product.resolve_layout(8),
+               "parallel.pp * parallel.tp * parallel.cp * parallel.dp = 1 * 1 * 4 * 1 = 4, but the world size is 8");
+  EXPECT_ERROR(Config::from_string("[parallel]\ncp_mode = \"ulysses\"\n", "job.toml"),
+               "parallel.cp_mode: expected one of \"ring\", \"alltoall\"");
 }
 
 // The typed structs and the schema come from one list (config_keys.h): a
@@ -268,7 +296,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 65);  // every key of the reference
+  EXPECT_EQ(fields, 67);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 

@@ -37,9 +37,11 @@
  * device mesh (smp_module_context.mesh), and asks the host for its position on
  * any named axis (host->mesh_axis) and that axis' communicator
  * (host->mesh_comm). Axes: "pp", "dp", "tp", "ep" (expert parallel, a split of
- * dp), "edp" (the dp ranks holding the same experts), "mp", "world", and any a
- * job declares (parallel.axes, e.g. "cp"; since 2.4, listed by the host's
- * SMP_EXTENSION_MESH): the core knows those by name only. Every parameter
+ * dp), "edp" (the dp ranks holding the same experts), "mp", "world", "cp" (the
+ * sequence axis, parallel.cp), and any a job declares (parallel.axes; since
+ * 2.4, listed by the host's SMP_EXTENSION_MESH): the core knows those by name
+ * only. Since 2.8 each dimension's role (what it splits: the batch, the
+ * sequence or the model) is in its flags, and the core decides by roles. Every parameter
  * declares a placement per axis (smp_param_info.placements): replicated (the
  * default for an axis not listed), sharded along a dimension, or replicated
  * with a gradient that is partial and must be summed over the axis. The core
@@ -71,7 +73,7 @@ extern "C" {
 #endif
 
 #define SMP_ABI_VERSION_MAJOR 2
-#define SMP_ABI_VERSION_MINOR 7
+#define SMP_ABI_VERSION_MINOR 8
 
 /* The bytes of `type` up to and including `last_field`. Used only to define
  * the named SMP_*_STRUCT_SIZE constants below; fill struct_size with those. */
@@ -159,6 +161,8 @@ typedef enum smp_extension_type {
   SMP_EXTENSION_MEMORY = 6,     /* since 2.5, on a plugin descriptor: smp_memory_extension */
   SMP_EXTENSION_DECODE = 7,     /* since 2.7, on smp_forward_args: smp_decode_extension */
   SMP_EXTENSION_INFERENCE = 8,  /* since 2.7, on a plugin descriptor: smp_inference_extension */
+  SMP_EXTENSION_BATCH_AXES = 9, /* since 2.8, on smp_batch_request: smp_batch_axes_extension */
+  SMP_EXTENSION_GRAPH = 10,     /* since 2.8, on the host table: smp_graph_extension */
   SMP_EXTENSION_PRIVATE_BASE = 0x10000
 } smp_extension_type;
 
@@ -351,6 +355,10 @@ typedef struct smp_batch_request {
   int64_t global_batch;
   int64_t first_sample;  /* index in the global batch of this microbatch's first sample */
   int64_t num_samples;
+  /* Since 2.8: NULL, or the host's extensions for this request
+   * (SMP_EXTENSION_BATCH_AXES: the rank's coordinates on the axes that split
+   * data). The struct's last field: later additions are extensions. */
+  const struct smp_extension_base* extension_start;
 } smp_batch_request;
 
 typedef struct smp_model_adapter {
@@ -501,7 +509,18 @@ typedef struct smp_optimizers_extension {
 typedef enum smp_axis_flags {
   SMP_AXIS_DIMENSION = 1, /* a dimension of the mesh (else derived: a split or a join of dimensions) */
   SMP_AXIS_DATA = 2,      /* over dp: gradients are already summed over it (no PARTIAL_GRAD placement) */
-  SMP_AXIS_RULES = 4      /* rules apply on it (tp, the job's axes, ep): modules may be placed on it */
+  SMP_AXIS_RULES = 4,     /* rules apply on it (tp, the job's axes, ep): modules may be placed on it */
+  /* Since 2.8, what a dimension does (its role; at most one of the three):
+   *   SPLITS_BATCH: each coordinate reads its own samples (dp);
+   *   SPLITS_SEQUENCE: each coordinate holds its share of every sample's
+   *     sequence (parallel.cp): parameters are replicated over it, their
+   *     gradients and the loss's sums are partial and summed over it, and
+   *     every node's kind must have a rule for it;
+   *   SPLITS_MODEL: the batch is replicated over it and the rules split the
+   *     model (tp, pp, the job's axes). */
+  SMP_AXIS_SPLITS_BATCH = 8,
+  SMP_AXIS_SPLITS_SEQUENCE = 16,
+  SMP_AXIS_SPLITS_MODEL = 32
 } smp_axis_flags;
 
 /* type SMP_EXTENSION_MESH, version 1. A NULL mesh is a one-rank mesh with the
@@ -717,6 +736,42 @@ typedef struct smp_decode_extension {
 } smp_decode_extension;
 
 /* ------------------------------------------------------------------------ */
+/* Axes that split data (since 2.8)                                          */
+/* ------------------------------------------------------------------------ */
+/* One axis that splits data, as a batch request sees it. */
+typedef struct smp_axis_coord {
+  size_t struct_size;
+  const char* axis; /* the axis' name, borrowed for the call */
+  uint32_t flags;   /* smp_axis_flags: SMP_AXIS_SPLITS_BATCH or SMP_AXIS_SPLITS_SEQUENCE */
+  int32_t index;    /* this rank's coordinate on it */
+  int32_t size;     /* the axis' size */
+} smp_axis_coord;
+
+/* type SMP_EXTENSION_BATCH_AXES, version 1, on smp_batch_request: every
+ * dimension of the mesh that splits data, with this rank's coordinate. The
+ * request's samples are already this rank's share of the batch axes (dp); on a
+ * sequence axis (SPLITS_SEQUENCE, size n, coordinate r) an adapter that
+ * declared smp_graph_extension.split_sequence returns coordinate r's share of
+ * each sample's sequence: the tokens at the load-balanced positions, chunks r
+ * and 2n - 1 - r of 2n equal chunks (the SDK's sequence_share). */
+typedef struct smp_batch_axes_extension {
+  smp_extension_base base;
+  const smp_axis_coord* axes; /* borrowed for the call */
+  size_t n_axes;
+} smp_batch_axes_extension;
+
+/* type SMP_EXTENSION_GRAPH, version 1, on the host table: what a graph
+ * declares beyond its nodes, during smp_model_adapter.describe(). */
+typedef struct smp_graph_extension {
+  smp_extension_base base;
+  /* The adapter's batch() returns each sample's share of the sequence on a
+   * sequence axis (see smp_batch_axes_extension), along dimension `dim` of
+   * every input. A job with a sequence axis of size > 1 refuses a graph
+   * without it, naming the adapter. */
+  smp_error* (*split_sequence)(smp_graph_builder* b, int32_t dim);
+} smp_graph_extension;
+
+/* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -883,7 +938,8 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_GRAPH_NODE_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_graph_node, activation_bytes_hint) /* the fields of minor 0 */
 #define SMP_ADAPTER_CONTEXT_STRUCT_SIZE SMP_STRUCT_SIZE(smp_adapter_context, parallel_json)
 #define SMP_ADAPTER_CONTEXT_STRUCT_SIZE_2_0 SMP_STRUCT_SIZE(smp_adapter_context, seed) /* the fields of minor 0 */
-#define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, num_samples)
+#define SMP_BATCH_REQUEST_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_request, extension_start)
+#define SMP_BATCH_REQUEST_STRUCT_SIZE_2_7 SMP_STRUCT_SIZE(smp_batch_request, num_samples) /* the fields before 2.8 */
 #define SMP_MODEL_ADAPTER_STRUCT_SIZE SMP_STRUCT_SIZE(smp_model_adapter, destroy)
 #define SMP_COST_NODE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_node, shared_key)
 #define SMP_COST_GRAPH_STRUCT_SIZE SMP_STRUCT_SIZE(smp_cost_graph, n_edges)
@@ -913,6 +969,9 @@ typedef const smp_plugin_descriptor* (*smp_plugin_entry_fn)(const smp_host_api* 
 #define SMP_KIND_INFERENCE_STRUCT_SIZE SMP_STRUCT_SIZE(smp_kind_inference, shard_dim)
 #define SMP_INFERENCE_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_inference_extension, n_kinds)
 #define SMP_DECODE_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_decode_extension, capacity)
+#define SMP_AXIS_COORD_STRUCT_SIZE SMP_STRUCT_SIZE(smp_axis_coord, size)
+#define SMP_BATCH_AXES_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_batch_axes_extension, n_axes)
+#define SMP_GRAPH_EXTENSION_STRUCT_SIZE SMP_STRUCT_SIZE(smp_graph_extension, split_sequence)
 
 /* The descriptor prefix every major keeps: enough to name a plugin and its ABI. */
 #define SMP_PLUGIN_DESCRIPTOR_VERSION_PREFIX SMP_STRUCT_SIZE(smp_plugin_descriptor, abi_minor)

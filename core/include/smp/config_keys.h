@@ -17,6 +17,13 @@
 #define SMP_PARALLEL_KEYS(X)                                                                                        \
   X(pp, "parallel.pp", int, Positive, 1, Default, "pipeline-parallel degree (stages)")                            \
   X(tp, "parallel.tp", int, Positive, 1, Default, "tensor-parallel degree")                                       \
+  X(cp, "parallel.cp", int, Positive, 1, Default,                                                                  \
+    "context parallelism: every sample's sequence split over cp ranks (chunks r and 2 cp - 1 - r of 2 cp), "       \
+    "attention over the whole sequence by parallel.cp_mode; the mesh dimension \"cp\", just outside tp unless "  \
+    "parallel.placement names it")                                                                                 \
+  X(cp_mode, "parallel.cp_mode", std::string, CpMode, "ring", Default,                                             \
+    "how attention spans the cp ranks: \"ring\" (key/value blocks travel round the ring, overlapped with the "    \
+    "block computation) or \"alltoall\" (DeepSpeed-Ulysses: heads and kv heads divisible by cp)")                 \
   X(dp, "parallel.dp", int, Positive, 1, Derived,                                                                  \
     "data-parallel degree; default world / (pp x tp), and pp x tp x dp must be the world")                         \
   X(ep, "parallel.ep", int, Positive, 1, Default,                                                                  \

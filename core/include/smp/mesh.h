@@ -1,16 +1,16 @@
 // The device mesh: world ranks laid out as a grid of named dimensions (PyTorch's
 // DeviceMesh), with derived axes that split or flatten them. Pure C++.
 //
-// Dimensions: "pp" (pipeline stages) and "dp" (data: each dp index reads its own
-// share of the batch) have roles in the core; every other dimension is a model
-// axis that replicates the batch and splits what its plugins' rules split:
-// "tp", and any axis a job declares (parallel.axes, e.g. "cp"), which the core
-// knows by name only. Derived axes: "ep" splits the dp ranks of a slice into
+// Every dimension has a role (AxisRole): "dp" splits the batch (each dp index
+// reads its own share); a sequence axis (parallel.cp's "cp", MeshOptions::
+// sequence) splits every sample's sequence; "pp", "tp" and any axis a job
+// declares (parallel.axes), which the core knows by name only, split the model:
+// they replicate the batch and split what their plugins' rules split. Derived axes: "ep" splits the dp ranks of a slice into
 // groups of ep consecutive dp indices (the ranks that exchange tokens in an
 // expert layer); "edp" the dp ranks holding the same experts (dp index =
 // e + k*ep for fixed e); flattened axes join dimensions (torchtitan's
-// dp_shard_cp); "mp" joins pp and every model axis at one dp index; "world"
-// every rank.
+// dp_shard_cp); "mp" joins pp and every model axis at one dp index (one
+// replica of the model, without the sequence axes); "world" every rank.
 #pragma once
 
 #include <cstddef>
@@ -64,9 +64,24 @@ inline const char* axis_name(const Axis& axis) { return axis.name(); }
 // mesh knows more: DeviceMesh::axis.
 Axis axis_from_name(const std::string& name);
 
+// What a dimension does. The core decides from these, never from names: what
+// feeds the batch (SplitsBatch), where a loss or gradient is a partial sum
+// (SplitsBatch and SplitsSequence), where a value is counted once
+// (SplitsModel: coordinate 0), where rules apply (SplitsModel and
+// SplitsSequence, not pp).
+enum class AxisRole {
+  SplitsBatch,     // dp: each coordinate reads its own samples
+  SplitsSequence,  // parallel.cp: each coordinate holds its share of every sample's sequence
+  SplitsModel,     // pp, tp and the job's axes: the batch is replicated, rules split the model
+  Derived          // not a dimension (ep, edp, a join, mp, world)
+};
+
 // What a mesh has beyond its dimensions.
 struct MeshOptions {
   int ep = 1;  // expert parallelism: must divide dp
+  // The job's dimensions that split each sample's sequence (SplitsSequence);
+  // every other job dimension splits the model.
+  std::vector<std::string> sequence;
   // Derived axes joining dimensions, e.g. {"dp_cp", {"dp", "cp"}} (first slowest).
   std::vector<std::pair<std::string, std::vector<std::string>>> flatten;
 };
@@ -98,10 +113,15 @@ class DeviceMesh {
   bool has(const Axis& axis) const;
   // The axis called `name`; throws smp::Error listing this mesh's axes.
   Axis axis(const std::string& name) const;
-  // The model axes: tp and the job's own dimensions (each replicates the batch).
+  // The model axes: tp and the job's own dimensions that split the model (each
+  // replicates the batch).
   std::vector<Axis> model_axes() const;
-  // The axes rules apply on, in the order they are applied: the model axes, then ep.
+  // The job's dimensions that split each sample's sequence.
+  std::vector<Axis> sequence_axes() const;
+  // The axes rules apply on, in the order they are applied: the model axes,
+  // the sequence axes, then ep.
   std::vector<Axis> rule_axes() const;
+  AxisRole role(const Axis& axis) const;
   // Whether a gradient is already summed over `axis` by data parallelism:
   // dp, ep, edp, or a flattened axis over dp.
   bool is_data_axis(const Axis& axis) const;
@@ -111,7 +131,7 @@ class DeviceMesh {
   int coord(const Axis& axis) const { return coord_of(rank_, axis); }
   int coord_of(int rank, const Axis& axis) const;
   // Whether this rank is at coordinate 0 of every model axis (where a value
-  // replicated over them is counted once).
+  // replicated over them is counted once; a sequence axis holds partial sums).
   bool at_model_origin() const;
   // The rank at (pp_i, dp_i, tp_i), coordinate 0 on the other dimensions.
   int rank_of(int pp_i, int dp_i, int tp_i) const;
@@ -146,6 +166,7 @@ class DeviceMesh {
   std::string order_;
   std::vector<std::string> dim_names_;  // pp, dp, tp, then the job's dimensions
   std::vector<int> dim_size_, dim_stride_;
+  std::vector<bool> dim_sequence_;  // by dimension: splits the sequence
   std::vector<Factor> factors_;  // by dimension, most significant first
   std::vector<AxisDef> defs_;
   std::vector<Axis> axis_list_;

@@ -47,6 +47,10 @@ struct ModelGraph {
   // What throughput is counted in, per sample ("tokens" x seq_len, "samples" x 1).
   std::string throughput_unit = "samples";
   double throughput_per_sample = 1;
+  // The dimension of every input along which the adapter's batch() cuts each
+  // sample's sequence on a sequence axis (ABI 2.8's split_sequence); -1: it
+  // does not, and a job with a sequence axis refuses the graph.
+  int sequence_dim = -1;
 
   // Throws smp::Error naming the node and value when the graph is not a valid DAG
   // in the given order (value used before produced, produced twice, duplicate

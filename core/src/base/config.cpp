@@ -24,7 +24,7 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, A
 
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
-                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName, LayoutMode };
+                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName, LayoutMode, CpMode };
 
 enum class Presence { Default, Derived };
 
@@ -141,10 +141,12 @@ const char* expectation(Type t, Rule r) {
       return "expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\" "
              "(or the aliases \"simple\", \"interleaved\")";
     case Rule::Placement:
-      return "expected a permutation of \"pp,dp,tp\" and any axes of parallel.axes (slowest- to fastest-varying), "
+      return "expected a permutation of \"pp,dp,tp\", \"cp\" with parallel.cp and any axes of parallel.axes "
+             "(slowest- to fastest-varying), "
              "or \"cluster\"/\"spread\"";
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
     case Rule::LayoutMode: return "expected one of \"manual\", \"auto\", \"planned\"";
+    case Rule::CpMode: return "expected one of \"ring\", \"alltoall\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
     case Rule::ZeroStage: return "expected 0, 1, 2 or 3";
@@ -321,6 +323,9 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       break;
     case Rule::LayoutMode:
       if (!one_of(v, {"manual", "auto", "planned"})) return fail();
+      break;
+    case Rule::CpMode:
+      if (!one_of(v, {"ring", "alltoall"})) return fail();
       break;
     case Rule::Precision:
       if (!one_of(v, {"fp32", "bf16", "fp16"})) return fail();
@@ -667,7 +672,7 @@ std::string full_placement(const std::string& origin, const std::string& placeme
   for (const auto& name : parts)
     if (name != "pp" && name != "dp" && name != "tp" && !axes.contains(name))
       throw Error(origin + ": parallel.placement names \"" + name +
-                  "\", which is neither pp, dp, tp nor an axis of parallel.axes");
+                  "\", which is neither pp, dp, tp, cp (with parallel.cp > 1) nor an axis of parallel.axes");
   for (const auto& [name, size] : axes.items())
     if (std::find(parts.begin(), parts.end(), name) == parts.end())
       parts.insert(std::find(parts.begin(), parts.end(), "tp"), name);
@@ -709,19 +714,25 @@ void Config::resolve_layout(int world_size) {
                 "smp-plan for parallel.cluster and starts the job on the layout it predicts fastest; this process was "
                 "started without it: start the job with smp-launch, or set the layout (smp-plan --config prints its "
                 "--set lines)");
-  const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
+  const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp"), cp = get_int("parallel.cp");
   const json parallel = section_json("parallel");
-  const json& axes = parallel["axes"];
+  if (parallel["axes"].contains("cp"))
+    throw Error(origin_of("parallel.axes") + ": parallel.axes.cp: \"cp\" is the sequence axis, set by parallel.cp "
+                "(an axis of parallel.axes splits the model and replicates the batch)");
+  // The job's dimensions beyond pp, dp and tp: parallel.axes, and cp when it splits.
+  json axes = parallel["axes"];
+  if (cp > 1) axes["cp"] = cp;
   values_["parallel"]["placement"] =
       full_placement(origin_of_any({"parallel.placement", "parallel.axes"}), parallel["placement"].get<std::string>(), axes);
   check_flatten(origin_of_any({"parallel.flatten", "parallel.axes"}), parallel["flatten"], axes);
-  const std::string mesh_origin = origin_of_any({"parallel.pp", "parallel.tp", "parallel.dp", "parallel.axes"});
-  // The model dimensions: tp and the job's own axes.
+  const std::string mesh_origin =
+      origin_of_any({"parallel.pp", "parallel.tp", "parallel.dp", "parallel.cp", "parallel.axes"});
+  // Every dimension beside pp and dp: tp, the job's own axes and cp.
   int64_t model = tp;
   std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);
   for (const auto& [name, size] : axes.items()) {
     model = size_product(model, size.get<int64_t>());
-    model_names += " * parallel.axes." + name;
+    model_names += name == "cp" ? " * parallel.cp" : " * parallel.axes." + name;
     model_sizes += " * " + std::to_string(size.get<int64_t>());
   }
   const json* dpv = find("parallel.dp");

@@ -67,6 +67,10 @@ void GraphBuilder::set_throughput_unit(const std::string& unit, double per_sampl
   graph_.throughput_per_sample = per_sample;
 }
 void GraphBuilder::set_flops_per_sample(double flops) { graph_.flops_per_sample = flops; }
+void GraphBuilder::split_sequence(int dim) {
+  if (dim < 0) throw Error("split_sequence: dimension " + std::to_string(dim) + " must be >= 0");
+  graph_.sequence_dim = dim;
+}
 
 void ModelGraph::validate(const std::string& adapter) const {
   const std::string where = "model graph of adapter '" + adapter + "'";

@@ -25,7 +25,7 @@ void scale_hints(GraphNode& node, const MemorySplit& split, int axis_size) {
 }  // namespace
 
 int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, const std::string& axis, int axis_size,
-                         bool replicate_indivisible) {
+                         bool replicate_indivisible, bool every_node, const std::string& key) {
   int split = 0;
   std::set<std::string> replicated_kinds;
   std::map<std::string, std::string> decided;  // shared key -> kind, so tied nodes stay one module
@@ -40,6 +40,11 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
       }
     }
     const smp_rule* rule = registry.rule(axis, node.kind);
+    if (!rule && every_node)
+      throw Error(key + " = " + std::to_string(axis_size) + ": node '" + node.name + "' (kind '" + node.kind +
+                  "' of plugin '" + registry.provider(node.kind) + "') has no \"" + axis +
+                  "\" rule: the axis splits every sample's sequence, and only kinds whose plugin declares a rule for "
+                  "it compute on a share of the sequence");
     if (!rule) {
       if (replicated_kinds.insert(node.kind).second)
         spdlog::debug("{}={}: no {} rule for module kind '{}': its nodes stay replicated", axis, axis_size, axis,
@@ -51,11 +56,12 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
         node.kind = rule->dist_kind;
         scale_hints(node, registry.memory_split(axis, rule->kind), axis_size);
         ++split;
-      } else if (replicate_indivisible) {
+      } else if (replicate_indivisible && !every_node) {
         spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,
                      axis_size, axis, reason);
       } else {
-        throw Error("node '" + node.name + "' (kind '" + node.kind + "'): cannot be split for parallel." + axis +
+        throw Error("node '" + node.name + "' (kind '" + node.kind + "'): cannot be split for " +
+                    (key.empty() ? "parallel." + axis : key) +
                     " = " + std::to_string(axis_size) + ": " + reason + " [rule from plugin '" +
                     registry.provider(axis + " rule", node.kind) + "'" +
                     (axis == "tp" ? "; set parallel.tp_replicate_indivisible = true to replicate it instead" : "") +

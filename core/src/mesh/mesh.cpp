@@ -109,6 +109,14 @@ void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::str
   };
   dim_size_.assign(dim_names_.size(), 1);
   dim_stride_.assign(dim_names_.size(), 1);
+  dim_sequence_.assign(dim_names_.size(), false);
+  for (const auto& n : options.sequence) {
+    const int d = dim_index(n);
+    if (d < 3 || d == static_cast<int>(dim_names_.size()))
+      throw Error("device mesh: the sequence axis \"" + n + "\" must be one of the job's own dimensions (" +
+                  join(dim_names_, ", ") + ")");
+    dim_sequence_[d] = true;
+  }
   for (size_t i = 0; i < names.size(); ++i) dim_size_[dim_index(names[i])] = shape[i];
   order_ = join(names);
   int stride = 1;
@@ -160,7 +168,8 @@ void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::str
     add(name, factors);
   }
   std::vector<int> mp = of_dim[0];
-  for (int d = 2; d < static_cast<int>(dim_names_.size()); ++d) mp.insert(mp.end(), of_dim[d].begin(), of_dim[d].end());
+  for (int d = 2; d < static_cast<int>(dim_names_.size()); ++d)
+    if (!dim_sequence_[d]) mp.insert(mp.end(), of_dim[d].begin(), of_dim[d].end());
   add("mp", mp);
   std::vector<int> world;
   for (const auto& n : layout) world.insert(world.end(), of_dim[dim_index(n)].begin(), of_dim[dim_index(n)].end());
@@ -196,14 +205,30 @@ Axis DeviceMesh::axis(const std::string& name) const {
 
 std::vector<Axis> DeviceMesh::model_axes() const {
   std::vector<Axis> out;
-  for (size_t d = 2; d < dim_names_.size(); ++d) out.push_back(Axis(dim_names_[d]));
+  for (size_t d = 2; d < dim_names_.size(); ++d)
+    if (!dim_sequence_[d]) out.push_back(Axis(dim_names_[d]));
+  return out;
+}
+
+std::vector<Axis> DeviceMesh::sequence_axes() const {
+  std::vector<Axis> out;
+  for (size_t d = 2; d < dim_names_.size(); ++d)
+    if (dim_sequence_[d]) out.push_back(Axis(dim_names_[d]));
   return out;
 }
 
 std::vector<Axis> DeviceMesh::rule_axes() const {
   std::vector<Axis> out = model_axes();
+  for (const Axis& a : sequence_axes()) out.push_back(a);
   out.push_back(Axis::EP);
   return out;
+}
+
+AxisRole DeviceMesh::role(const Axis& axis) const {
+  for (size_t d = 0; d < dim_names_.size(); ++d)
+    if (dim_names_[d] == axis.name())
+      return d == 1 ? AxisRole::SplitsBatch : dim_sequence_[d] ? AxisRole::SplitsSequence : AxisRole::SplitsModel;
+  return AxisRole::Derived;
 }
 
 bool DeviceMesh::is_data_axis(const Axis& axis) const {
@@ -232,7 +257,7 @@ int DeviceMesh::coord_of(int r, const Axis& axis) const {
 
 bool DeviceMesh::at_model_origin() const {
   for (size_t d = 2; d < dim_names_.size(); ++d)
-    if ((rank_ / dim_stride_[d]) % dim_size_[d] != 0) return false;
+    if (!dim_sequence_[d] && (rank_ / dim_stride_[d]) % dim_size_[d] != 0) return false;
   return true;
 }
 

@@ -88,6 +88,12 @@ int Placements::shard_dim(Axis axis) const {
   return -1;
 }
 
+Placements Placements::with_partial_grad(Axis axis) const {
+  Placements out = *this;
+  out.list_.push_back({axis, SMP_PLACEMENT_PARTIAL_GRAD, -1});
+  return out;
+}
+
 Placements Placements::sharded_over_data() const {
   Placements out = *this;
   out.list_.push_back({data_parallel_axis(), SMP_PLACEMENT_SHARD, 0});
@@ -96,6 +102,8 @@ Placements Placements::sharded_over_data() const {
 
 bool Placements::counted_on(const DeviceMesh& mesh, int data_coord) const {
   for (const Axis& a : mesh.model_axes())
+    if (!sharded(a) && mesh.coord(a) != 0) return false;
+  for (const Axis& a : mesh.sequence_axes())
     if (!sharded(a) && mesh.coord(a) != 0) return false;
   // The data axis: experts differ across ep, and are the same across edp.
   const Axis data = data_parallel_axis();

@@ -41,12 +41,15 @@ class Placements {
   // parameter sharded over ep (an expert), the expert-data-parallel group.
   Axis data_parallel_axis() const { return sharded(Axis::EP) ? Axis::EDP : Axis::DP; }
 
+  // The same with a partial gradient on `axis` (replicated there before).
+  Placements with_partial_grad(Axis axis) const;
+
   // The same parameter sharded over its data-parallel axis too (ZeRO: each
   // rank owns a flat shard of its gradient bucket).
   Placements sharded_over_data() const;
 
   // Whether this rank holds a distinct value of the parameter that no other
-  // rank counts: on every model axis where it is not sharded, only coordinate 0
+  // rank counts: on every model and sequence axis where it is not sharded, only coordinate 0
   // counts, but on the data-parallel axis coordinate `data_coord` (so that
   // the replicas' share of a sum over the world can be spread over the data
   // ranks). Used so a sum over the world counts each value once.

@@ -19,6 +19,7 @@ class GraphBuilder {
   void set_flops_per_sample(double flops);
   void set_loss_sum(const std::string& sum, const std::string& count);
   void set_throughput_unit(const std::string& unit, double per_sample);
+  void split_sequence(int dim);
   void add_metric(const std::string& name, const std::string& sum, const std::string& count);
 
   ModelGraph& graph() { return graph_; }

@@ -404,6 +404,24 @@ smp_error* graph_set_throughput_unit(smp_graph_builder* b, const char* unit, dou
   return guarded([&] { GraphBuilder::from(b).set_throughput_unit(unit ? unit : "", per_sample); });
 }
 
+}  // namespace
+
+uint32_t role_flag(AxisRole role) {
+  switch (role) {
+    case AxisRole::SplitsBatch: return SMP_AXIS_SPLITS_BATCH;
+    case AxisRole::SplitsSequence: return SMP_AXIS_SPLITS_SEQUENCE;
+    case AxisRole::SplitsModel: return SMP_AXIS_SPLITS_MODEL;
+    case AxisRole::Derived: break;
+  }
+  return 0;
+}
+
+namespace {
+
+smp_error* graph_split_sequence(smp_graph_builder* b, int32_t dim) {
+  return guarded([&] { GraphBuilder::from(b).split_sequence(dim); });
+}
+
 // SMP_EXTENSION_MESH. A NULL mesh is the one-rank mesh of the core's axes.
 const DeviceMesh& mesh_of(const smp_mesh* m) {
   static const DeviceMesh one_rank(1, 0, 1, 1, 1);
@@ -429,22 +447,30 @@ smp_error* mesh_axis_at(const smp_mesh* m, int32_t index, const char** name, int
     if (rank) *rank = mesh.coord(a);
     if (flags) {
       const auto rules = mesh.rule_axes();
-      const auto dims = mesh.model_axes();
-      const bool dimension = a == Axis::PP || a == Axis::DP || std::find(dims.begin(), dims.end(), a) != dims.end();
-      *flags = (dimension ? SMP_AXIS_DIMENSION : 0u) | (mesh.is_data_axis(a) ? SMP_AXIS_DATA : 0u) |
-               (std::find(rules.begin(), rules.end(), a) != rules.end() ? SMP_AXIS_RULES : 0u);
+      const AxisRole role = mesh.role(a);
+      *flags = (role != AxisRole::Derived ? SMP_AXIS_DIMENSION : 0u) | (mesh.is_data_axis(a) ? SMP_AXIS_DATA : 0u) |
+               (std::find(rules.begin(), rules.end(), a) != rules.end() ? SMP_AXIS_RULES : 0u) | role_flag(role);
     }
   });
 }
 
-// The host's extensions, a chain: the mesh, then communication.
+// The host's extensions, a chain: the mesh, communication, the graph.
 const smp_extension_base* host_extensions() {
+  static const smp_graph_extension graph = [] {
+    smp_graph_extension e{};
+    e.base.struct_size = SMP_GRAPH_EXTENSION_STRUCT_SIZE;
+    e.base.type = SMP_EXTENSION_GRAPH;
+    e.base.version = 1;
+    e.base.next = nullptr;
+    e.split_sequence = &graph_split_sequence;
+    return e;
+  }();
   static const smp_comm_extension comm = [] {
     smp_comm_extension e{};
     e.base.struct_size = SMP_COMM_EXTENSION_STRUCT_SIZE;
     e.base.type = SMP_EXTENSION_COMM;
     e.base.version = 1;
-    e.base.next = nullptr;
+    e.base.next = &graph.base;
     e.send = &ext_send;
     e.recv = &ext_recv;
     e.broadcast = &ext_broadcast;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/mesh.h>
 
 #include <ATen/core/Tensor.h>
 
@@ -17,6 +18,9 @@ const smp_host_api* host_api();
 smp_tensor* make_tensor_handle(const at::Tensor& t);
 // Borrowed: the tensor behind a handle.
 const at::Tensor& tensor_of(const smp_tensor* t);
+
+// A dimension's role as the ABI says it (SMP_AXIS_SPLITS_*; 0 for a derived axis).
+uint32_t role_flag(AxisRole role);
 
 // If err is non-null: frees it and returns "message (code NAME)"; else "".
 std::string consume_error(smp_error* err);

@@ -82,6 +82,12 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
                                             collect->mesh);
       if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);
       mp.buffer = SMP_HAS_FIELD(p, smp_param_info, flags) && (p->flags & SMP_PARAM_FLAG_BUFFER);
+      // Each rank of a sequence axis computes on its share of every sample's
+      // tokens: a parameter replicated there has a partial gradient.
+      if (collect->mesh && !mp.buffer)
+        for (const Axis& a : collect->mesh->sequence_axes())
+          if (collect->mesh->size(a) > 1 && mp.placements.kind(a) == SMP_PLACEMENT_REPLICATE)
+            mp.placements = mp.placements.with_partial_grad(a);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {
       if (collect->problem.empty()) collect->problem = e.what();

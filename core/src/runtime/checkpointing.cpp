@@ -116,6 +116,15 @@ nlohmann::json Checkpointing::info() const {
                            {"zero", job_.memory.zero},
                            {"virtual_stages", job_.parallel.virtual_stages},
                            {"precision", to_string(job_.train.precision)}};
+  // What each dimension did (the tensors' slices follow from their placements alone).
+  for (const Axis& a : mesh.axes()) {
+    const AxisRole role = mesh.role(a);
+    if (role == AxisRole::Derived) continue;
+    layout["roles"][a.name()] = {{"size", mesh.size(a)},
+                                 {"role", role == AxisRole::SplitsBatch      ? "batch"
+                                          : role == AxisRole::SplitsSequence ? "sequence"
+                                                                             : "model"}};
+  }
   std::string version;
   for (const auto& p : model_.registry().plugins())
     if (p.name == model_.adapter_plugin()) version = p.version;

@@ -48,6 +48,10 @@ void ModelBuilder::apply_rules() {
   for (const Axis& a : mesh_.rule_axes()) {
     const int n = mesh_.size(a);
     if (n <= 1) continue;
+    if (mesh_.role(a) == AxisRole::SplitsSequence) {
+      check_sequence_split(a);
+      continue;
+    }
     const int split = apply_parallel_rules(graph_, registry_, a.name(), n, job_.parallel.tp_replicate_indivisible);
     // An axis that splits nothing would only repeat the work on each of its ranks.
     if (split == 0) {
@@ -60,6 +64,28 @@ void ModelBuilder::apply_rules() {
                   "), so every rank of the axis would repeat the same work (load a plugin with such rules, use the "
                   "SDK's tensor-parallel blocks inside the model, or set " + key + " = 1)");
     }
+  }
+}
+
+// A sequence axis: the adapter cuts each sample's sequence, every node's kind
+// computes on a share of it (a rule for the axis each), and the loss is a sum
+// with a count, so that the shares' sums add up over the axis before the mean.
+void ModelBuilder::check_sequence_split(const Axis& a) {
+  const int n = mesh_.size(a);
+  const std::string key = "parallel." + std::string(a.name());
+  const std::string where = job_.origin + ": " + key + " = " + std::to_string(n) + ": adapter '" + adapter_->name +
+                            "' (plugin '" + adapter_->plugin + "')";
+  if (graph_.sequence_dim < 0)
+    throw Error(where + " does not cut its samples' sequences (its describe() does not call "
+                "GraphBuilder::split_sequence), so every rank of the axis would get whole sequences");
+  if (graph_.loss_reduction != ModelGraph::LossReduction::Sum)
+    throw Error(where + " declares its loss a per-sample mean (GraphBuilder::loss): each rank of the axis holds a "
+                "share of every sample's tokens, so the loss must be a sum with a count (GraphBuilder::loss_sum), "
+                "summed over the axis before the mean");
+  try {
+    apply_parallel_rules(graph_, registry_, a.name(), n, false, true, key);
+  } catch (const Error& e) {
+    throw Error(job_.origin + ": " + e.what());
   }
 }
 
@@ -84,7 +110,7 @@ void ModelBuilder::create_adapter() {
   adapter_->table = registry_.adapter(name);
   if (!adapter_->table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
   adapter_->name = name;
-  adapter_->plugin = registry_.provider(name);
+  adapter_->plugin = registry_.provider("adapter", name);
   const std::string model_json = job_.model.dump(), parallel_json = job_.parallel_json.dump();
   smp_adapter_context ctx{};
   ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
@@ -125,6 +151,26 @@ std::vector<at::Tensor> ModelBuilder::batch(smp_split split, int64_t step, int m
   req.global_batch = global_batch_;
   req.first_sample = mesh_.coord(Axis::DP) * per_dp + mb * per_mb;
   req.num_samples = per_mb;
+  // The rank's coordinates on every dimension that splits data.
+  std::vector<smp_axis_coord> coords;
+  for (const Axis& a : mesh_.axes()) {
+    const AxisRole role = mesh_.role(a);
+    if (role != AxisRole::SplitsBatch && role != AxisRole::SplitsSequence) continue;
+    smp_axis_coord c{};
+    c.struct_size = SMP_AXIS_COORD_STRUCT_SIZE;
+    c.axis = a.name();
+    c.flags = role_flag(role);
+    c.index = mesh_.coord(a);
+    c.size = mesh_.size(a);
+    coords.push_back(c);
+  }
+  smp_batch_axes_extension axes{};
+  axes.base.struct_size = SMP_BATCH_AXES_EXTENSION_STRUCT_SIZE;
+  axes.base.type = SMP_EXTENSION_BATCH_AXES;
+  axes.base.version = 1;
+  axes.axes = coords.data();
+  axes.n_axes = coords.size();
+  req.extension_start = &axes.base;
   std::vector<smp_tensor*> out(graph_.inputs.size(), nullptr);
   smp_error* err = adapter_->table->batch(adapter_->instance, &req, out.data(), out.size());
   std::vector<at::Tensor> result;

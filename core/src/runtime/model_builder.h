@@ -70,6 +70,7 @@ class ModelBuilder {
   void load_plugins(const std::vector<PluginSource>& plugins);
   void create_adapter();
   void apply_rules();
+  void check_sequence_split(const Axis& axis);
   void check_kinds() const;
 
   const JobConfig& job_;

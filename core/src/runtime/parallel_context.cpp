@@ -21,7 +21,7 @@ std::unique_ptr<DeviceMesh> make_mesh(const ParallelConfig& par, int world_size,
   const std::vector<std::string> names = split_names(par.placement);
   std::vector<int> shape;
   for (const auto& dim : names) {
-    int size = dim == "pp" ? par.pp : dim == "dp" ? par.dp : dim == "tp" ? par.tp : 0;
+    int size = dim == "pp" ? par.pp : dim == "dp" ? par.dp : dim == "tp" ? par.tp : dim == "cp" ? par.cp : 0;
     for (const auto& [name, n] : par.axes)
       if (name == dim) size = n;
     shape.push_back(size);
@@ -29,6 +29,8 @@ std::unique_ptr<DeviceMesh> make_mesh(const ParallelConfig& par, int world_size,
   MeshOptions options;
   options.ep = par.ep;
   options.flatten = par.flatten;
+  // parallel.cp's dimension splits every sample's sequence; the job's own axes split the model.
+  if (par.cp > 1) options.sequence = {"cp"};
   return std::make_unique<DeviceMesh>(world_size, rank, shape, names, options);
 }
 

@@ -113,6 +113,11 @@ ProgramBatch StepRunner::program_batch(const Batch& batch, const std::string& ca
 // The program may pass the whole global batch on every rank instead of its
 // share: then this rank's data-parallel rows are taken (views).
 Batch StepRunner::share_of(const Batch& batch) const {
+  for (const Axis& a : context_.mesh().sequence_axes())
+    if (context_.mesh().size(a) > 1 && !batch.empty())
+      throw Error("parallel." + std::string(a.name()) + " = " + std::to_string(context_.mesh().size(a)) +
+                  ": a program's own batches are not cut into shares of their sequences (an adapter's batch() is, "
+                  "through GraphBuilder::split_sequence): train from an adapter, or set parallel." + a.name() + " = 1");
   const int dp = context_.mesh().dp();
   const int64_t global = model_.global_batch();
   if (dp == 1 || batch.empty()) return batch;

@@ -103,7 +103,9 @@ void check_run_dir(const std::string& dir) {
 // " cp=2" for each of the job's own mesh dimensions.
 std::string job_axes(const DeviceMesh& mesh) {
   std::string out;
-  for (const Axis& a : mesh.model_axes())
+  std::vector<Axis> axes = mesh.model_axes();
+  for (const Axis& a : mesh.sequence_axes()) axes.push_back(a);
+  for (const Axis& a : axes)
     if (a != Axis::TP) out += " " + std::string(a.name()) + "=" + std::to_string(mesh.size(a));
   return out;
 }
@@ -229,6 +231,7 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
                        {"ep", rt.mesh().ep()}, {"world", world}, {"placement", rt.mesh().order()}};
   for (const Axis& a : rt.mesh().model_axes())
     if (a != Axis::TP) summary["layout"]["axes"][a.name()] = rt.mesh().size(a);
+  for (const Axis& a : rt.mesh().sequence_axes()) summary["layout"][a.name()] = rt.mesh().size(a);
   summary["device"] = rt.device();
   summary["precision"] = rt.precision();
   summary["losses"] = rec.losses;

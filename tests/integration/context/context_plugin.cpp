@@ -1,11 +1,11 @@
 // A third party's context parallelism, for an axis the core has never heard
-// of: the job declares parallel.axes.cp and loads this plugin, built with the
+// of: the job declares parallel.axes.tok and loads this plugin, built with the
 // SDK alone. The serial kind `token_linear` maps each token of a [rows,
-// tokens, width] sequence through a linear layer and a tanh; its "cp" rule
-// swaps in `cp_token_linear`, which computes only its cp rank's share of the
-// tokens (scatter along the token dimension on the cp communicator from its
-// module context) and gathers the rest. Each cp rank's weight gradient then
-// covers its own tokens: the parameters declare a partial gradient on "cp",
+// tokens, width] sequence through a linear layer and a tanh; its "tok" rule
+// swaps in `tok_token_linear`, which computes only its tok rank's share of the
+// tokens (scatter along the token dimension on the tok communicator from its
+// module context) and gathers the rest. Each tok rank's weight gradient then
+// covers its own tokens: the parameters declare a partial gradient on "tok",
 // and the core sums it over the axis, from the placement alone.
 #include <smp/sdk/plugin.hpp>
 
@@ -50,30 +50,30 @@ class TokenLinear : public smp::sdk::Module {
   Tensor w_, b_;
 };
 
-class CpTokenLinear : public TokenLinear {
+class TokTokenLinear : public TokenLinear {
  public:
-  CpTokenLinear(const Json& cfg, const ModuleContext& ctx) : TokenLinear(cfg, ctx), cp_(ctx.comm("cp")) {
-    if (cp_.size() != ctx.axis_size("cp") || cp_.rank() != ctx.axis_rank("cp"))
-      throw smp::sdk::Error("node '" + ctx.node_name + "': the cp communicator disagrees with the mesh");
+  TokTokenLinear(const Json& cfg, const ModuleContext& ctx) : TokenLinear(cfg, ctx), tok_(ctx.comm("tok")) {
+    if (tok_.size() != ctx.axis_size("tok") || tok_.rank() != ctx.axis_rank("tok"))
+      throw smp::sdk::Error("node '" + ctx.node_name + "': the tok communicator disagrees with the mesh");
     // The host lists the axis among the mesh's (ABI 2.4's mesh extension), as
     // one rules apply on (a null mesh, the cost profiler's, is one rank).
     bool listed = !ctx.mesh;
     for (const auto& a : ctx.axes())
-      listed = listed || (a.name == "cp" && a.size == cp_.size() && (a.flags & SMP_AXIS_RULES) != 0);
-    if (!listed) throw smp::sdk::Error("node '" + ctx.node_name + "': the mesh extension does not list \"cp\"");
+      listed = listed || (a.name == "tok" && a.size == tok_.size() && (a.flags & SMP_AXIS_RULES) != 0);
+    if (!listed) throw smp::sdk::Error("node '" + ctx.node_name + "': the mesh extension does not list \"tok\"");
   }
   std::vector<Tensor> forward(const Call& call) override {
-    Tensor mine = smp::sdk::scatter_to_region(call.inputs.at(0), cp_, 1);  // this rank's tokens
-    return {smp::sdk::gather_from_region(token_map(mine, w_, b_), cp_, 1)};
+    Tensor mine = smp::sdk::scatter_to_region(call.inputs.at(0), tok_, 1);  // this rank's tokens
+    return {smp::sdk::gather_from_region(token_map(mine, w_, b_), tok_, 1)};
   }
   std::vector<Param> parameters() override {
     Param w{"weight", w_}, b{"bias", b_};
-    w.placements = b.placements = {smp::sdk::Placement::partial_grad("cp")};
+    w.placements = b.placements = {smp::sdk::Placement::partial_grad("tok")};
     return {w, b};
   }
 
  private:
-  smp::sdk::Comm cp_;
+  smp::sdk::Comm tok_;
 };
 
 // The mean over the tokens: [rows, tokens, width] -> [rows, width].
@@ -84,11 +84,11 @@ class TokenMean : public smp::sdk::Module {
   std::vector<Param> parameters() override { return {}; }
 };
 
-inline void check_cp(const Json& cfg, int cp) {
-  const int64_t tokens = smp::sdk::config_get<int64_t>(cfg, "tokens", "token_linear (cp rule)");
-  if (tokens % cp != 0)
-    throw smp::sdk::Error("token_linear: tokens " + std::to_string(tokens) + " not divisible by cp " +
-                          std::to_string(cp));
+inline void check_tok(const Json& cfg, int tok) {
+  const int64_t tokens = smp::sdk::config_get<int64_t>(cfg, "tokens", "token_linear (tok rule)");
+  if (tokens % tok != 0)
+    throw smp::sdk::Error("token_linear: tokens " + std::to_string(tokens) + " not divisible by tok " +
+                          std::to_string(tok));
 }
 
 class ContextAdapter : public smp::sdk::Adapter {
@@ -129,6 +129,6 @@ class ContextAdapter : public smp::sdk::Adapter {
 SMP_PLUGIN(smp::sdk::PluginBuilder("toy_context", "0.1.0")
                .adapter<context::ContextAdapter>("toy_context")
                .module<context::TokenLinear>("token_linear")
-               .module<context::CpTokenLinear>("cp_token_linear")
+               .module<context::TokTokenLinear>("tok_token_linear")
                .module<context::TokenMean>("token_mean")
-               .rule("cp", "token_linear", "cp_token_linear", &context::check_cp))
+               .rule("tok", "token_linear", "tok_token_linear", &context::check_tok))

@@ -839,7 +839,12 @@ const smp_plugin_descriptor* NnPlugin::desc_ = nullptr;
 
 TEST_F(NnPlugin, RegistersEveryKind) {
   EXPECT_EQ(std::string(desc_->name), "smp_nn");
-  EXPECT_EQ(desc_->n_rules, 0u);
+  // Its only rules are the sequence axis' (parallel.cp): each keeps its kind.
+  EXPECT_EQ(desc_->n_rules, 17u);
+  for (size_t i = 0; i < desc_->n_rules; ++i) {
+    EXPECT_EQ(std::string(desc_->rules[i]->axis), "cp");
+    EXPECT_EQ(std::string(desc_->rules[i]->dist_kind), desc_->rules[i]->kind);
+  }
   for (const char* k : {"embedding", "position_embedding", "layer_norm", "rms_norm", "linear", "attention", "mlp", "swiglu_mlp",
                         "transformer_layer", "cross_entropy", "add", "concat", "relu", "gelu", "dropout", "mse_loss",
                         "embedding_table", "mul", "bce_with_logits", "ranking_metrics", "select", "tanh", "moe",

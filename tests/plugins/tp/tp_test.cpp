@@ -235,7 +235,15 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       EXPECT_EQ(std::string(desc_->rules[i]->dist_kind), "parallel_moe");
     }
   EXPECT_EQ(ep_rules, 2u);
-  EXPECT_EQ(desc_->n_rules, want.size() + ep_rules);
+  // And on cp (the sequence axis, after tp): every tensor-parallel kind GPT uses keeps its kind.
+  size_t cp_rules = 0;
+  for (size_t i = 0; i < desc_->n_rules; ++i)
+    if (std::string(desc_->rules[i]->axis) == "cp") {
+      ++cp_rules;
+      EXPECT_EQ(std::string(desc_->rules[i]->dist_kind), desc_->rules[i]->kind);
+    }
+  EXPECT_EQ(cp_rules, 14u);
+  EXPECT_EQ(desc_->n_rules, want.size() + ep_rules + cp_rules);
   for (auto& [k, d] : want) {
     const smp_rule* r = rule(k);
     ASSERT_NE(r, nullptr) << k;

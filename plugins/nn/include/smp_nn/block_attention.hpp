@@ -14,6 +14,7 @@
 #pragma once
 
 #include <smp/sdk/module.hpp>
+#include <smp/sdk/sequence.hpp>
 
 #include <ATen/ATen.h>
 
@@ -72,19 +73,7 @@ inline BlockAttention merge(const BlockAttention& a, const BlockAttention& b) {
   return {a.out * wa.to(a.out.scalar_type()) + b.out * wb.to(b.out.scalar_type()), lse};
 }
 
-// The global positions rank `rank` of `cp` holds of a sequence of `seq`
-// tokens under the load-balanced split: chunks rank and 2 cp - 1 - rank of
-// 2 cp equal chunks, in that order. `key` names the setting in messages.
-inline Tensor context_parallel_positions(int64_t seq, int64_t cp, int64_t rank, const std::string& key) {
-  if (cp < 1 || rank < 0 || rank >= cp)
-    throw smp::sdk::Error(key + ": rank " + std::to_string(rank) + " of " + std::to_string(cp) + " is not a rank");
-  if (seq % (2 * cp) != 0)
-    throw smp::sdk::Error(key + " = " + std::to_string(cp) + ": the sequence of " + std::to_string(seq) +
-                          " tokens does not cut into 2 x " + std::to_string(cp) + " = " + std::to_string(2 * cp) +
-                          " equal chunks (the causal load balance needs seq_len % (2 cp) == 0)");
-  const int64_t chunk = seq / (2 * cp);
-  return at::cat({at::arange(rank * chunk, (rank + 1) * chunk, at::kLong),
-                  at::arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, at::kLong)});
-}
+// The global positions rank `rank` of `cp` holds (sdk/sequence.hpp).
+using smp::sdk::context_parallel_positions;
 
 }  // namespace smp_nn

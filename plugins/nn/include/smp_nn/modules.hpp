@@ -40,6 +40,7 @@
 
 #include <smp_nn/kv_cache.hpp>
 #include <smp_nn/ops.hpp>
+#include <smp_nn/sequence_split.hpp>
 
 #include <smp/sdk/module.hpp>
 
@@ -71,12 +72,18 @@ inline void add_params(std::vector<Param>& out, const std::string& prefix, const
 
 // ---- serial math on full parameters (reused by tests) ----
 // decode: a decoding call's positions, whose K and V `cache` keeps (kv_cache.hpp).
+// seq: the sequence axis' split (positions and attention span its ranks), or null.
 inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tensor& x,
                                 const Tensor& pad_mask, bool training, uint64_t seed, KvCache* cache = nullptr,
-                                const smp::sdk::Decode* decode = nullptr, const std::string& node = "") {
+                                const smp::sdk::Decode* decode = nullptr, const std::string& node = "",
+                                const SequenceSplit* seq = nullptr) {
+  const bool split = seq && seq->split();
+  if (split) seq->check_call(pad_mask, decode != nullptr);
   std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v, decode != nullptr);
   if (decode) check_decodable(c, pad_mask, node);
-  const Tensor positions = decode ? decode_positions(*decode, x.size(1), x.device()) : Tensor();
+  const Tensor positions = decode  ? decode_positions(*decode, x.size(1), x.device())
+                           : split ? seq->positions(x.size(1), x.device()).view({1, -1})
+                                   : Tensor();
   if (c.rope_base > 0) {
     qkv[0] = rotary(qkv[0], c.heads, c.head_dim(), c.rope_base, positions);
     qkv[1] = rotary(qkv[1], c.kv_heads, c.head_dim(), c.rope_base, positions);
@@ -85,6 +92,7 @@ inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig&
     return linear(cache->attend(*decode, qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, 0, 0, c.group(), c.head_dim(),
                                 node),
                   p.out);
+  if (split) return linear(seq->attend(qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, c.head_dim(), c.causal), p.out);
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], c.kv_heads, 0, 0, c.heads, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
@@ -103,10 +111,12 @@ inline Tensor swiglu_mlp_forward(const SwigluMlpParams& p, const SwigluMlpConfig
 inline Tensor transformer_layer_forward(const TransformerLayerParams& p, const TransformerLayerConfig& c,
                                         const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed,
                                         KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr,
-                                        const std::string& node = "") {
+                                        const std::string& node = "", const SequenceSplit* seq = nullptr) {
   return transformer_block(
       c.post_norm, x,
-      [&](const Tensor& t) { return attention_forward(p.attn, c.attn, t, pad_mask, training, seed, cache, decode, node); },
+      [&](const Tensor& t) {
+        return attention_forward(p.attn, c.attn, t, pad_mask, training, seed, cache, decode, node, seq);
+      },
       [&](const Tensor& t) {
         return c.swiglu ? swiglu_mlp_forward(p.swiglu, c.swiglu_mlp(), t, training, seed)
                         : mlp_forward(p.mlp, c.mlp, t, training, seed);
@@ -168,7 +178,7 @@ class EmbeddingTable : public Module {
 class PositionEmbedding : public Module {
  public:
   PositionEmbedding(const Json& cfg, const ModuleContext& ctx)
-      : node_(ctx.node_name), c_(PositionEmbeddingConfig::parse(cfg, node_)) {
+      : node_(ctx.node_name), c_(PositionEmbeddingConfig::parse(cfg, node_)), seq_(SequenceSplit::from(ctx)) {
     InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
@@ -178,9 +188,10 @@ class PositionEmbedding : public Module {
     const Tensor& x = call.inputs[0];
     expect_dim(x, 3, c_.dim, node_, "input");
     if (call.decode) return {x + position_rows(weight_, *call.decode, x, node_)};
-    if (x.size(1) > c_.max_len)
-      throw smp::sdk::Error("node '" + node_ + "': sequence length " + std::to_string(x.size(1)) +
+    if (x.size(1) * seq_.size > c_.max_len)
+      throw smp::sdk::Error("node '" + node_ + "': sequence length " + std::to_string(x.size(1) * seq_.size) +
                             " exceeds max_len " + std::to_string(c_.max_len));
+    if (seq_.split()) return {x + weight_.index_select(0, seq_.positions(x.size(1), x.device()))};
     return {x + weight_.narrow(0, 0, x.size(1))};
   }
   std::vector<Param> parameters() override { return {{"weight", weight_, -1, false}}; }
@@ -188,6 +199,7 @@ class PositionEmbedding : public Module {
  private:
   std::string node_;
   PositionEmbeddingConfig c_;
+  SequenceSplit seq_;
   Tensor weight_;
 };
 
@@ -251,7 +263,9 @@ class Linear : public Module {
 
 class Attention : public Module {
  public:
-  Attention(const Json& cfg, const ModuleContext& ctx) : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)) {
+  Attention(const Json& cfg, const ModuleContext& ctx)
+      : node_(ctx.node_name), c_(AttentionConfig::parse(cfg, node_)), seq_(SequenceSplit::from(ctx)) {
+    seq_.check_heads(c_.heads, c_.kv_heads);
     c_.recompute_core = ctx.recompute_attention_core();
     InitStream gen(ctx.init_seed);
     p_ = init_attention(gen, c_);
@@ -263,7 +277,8 @@ class Attention : public Module {
     expect_dim(call.inputs[0], 3, c_.hidden, node_, "input");
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
     if (!call.decode) cache_.clear();
-    return {attention_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed, &cache_, call.decode, node_)};
+    return {attention_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed, &cache_, call.decode, node_,
+                              &seq_)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -275,6 +290,7 @@ class Attention : public Module {
  private:
   std::string node_;
   AttentionConfig c_;
+  SequenceSplit seq_;
   AttentionParams p_;
   KvCache cache_;
 };
@@ -336,7 +352,8 @@ class SwigluMlp : public Module {
 class TransformerLayer : public Module {
  public:
   TransformerLayer(const Json& cfg, const ModuleContext& ctx)
-      : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)) {
+      : node_(ctx.node_name), c_(TransformerLayerConfig::parse(cfg, node_)), seq_(SequenceSplit::from(ctx)) {
+    seq_.check_heads(c_.attn.heads, c_.attn.kv_heads);
     c_.attn.recompute_core = ctx.recompute_attention_core();
     InitStream gen(ctx.init_seed);
     p_ = init_transformer_layer(gen, c_);
@@ -349,7 +366,7 @@ class TransformerLayer : public Module {
     Tensor mask = call.inputs.size() > 1 ? call.inputs[1] : Tensor();
     if (!call.decode) cache_.clear();
     return {transformer_layer_forward(p_, c_, call.inputs[0], mask, call.training, call.rng_seed, &cache_, call.decode,
-                                      node_)};
+                                      node_, &seq_)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -368,6 +385,7 @@ class TransformerLayer : public Module {
  private:
   std::string node_;
   TransformerLayerConfig c_;
+  SequenceSplit seq_;
   TransformerLayerParams p_;
   KvCache cache_;
 };

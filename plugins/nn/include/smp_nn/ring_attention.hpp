@@ -54,6 +54,47 @@ inline RingHop ring_hop(const smp::sdk::Comm& comm, const Tensor& mine, int tag)
   return h;
 }
 
+// Under a causal mask a block from another rank is half needed (the
+// load-balanced split: this rank holds chunks r and 2cp-1-r, the block's
+// owner chunks src and 2cp-1-src): from a rank before this one (src < r),
+// every query sees the block's first chunk whole and its second not at all;
+// from a rank after it, the queries of this rank's first chunk see none of
+// the block and those of its second see all of it. So half the work, and
+// no mask. In its own block (src == r) the first chunk's queries see only
+// the first chunk's keys: three quarters of the block, masked.
+//
+// So a block is attended to as tiles, each a range of this rank's queries
+// against a range of the block's keys, masked or not; the tiles' query
+// ranges are disjoint and in order, and a query no tile covers sees none of
+// the block. `half` is a chunk: half of this rank's share.
+struct Tile {
+  int64_t q0, qn, k0, kn;
+  bool masked;
+};
+inline std::vector<Tile> block_tiles(bool causal, int r, int src, int64_t half) {
+  const int64_t all = 2 * half;
+  if (!causal) return {{0, all, 0, all, false}};
+  if (src == r) return {{0, half, 0, half, true}, {half, half, 0, all, true}};
+  if (src < r) return {{0, all, 0, half, false}};
+  return {{half, half, 0, all, false}};
+}
+
+// The gradients of one block's part: dq for the queries given, and the
+// dK/dV of the keys given (GQA folded), against the merged output's lse and D.
+struct BlockGrads {
+  Tensor dq, dk, dv;
+};
+inline BlockGrads block_grads(const Tensor& q, const Tensor& dout, const Tensor& safe_lse, const Tensor& D,
+                              const Tensor& kb, const Tensor& vb, const Tensor& q_pos, const Tensor& k_pos,
+                              bool causal, double scale, int64_t group, at::ScalarType acc) {
+  const Tensor s = masked_scores(q, kb, q_pos, k_pos, causal, scale);
+  const Tensor p = at::exp(s - safe_lse);  // masked scores give 0
+  const Tensor dp = at::matmul(dout, vb.transpose(-2, -1)).to(acc);
+  const Tensor ds = p * (dp - D);
+  return {at::matmul(ds, kb.to(acc)).mul(scale), fold_kv(at::matmul(ds.transpose(-2, -1), q.to(acc)).mul(scale), group),
+          fold_kv(at::matmul(p.transpose(-2, -1), dout.to(acc)), group)};
+}
+
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   // q [b, h, s/cp, d], k, v [b, kv_heads, s/cp, d]: this rank's share; seq
@@ -68,8 +109,28 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int step = 0, src = r; step < cp; ++step, src = (src + cp - 1) % cp) {
       RingHop hop;
       if (step + 1 < cp) hop = ring_hop(comm, block, step);  // travels while this block is attended to
-      const BlockAttention b =
-          block_attention(q, expand_kv(block[0], group), expand_kv(block[1], group), pos[r], pos[src], causal, scale);
+      // The tiles' results in query order; a query no tile covers: out 0, lse -inf.
+      std::vector<Tensor> outs, lses;
+      int64_t next = 0;
+      const auto unseen = [&](int64_t until) {
+        if (until <= next) return;
+        const Tensor qn = q.narrow(2, next, until - next);
+        outs.push_back(at::zeros_like(qn, block.options()));
+        lses.push_back(at::full(qn.sizes().slice(0, 3), -std::numeric_limits<float>::infinity(),
+                                q.options().dtype(at::promote_types(q.scalar_type(), at::kFloat))));
+      };
+      for (const Tile& t : block_tiles(causal, r, src, q.size(2) / 2)) {
+        unseen(t.q0);
+        const BlockAttention a = block_attention(
+            q.narrow(2, t.q0, t.qn), expand_kv(block[0].narrow(2, t.k0, t.kn), group),
+            expand_kv(block[1].narrow(2, t.k0, t.kn), group), pos[r].narrow(0, t.q0, t.qn),
+            pos[src].narrow(0, t.k0, t.kn), t.masked, scale);
+        outs.push_back(a.out), lses.push_back(a.lse);
+        next = t.q0 + t.qn;
+      }
+      unseen(q.size(2));
+      const BlockAttention b = outs.size() == 1 ? BlockAttention{outs[0], lses[0]}
+                                                : BlockAttention{at::cat(outs, 2), at::cat(lses, 2)};
       acc = step == 0 ? b : merge(acc, b);
       if (step + 1 < cp) {
         hop.sent.wait();
@@ -107,14 +168,17 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     for (int step = 0, src = r; step < cp; ++step, src = (src + cp - 1) % cp) {
       RingHop kv;
       if (step + 1 < cp) kv = ring_hop(comm, block, kTagBase + 2 * step);
-      const Tensor kb = expand_kv(block[0], group), vb = expand_kv(block[1], group);
-      const Tensor s = masked_scores(q, kb, pos[r], pos[src], causal, scale);
-      const Tensor p = at::exp(s - safe_lse);  // masked scores give 0
-      const Tensor dp = at::matmul(dout, vb.transpose(-2, -1)).to(acc);
-      const Tensor ds = p * (dp - D);
-      dq += at::matmul(ds, kb.to(acc)).mul(scale);
-      dblock[0] += fold_kv(at::matmul(ds.transpose(-2, -1), q.to(acc)).mul(scale), group).to(dblock.scalar_type());
-      dblock[1] += fold_kv(at::matmul(p.transpose(-2, -1), dout.to(acc)), group).to(dblock.scalar_type());
+      for (const Tile& t : block_tiles(causal, r, src, q.size(2) / 2)) {
+        const auto qs = [&](const Tensor& x) { return x.narrow(2, t.q0, t.qn); };
+        const auto ks = [&](const Tensor& x) { return x.narrow(2, t.k0, t.kn); };
+        const BlockGrads g =
+            block_grads(qs(q), qs(dout), qs(safe_lse), qs(D), expand_kv(ks(block[0]), group),
+                        expand_kv(ks(block[1]), group), pos[r].narrow(0, t.q0, t.qn), pos[src].narrow(0, t.k0, t.kn),
+                        t.masked, scale, group, acc);
+        qs(dq).add_(g.dq);  // views: the sums land in dq and dblock
+        ks(dblock[0]).add_(g.dk.to(dblock.scalar_type()));
+        ks(dblock[1]).add_(g.dv.to(dblock.scalar_type()));
+      }
       // The accumulator follows its block: every hop but the first is on
       // the way home (after cp hops it is back with the block's owner).
       RingHop dkv = ring_hop(comm, dblock, kTagBase + 2 * step + 1);

@@ -157,16 +157,23 @@ inline Tensor row_exit(const Tp& tp, const Tensor& partial, const Tensor& bias) 
 
 // ---- the parallel blocks (x laid out per tp) ----
 // decode: a decoding call's positions, whose K and V (this rank's kv heads) `cache` keeps.
+// seq: the sequence axis' split, or null. Under it xf (after the SP gather)
+// is this rank's whole share of the sequence.
 inline Tensor parallel_attention_forward(const AttentionParams& p, const AttentionConfig& c, const Tp& tp,
                                          const Tensor& x, const Tensor& pad_mask, bool training, uint64_t seed,
-                                         KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr) {
+                                         KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr,
+                                         const SequenceSplit* seq = nullptr) {
+  const bool cp = seq && seq->split();
+  if (cp) seq->check_call(pad_mask, decode != nullptr);
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
   const bool split = kv_split(c, tp.size);
   const int64_t kvl = split ? c.kv_heads / tp.size : c.kv_heads, kv_offset = split ? tp.rank * kvl : 0;
   std::vector<Tensor> qkv = qkv_projection(xf, p.q, p.k, p.v, decode != nullptr);  // this rank's heads of each
   if (decode) check_decodable(c, pad_mask, tp.node);
-  const Tensor positions = decode ? decode_positions(*decode, xf.size(1), xf.device()) : Tensor();
+  const Tensor positions = decode ? decode_positions(*decode, xf.size(1), xf.device())
+                           : cp   ? seq->positions(xf.size(1), xf.device()).view({1, -1})
+                                  : Tensor();
   if (c.rope_base > 0) {  // positions are whole here: under SP the input was gathered first
     qkv[0] = rotary(qkv[0], nl, c.head_dim(), c.rope_base, positions);
     qkv[1] = rotary(qkv[1], kvl, c.head_dim(), c.rope_base, positions);
@@ -174,6 +181,14 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
   if (decode) {
     const Tensor ctx = cache->attend(*decode, qkv[0], qkv[1], qkv[2], nl, kvl, kv_offset, tp.rank * nl, c.group(),
                                      c.head_dim(), tp.node);
+    return row_exit(tp, at::linear(ctx, p.out.weight), p.out.bias);
+  }
+  if (cp) {
+    // The ring carries this rank's kv heads when tp splits them (its query
+    // heads use them group-major); otherwise one per query head.
+    if (!split)
+      for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
+    const Tensor ctx = seq->attend(qkv[0], qkv[1], qkv[2], nl, split ? kvl : nl, c.head_dim(), c.causal);
     return row_exit(tp, at::linear(ctx, p.out.weight), p.out.bias);
   }
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
@@ -200,9 +215,10 @@ inline Tensor parallel_swiglu_mlp_forward(const SwigluMlpParams& p, const Swiglu
 class ParallelAttention : public Module {
  public:
   ParallelAttention(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(AttentionConfig::parse(cfg, ctx.node_name)) {
+      : tp_(Tp::from(ctx)), c_(AttentionConfig::parse(cfg, ctx.node_name)), seq_(SequenceSplit::from(ctx)) {
     c_.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.heads, "heads");
+    seq_.check_heads(c_.heads / tp_.size, kv_split(c_, tp_.size) ? c_.kv_heads / tp_.size : c_.heads / tp_.size);
     InitStream gen(ctx.init_seed);
     p_ = init_attention(gen, c_, tp_.rank, tp_.size);  // this rank's heads only
     make_params(p_);
@@ -215,7 +231,7 @@ class ParallelAttention : public Module {
     tp_.refuse_sp_decode(call);
     if (!call.decode) cache_.clear();
     return {parallel_attention_forward(p_, c_, tp_, call.inputs[0], mask, call.training, call.rng_seed, &cache_,
-                                       call.decode)};
+                                       call.decode, &seq_)};
   }
   std::vector<Param> parameters() override {
     std::vector<Param> out;
@@ -226,6 +242,7 @@ class ParallelAttention : public Module {
  private:
   Tp tp_;
   AttentionConfig c_;
+  SequenceSplit seq_;
   AttentionParams p_;
   KvCache cache_;
 };
@@ -289,9 +306,11 @@ class ParallelSwigluMlp : public Module {
 class ParallelTransformerLayer : public Module {
  public:
   ParallelTransformerLayer(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(TransformerLayerConfig::parse(cfg, ctx.node_name)) {
+      : tp_(Tp::from(ctx)), c_(TransformerLayerConfig::parse(cfg, ctx.node_name)), seq_(SequenceSplit::from(ctx)) {
     c_.attn.recompute_core = ctx.recompute_attention_core();
     tp_.divisible(c_.attn.heads, "heads");
+    seq_.check_heads(c_.attn.heads / tp_.size,
+                     kv_split(c_.attn, tp_.size) ? c_.attn.kv_heads / tp_.size : c_.attn.heads / tp_.size);
     tp_.divisible(c_.mlp.ffn, "ffn");
     InitStream gen(ctx.init_seed);
     p_ = init_transformer_layer(gen, c_, tp_.rank, tp_.size);
@@ -309,7 +328,7 @@ class ParallelTransformerLayer : public Module {
         c_.post_norm, x,
         [&](const Tensor& t) {
           return parallel_attention_forward(p_.attn, c_.attn, tp_, t, mask, call.training, call.rng_seed, &cache_,
-                                            call.decode);
+                                            call.decode, &seq_);
         },
         [&](const Tensor& t) {
           return c_.swiglu ? parallel_swiglu_mlp_forward(p_.swiglu, c_.swiglu_mlp(), tp_, t, call.training, call.rng_seed)
@@ -331,6 +350,7 @@ class ParallelTransformerLayer : public Module {
  private:
   Tp tp_;
   TransformerLayerConfig c_;
+  SequenceSplit seq_;
   TransformerLayerParams p_;
   KvCache cache_;
 };
@@ -519,7 +539,7 @@ class VocabParallelCrossEntropy : public Module {
 class DistPositionEmbedding : public Module {
  public:
   DistPositionEmbedding(const Json& cfg, const ModuleContext& ctx)
-      : tp_(Tp::from(ctx)), c_(PositionEmbeddingConfig::parse(cfg, ctx.node_name)) {
+      : tp_(Tp::from(ctx)), c_(PositionEmbeddingConfig::parse(cfg, ctx.node_name)), seq_(SequenceSplit::from(ctx)) {
     InitStream gen(ctx.init_seed);
     weight_ = param(normal(gen, {c_.max_len, c_.dim}, c_.init_std));
   }
@@ -531,9 +551,12 @@ class DistPositionEmbedding : public Module {
     tp_.refuse_sp_decode(call);
     if (call.decode) return {x + position_rows(weight_, *call.decode, x, tp_.node)};
     const int64_t s = x.size(1), off = tp_.seq_offset(s);
-    if (off + s > c_.max_len)
-      throw smp::sdk::Error("node '" + tp_.node + "': sequence length " + std::to_string(tp_.full_seq(s)) +
+    if (tp_.full_seq(s) * seq_.size > c_.max_len)
+      throw smp::sdk::Error("node '" + tp_.node + "': sequence length " + std::to_string(tp_.full_seq(s) * seq_.size) +
                             " exceeds max_len " + std::to_string(c_.max_len));
+    // Under cp this rank's share of the sequence sits at its global positions; SP cuts that share again.
+    if (seq_.split())
+      return {x + weight_.index_select(0, seq_.positions(tp_.full_seq(s), x.device()).narrow(0, off, s))};
     return {x + weight_.narrow(0, off, s)};
   }
   std::vector<Param> parameters() override { return {{"weight", weight_, -1, tp_.sp}}; }
@@ -541,6 +564,7 @@ class DistPositionEmbedding : public Module {
  private:
   Tp tp_;
   PositionEmbeddingConfig c_;
+  SequenceSplit seq_;
   Tensor weight_;
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <smp/sdk/module.hpp>
+#include <smp/sdk/sequence.hpp>
 
 #include <functional>
 #include <memory>
@@ -73,6 +74,16 @@ class GraphBuilder {
   void throughput_unit(const std::string& unit, double per_sample) {
     check(host().graph_set_throughput_unit(b_, unit.c_str(), per_sample));
   }
+  // batch() returns each sample's share of its sequence on a sequence axis
+  // (BatchRequest::sequence; ABI 2.8), along dimension `dim` of every input.
+  // A job with parallel.cp > 1 refuses an adapter that does not say so.
+  void split_sequence(int dim) {
+    const auto* ext =
+        reinterpret_cast<const smp_graph_extension*>(find_extension(host().extension_start, SMP_EXTENSION_GRAPH));
+    // A host before 2.8 has no sequence axes: there is nothing to split.
+    if (!ext || ext->base.struct_size < SMP_GRAPH_EXTENSION_STRUCT_SIZE) return;
+    check(ext->split_sequence(b_, dim));
+  }
 
  private:
   smp_graph_builder* b_;
@@ -84,6 +95,26 @@ struct BatchRequest {
   int64_t global_batch = 0;
   int64_t first_sample = 0;
   int64_t num_samples = 0;
+  // This rank's share of each sample's sequence (ABI 2.8's batch axes): an
+  // adapter that declared GraphBuilder::split_sequence returns the tokens at
+  // sequence_share_of's positions. Not split (0 of 1) otherwise.
+  SequenceShare sequence;
+
+  static BatchRequest from(const smp_batch_request* r) {
+    BatchRequest req{r->split, r->step, r->global_batch, r->first_sample, r->num_samples, {}};
+    if (!SMP_HAS_FIELD(r, smp_batch_request, extension_start)) return req;
+    const auto* ext = reinterpret_cast<const smp_batch_axes_extension*>(
+        find_extension(r->extension_start, SMP_EXTENSION_BATCH_AXES));
+    if (!ext || ext->base.struct_size < SMP_BATCH_AXES_EXTENSION_STRUCT_SIZE) return req;
+    for (size_t i = 0; i < ext->n_axes; ++i) {
+      const smp_axis_coord& a = ext->axes[i];
+      if (a.struct_size < SMP_AXIS_COORD_STRUCT_SIZE || !(a.flags & SMP_AXIS_SPLITS_SEQUENCE)) continue;
+      if (req.sequence.split())
+        throw Error("batch request: two sequence axes (\"" + req.sequence.axis + "\", \"" + a.axis + "\")");
+      req.sequence = {a.axis ? a.axis : "", a.index, a.size};
+    }
+    return req;
+  }
 };
 
 // What an adapter is told when it is created (a C++ view of smp_adapter_context).
@@ -92,9 +123,10 @@ struct AdapterContext {
   Json parallel = Json::object();  // the job's [parallel] table (ABI 2.2; empty from an older host)
   int tp() const { return parallel.value("tp", 1); }
   // The size of a mesh dimension as the job declares it: "pp", "dp", "tp",
-  // "ep", or one of parallel.axes (e.g. "cp"); 1 for an axis the job lacks.
+  // "ep", "cp" (the sequence axis), or one of parallel.axes; 1 for an axis the
+  // job lacks.
   int axis_size(const std::string& axis) const {
-    if (axis == "pp" || axis == "dp" || axis == "tp" || axis == "ep")
+    if (axis == "pp" || axis == "dp" || axis == "tp" || axis == "ep" || axis == "cp")
       return parallel.contains(axis) && parallel[axis].is_number_integer() ? parallel[axis].get<int>() : 1;
     const Json axes = parallel.value("axes", Json::object());
     return axes.value(axis, 1);
@@ -168,7 +200,7 @@ struct AdapterTable {
   }
   static smp_error* batch(smp_adapter* a, const smp_batch_request* r, smp_tensor** outputs, size_t n) {
     return guard([&] {
-      BatchRequest req{r->split, r->step, r->global_batch, r->first_sample, r->num_samples};
+      const BatchRequest req = BatchRequest::from(r);
       auto ts = reinterpret_cast<AdapterBox*>(a)->impl->batch(req);
       if (ts.size() != n)
         throw Error("batch produced " + std::to_string(ts.size()) + " tensors, the graph declares " +

@@ -5,6 +5,7 @@
 #include <smp/sdk/did_you_mean.hpp>
 #include <smp/sdk/host.hpp>
 #include <smp/sdk/init.hpp>
+#include <smp/sdk/sequence.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +81,17 @@ struct ModuleContext {
       out.push_back({name ? name : "", size, rank, flags});
     }
     return out;
+  }
+  // The mesh's sequence axis (SMP_AXIS_SPLITS_SEQUENCE, ABI 2.8): which share
+  // of every sample's sequence this rank holds; 0 of 1 when the job has none.
+  // A kind with a rule for the axis computes on that share: its tokens sit at
+  // context_parallel_positions(local length x size, size, index).
+  SequenceShare sequence() const {
+    SequenceShare s;
+    if (!mesh) return s;
+    for (const auto& a : axes())
+      if (a.flags & SMP_AXIS_SPLITS_SEQUENCE) s = {a.name, a.rank, a.size};
+    return s;
   }
   // The axis' communicator (the host makes every axis' before any module).
   Comm comm(const std::string& axis) const {
