@@ -373,7 +373,7 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
   expect(n == 1 || shm->transport("allreduce", at::kCPU) == "shm",
          "allreduce transport is " + shm->transport("allreduce", at::kCPU) + ", expected shm");
   expect(n == 1 || gloo->transport("allreduce", at::kCPU) == "gloo", "shm_slot_bytes = 0 must mean gloo");
-  for (const char* op : {"allgather", "reduce_scatter"})
+  for (const char* op : {"allgather", "reduce_scatter", "alltoall"})
     expect(n == 1 || shm->transport(op, at::kCPU) == "shm", std::string(op) + " should go through shm");
   expect(shm->transport("broadcast", at::kCPU) == gloo->transport("broadcast", at::kCPU), "broadcast goes to the backend");
   int checks = 0;
@@ -442,6 +442,32 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
         expect_eq(out, out_gloo, rs + " vs gloo");
         ++checks;
       }
+    }
+  }
+  // All-to-all(v): uneven and empty slices, one row to many 4 KiB chunks,
+  // bf16 moved as bytes, vs serial and Gloo.
+  for (at::ScalarType dtype : {at::kFloat, at::kLong, at::kBFloat16}) {
+    for (int64_t scale : {int64_t{1}, int64_t{700}}) {
+      auto rows = [&](int a, int b) -> int64_t { return ((a * b + a + b) % 3) * scale; };
+      auto block = [&](int a, int b) {
+        return (at::arange(rows(a, b) * 3, at::kDouble).view({-1, 3}) + 100000.0 * a + 1000.0 * b).to(dtype);
+      };
+      std::vector<int64_t> is(n), os(n);
+      std::vector<at::Tensor> ins, wants;
+      for (int j = 0; j < n; ++j) {
+        is[j] = rows(me, j), os[j] = rows(j, me);
+        ins.push_back(block(me, j)), wants.push_back(block(j, me));
+      }
+      at::Tensor in = at::cat(ins, 0), want = at::cat(wants, 0), got = at::empty_like(want);
+      shm->alltoall(in, got, is, os)->wait();
+      const std::string what = std::string("shm alltoall ") + c10::toString(dtype) + " scale " + std::to_string(scale);
+      expect_eq(got, want, what + " vs serial");
+      if (dtype != at::kBFloat16) {
+        at::Tensor via_gloo = at::empty_like(want);
+        gloo->alltoall(in, via_gloo, is, os)->wait();
+        expect_eq(got, via_gloo, what + " vs gloo");
+      }
+      ++checks;
     }
   }
   // Random floats: every rank must end with the same bits (each part is reduced once).
@@ -534,7 +560,8 @@ int run_shm(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
 // the ring / direct one the count assumes: below). Shared memory is checked
 // against its own copies: an all-reduce writes the tensor once, an all-gather
 // its input, a reduce-scatter every slice not read in place (all of them on
-// group ranks >= 2), a send its message; the shared-buffer all-reduce's blocks
+// group ranks >= 2), a send its message, an all-to-all every slice but its
+// own; the shared-buffer all-reduce's blocks
 // go to whichever rank claims them, so only the group's sum, (n-1) B, is fixed.
 int run_bytes(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, smp::CommOptions opts) {
   const auto& ranks = mesh.group(smp::Axis::World);
@@ -600,7 +627,8 @@ int run_bytes(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, 
   // Shared memory: its own copies, exactly.
   const int64_t own_rs = (numel / n + (me < numel % n ? 1 : 0)) * 4;
   const std::vector<std::pair<const char*, int64_t>> shm_want = {
-      {"allreduce", B}, {"allgather", B}, {"reduce_scatter", me <= 1 ? B - own_rs : B}, {"send", B}};
+      {"allreduce", B}, {"allgather", B}, {"reduce_scatter", me <= 1 ? B - own_rs : B}, {"send", B},
+      {"alltoall", (n - 1) * 1024 * 64 * 4}};  // every slice but its own
   for (const auto& [op, want] : shm_want) {
     auto [sent, ana] = measure(*shm, "shm", op, [&] { ops(*shm, op); });
     expect(sent == want, std::string("shm ") + op + ": sent " + std::to_string(sent) + " bytes, expected " +

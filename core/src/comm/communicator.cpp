@@ -47,6 +47,7 @@
 #include "base/trace.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -282,7 +283,8 @@ class C10dCommunicator final : public Communicator {
       if (nccl_) return nccl_->name();
       return transport(op, c10::Device(c10::kCPU)) + " (through host memory)";
     }
-    if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter") && via_shm(device)) return "shm";
+    if ((op == "allreduce" || op == "allgather" || op == "reduce_scatter" || op == "alltoall") && via_shm(device))
+      return "shm";
     if ((op == "send" || op == "recv") && mailbox_ && device.is_cpu()) return "shm";
     return backend_->name();
   }
@@ -453,6 +455,15 @@ class C10dCommunicator final : public Communicator {
     // Moving rows needs no arithmetic: bf16 travels as bytes (a row of h
     // values as 2h), which every backend has (Gloo of LibTorch 1.13 has no bf16).
     auto bits = [](const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kByte) : t; };
+    if (via_shm(in.device())) {
+      // Slices in elements of the (byte-viewed) tensors.
+      const at::Tensor i = bits(si.t), o = bits(so.t);
+      const int64_t row = c10::multiply_integers(i.sizes().slice(1));
+      std::vector<int64_t> ic(is), oc(os);
+      for (auto& x : ic) x *= row;
+      for (auto& x : oc) x *= row;
+      return submit(name, [&] { return shm_->alltoall(i, o, ic, oc); }, write_back(out, so, si.t));
+    }
     return submit(name,
                   [&] {
                     at::Tensor i = bits(si.t), o = bits(so.t);
@@ -632,13 +643,14 @@ class C10dCommunicator final : public Communicator {
   static constexpr std::pair<ShmCollectives::Kind, const char*> kShmKinds[] = {
       {ShmCollectives::kAllreduce, "allreduce"},
       {ShmCollectives::kAllgather, "allgather"},
-      {ShmCollectives::kReduceScatter, "reduce_scatter"}};
+      {ShmCollectives::kReduceScatter, "reduce_scatter"},
+      {ShmCollectives::kAlltoall, "alltoall"}};
   const bool gloo_counted_;  // backend_ is Gloo with its sockets known
   mutable std::mutex stats_mu_;
   mutable CommStats stats_;
   mutable std::vector<GlooOp> gloo_inflight_;    // Gloo ops not seen completed
   mutable int64_t gloo_seen_ = 0;                // backend_->bytes_written() at the last reading
-  int64_t shm_base_[3] = {0, 0, 0};              // shared-memory counts at the last reset
+  int64_t shm_base_[4] = {0, 0, 0, 0};              // shared-memory counts at the last reset
   int64_t mailbox_base_ = 0;
 };
 

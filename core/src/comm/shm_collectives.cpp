@@ -121,7 +121,7 @@ class ShmWork final : public c10d_compat::PendingWork {
   std::shared_ptr<State> s_;
 };
 
-constexpr int kAllreduceShared = 3;  // a Task kind beside ShmCollectives::Kind
+constexpr int kAllreduceShared = 4;  // a Task kind beside ShmCollectives::Kind
 
 // One mapping of a shared buffer's segment (a control page, then the data).
 struct Mapping {
@@ -138,6 +138,7 @@ const char* kind_name(int kind) {
     case ShmCollectives::kAllreduce: return "all-reduce";
     case ShmCollectives::kAllgather: return "all-gather";
     case ShmCollectives::kReduceScatter: return "reduce-scatter";
+    case ShmCollectives::kAlltoall: return "all-to-all";
     case kAllreduceShared: return "all-reduce of a shared buffer";
   }
   return "?";
@@ -167,7 +168,8 @@ struct ShmCollectives::Task {
   SharedBuffer* shared = nullptr;  // allreduce_shared
   at::Tensor in, out;  // all-reduce: in is also the result
   ReduceOp op = ReduceOp::Sum;
-  std::vector<int64_t> counts;  // reduce-scatter: elements of each rank's slice
+  std::vector<int64_t> counts;  // reduce-scatter: elements of each rank's slice; all-to-all: of each one I send
+  std::vector<int64_t> out_counts;  // all-to-all: elements I receive from each rank
   std::shared_ptr<State> state;
 };
 
@@ -196,7 +198,7 @@ struct ShmCollectives::Impl {
   std::thread worker;
   // Bytes this rank copied into shared memory for the others to read, by
   // Kind (an all-reduce of a shared buffer counts as an all-reduce).
-  std::array<std::atomic<int64_t>, 3> written{};
+  std::array<std::atomic<int64_t>, 4> written{};
   void wrote(int kind, int64_t bytes) { written[kind == kAllreduceShared ? kAllreduce : kind] += bytes; }
 
   ~Impl() {
@@ -312,6 +314,7 @@ struct ShmCollectives::Impl {
 
   void run(const Task& task) {
     if (task.kind == kAllreduceShared) return allreduce_shared(task);  // (no task.in: the buffer is the data)
+    if (task.kind == kAlltoall) return alltoall(task);
     const int64_t esize = task.in.element_size(), numel = task.in.numel();
     char* in = static_cast<char*>(task.in.data_ptr());
     if (task.kind == kAllreduce) {
@@ -339,18 +342,23 @@ struct ShmCollectives::Impl {
     return base;
   }
 
-  // Every rank's call must be the same kind, op, dtype and size.
-  void enter(uint64_t base, const Task& task) {
+  // Every rank's call must be the same kind, op, dtype and size (an
+  // all-to-all's sizes differ: each rank gives its longest slice, and the
+  // longest of all is returned).
+  int64_t enter(uint64_t base, const Task& task, int64_t numel = -1) {
     RankControl* me = seg->control(rank);
-    me->numel = task.in.numel();
+    me->numel = numel >= 0 ? numel : task.in.numel();
     me->dtype = static_cast<int32_t>(task.in.scalar_type());
     me->op = static_cast<int32_t>(task.op);
     me->kind = task.kind;
     publish(base + 1);
     wait_all(base + 1);
+    int64_t longest = 0;
     for (int j = 0; j < n; ++j) {
       const RankControl* c = seg->control(j);
-      if (c->numel != me->numel || c->dtype != me->dtype || c->op != me->op || c->kind != me->kind)
+      longest = std::max<int64_t>(longest, c->numel);
+      if ((c->numel != me->numel && task.kind != kAlltoall) || c->dtype != me->dtype || c->op != me->op ||
+          c->kind != me->kind)
         throw Failure(std::string("mismatched collective calls: group rank ") + std::to_string(j) + " called " +
                           kind_name(c->kind) + " with " + std::to_string(c->numel) + " elements of " +
                           c10::toString(static_cast<c10::ScalarType>(c->dtype)) + " (" +
@@ -359,6 +367,7 @@ struct ShmCollectives::Impl {
                           " elements of " + c10::toString(task.in.scalar_type()) + " (" + to_string(task.op) + ")",
                       false);
     }
+    return longest;
   }
 
   // out = part(0) op part(1) op ... in rank order, so every rank computes the same bits.
@@ -486,6 +495,44 @@ struct ShmCollectives::Impl {
       reduce_in_rank_order(out, part, n, task.op);
     }
     publish(base + 3);
+  }
+
+  // Slices start where the ones before them end; chunk c covers elements
+  // [c per_chunk, (c + 1) per_chunk) of every slice, for as many chunks as
+  // the longest slice of any rank needs.
+  void alltoall(const Task& task) {
+    const int64_t esize = task.in.element_size(), per_chunk = seg->slot_bytes() / (esize * n);
+    const char* in = static_cast<const char*>(task.in.data_ptr());
+    char* out = static_cast<char*>(task.out.data_ptr());
+    std::vector<int64_t> in_start(n, 0), out_start(n, 0);
+    int64_t mine = 0;
+    for (int j = 0; j < n; ++j) {
+      if (j > 0) in_start[j] = in_start[j - 1] + task.counts[j - 1], out_start[j] = out_start[j - 1] + task.out_counts[j - 1];
+      if (j != rank) mine = std::max({mine, task.counts[j], task.out_counts[j]});
+    }
+    if (task.counts[rank] != task.out_counts[rank])
+      throw Failure("all-to-all: this rank sends itself " + std::to_string(task.counts[rank]) + " elements but expects " +
+                        std::to_string(task.out_counts[rank]),
+                    false);
+    std::memcpy(out + out_start[rank] * esize, in + in_start[rank] * esize, task.counts[rank] * esize);
+    const auto part = [&](int64_t count, int64_t offset) { return std::max<int64_t>(0, std::min(per_chunk, count - offset)); };
+    for (int64_t offset = 0;; offset += per_chunk) {
+      const uint64_t base = begin_chunk();
+      for (int d = 0; d < n; ++d) {
+        const int64_t len = part(task.counts[d], offset);
+        if (d == rank || len == 0) continue;
+        std::memcpy(seg->slot(rank) + d * per_chunk * esize, in + (in_start[d] + offset) * esize, len * esize);
+        wrote(kAlltoall, len * esize);
+      }
+      const int64_t longest = enter(base, task, mine);
+      for (int j = 0; j < n; ++j) {
+        const int64_t len = part(task.out_counts[j], offset);
+        if (j != rank && len > 0)
+          std::memcpy(out + (out_start[j] + offset) * esize, seg->slot(j) + rank * per_chunk * esize, len * esize);
+      }
+      publish(base + 3);
+      if (offset + per_chunk >= longest) break;
+    }
   }
 
   // Maps every other rank's segment of a shared buffer, then unlinks this
@@ -684,6 +731,21 @@ std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::allgather(const at::Te
   task.in = in;
   task.out = out;
   return submit(std::move(task), in.numel() * static_cast<int64_t>(in.element_size()));
+}
+
+std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::alltoall(const at::Tensor& in, const at::Tensor& out,
+                                                                   std::vector<int64_t> in_counts,
+                                                                   std::vector<int64_t> out_counts) {
+  Task task;
+  task.kind = kAlltoall;
+  task.in = in;
+  task.out = out;
+  task.counts = std::move(in_counts);
+  task.out_counts = std::move(out_counts);
+  // Ranks' slices differ, and a slot grows only at the same call on every
+  // rank with the same wish: every all-to-all wishes for the same (a few
+  // MiB, so that a MoE layer's rows take few rounds), the chunks follow.
+  return submit(std::move(task), int64_t{4} << 20);
 }
 
 std::shared_ptr<c10d_compat::PendingWork> ShmCollectives::reduce_scatter(const at::Tensor& in, const at::Tensor& out,

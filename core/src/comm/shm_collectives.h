@@ -5,8 +5,8 @@
 // Why: over loopback, Gloo moves every byte through two socket copies and its
 // own staging, and Gloo in LibTorch 1.13 has no reduce-scatter at all (smp
 // emulates it with an all-to-all); bench/results/allreduce-probe.json compares
-// the two on a gradient-sized all-reduce. Other operations
-// (broadcast, all-to-all) keep going through the c10d backend; send/recv go
+// the two on a gradient-sized all-reduce. Broadcast keeps going through the
+// c10d backend; send/recv go
 // through ShmMailbox (shm_mailbox.h) in the same groups.
 //
 // Each rank owns a slot. Per chunk of at most one slot:
@@ -20,6 +20,11 @@
 //                   sub-blocks of my slot (ranks 0 and 1: all but my own, read
 //                   in place) (READY); reduce my sub-block over every slot into
 //                   my output (RELEASED)
+//   all-to-all(v)   copy the chunk of every other destination's slice into
+//                   its sub-block of my slot (READY, with my longest slice:
+//                   the chunks run to the longest of any rank's); copy my
+//                   sub-block of every other slot into my output (RELEASED);
+//                   my own slice goes straight from input to output
 //   shared buffer   (allreduce_shared) every rank marks its buffer ready; the
 //                   ranks in the call claim blocks from a counter, and a claimer
 //                   reduces its block over every rank's buffer and writes the
@@ -53,7 +58,7 @@ namespace smp {
 
 class ShmCollectives {
  public:
-  enum Kind { kAllreduce = 0, kAllgather = 1, kReduceScatter = 2 };
+  enum Kind { kAllreduce = 0, kAllgather = 1, kReduceScatter = 2, kAlltoall = 3 };
 
   // Collective over the group (every member calls it, same key_prefix). Returns
   // null when the members are not all on this host (then the caller uses its
@@ -75,6 +80,11 @@ class ShmCollectives {
   // counts[rank] elements, the reduction of every rank's slice `rank`.
   std::shared_ptr<c10d_compat::PendingWork> reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                                            std::vector<int64_t> counts, ReduceOp op);
+  // All-to-all(v): in is n slices, slice j (in_counts[j] elements) for rank
+  // j; out is n slices, slice j (out_counts[j] elements) from rank j. Each
+  // rank's out_counts[j] must be rank j's in_counts[rank]. Moves bytes only.
+  std::shared_ptr<c10d_compat::PendingWork> alltoall(const at::Tensor& in, const at::Tensor& out,
+                                                     std::vector<int64_t> in_counts, std::vector<int64_t> out_counts);
 
   // A buffer of `numel` elements in shared memory that every member maps, for
   // a tensor all-reduced again and again in place (data parallelism's gradient
