@@ -115,9 +115,25 @@ struct Measured {
   bool ok = false;
 };
 // Before each job: sample other processes' CPU use for 1 s and wait (up to job_wait_s)
-// while it is above quiet_cores.
+// while it is above quiet_cores. A job during which other processes kept more
+// than quiet_cores busy on average is not a valid measurement: it runs again
+// (at most kInvalidRetries times), and the attempt is kept in
+// invalid_attempts() (the JSON's "invalid_attempts", written by every
+// benchmark's result) instead of its measurements.
+inline constexpr int kInvalidRetries = 3;
 std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, double quiet_cores = 0.5,
                                    double job_wait_s = 60);
+
+// The attempts run_repeated set aside, each {label, round, competing_cores,
+// step_seconds, kept}: kept when the retries ran out and it stands in the
+// measurements anyway (then it is named there too).
+json& invalid_attempts();
+
+// The overrides `base` followed by `extra` (a job's own settings after every job's).
+inline std::vector<std::string> with_extra(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
 
 // Median of v[skip..] (NaN when empty).
 double median_from(const std::vector<double>& v, size_t skip);

@@ -11,7 +11,7 @@
 //
 // i.e. {{[function ]file:json-pointer[|printf format]}}. Functions over a list
 // of numbers: median, min, max, range ("min-max"), count; over a number: pct
-// (times 100). Without a function the value itself: a number (format, default
+// (times 100), mib (bytes in MiB). Without a function the value itself: a number (format, default
 // %g), a string, or a boolean ("yes"/"no"). The check is a test (CI), so a
 // figure edited by hand in the rendered file, or a result changed without
 // rendering again, fails it.
@@ -108,6 +108,10 @@ class Renderer {
       if (!v.is_number()) throw std::runtime_error(what + ": pct needs a number");
       return format_number(100 * v.get<double>(), fmt);
     }
+    if (fn == "mib") {
+      if (!v.is_number()) throw std::runtime_error(what + ": mib needs a number");
+      return format_number(v.get<double>() / (1024.0 * 1024.0), fmt);
+    }
     if (fn == "count") {
       if (!v.is_array() && !v.is_object()) throw std::runtime_error(what + ": count needs a list");
       return std::to_string(v.size());
@@ -120,7 +124,7 @@ class Renderer {
       return format_number(*std::min_element(xs.begin(), xs.end()), fmt) + "-" +
              format_number(*std::max_element(xs.begin(), xs.end()), fmt);
     throw std::runtime_error(where + ": {{" + spec + "}}: unknown function '" + fn +
-                             "' (median, min, max, range, count, pct)");
+                             "' (median, min, max, range, count, pct, mib)");
   }
 
   std::string render(const std::string& text, const std::string& name) {

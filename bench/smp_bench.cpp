@@ -13,6 +13,7 @@
 #include "generate_bench.h"
 #include "plan/validate.h"
 #include "plan_local.h"
+#include "context_parallel.h"
 #include "moe_bench.h"
 #include "comm_probe.h"
 #include "jobs.h"
@@ -41,6 +42,7 @@ namespace {
 
 using bench::fmt;
 using bench::Job;
+using bench::with_extra;
 using bench::json;
 using bench::Measured;
 
@@ -78,15 +80,15 @@ void add_common(CLI::App* sub, Common& c, int default_steps, int64_t default_bat
   sub->add_option("--job-wait", c.job_wait_s, "seconds to wait at most for that, per job")->capture_default_str();
 }
 
-// The overrides `base` followed by `extra` (a job's own settings after every job's).
-std::vector<std::string> with_extra(std::vector<std::string> base, const std::vector<std::string>& extra) {
-  base.insert(base.end(), extra.begin(), extra.end());
-  return base;
+// Every job's steps, no validation, a log line per step; benchmarks that set
+// each job's batch themselves start from these.
+std::vector<std::string> step_overrides(const Common& c) {
+  return {"train.steps=" + std::to_string(c.steps), "train.val_batches=0", "train.val_every=0", "train.log_every=1"};
 }
 
 std::vector<std::string> base_overrides(const Common& c) {
-  std::vector<std::string> o{"train.steps=" + std::to_string(c.steps), "train.batch_size=" + std::to_string(c.batch),
-                             "train.val_batches=0", "train.val_every=0", "train.log_every=1"};
+  std::vector<std::string> o = step_overrides(c);
+  o.push_back("train.batch_size=" + std::to_string(c.batch));
   o.insert(o.end(), c.sets.begin(), c.sets.end());
   return o;
 }
@@ -181,6 +183,13 @@ json run_record(const Measured& m, double peak_1thread, int ranks) {
 
 void finish(json& result, const Common& c) {
   result["machine_after"] = bench::machine_json();
+  // Which interleaved runs were measured on a busy machine (bench/jobs.h).
+  result["validity"] = {{"rule", "a run during which other processes kept more than quiet_cores busy on average "
+                                 "is run again, up to " + std::to_string(bench::kInvalidRetries) +
+                                 " times; every such attempt is listed, kept = true where it stands in the "
+                                 "measurements"},
+                        {"quiet_cores", c.quiet_cores},
+                        {"invalid_attempts", bench::invalid_attempts()}};
   bench::write_json(c.out, result);
 }
 
@@ -965,8 +974,7 @@ int cmd_plan(const Common& c) {
 // ----------------------------------------------------------------------------- checkpoint
 // The planner against this machine (bench/plan_local.h).
 int cmd_plan_local(const Common& c, const std::string& cluster, const std::string& measured) {
-  const std::vector<std::string> base{"train.steps=" + std::to_string(c.steps), "train.val_batches=0",
-                                      "train.val_every=0", "train.log_every=1"};
+  const std::vector<std::string> base = step_overrides(c);
   json result = interleaved_header("plan-local", c, base);
   result["method"] =
       "smp-plan --calibrate writes this machine's cluster file (cluster_file); every layout of the GPT bench model "
@@ -986,6 +994,37 @@ int cmd_plan_local(const Common& c, const std::string& cluster, const std::strin
   o.measured = measured;
   result.update(bench::run_plan_local(o));
   finish(result, c);
+  return 0;
+}
+
+// Context parallelism on this machine (bench/context_parallel.h).
+int cmd_context_parallel(const Common& c, int64_t budget_mib) {
+  const std::vector<std::string> base = step_overrides(c);
+  json result = interleaved_header("context-parallel", c, base);
+  result["method"] =
+      "The GPT bench model narrowed to hidden 128, 4 heads, 2 layers (fp32, one microbatch, LibTorch's math "
+      "attention at cp 1, ring attention at cp > 1). memory: one job per cp in {1, 2, 4} at one sequence length, "
+      "global batch 2; the peak bytes LibTorch's CPU allocator handed out during a step on each rank "
+      "(peak_activation_bytes), the largest rank against cp 1's; goal <= 1/cp + 10%. speed: cp 2 and dp 2 on 2 "
+      "ranks at the same global batch, run `repeat` times interleaved, each run's median step over steps 2..N, "
+      "the median of the paired ratios cp2 / dp2. longest: at cp 1 and cp 4, sequences doubling from 256 (global "
+      "batch 1, 2 steps) until the largest rank's peak exceeds the budget; the last one within it.";
+  bench::ContextParallelOptions o;
+  o.config = c.config;
+  o.overrides = base;
+  for (const auto& s : c.sets) o.overrides.push_back(s);
+  o.repeat = c.repeat;
+  o.quiet_cores = c.quiet_cores;
+  o.job_wait_s = c.job_wait_s;
+  o.budget_mib = static_cast<double>(budget_mib);
+  result.update(bench::run_context_parallel(o));
+  finish(result, c);
+  const json& m = result["memory"]["rows"];
+  std::cout << "smp-bench context-parallel: activations at cp 2 " << fmt(m[1]["over_cp1"].get<double>(), 3)
+            << " of cp 1's, at cp 4 " << fmt(m[2]["over_cp1"].get<double>(), 3) << "; cp2 / dp2 step "
+            << fmt(result["speed"]["cp2_over_dp2_median_ratio"].get<double>(), 3) << "; longest sequence in "
+            << budget_mib << " MiB: cp 1 " << result["longest"]["cp1"]["longest_seq_len"] << ", cp 4 "
+            << result["longest"]["cp4"]["longest_seq_len"] << "\n";
   return 0;
 }
 
@@ -1113,6 +1152,14 @@ int main(int argc, char** argv) {
   add_common(local, local_opts, 8, 0, P.source_dir + "/bench/results/plan-local.json");
   local->add_option("--cluster", local_cluster, "a cluster file instead of calibrating this machine first");
   local->add_option("--measured", local_measured, "predict an earlier result's measurements again (runs no jobs)");
+  Common cp_opts;
+  cp_opts.repeat = 10;
+  int64_t cp_budget_mib = 128;
+  auto* cpb = app.add_subcommand("context-parallel", "parallel.cp: activation memory at cp 1, 2, 4, cp 2 against dp "
+                                                      "2, the longest sequence within a budget at cp 1 and 4");
+  add_common(cpb, cp_opts, 6, 0, P.source_dir + "/bench/results/context-parallel.json");
+  cpb->add_option("--budget-mib", cp_budget_mib, "the longest sequence's activation budget per rank")
+      ->capture_default_str();
   auto* rb = app.add_subcommand("roberta", "the roberta adapter on 1 rank vs a plain LibTorch RoBERTa loop");
   add_common(rb, roberta, 20, 16, P.source_dir + "/bench/results/roberta.json");
 
@@ -1162,7 +1209,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (default_malloc) P.malloc_env.clear();
   try {
-    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof, &dps, &ckpt})
+    for (Common* c : {&gpt, &pipe, &tp, &eager, &psim, &oprof, &dps, &ckpt, &cp_opts})
       if (c->config.empty()) c->config = bench::default_config();
     if (ncf.config.empty()) ncf.config = P.source_dir + "/configs/ncf.toml";
     if (bert.config.empty()) bert.config = P.source_dir + "/bench/configs/encoder-bench.toml";
@@ -1176,6 +1223,7 @@ int main(int argc, char** argv) {
     if (*ge) return cmd_generate(gen, gen_tokens);
     if (*planner) return cmd_plan(plan_opts);
     if (*local) return cmd_plan_local(local_opts, local_cluster, local_measured);
+    if (*cpb) return cmd_context_parallel(cp_opts, cp_budget_mib);
     if (*mo) {
       require_python_torch("moe");
       return cmd_moe(moe, moe_quality);
