@@ -467,7 +467,7 @@ class Gelu : public Module {
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, node_);
     expect_inputs(call.inputs, 1, 1, node_, call.method);
-    return {at::gelu(call.inputs[0], approximate_)};
+    return {approximate_ == "tanh" ? gelu_tanh(call.inputs[0]) : at::gelu(call.inputs[0], approximate_)};
   }
 
  private:

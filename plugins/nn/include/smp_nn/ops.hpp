@@ -1,10 +1,12 @@
 // Forward math of the smp_nn kinds, written once and reused by smp_tp on shards.
 #pragma once
 
+#include <smp_nn/gelu_kernels.hpp>
 #include <smp_nn/init.hpp>
 
 #include <smp/sdk/checkpoint.hpp>
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -67,7 +69,31 @@ inline Tensor rms_norm(const Tensor& x, const RmsNormParams& p, double eps) {
   const Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * p.weight;
 }
-inline Tensor gelu_tanh(const Tensor& x) { return at::gelu(x, "tanh"); }
+// GELU's tanh form. A contiguous CPU float tensor takes smp_nn's one-pass
+// kernels (gelu_kernels.hpp: no tanh, and a backward that is one pass too);
+// any other at::gelu. Saves x for backward, as at::gelu does.
+struct GeluTanh : torch::autograd::Function<GeluTanh> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    Tensor y = at::empty_like(x);
+    kernels::gelu_tanh_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    const Tensor x = ctx->get_saved_variables()[0], gy = g[0].contiguous();
+    Tensor dx = at::empty_like(x);
+    kernels::gelu_tanh_backward(gy.data_ptr<float>(), x.data_ptr<float>(), dx.data_ptr<float>(), x.numel());
+    return {dx};
+  }
+};
+inline Tensor gelu_tanh(const Tensor& x) {
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || !x.is_contiguous()) return at::gelu(x, "tanh");
+  if (x.requires_grad() && at::GradMode::is_enabled()) return GeluTanh::apply(x);
+  Tensor y = at::empty_like(x);
+  kernels::gelu_tanh_forward(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  return y;
+}
 
 // Rotary position embedding (Su et al. 2021) of t [b, s, heads * head_dim]: in
 // each head, the pair (x_i, x_{i + d/2}) at position p turns by p * base^(-2i/d)
