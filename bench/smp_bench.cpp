@@ -372,7 +372,7 @@ int cmd_eager(const Common& c) {
 
 // ------------------------------------------------------------------ op-profile
 // One smp rank (run.profile_ops) and the PyTorch-eager step (eager_gpt.py
-// --profile-ops) of the same GPT, op by op over steps 3..N, at the bench shape
+// --fused-qkv --profile-ops) of the same GPT, op by op over steps 3..N, at the bench shape
 // and at hidden 64 / sequence 64: per op name the calls and self CPU time per
 // step on each side. The two sides' profilers differ (smp: a RecordFunction
 // observer; eager: torch.autograd.profiler), so calls compare exactly and
@@ -386,8 +386,9 @@ int cmd_op_profile(const Common& c) {
   for (const auto& [shape, extra, goal] : shapes) {
     auto o = base;
     o.insert(o.end(), extra.begin(), extra.end());
-    Job eager{"pytorch-eager", true, 1, c.config, o};
+    Job eager{"pytorch-eager-fused", true, 1, c.config, o};
     eager.python_script = bench::paths().source_dir + "/bench/eager_gpt.py";
+    eager.python_args = {"--fused-qkv"};  // the peer smp's one-rank goal names
     eager.profile_ops = true;
     Job one{"smp-1rank", false, 1, c.config, o};
     one.profile_ops = true;
