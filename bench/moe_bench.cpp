@@ -49,6 +49,67 @@ double a2a_wait_share(const json& trace) {
   return steps > 0 ? waits / steps : 0.0;
 }
 
+// A trace's phase and wait events summed per name ("optimizer", "wait
+// alltoall ep", ...), in ms per step.
+json phase_ms_per_step(const json& trace) {
+  std::map<std::string, double> us;
+  double steps = 0;
+  for (const auto& e : trace.value("traceEvents", json::array())) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    if (cat == "step") ++steps;
+    if (cat == "phase" || cat == "wait") us[e.value("name", "")] += e.value("dur", 0.0);
+    if (cat == "step") us["step"] += e.value("dur", 0.0);
+  }
+  json out = json::object();
+  for (const auto& [k, v] : us) out[k] = steps > 0 ? v / steps / 1e3 : 0.0;
+  return out;
+}
+
+// The ep all-to-all waits of two ranks split in two. An exchange ends on
+// both ranks at about the same time (trace times are the machine's steady
+// clock, the same in every process), so a wait of one rank is matched with
+// the other's that ended within kMatchUs of it. The part both waited (the
+// shorter of the two) is the exchange itself and its hand-offs; the rest, and
+// a wait the other rank did not have (waits under 1 us are not traced), is
+// the time this rank waited while the other still computed: routing
+// imbalance between the ranks' experts.
+json a2a_wait_parts(const json& t0, const json& t1) {
+  constexpr double kMatchUs = 200;
+  struct Wait { double end, dur; };
+  auto waits = [](const json& t, double& steps) {
+    std::vector<Wait> w;
+    for (const auto& e : t.value("traceEvents", json::array())) {
+      if (e.value("ph", "") != "X") continue;
+      if (e.value("cat", "") == "step") ++steps;
+      if (e.value("cat", "") == "wait" && e.value("name", "") == "wait alltoall ep")
+        w.push_back({e.value("ts", 0.0) + e.value("dur", 0.0), e.value("dur", 0.0)});
+    }
+    std::sort(w.begin(), w.end(), [](const Wait& a, const Wait& b) { return a.end < b.end; });
+    return w;
+  };
+  double s0 = 0, s1 = 0;
+  const std::vector<Wait> w[2] = {waits(t0, s0), waits(t1, s1)};
+  if (s0 <= 0 || s1 != s0) return {{"error", "the ranks' traces hold different step counts"}};
+  double both = 0, only[2] = {0, 0}, matched = 0;
+  for (int r = 0; r < 2; ++r)
+    for (const Wait& a : w[r]) {
+      const auto& other = w[1 - r];
+      auto it = std::lower_bound(other.begin(), other.end(), a.end - kMatchUs,
+                                 [](const Wait& x, double v) { return x.end < v; });
+      const double partner = it != other.end() && it->end <= a.end + kMatchUs ? it->dur : 0.0;
+      const double m = std::min(a.dur, partner);
+      only[r] += a.dur - m;
+      if (r == 0) both += m, matched += partner > 0;
+    }
+  const double per = 1e3 * s0;
+  return {{"waits_per_step", {static_cast<double>(w[0].size()) / s0, static_cast<double>(w[1].size()) / s0}},
+          {"matched_per_step", matched / s0},
+          {"match_window_us", kMatchUs},
+          {"both_waited_ms_per_step", both / per},
+          {"imbalance_ms_per_step", {only[0] / per, only[1] / per}}};
+}
+
 // The experts of one MoE layer forward and backward on routed rows: grouped
 // GEMMs against the loop over experts a PyTorch user writes (each expert's
 // rows found by a mask, gathered, computed, added back), SwiGLU, one thread.
@@ -136,8 +197,45 @@ json run_moe_bench(const MoeBenchOptions& o) {
     json shares = json::array();
     for (const auto& tr : t.traces) shares.push_back(a2a_wait_share(tr));
     part["a2a_wait_share_per_rank"] = shares;
+    double worst = 0;
+    for (const auto& sh : shares) worst = std::max(worst, sh.get<double>());
+    const double med = median_from(ratios, 0);
+    part["goals"] = {{"ep2_over_ep1_at_most_0.95",
+                      {{"target", 0.95}, {"pairs", ratios.size()}, {"met", ratios.size() >= kMinPairs && med <= 0.95}}},
+                     {"a2a_wait_share_below_0.05", {{"target", 0.05}, {"met", !shares.empty() && worst < 0.05}}}};
     part["a2a_method"] = "one traced dp2-ep2 run (not timed): per rank, the time its compute waited for all-to-alls on "
                          "ep (trace events 'wait alltoall ep', forward and backward) over its traced steps' time";
+    if (t.traces.size() == 2) part["a2a_wait_parts"] = a2a_wait_parts(t.traces[0], t.traces[1]);
+    // What ep 2 can save at most: ep 1's optimizer, clip and gradient
+    // synchronisation (the experts are nearly all the parameters; ep 2 updates
+    // half of them and reduces none over dp), from one traced dp2-ep1 run.
+    Job traced1 = ep1;
+    traced1.label = "dp2-ep1-traced";
+    traced1.overrides.push_back("run.trace=true");
+    const JobResult t1 = run_job(traced1);
+    json phases = json::array();
+    for (const auto& tr : t1.traces) phases.push_back(phase_ms_per_step(tr));
+    part["ep1_traced_ms_per_step"] = phases;
+    // The most ep 2 can take off ep 1's step with the same computation: half
+    // the optimizer and the clip's norm (the experts, nearly all parameters,
+    // are halved per rank) and all of the gradient synchronisation.
+    double bound = 0, step = 0;
+    for (const auto& ph : phases) {
+      auto ms = [&](const char* k) { return ph.value(k, 0.0); };
+      bound = std::max(bound, 0.5 * ms("optimizer") + 0.5 * ms("clip") + ms("grad_sync"));
+      step = std::max(step, ms("step"));
+    }
+    if (step > 0)
+      part["ep2_best_case"] = {{"ep1_step_ms", step},
+                               {"savings_bound_ms", bound},
+                               {"ep2_over_ep1_at_best", (step - bound) / step},
+                               {"method", "from the traced dp2-ep1 run, the larger rank's: 0.5 optimizer + 0.5 clip + "
+                                          "grad_sync, against its step; ep 2 computes the same GEMMs"}};
+    json phases2 = json::array();
+    for (const auto& tr : t.traces) phases2.push_back(phase_ms_per_step(tr));
+    part["ep2_traced_ms_per_step"] = phases2;
+    part["traced_method"] = "one traced run each of dp2-ep1 and dp2-ep2 (not timed): per rank, the trace's phase and "
+                            "wait events in ms per step; a2a_wait_parts matches the ranks' ep all-to-all waits by their end times";
     if (t.exit_code == 0 && t.summary.contains("train_metrics")) {
       const auto& mb = t.summary["train_metrics"]["moe_a2a_bytes"];
       part["a2a_forward_bytes_per_rank_step"] = mb.empty() ? 0.0 : mb.back().get<double>();
