@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from validity import Validity
+
 LICENCES = "/usr/share/common-licenses"
 
 
@@ -83,15 +85,21 @@ def main():
         variants = {"smp-data 1 thread": ["--workers", "1"], "smp-data all threads": ["--workers", str(cores)]}
         seconds = {k: [] for k in list(variants) + ["spm_encode"]}
         tokens = 0
-        for _ in range(a.rounds):
+        validity = Validity()
+        out["load_1_5_15_at_start"] = os.getloadavg()
+        for rnd in range(a.rounds):
             for name, extra in variants.items():
-                t, r = timed([tool, "prepare", "--input", corpus, "--tokenizer", "sentencepiece", "--tokenizer-model",
-                              model + ".model", "--output-prefix", os.path.join(work, "tp")] + extra,
-                             stdout=subprocess.PIPE)
+                t, r = validity.measure(name, rnd + 1, lambda: timed(
+                    [tool, "prepare", "--input", corpus, "--tokenizer", "sentencepiece", "--tokenizer-model",
+                     model + ".model", "--output-prefix", os.path.join(work, "tp")] + extra, stdout=subprocess.PIPE))
                 seconds[name].append(t)
                 tokens = json.loads(r.stdout.strip().splitlines()[-1])["tokens"]
-            with open(os.devnull, "w") as null:
-                t, _ = timed(["spm_encode", "--model", model + ".model", "--output_format", "id"] + files, stdout=null)
+
+            def spm_encode():
+                with open(os.devnull, "w") as null:
+                    return timed(["spm_encode", "--model", model + ".model", "--output_format", "id"] + files,
+                                 stdout=null)
+            t, _ = validity.measure("spm_encode", rnd + 1, spm_encode)
             seconds["spm_encode"].append(t)
         out["prepare"] = {
             "method": "wall time of the whole command (reading, tokenizing, writing), SentencePiece unigram model "
@@ -118,7 +126,7 @@ def main():
         runs = {}
         for name, config, sets in (("bytes", "gpt-small.toml", [f"model.data={bytes_prefix}", "model.vocab=257"]),
                                    ("sentencepiece", "gpt-small-spm.toml", [])):
-            d, s = job(a.build, config, common + sets + ["run.trace=true"], cwd=work)
+            d, s = validity.measure(name, 1, lambda: job(a.build, config, common + sets + ["run.trace=true"], cwd=work))
             trace = json.load(open(os.path.join(d, "trace", "rank-0.json")))
             steps = sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("cat") == "step" and e.get("ph") == "X")
             data_us = sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("cat") == "data" and e.get("ph") == "X")
@@ -143,6 +151,8 @@ def main():
                                   for r in runs.values()),
         }
         print(json.dumps(out["quality"]["runs"]), flush=True)
+        out["validity"] = validity.json()
+        out["load_1_5_15_at_end"] = os.getloadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.out:

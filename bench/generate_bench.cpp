@@ -24,6 +24,27 @@ namespace fs = boost::filesystem;
 // The median of every value (jobs.h's, from the first).
 double median(const std::vector<double>& v) { return median_from(v, 0); }
 
+// Runs `round` until other processes kept at most o.quiet_cores busy during it
+// (run_repeated's rule: at most kInvalidRetries more times, each set-aside
+// attempt in invalid_attempts()). `round` measures and returns what stores
+// its figures, called for the attempt that stands.
+template <class Round>
+void valid_round(const GenerateBenchOptions& o, const std::string& label, int r, Round&& round) {
+  for (int attempt = 0;; ++attempt) {
+    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
+    const OtherCores others;
+    auto store = round();
+    const double busy = others.cores();
+    const bool kept = attempt == kInvalidRetries;
+    if (busy > o.quiet_cores) {
+      invalid_attempts().push_back({{"label", label}, {"round", r + 1}, {"competing_cores", busy}, {"kept", kept}});
+      std::cout << label << " round " << r << ": other processes used " << fmt(busy, 2) << " cores meanwhile: "
+                << (kept ? "kept, marked invalid" : "not valid, again") << std::endl;
+    }
+    if (busy <= o.quiet_cores || kept) return store();
+  }
+}
+
 using Ran = CommandResult;
 Ran run(const std::string& command) { return run_command(command); }
 
@@ -79,20 +100,22 @@ nlohmann::json run_generate_bench(const GenerateBenchOptions& o) {
   // Export and import, rounds interleaved with the disk probe.
   std::vector<double> export_s, import_s, disk, export_over_disk, import_over_disk;
   int64_t hf_bytes = 0, ckpt_bytes = folder_bytes(ckpt, ".safetensors");
-  for (int r = 0; r < o.repeat; ++r) {
-    fs::remove_all(work + "/hf");
-    fs::remove_all(work + "/imported");
-    competing_cores_now(0.5);
-    const Ran e = must(bin + "smp-checkpoint export " + ckpt + " " + work + "/hf --format hf");
-    hf_bytes = folder_bytes(work + "/hf", ".safetensors");
-    const Ran i = must(bin + "smp-checkpoint import " + work + "/hf " + work + "/imported --adapter gpt --format hf");
-    const double d = disk_write_bytes_per_s(work + "/probe", {hf_bytes});
-    export_s.push_back(e.seconds), import_s.push_back(i.seconds), disk.push_back(d);
-    export_over_disk.push_back(static_cast<double>(hf_bytes) / e.seconds / d);
-    import_over_disk.push_back(static_cast<double>(hf_bytes) / i.seconds / d);
-    std::cout << "round " << r << ": export " << fmt(e.seconds) << " s, import " << fmt(i.seconds) << " s, disk "
-              << human_bytes(d) << "/s" << std::endl;
-  }
+  for (int r = 0; r < o.repeat; ++r)
+    valid_round(o, "exchange", r, [&] {
+      fs::remove_all(work + "/hf");
+      fs::remove_all(work + "/imported");
+      const Ran e = must(bin + "smp-checkpoint export " + ckpt + " " + work + "/hf --format hf");
+      hf_bytes = folder_bytes(work + "/hf", ".safetensors");
+      const Ran i = must(bin + "smp-checkpoint import " + work + "/hf " + work + "/imported --adapter gpt --format hf");
+      const double d = disk_write_bytes_per_s(work + "/probe", {hf_bytes});
+      return [&, e, i, d] {
+        export_s.push_back(e.seconds), import_s.push_back(i.seconds), disk.push_back(d);
+        export_over_disk.push_back(static_cast<double>(hf_bytes) / e.seconds / d);
+        import_over_disk.push_back(static_cast<double>(hf_bytes) / i.seconds / d);
+        std::cout << "round " << r << ": export " << fmt(e.seconds) << " s, import " << fmt(i.seconds) << " s, disk "
+                  << human_bytes(d) << "/s" << std::endl;
+      };
+    });
   result["exchange"] = {{"checkpoint_bytes", ckpt_bytes},
                         {"hf_bytes", hf_bytes},
                         {"export_seconds", export_s},
@@ -123,30 +146,33 @@ nlohmann::json run_generate_bench(const GenerateBenchOptions& o) {
     bool same_tokens = true;
     double logprob_gap = 0;
     size_t distinct = 0;
-    for (int r = 0; r < o.repeat; ++r) {
-      competing_cores_now(0.5);
-      const Ran s = must(generate);
-      const size_t at = s.output.rfind("{\"batch_size\"");
-      if (at == std::string::npos) throw std::runtime_error("smp-generate printed no totals:\n" + s.output);
-      const double smp = nlohmann::json::parse(s.output.substr(at, s.output.find('\n', at) - at))["tokens_per_s"];
-      const PlainDecodeResult plain = plain_greedy_decode(work + "/hf", ids, o.new_tokens);
-      const double pl = static_cast<double>(plain.generated) / plain.seconds;
-      // The same greedy tokens, prompt by prompt: the two loops compute one model.
-      std::vector<std::vector<int64_t>> smp_ids;
-      for (size_t p = s.output.find("{\"ids\""); p != std::string::npos; p = s.output.find("{\"ids\"", p + 1)) {
-        const nlohmann::json line = nlohmann::json::parse(s.output.substr(p, s.output.find('\n', p) - p));
-        smp_ids.push_back(line["ids"]);
-        const std::vector<double> lp = line["logprobs"];
-        const auto& theirs = plain.logprobs[smp_ids.size() - 1];
-        for (size_t j = 0; j < std::min(lp.size(), theirs.size()); ++j)
-          logprob_gap = std::max(logprob_gap, std::fabs(lp[j] - theirs[j]));
-      }
-      same_tokens = same_tokens && smp_ids == plain.ids;
-      distinct = std::set<int64_t>(plain.ids[0].begin(), plain.ids[0].end()).size();
-      smp_rate.push_back(smp), plain_rate.push_back(pl), ratio.push_back(smp / pl);
-      std::cout << "batch " << b << " round " << r << ": smp " << fmt(smp) << " tokens/s, plain " << fmt(pl)
-                << " tokens/s" << std::endl;
-    }
+    for (int r = 0; r < o.repeat; ++r)
+      valid_round(o, "generate batch " + std::to_string(b), r, [&] {
+        const Ran s = must(generate);
+        const PlainDecodeResult plain = plain_greedy_decode(work + "/hf", ids, o.new_tokens);
+        return [&, s, plain] {
+          const size_t at = s.output.rfind("{\"batch_size\"");
+          if (at == std::string::npos) throw std::runtime_error("smp-generate printed no totals:\n" + s.output);
+          const double smp =
+              nlohmann::json::parse(s.output.substr(at, s.output.find('\n', at) - at))["tokens_per_s"];
+          const double pl = static_cast<double>(plain.generated) / plain.seconds;
+          // The same greedy tokens, prompt by prompt: the two loops compute one model.
+          std::vector<std::vector<int64_t>> smp_ids;
+          for (size_t p = s.output.find("{\"ids\""); p != std::string::npos; p = s.output.find("{\"ids\"", p + 1)) {
+            const nlohmann::json line = nlohmann::json::parse(s.output.substr(p, s.output.find('\n', p) - p));
+            smp_ids.push_back(line["ids"]);
+            const std::vector<double> lp = line["logprobs"];
+            const auto& theirs = plain.logprobs[smp_ids.size() - 1];
+            for (size_t j = 0; j < std::min(lp.size(), theirs.size()); ++j)
+              logprob_gap = std::max(logprob_gap, std::fabs(lp[j] - theirs[j]));
+          }
+          same_tokens = same_tokens && smp_ids == plain.ids;
+          distinct = std::set<int64_t>(plain.ids[0].begin(), plain.ids[0].end()).size();
+          smp_rate.push_back(smp), plain_rate.push_back(pl), ratio.push_back(smp / pl);
+          std::cout << "batch " << b << " round " << r << ": smp " << fmt(smp) << " tokens/s, plain " << fmt(pl)
+                    << " tokens/s" << std::endl;
+        };
+      });
     result["generation"]["batch_" + std::to_string(b)] = {{"batch", b},
                                                            {"smp_tokens_per_s", smp_rate},
                                                            {"plain_tokens_per_s", plain_rate},

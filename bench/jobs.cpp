@@ -68,6 +68,24 @@ double children_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+namespace {
+double own_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return children_cpu_seconds() + static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+}  // namespace
+
+OtherCores::OtherCores()
+    : busy0_(machine_busy_seconds()), own0_(own_cpu_seconds()), t0_(std::chrono::steady_clock::now()) {}
+
+double OtherCores::cores() const {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  if (wall <= 0) return 0.0;
+  return std::max(0.0, (machine_busy_seconds() - busy0_ - (own_cpu_seconds() - own0_)) / wall);
+}
+
 double competing_cores_now(double seconds) {
   const double b0 = machine_busy_seconds();
   const auto t0 = std::chrono::steady_clock::now();

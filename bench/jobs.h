@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,20 @@ double machine_busy_seconds();
 double children_cpu_seconds();
 // Cores kept busy by other processes over `seconds` while this process idles.
 double competing_cores_now(double seconds = 1.0);
+
+// Cores other processes kept busy on average since construction: the
+// machine's busy time less this process's and its waited-for children's CPU
+// time, over the wall time. For a benchmark that measures in-process work as
+// well as jobs (run_job counts its job's children alone).
+class OtherCores {
+ public:
+  OtherCores();
+  double cores() const;
+
+ private:
+  double busy0_, own0_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // Waits (up to max_wait_s) while other processes keep more than quiet_cores
 // busy, sampling sample_s first and twice that after; returns the cores they

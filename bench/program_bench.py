@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+from validity import Validity
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -96,20 +98,27 @@ def main():
     build = os.path.abspath(a.build)
     load_start = loadavg()
     smp_one(build, 5), plain(build, 5)  # warm the page cache and the allocator paths
+    validity = Validity()
     pairs = []
     for k in range(a.pairs):
+        p_run = lambda: validity.measure("plain", k + 1, lambda: plain(build, a.steps))
+        s_run = lambda: validity.measure("smp 1 rank", k + 1, lambda: smp_one(build, a.steps))
         if k % 2 == 0:
-            p, s = plain(build, a.steps), smp_one(build, a.steps)
+            p, s = p_run(), s_run()
         else:
-            s, p = smp_one(build, a.steps), plain(build, a.steps)
+            s, p = s_run(), p_run()
         pairs.append({"plain_seconds": p, "smp_seconds": s, "smp_over_plain_throughput": p / s})
         print(f"pair {k + 1}: plain {p:.3f} s, smp {s:.3f} s, throughput ratio {p / s:.3f}", flush=True)
     rounds = []
     for k in range(a.pairs):
-        t1 = smp_one(build, a.steps)
-        both = [start(smp_cmd(build, a.steps, [])) for _ in range(2)]
-        t_pair = max(finish(p, "mixer_smp (pair)") for p in both)
-        t_dp = smp_dp2(build, a.steps)
+        t1 = validity.measure("smp 1 rank", k + 1, lambda: smp_one(build, a.steps))
+
+        def two_at_once():
+            both = [start(smp_cmd(build, a.steps, [])) for _ in range(2)]
+            return max(finish(p, "mixer_smp (pair)") for p in both)
+
+        t_pair = validity.measure("two at once", k + 1, two_at_once)
+        t_dp = validity.measure("dp 2", k + 1, lambda: smp_dp2(build, a.steps))
         r = {"one_rank_seconds": t1, "two_at_once_seconds": t_pair, "dp2_seconds": t_dp,
              "bound_over_1rank": 2 * t1 / t_pair, "dp2_weak_over_1rank": 2 * t1 / t_dp,
              "dp2_weak_over_bound": t_pair / t_dp}
@@ -131,6 +140,7 @@ def main():
         "one_rank": {"pairs": pairs, "ratios": [p["smp_over_plain_throughput"] for p in pairs],
                      "smp_over_plain_throughput_median": med([p["smp_over_plain_throughput"] for p in pairs]),
                      "goal": 0.97},
+        "validity": validity.json(),
         "dp2": {"rounds": rounds,
                 "bound_over_1rank_per_round": [r["bound_over_1rank"] for r in rounds],
                 "dp2_weak_over_bound_per_round": [r["dp2_weak_over_bound"] for r in rounds],

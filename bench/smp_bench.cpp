@@ -908,7 +908,6 @@ int cmd_generate(const Common& c, int64_t new_tokens) {
   result.erase("batch_size");
   result.erase("timing_rule");
   result.update(bench::run_generate_bench(o));
-  result["machine_after"] = bench::machine_json();
   for (const char* b : {"batch_1", "batch_8"}) {
     const json& g = result["generation"][b];
     std::cout << "smp-bench generate " << b << ": smp " << fmt(g["median_smp_tokens_per_s"].get<double>())
@@ -919,8 +918,7 @@ int cmd_generate(const Common& c, int64_t new_tokens) {
   std::cout << "export " << fmt(x["median_export_seconds"].get<double>()) << " s, import "
             << fmt(x["median_import_seconds"].get<double>()) << " s for " << bench::human_bytes(x["hf_bytes"].get<double>())
             << "; disk " << bench::human_bytes(x["median_disk_write_bytes_per_s"].get<double>()) << "/s\n";
-  std::ofstream(c.out) << result.dump(2) << "\n";
-  std::cout << "wrote " << c.out << "\n";
+  finish(result, c);
   return 0;
 }
 

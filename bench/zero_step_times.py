@@ -11,6 +11,8 @@ by zero 0's of the same round; the median of those paired ratios is reported.
 """
 import argparse, time, json, os, statistics, subprocess, sys, tempfile
 
+from validity import Validity
+
 VARIANTS = [
     ("zero0", ["parallel.zero=0"]),
     ("zero1", ["parallel.zero=1"]),
@@ -47,10 +49,12 @@ def main():
     base = ["parallel.dp=2", "train.steps=10", "train.batch_size=16", "run.log_to_file=false", "run.threads=1"]
     times = {name: [] for name, _ in VARIANTS}
     memory = {}
+    validity = Validity()
+    load_start = os.getloadavg()
     for rnd in range(a.rounds):
         order = VARIANTS[rnd % len(VARIANTS):] + VARIANTS[:rnd % len(VARIANTS)]
         for name, sets in order:
-            t, m = run(a.build, a.config, base + sets)
+            t, m = validity.measure(name, rnd + 1, lambda: run(a.build, a.config, base + sets))
             times[name].append(t)
             memory[name] = m
         print(f"round {rnd + 1}: " + "  ".join(f"{n} {1000 * times[n][-1]:.0f} ms" for n, _ in VARIANTS), flush=True)
@@ -64,7 +68,8 @@ def main():
               f"{statistics.median(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f})  memory {memory[name] / 1e6:.1f} MB")
     out = {"commit": source_commit(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "what": "dp=2 step time, ZeRO stages and checkpointing vs zero 0, paired per round (median of ratios)",
-           "config": a.config, "overrides": base, "rounds": a.rounds, "rows": rows}
+           "config": a.config, "overrides": base, "rounds": a.rounds, "rows": rows,
+           "load_1_5_15_at_start": load_start, "load_1_5_15_at_end": os.getloadavg(), "validity": validity.json()}
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
