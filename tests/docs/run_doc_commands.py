@@ -47,8 +47,10 @@ COMMAND_TIMEOUT_S = 90
 
 
 class Rule:
-    def __init__(self, action, cmd, why, file=r".*", subs=(), expect=None, tag=None, check=None):
+    def __init__(self, action, cmd, why, file=r".*", subs=(), expect=None, tag=None, check=None,
+                 timeout_s=COMMAND_TIMEOUT_S):
         self.action = action  # "run", "fail" or "skip"
+        self.timeout_s = timeout_s  # run: the command's own limit
         self.file = re.compile(file)
         self.cmd = re.compile(cmd)
         self.why = why
@@ -190,6 +192,10 @@ RULES = [
     Rule("run", r"^build/bin/smp-launch --estimate-memory --device-memory 80GB --plugin gpt "
                 r"--config configs/gpt3-175b-1024\.toml$", file=r"^docs/memory\.md$", check=check_estimate_table,
          why="an estimate, no training: as written; the table below it must be its output, rounded"),
+    # It times every GEMM size five times on two ranks at once: a minute on a
+    # quiet 2-core machine, twice that beside another test (ctest -j2).
+    Rule("run", r"^build/bin/smp-plan --calibrate ", why="as written; measuring takes minutes beside other tests",
+         timeout_s=240),
     Rule("run", r"^build/bin/smp-(data|checkpoint|generate|plan) ", why="as written"),
     Rule("run", r"^echo \"[^\"]*\" \| build/bin/smp-data ", why="as written"),
 ]
@@ -373,19 +379,19 @@ def environment(work, build):
     return env
 
 
-def execute(cmd, work, build):
+def execute(cmd, work, build, timeout_s=COMMAND_TIMEOUT_S):
     """Runs a command with bash in its own process group; on a timeout the
     whole group (a launcher and its ranks) is killed. Returns (status, output)."""
     p = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], cwd=work, env=environment(work, build),
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=COMMAND_TIMEOUT_S)
+        out, _ = p.communicate(timeout=timeout_s)
         return p.returncode, out.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
-        return "timeout after %d s" % COMMAND_TIMEOUT_S, out.decode("utf-8", "replace")
+        return "timeout after %d s" % timeout_s, out.decode("utf-8", "replace")
 
 
 def tail(text, n=40):
@@ -446,7 +452,7 @@ def main():
                 if work is None:
                     work = make_workdir(root, rel, repo, build)
                 t0 = time.time()
-                rc, out = execute(run, work, build)
+                rc, out = execute(run, work, build, rule.timeout_s)
                 dt = time.time() - t0
                 ran += 1
                 with open(os.path.join(work, "logs", "%d.log" % line), "w", encoding="utf-8") as f:
