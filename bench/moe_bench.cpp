@@ -189,11 +189,14 @@ json run_moe_bench(const MoeBenchOptions& o) {
     const auto ratios = paired_ratios(measured[1].step_seconds_all, measured[0].step_seconds_all);
     json part = {{"runs", runs_json(measured)},
                  {"ep2_over_ep1_step_time_paired", {{"per_repeat", ratios}, {"median", median_from(ratios, 0)}}}};
-    // The all-to-all's share: one traced run (traces cost time, so it is not a timed one).
-    Job traced = ep2;
-    traced.label = "dp2-ep2-traced";
-    traced.overrides.push_back("run.trace=true");
-    const JobResult t = run_job(traced);
+    // Traced runs cost time, so they are not timed ones.
+    auto run_traced = [](Job job) {
+      job.label += "-traced";
+      job.overrides.push_back("run.trace=true");
+      return run_job(job);
+    };
+    // The all-to-all's share: one traced ep 2 run.
+    const JobResult t = run_traced(ep2);
     json shares = json::array();
     for (const auto& tr : t.traces) shares.push_back(a2a_wait_share(tr));
     part["a2a_wait_share_per_rank"] = shares;
@@ -209,10 +212,7 @@ json run_moe_bench(const MoeBenchOptions& o) {
     // What ep 2 can save at most: ep 1's optimizer, clip and gradient
     // synchronisation (the experts are nearly all the parameters; ep 2 updates
     // half of them and reduces none over dp), from one traced dp2-ep1 run.
-    Job traced1 = ep1;
-    traced1.label = "dp2-ep1-traced";
-    traced1.overrides.push_back("run.trace=true");
-    const JobResult t1 = run_job(traced1);
+    const JobResult t1 = run_traced(ep1);
     json phases = json::array();
     for (const auto& tr : t1.traces) phases.push_back(phase_ms_per_step(tr));
     part["ep1_traced_ms_per_step"] = phases;
