@@ -419,26 +419,31 @@ TEST_F(NnTest, MoeMatchesAPerTokenLoopOverItsExperts) {
 }
 
 // The grouped GEMM: uneven groups (one empty), forward and both gradients
-// against one matmul per group.
+// against one matmul per group; then two rounds over the weights (group g
+// uses weight g mod 4, as (source, expert) segments do), where each weight's
+// gradient sums its two segments.
 TEST_F(NnTest, GroupedGemmMatchesOneMatmulPerGroup) {
-  const std::vector<int64_t> counts{3, 0, 5, 1};
-  const Tensor x = randn({9, 6}, 40).requires_grad_(true), w = randn({4, 7, 6}, 41).requires_grad_(true);
-  const Tensor xr = x.detach().clone().requires_grad_(true), wr = w.detach().clone().requires_grad_(true);
-  const Tensor y = smp_nn::grouped_mm(x, w, counts);
-  std::vector<Tensor> parts;
-  int64_t row = 0;
-  for (size_t g = 0; g < counts.size(); ++g) {
-    parts.push_back(at::matmul(xr.narrow(0, row, counts[g]), wr[g].t()));
-    row += counts[g];
+  for (const std::vector<int64_t>& counts : {std::vector<int64_t>{3, 0, 5, 1}, std::vector<int64_t>{3, 0, 5, 1, 2, 0, 4, 1}}) {
+    int64_t rows = 0;
+    for (int64_t c : counts) rows += c;
+    const Tensor x = randn({rows, 6}, 40).requires_grad_(true), w = randn({4, 7, 6}, 41).requires_grad_(true);
+    const Tensor xr = x.detach().clone().requires_grad_(true), wr = w.detach().clone().requires_grad_(true);
+    const Tensor y = smp_nn::grouped_mm(x, w, counts);
+    std::vector<Tensor> parts;
+    int64_t row = 0;
+    for (size_t g = 0; g < counts.size(); ++g) {
+      parts.push_back(at::matmul(xr.narrow(0, row, counts[g]), wr[static_cast<int64_t>(g % 4)].t()));
+      row += counts[g];
+    }
+    const Tensor yr = at::cat(parts);
+    EXPECT_TRUE(close(y, yr));
+    const Tensor gy = randn({rows, 7}, 42);
+    (y * gy).sum().backward();
+    (yr * gy).sum().backward();
+    EXPECT_TRUE(close(x.grad(), xr.grad()));
+    EXPECT_TRUE(close(w.grad(), wr.grad())) << counts.size() << " groups";
+    EXPECT_EQ(w.grad()[1].abs().sum().item<double>(), 0.0);  // the empty groups
   }
-  const Tensor yr = at::cat(parts);
-  EXPECT_TRUE(close(y, yr));
-  const Tensor gy = randn({9, 7}, 42);
-  (y * gy).sum().backward();
-  (yr * gy).sum().backward();
-  EXPECT_TRUE(close(x.grad(), xr.grad()));
-  EXPECT_TRUE(close(w.grad(), wr.grad()));
-  EXPECT_EQ(w.grad()[1].abs().sum().item<double>(), 0.0);  // the empty group
 }
 
 

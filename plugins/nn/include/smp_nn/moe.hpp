@@ -127,15 +127,19 @@ inline void make_params(MoeParams& p) {
 }
 
 namespace detail {
-// y[rows of group g] = x[rows of group g] W_g^T for groups of consecutive rows.
+// y[rows of group g] = x[rows of group g] W_{g mod G}^T for groups of
+// consecutive rows (G = w.size(0)): counts may list several rounds of the G
+// weights, e.g. (source rank, local expert) segments in the order an
+// all-to-all delivers them.
 inline Tensor grouped_mm_rows(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts, bool transpose_w) {
-  const int64_t out = transpose_w ? w.size(1) : w.size(2);
+  const int64_t out = transpose_w ? w.size(1) : w.size(2), G = w.size(0);
   Tensor y = at::empty({x.size(0), out}, x.options());
   int64_t row = 0;
   for (size_t g = 0; g < counts.size(); ++g) {
     if (counts[g] == 0) continue;
+    const Tensor wg = w[static_cast<int64_t>(g) % G];
     Tensor yg = y.narrow(0, row, counts[g]);
-    at::mm_out(yg, x.narrow(0, row, counts[g]), transpose_w ? w[g].t() : w[g]);
+    at::mm_out(yg, x.narrow(0, row, counts[g]), transpose_w ? wg.t() : wg);
     row += counts[g];
   }
   return y;
@@ -155,12 +159,19 @@ struct GroupedMm : torch::autograd::Function<GroupedMm> {
     const Tensor gy = g[0].contiguous();
     Tensor gx = grouped_mm_rows(gy, w, counts, false);  // dX_g = dY_g W_g
     Tensor gw = at::zeros_like(w);
+    const int64_t G = w.size(0);
+    std::vector<bool> written(static_cast<size_t>(G), false);
     int64_t row = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      if (counts[e] == 0) continue;
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] == 0) continue;
+      const int64_t e = static_cast<int64_t>(s) % G;
       Tensor gwe = gw[e];
-      at::mm_out(gwe, gy.narrow(0, row, counts[e]).t(), x.narrow(0, row, counts[e]));  // dW_g = dY_g^T X_g
-      row += counts[e];
+      const Tensor gys = gy.narrow(0, row, counts[s]).t(), xs = x.narrow(0, row, counts[s]);
+      if (written[e])
+        gwe.addmm_(gys, xs);  // dW_e += dY_s^T X_s: a later round of the same weight
+      else
+        at::mm_out(gwe, gys, xs), written[e] = true;
+      row += counts[s];
     }
     return {gx, gw, Tensor()};
   }
@@ -187,15 +198,16 @@ struct DeliveredAllToAll : torch::autograd::Function<DeliveredAllToAll> {
 }  // namespace detail
 
 // The grouped GEMM of MoE experts: x [N, in] with rows sorted by group
-// (counts[g] rows for group g), w [G, out, in] -> [N, out], one GEMM per
-// non-empty group into its rows of one output, and the same in backward (no
-// gathers, masks or per-expert copies).
+// (counts[g] rows for group g, which uses weight g mod G), w [G, out, in] ->
+// [N, out], one GEMM per non-empty group into its rows of one output, and the
+// same in backward (no gathers, masks or per-expert copies).
 inline Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& counts) {
   return detail::GroupedMm::apply(x.contiguous(), w, counts);
 }
 
-// The experts' MLP on rows sorted by local expert. Under expert tp the
-// result is this rank's partial sum (its ffn columns).
+// The experts' MLP on rows in groups of local experts (counts: one or more
+// rounds over the local experts, see grouped_mm). Under expert tp the result
+// is this rank's partial sum (its ffn columns).
 inline Tensor experts_mlp(const MoeParams& p, const MoeConfig& c, const Tensor& x, const std::vector<int64_t>& counts) {
   if (!c.swiglu) return grouped_mm(gelu_tanh(grouped_mm(x, p.gate, counts)), p.down, counts);
   return grouped_mm(at::silu(grouped_mm(x, p.gate, counts)) * grouped_mm(x, p.up, counts), p.down, counts);
@@ -283,8 +295,9 @@ inline Routing route(const Tensor& x, const Tensor& router, const MoeConfig& c, 
 }
 
 // Moves each kept (token, expert) assignment's row to the ep rank holding the
-// expert, runs `experts` on the rows sorted by local expert, and returns the
-// gate-weighted sum per token [N, h]. x [N, h]; experts, gates, keep [N, k].
+// expert, runs `experts` on the rows in groups of local experts (counts: one
+// per expert, or one per (source rank, local expert) in source order; see
+// grouped_mm), and returns the gate-weighted sum per token [N, h]. x [N, h]; experts, gates, keep [N, k].
 // `overlap` (optional) runs while the rows travel (the shared experts).
 // a2a_bytes / a2a_ms: what this rank's forward all-to-alls sent, and the time
 // it spent in them (waiting, not overlapped).
@@ -317,13 +330,12 @@ inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Ten
     // Counts first: how many rows of each local expert every rank sends here.
     const std::vector<int64_t> per_rank(static_cast<size_t>(n), local);
     const Tensor recv_t = ep.alltoall(counts_t, per_rank, per_rank);  // [n * local], source-major
-    std::vector<int64_t> send(static_cast<size_t>(n), 0), recv(static_cast<size_t>(n), 0), mine(static_cast<size_t>(local), 0);
+    std::vector<int64_t> send(static_cast<size_t>(n), 0), recv(static_cast<size_t>(n), 0);
     const int64_t* rc = recv_t.data_ptr<int64_t>();
     for (int j = 0; j < n; ++j)
       for (int64_t l = 0; l < local; ++l) {
         send[j] += counts[j * local + l];
         recv[j] += rc[j * local + l];
-        mine[l] += rc[j * local + l];
       }
     // The rows, asynchronously: `overlap` computes meanwhile.
     int64_t rows_in = 0;
@@ -337,11 +349,11 @@ inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Ten
     rows.wait();
     *a2a_ms += since(t0);
     const Tensor xr = detail::DeliveredAllToAll::apply(xs, received, smp::sdk::comm_id(ep), send, recv);
-    // Received rows come source-major; the experts want them expert-major.
-    const Tensor row_expert = at::arange(local).repeat({n}).repeat_interleave(recv_t).to(x.device());
-    const Tensor perm = std::get<1>(row_expert.sort(/*stable=*/true, 0, false));
-    const Tensor ye = fn(xr.index_select(0, perm), mine);
-    const Tensor yr = at::empty_like(ye).index_copy(0, perm, ye);
+    // Received rows come source-major, each source's sorted by local expert:
+    // the experts run on them in place, one group per (source, expert)
+    // segment, so nothing is permuted there and back.
+    const std::vector<int64_t> segments(rc, rc + n * local);
+    const Tensor yr = fn(xr, segments);
     t0 = clock::now();
     ys = smp::sdk::all_to_all(yr, ep, recv, send);
     *a2a_ms += since(t0);
