@@ -354,8 +354,9 @@ TEST(ExpertsEquivalence, ExpertParallel) {
 
 // The MoE adapter (adapters/moe) in dropless mode: experts over ep by
 // all-to-all, with pp, tp (expert tp on and off, with and without sequence
-// parallelism), dp and ZeRO-3; losses, gradient norms, parameters and every
-// step's expert load, aux and z losses equal the serial run's.
+// parallelism), dp, ZeRO-2 with recomputation and ZeRO-3; losses, gradient
+// norms, parameters and every step's expert load, aux and z losses equal the
+// serial run's.
 TEST(MoeEquivalence, ExpertParallelWithPipelineTensorAndDataParallel) {
   expect_equivalent(moe(), {
                                {"dp2 ep2", 2, {"parallel.dp=2", "parallel.ep=2"}},
@@ -367,6 +368,10 @@ TEST(MoeEquivalence, ExpertParallelWithPipelineTensorAndDataParallel) {
                                {"dp2 ep2 x tp2 sequence-parallel", 4,
                                 {"parallel.dp=2", "parallel.ep=2", "parallel.tp=2", "tp.sequence_parallel=true"}},
                                {"dp4 ep2 zero3", 4, {"parallel.dp=4", "parallel.ep=2", "parallel.zero=3"}},
+                               // Deferred expert weight gradients with each moe layer recomputed in
+                               // backward (a chain per layer) and ZeRO-2's hooks counting them.
+                               {"dp2 ep2 zero2 moe recomputed", 2,
+                                {"parallel.dp=2", "parallel.ep=2", "parallel.zero=2", "memory.checkpoint=[\"moe\"]"}},
                                {"pp2 x dp2 ep2 x tp2", 8,
                                 {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.tp=2"}},
                            });

@@ -447,6 +447,51 @@ TEST_F(NnTest, GroupedGemmMatchesOneMatmulPerGroup) {
 }
 
 
+// Deferred expert weight gradients (smp_nn/deferred_grads.hpp): behind a
+// chain's flush point, the deferred grouped GEMM gives the same gradients as
+// the plain one, each parameter's AccumulateGrad runs once with a gradient
+// (its post hooks are what data-parallel buckets count) and nothing is left
+// pending; a task left over at the next chain start is an error naming the node.
+namespace {
+struct CountingHook : torch::autograd::FunctionPostHook {
+  int* calls;
+  explicit CountingHook(int* c) : calls(c) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& inputs) override {
+    if (!inputs.empty() && inputs[0].defined()) ++*calls;
+    return outputs;
+  }
+};
+}  // namespace
+
+TEST_F(NnTest, DeferredWeightGradientsArriveOnceThroughAutograd) {
+  const std::vector<int64_t> counts{3, 0, 5, 1, 2, 0, 4, 1};  // two rounds over 4 weights
+  const Tensor x = randn({16, 6}, 50).requires_grad_(true), w = randn({4, 7, 6}, 51).requires_grad_(true);
+  const Tensor xr = x.detach().clone().requires_grad_(true), wr = w.detach().clone().requires_grad_(true);
+  int calls = 0;
+  auto acc = torch::autograd::impl::grad_accumulator(w);
+  acc->add_post_hook(std::make_unique<CountingHook>(&calls));
+  smp_nn::DeferredWeightGrads& pool = smp_nn::DeferredWeightGrads::current();
+  const Tensor xin = smp_nn::start_deferral_chain(x, true, "moe0");
+  EXPECT_TRUE(pool.armed);
+  const Tensor y = smp_nn::detail::DeferredGroupedMm::apply(xin, w.detach(), counts, smp_nn::detail::ParamRef{w});
+  const Tensor gy = randn({16, 7}, 52);
+  (y * gy).sum().backward();
+  (smp_nn::grouped_mm(xr, wr, counts) * gy).sum().backward();
+  EXPECT_TRUE(pool.empty()) << pool.pending() << " task(s) left after the flush point";
+  EXPECT_EQ(calls, 1) << "AccumulateGrad calls with a gradient";
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(at::equal(w.grad(), wr.grad())) << "same GEMMs in the same order";
+  EXPECT_TRUE(at::equal(x.grad(), xr.grad()));
+
+  pool.add([] { return true; });  // a task whose backward pass never reached its flush point
+  const std::string err = smp_test::error_of<std::logic_error>([&] { smp_nn::start_deferral_chain(x, true, "moe0"); });
+  EXPECT_NE(err.find("node 'moe0'"), std::string::npos) << err;
+  EXPECT_NE(err.find("never computed"), std::string::npos) << err;
+  EXPECT_TRUE(pool.empty());
+  pool.armed = false;
+}
+
 // Grouped-query attention by its definition: query head i attends with kv head
 // i / (heads / kv_heads); k and v have kv_heads * head_dim rows.
 TEST_F(NnTest, GroupedQueryAttention) {

@@ -16,6 +16,7 @@
 // over tp first.
 #pragma once
 
+#include <smp_nn/deferred_grads.hpp>
 #include <smp_nn/modules.hpp>
 
 #include <smp/sdk/collectives.hpp>
@@ -144,6 +145,37 @@ inline Tensor grouped_mm_rows(const Tensor& x, const Tensor& w, const std::vecto
   }
   return y;
 }
+// dW of a grouped GEMM (dW_e = sum over e's segments of dY_s^T X_s), one
+// segment per step so that a deferred one can stop between them.
+struct GroupedWeightGrad {
+  Tensor gy, x, gw;  // gy [N, out] contiguous, x [N, in], gw [G, out, in]
+  std::vector<int64_t> counts;
+  std::vector<bool> written;
+  size_t next = 0;
+  int64_t row = 0;
+  GroupedWeightGrad(Tensor gy_, Tensor x_, const Tensor& w, std::vector<int64_t> c)
+      : gy(std::move(gy_)), x(std::move(x_)), gw(at::zeros_like(w)), counts(std::move(c)),
+        written(static_cast<size_t>(w.size(0)), false) {}
+  void skip_empty() {
+    while (next < counts.size() && counts[next] == 0) ++next;
+  }
+  // One segment; true when none is left.
+  bool step() {
+    skip_empty();
+    if (next < counts.size()) {
+      const int64_t e = static_cast<int64_t>(next) % gw.size(0), n = counts[next];
+      Tensor gwe = gw[e];
+      const Tensor a = gy.narrow(0, row, n).t(), b = x.narrow(0, row, n);
+      if (written[static_cast<size_t>(e)])
+        gwe.addmm_(a, b);  // a later round of the same weight
+      else
+        at::mm_out(gwe, a, b), written[static_cast<size_t>(e)] = true;
+      row += n, ++next;
+      skip_empty();
+    }
+    return next == counts.size();
+  }
+};
 struct GroupedMm : torch::autograd::Function<GroupedMm> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w,
                         std::vector<int64_t> counts) {
@@ -158,22 +190,67 @@ struct GroupedMm : torch::autograd::Function<GroupedMm> {
     const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
     const Tensor gy = g[0].contiguous();
     Tensor gx = grouped_mm_rows(gy, w, counts, false);  // dX_g = dY_g W_g
-    Tensor gw = at::zeros_like(w);
-    const int64_t G = w.size(0);
-    std::vector<bool> written(static_cast<size_t>(G), false);
-    int64_t row = 0;
-    for (size_t s = 0; s < counts.size(); ++s) {
-      if (counts[s] == 0) continue;
-      const int64_t e = static_cast<int64_t>(s) % G;
-      Tensor gwe = gw[e];
-      const Tensor gys = gy.narrow(0, row, counts[s]).t(), xs = x.narrow(0, row, counts[s]);
-      if (written[e])
-        gwe.addmm_(gys, xs);  // dW_e += dY_s^T X_s: a later round of the same weight
-      else
-        at::mm_out(gwe, gys, xs), written[e] = true;
-      row += counts[s];
+    GroupedWeightGrad wg(gy, x, w, counts);
+    while (!wg.step()) {
     }
-    return {gx, gw, Tensor()};
+    return {gx, wg.gw, Tensor()};
+  }
+};
+// The grouped GEMM with its weight gradient left to the thread's
+// DeferredWeightGrads: w comes detached, the parameter by ParamRef, which
+// receives the gradient when the task completes.
+struct DeferredGroupedMm : torch::autograd::Function<DeferredGroupedMm> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w,
+                        std::vector<int64_t> counts, ParamRef p) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["counts"] = counts;
+    ctx->saved_data["param"] = p.param;
+    return grouped_mm_rows(x, w, counts, true);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    check_unrestricted_backward();
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1];
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const Tensor gy = g[0].contiguous();
+    Tensor gx = grouped_mm_rows(gy, w, counts, false);
+    auto wg = std::make_shared<GroupedWeightGrad>(gy, x, w, counts);
+    DeferredWeightGrads::current().add([wg, param = ctx->saved_data["param"].toTensor()] {
+      if (!wg->step()) return false;
+      torch::autograd::backward({param}, {wg->gw});  // AccumulateGrad and its hooks, as autograd would
+      return true;
+    });
+    return {gx, Tensor(), Tensor(), Tensor()};
+  }
+};
+// An exchange's event, with deferred weight-gradient steps run while it is
+// not ready.
+inline void wait_filling(smp::sdk::Event& e) {
+  DeferredWeightGrads::current().run_while([&] { return !e.ready(); });
+  e.wait();
+}
+// The SDK's all-to-all (the reverse one backward), whose backward exchange
+// runs deferred weight gradients while it waits: the experts' combine.
+struct CombineAllToAll : torch::autograd::Function<CombineAllToAll> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, int64_t comm,
+                        std::vector<int64_t> in_splits, std::vector<int64_t> out_splits) {
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["in_splits"] = in_splits;
+    ctx->saved_data["out_splits"] = out_splits;
+    return smp::sdk::detail::comm_of(ctx).alltoall(x, in_splits, out_splits);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    return {reverse_alltoall_filling(ctx, g[0]), Tensor(), Tensor(), Tensor()};
+  }
+  static Tensor reverse_alltoall_filling(torch::autograd::AutogradContext* ctx, const Tensor& grad) {
+    const Tensor gy = grad.contiguous();
+    Tensor gx;
+    smp::sdk::Event e = smp::sdk::detail::comm_of(ctx).alltoall_async(
+        gy, gx, ctx->saved_data["out_splits"].toIntVector(), ctx->saved_data["in_splits"].toIntVector());
+    wait_filling(e);
+    return gx;
   }
 };
 // The rows an all-to-all already delivered (`received`), joined to the graph
@@ -187,12 +264,11 @@ struct DeliveredAllToAll : torch::autograd::Function<DeliveredAllToAll> {
     ctx->saved_data["out_splits"] = out_splits;
     return received.view_as(received);
   }
-  // The SDK's all-to-all backward (same saved data), with no gradient for `received`.
+  // The reverse all-to-all (deferred weight gradients run while it waits),
+  // with no gradient for `received`.
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
-    torch::autograd::variable_list grads = smp::sdk::detail::AllToAll::backward(ctx, {g[0].contiguous()});
-    grads.insert(grads.begin() + 1, Tensor());
-    return grads;
+    return {CombineAllToAll::reverse_alltoall_filling(ctx, g[0]), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 }  // namespace detail
@@ -208,9 +284,15 @@ inline Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int
 // The experts' MLP on rows in groups of local experts (counts: one or more
 // rounds over the local experts, see grouped_mm). Under expert tp the result
 // is this rank's partial sum (its ffn columns).
-inline Tensor experts_mlp(const MoeParams& p, const MoeConfig& c, const Tensor& x, const std::vector<int64_t>& counts) {
-  if (!c.swiglu) return grouped_mm(gelu_tanh(grouped_mm(x, p.gate, counts)), p.down, counts);
-  return grouped_mm(at::silu(grouped_mm(x, p.gate, counts)) * grouped_mm(x, p.up, counts), p.down, counts);
+// `defer`: the weight gradients go to the thread's DeferredWeightGrads.
+inline Tensor experts_mlp(const MoeParams& p, const MoeConfig& c, const Tensor& x, const std::vector<int64_t>& counts,
+                          bool defer = false) {
+  auto mm = [&](const Tensor& in, const Tensor& w) {
+    return defer ? detail::DeferredGroupedMm::apply(in.contiguous(), w.detach(), counts, detail::ParamRef{w})
+                 : grouped_mm(in, w, counts);
+  };
+  if (!c.swiglu) return mm(gelu_tanh(mm(x, p.gate)), p.down);
+  return mm(at::silu(mm(x, p.gate)) * mm(x, p.up), p.down);
 }
 
 // Where this rank's tokens sit in their sequences, and the group (tp) that
@@ -355,7 +437,7 @@ inline Tensor dispatch_combine(const Tensor& x, const Tensor& experts, const Ten
     const std::vector<int64_t> segments(rc, rc + n * local);
     const Tensor yr = fn(xr, segments);
     t0 = clock::now();
-    ys = smp::sdk::all_to_all(yr, ep, recv, send);
+    ys = detail::CombineAllToAll::apply(yr, smp::sdk::comm_id(ep), recv, send);
     *a2a_ms += since(t0);
     int64_t remote = 0, remote_back = 0;
     for (int j = 0; j < n; ++j)

@@ -32,6 +32,12 @@ class ParallelMoe : public Module {
       throw smp::sdk::Error("node '" + tp_.node + "': experts " + std::to_string(c_.experts) +
                             " not divisible by ep " + std::to_string(n));
     et_ = c_.expert_tp && tp_.size > 1;
+    // No deferral where it would break a contract: a zero-bubble schedule
+    // splits backward into an input pass (restricted to the stage's inputs)
+    // and a weight pass; ZeRO-3 issues its gathers and reduce-scatters on dp
+    // in the order gradients complete, which deferral would make differ
+    // between ranks (each fills its own waits).
+    defer_ok_ = ctx.parallel.value("schedule", std::string("1f1b")) != "zb-h1" && ctx.parallel.value("zero", 0) < 3;
     split_ = tp_.size > 1 && (tp_.sp || !et_);
     if (et_) tp_.divisible(c_.ffn, "ffn (expert_tp)");
     if (c_.shared_experts > 0) tp_.divisible(c_.shared().ffn, "shared experts' ffn");
@@ -44,7 +50,7 @@ class ParallelMoe : public Module {
   std::vector<Tensor> forward(const Call& call) override {
     expect_method(call.method, tp_.node);
     expect_inputs(call.inputs, 1, 2, tp_.node, call.method);
-    const Tensor& x = call.inputs[0];
+    Tensor x = call.inputs[0];
     expect_dim(x, 3, c_.hidden, tp_.node, "input");
     check_moe_decodable(c_, call, tp_.node);
     tp_.refuse_sp_decode(call);
@@ -53,6 +59,14 @@ class ParallelMoe : public Module {
                             "a decoding call feeds one new position: generate with expert_tp = true");
     const int64_t b = x.size(0), h = x.size(2), k = c_.top_k;
     const smp::sdk::Comm& tp = tp_.comm;
+    // The experts' weight gradients wait for exchanges that would wait
+    // (smp_nn/deferred_grads.hpp): with ep > 1, in a backward pass that will
+    // run. A chain starts at the first moe layer of the graph (no stats in,
+    // or stats from outside it: another stage, a recomputed segment's input).
+    const bool chain_start = call.inputs.size() == 1 || !call.inputs[1].grad_fn();
+    const bool can_defer = defer_ok_ && ep_.size() > 1 && call.training && at::GradMode::is_enabled() && x.requires_grad();
+    if (chain_start) x = smp_nn::start_deferral_chain(x, can_defer, tp_.node);
+    const bool defer = can_defer && smp_nn::DeferredWeightGrads::current().armed;
     // This rank's tokens for routing.
     TokenSlice ts;
     ts.tp = tp;
@@ -81,7 +95,9 @@ class ParallelMoe : public Module {
       return dispatch_combine(
                  tokens.reshape({b * s, h}), experts.reshape({b * s, k}), gates.reshape({b * s, k}),
                  keep.defined() ? keep.reshape({b * s, k}) : Tensor(), c_.experts, ep_,
-                 [&](const Tensor& rows, const std::vector<int64_t>& counts) { return experts_mlp(p_, c_, rows, counts); },
+                 [&](const Tensor& rows, const std::vector<int64_t>& counts) {
+                   return experts_mlp(p_, c_, rows, counts, defer);
+                 },
                  &mb, &ms, shared_experts)
           .reshape({b, s, h});
     };
@@ -125,6 +141,7 @@ class ParallelMoe : public Module {
   MoeConfig c_;
   smp::sdk::Comm ep_;
   bool et_ = false, split_ = false;
+  bool defer_ok_ = true;  // deferred expert weight gradients (not under zero-bubble or ZeRO-3)
   MoeParams p_;
 };
 
