@@ -1,5 +1,6 @@
 #include "moe_bench.h"
 
+#include "comm_probe.h"
 #include "jobs.h"
 
 #include <smp_nn/moe.hpp>
@@ -7,7 +8,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <boost/filesystem.hpp>
+
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -47,6 +51,37 @@ double a2a_wait_share(const json& trace) {
     if (cat == "wait" && name == "wait alltoall ep") waits += e.value("dur", 0.0);
   }
   return steps > 0 ? waits / steps : 0.0;
+}
+
+// Rank r's ep all-to-all waits by pass, in ms per step: "forward" (inside a
+// forward compute event, F<microbatch>) and "backward" (B<microbatch>). A
+// forward wait has nothing of its microbatch left to compute beside it (the
+// next layer needs the exchange's result); a backward one has the weight
+// gradients.
+json a2a_waits_by_pass(const json& trace) {
+  struct Span { double begin, end; bool forward; };
+  std::vector<Span> passes;
+  double steps = 0, fwd = 0, bwd = 0;
+  const json none = json::array();
+  const json& events = trace.contains("traceEvents") ? trace["traceEvents"] : none;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", ""), name = e.value("name", "");
+    if (cat == "step") ++steps;
+    if (cat == "compute" && !name.empty() && (name[0] == 'F' || name[0] == 'B'))
+      passes.push_back({e.value("ts", 0.0), e.value("ts", 0.0) + e.value("dur", 0.0), name[0] == 'F'});
+  }
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X" || e.value("name", "") != "wait alltoall ep") continue;
+    const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
+    for (const Span& p : passes)
+      if (ts >= p.begin && ts < p.end) {
+        (p.forward ? fwd : bwd) += dur;
+        break;
+      }
+  }
+  const double per = steps > 0 ? 1e3 * steps : 1.0;
+  return {{"forward", fwd / per}, {"backward", bwd / per}};
 }
 
 // A trace's phase and wait events summed per name ("optimizer", "wait
@@ -172,79 +207,166 @@ json grouped_gemm_probe(int reps, int64_t E, int64_t k, int64_t f) {
           {"median_loop_over_grouped", median_from(ratio, 0)}};
 }
 
+// Traced runs cost time, so they are not timed ones.
+JobResult run_traced(Job job) {
+  job.label += "-traced";
+  job.overrides.push_back("run.trace=true");
+  return run_job(job);
+}
+
+// What ep 2 can take off ep 1's step at most, from a traced ep 1 run (t1;
+// its phases per rank into `phases`) and the ep 2 one (t2, for the gradient
+// bytes); see "method".
+json ep2_best_case(const JobResult& t1, const JobResult& t2, json& phases) {
+  for (const auto& tr : t1.traces) phases.push_back(phase_ms_per_step(tr));
+  // The most ep 2 can take off ep 1's step with the same computation: half
+  // the optimizer and the clip's norm (the experts, nearly all parameters,
+  // are halved per rank) and the expert gradients' dp all-reduce, which ep 2
+  // does not do: its whole time, as the all-reduce probe measures it at the
+  // bytes by which ep 1's gradients exceed ep 2's, twice (ep 2 holds half the
+  // experts). ep 1's traced grad_sync is not counted: beyond the all-reduce
+  // it is one rank waiting for the other, which ep 2 has as well.
+  double bound = 0, step = 0;
+  for (const auto& ph : phases) {
+    auto ms = [&](const char* k) { return ph.value(k, 0.0); };
+    bound = std::max(bound, 0.5 * ms("optimizer") + 0.5 * ms("clip"));
+    step = std::max(step, ms("step"));
+  }
+  auto grad_bytes = [](const JobResult& r) {
+    return r.exit_code == 0 && r.summary.contains("memory_bytes") ? r.summary["memory_bytes"]["gradients"][0].get<double>()
+                                                                  : 0.0;
+  };
+  const auto expert_bytes = static_cast<int64_t>(2 * (grad_bytes(t1) - grad_bytes(t2)));
+  double reduce_ms = 0;
+  json probe;
+  if (expert_bytes > 0) {
+    probe = run_allreduce_probe(expert_bytes, 5);
+    for (const auto& rk : probe.value("ranks", json::array())) {
+      const json& shm = rk.value("shm", json::object());
+      if (!shm.is_object() || !shm.contains("allreduce_wall_s")) continue;
+      const double added = shm["gemm_loop_with_allreduce_in_flight_s"].get<double>() - shm["gemm_loop_alone_s"].get<double>();
+      reduce_ms = std::max({reduce_ms, 1e3 * shm["allreduce_wall_s"].get<double>(), 1e3 * added});
+    }
+  }
+  if (step > 0)
+    return {{"ep1_step_ms", step},
+            {"optimizer_clip_bound_ms", bound},
+            {"expert_gradient_bytes", expert_bytes},
+            {"expert_allreduce_ms", reduce_ms},
+            {"savings_bound_ms", bound + reduce_ms},
+            {"ep2_over_ep1_at_best", (step - bound - reduce_ms) / step},
+            {"allreduce_probe", probe},
+            {"method", "from the traced dp2-ep1 run, the larger rank's 0.5 optimizer + 0.5 clip, plus an "
+                       "all-reduce of the expert gradients' bytes between two ranks (smp-bench allreduce-probe, "
+                       "shared memory, the larger rank's of its wall time and of what it adds to a 1-thread GEMM "
+                       "loop), against ep 1's step; ep 2 computes the same GEMMs"}};
+  return json();
+}
+
+// ep 2 against ep 1 on two ranks: paired step times, one traced ep 2 run's
+// all-to-all waits, and (best_case) one traced ep 1 run with ep 2's bound.
+json ep_comparison(const Job& ep1, const Job& ep2, const MoeBenchOptions& o, bool best_case) {
+  auto measured = run_repeated({ep1, ep2}, o.repeat, o.quiet_cores, o.job_wait_s);
+  const auto ratios = paired_ratios(measured[1].step_seconds_all, measured[0].step_seconds_all);
+  json part = {{"runs", runs_json(measured)},
+               {"ep2_over_ep1_step_time_paired", {{"per_repeat", ratios}, {"median", median_from(ratios, 0)}}}};
+  // The all-to-all's share: one traced ep 2 run.
+  const JobResult t = run_traced(ep2);
+  json shares = json::array();
+  for (const auto& tr : t.traces) shares.push_back(a2a_wait_share(tr));
+  part["a2a_wait_share_per_rank"] = shares;
+  double worst = 0;
+  for (const auto& sh : shares) worst = std::max(worst, sh.get<double>());
+  const double med = median_from(ratios, 0);
+  part["goals"] = {{"ep2_over_ep1_at_most_0.95",
+                    {{"target", 0.95}, {"pairs", ratios.size()}, {"met", ratios.size() >= kMinPairs && med <= 0.95}}},
+                   {"a2a_wait_share_below_0.05", {{"target", 0.05}, {"met", !shares.empty() && worst < 0.05}}}};
+  part["a2a_method"] = "one traced dp2-ep2 run (not timed): per rank, the time its compute waited for all-to-alls on "
+                       "ep (trace events 'wait alltoall ep', forward and backward) over its traced steps' time";
+  if (t.traces.size() == 2) part["a2a_wait_parts"] = a2a_wait_parts(t.traces[0], t.traces[1]);
+  json by_pass = json::array();
+  for (const auto& tr : t.traces) by_pass.push_back(a2a_waits_by_pass(tr));
+  part["a2a_wait_ms_per_step_by_pass"] = by_pass;
+  if (best_case) {
+    const JobResult t1 = run_traced(ep1);
+    json phases = json::array();
+    part["ep2_best_case"] = ep2_best_case(t1, t, phases);
+    part["ep1_traced_ms_per_step"] = phases;
+  }
+  json phases2 = json::array();
+  for (const auto& tr : t.traces) phases2.push_back(phase_ms_per_step(tr));
+  part["ep2_traced_ms_per_step"] = phases2;
+  part["traced_method"] = "one traced run each of dp2-ep1 and dp2-ep2 (not timed): per rank, the trace's phase and "
+                          "wait events in ms per step; a2a_wait_parts matches the ranks' ep all-to-all waits by their end times";
+  if (t.exit_code == 0 && t.summary.contains("train_metrics")) {
+    const auto& mb = t.summary["train_metrics"]["moe_a2a_bytes"];
+    part["a2a_forward_bytes_per_rank_step"] = mb.empty() ? 0.0 : mb.back().get<double>();
+  }
+  std::cout << "  ep 2 / ep 1 step time, median of " << ratios.size() << " pairs: " << fmt(median_from(ratios, 0), 3)
+            << "; all-to-all wait share (rank 0): " << (shares.empty() ? std::string("?") : fmt(shares[0].get<double>(), 3))
+            << "\n";
+  return part;
+}
+
+// ep_comparison from a trained router: the bench model trained kTrainSteps
+// steps at dp 2 ep 1 (one run, checkpoint kept), then both layouts start
+// from its parameters.
+json ep_from_trained_router(const Job& ep1, const Job& ep2, const MoeBenchOptions& o) {
+  constexpr int kTrainSteps = 300;
+  namespace fs = boost::filesystem;
+  const fs::path ckpt = fs::temp_directory_path() / fs::unique_path("smp-bench-moe-router-%%%%%%");
+  Job train = ep1;
+  train.label = "dp2-ep1-train-router";
+  for (const std::string& kv : std::vector<std::string>{"train.steps=" + std::to_string(kTrainSteps),
+                                                        "run.checkpoint_every=" + std::to_string(kTrainSteps),
+                                                        "run.checkpoint_dir=" + ckpt.string(), "train.log_every=50"})
+    train.overrides.push_back(kv);
+  const JobResult t = run_job(train);
+  json part;
+  if (t.exit_code != 0) {
+    part["error_output"] = t.output;
+  } else {
+    char step_dir[32];
+    std::snprintf(step_dir, sizeof step_dir, "step-%08d", kTrainSteps);
+    const std::string from = "run.init_from=" + (ckpt / step_dir).string();
+    Job a = ep1, b = ep2;
+    a.label += "-trained", b.label += "-trained";
+    a.overrides.push_back(from), b.overrides.push_back(from);
+    part = ep_comparison(a, b, o, false);
+    const auto& load = t.summary["train_metrics"]["moe_load"];
+    part["training"] = {{"steps", kTrainSteps},
+                        {"layout", "dp 2, ep 1"},
+                        {"moe_load_first_logged", load.empty() ? json() : load.front()},
+                        {"moe_load_last", load.empty() ? json() : load.back()},
+                        {"final_loss", t.summary.value("final_loss", json())}};
+    part["method"] = "the bench model trained " + std::to_string(kTrainSteps) + " steps once (dp 2, ep 1, the bench "
+                     "config's schedule over those steps), then every job of the comparison starts from its "
+                     "parameters (run.init_from: fresh optimizer and schedule), as the fresh-model comparison";
+  }
+  boost::system::error_code ec;
+  fs::remove_all(ckpt, ec);
+  return part;
+}
+
 }  // namespace
 
 json run_moe_bench(const MoeBenchOptions& o) {
   json result;
   std::cout << "\nsmp-bench moe: " << o.repeat << " interleaved pairs per comparison\n";
-  // 1. ep 2 against ep 1 on two ranks (dp 2 either way).
-  {
-    Job ep1{"dp2-ep1", false, 2, o.config, o.overrides};
-    ep1.overrides.push_back("parallel.dp=2");
-    ep1.plugin = "moe";
-    Job ep2 = ep1;
-    ep2.label = "dp2-ep2";
-    ep2.overrides.push_back("parallel.ep=2");
-    auto measured = run_repeated({ep1, ep2}, o.repeat, o.quiet_cores, o.job_wait_s);
-    const auto ratios = paired_ratios(measured[1].step_seconds_all, measured[0].step_seconds_all);
-    json part = {{"runs", runs_json(measured)},
-                 {"ep2_over_ep1_step_time_paired", {{"per_repeat", ratios}, {"median", median_from(ratios, 0)}}}};
-    // Traced runs cost time, so they are not timed ones.
-    auto run_traced = [](Job job) {
-      job.label += "-traced";
-      job.overrides.push_back("run.trace=true");
-      return run_job(job);
-    };
-    // The all-to-all's share: one traced ep 2 run.
-    const JobResult t = run_traced(ep2);
-    json shares = json::array();
-    for (const auto& tr : t.traces) shares.push_back(a2a_wait_share(tr));
-    part["a2a_wait_share_per_rank"] = shares;
-    double worst = 0;
-    for (const auto& sh : shares) worst = std::max(worst, sh.get<double>());
-    const double med = median_from(ratios, 0);
-    part["goals"] = {{"ep2_over_ep1_at_most_0.95",
-                      {{"target", 0.95}, {"pairs", ratios.size()}, {"met", ratios.size() >= kMinPairs && med <= 0.95}}},
-                     {"a2a_wait_share_below_0.05", {{"target", 0.05}, {"met", !shares.empty() && worst < 0.05}}}};
-    part["a2a_method"] = "one traced dp2-ep2 run (not timed): per rank, the time its compute waited for all-to-alls on "
-                         "ep (trace events 'wait alltoall ep', forward and backward) over its traced steps' time";
-    if (t.traces.size() == 2) part["a2a_wait_parts"] = a2a_wait_parts(t.traces[0], t.traces[1]);
-    // What ep 2 can save at most: ep 1's optimizer, clip and gradient
-    // synchronisation (the experts are nearly all the parameters; ep 2 updates
-    // half of them and reduces none over dp), from one traced dp2-ep1 run.
-    const JobResult t1 = run_traced(ep1);
-    json phases = json::array();
-    for (const auto& tr : t1.traces) phases.push_back(phase_ms_per_step(tr));
-    part["ep1_traced_ms_per_step"] = phases;
-    // The most ep 2 can take off ep 1's step with the same computation: half
-    // the optimizer and the clip's norm (the experts, nearly all parameters,
-    // are halved per rank) and all of the gradient synchronisation.
-    double bound = 0, step = 0;
-    for (const auto& ph : phases) {
-      auto ms = [&](const char* k) { return ph.value(k, 0.0); };
-      bound = std::max(bound, 0.5 * ms("optimizer") + 0.5 * ms("clip") + ms("grad_sync"));
-      step = std::max(step, ms("step"));
-    }
-    if (step > 0)
-      part["ep2_best_case"] = {{"ep1_step_ms", step},
-                               {"savings_bound_ms", bound},
-                               {"ep2_over_ep1_at_best", (step - bound) / step},
-                               {"method", "from the traced dp2-ep1 run, the larger rank's: 0.5 optimizer + 0.5 clip + "
-                                          "grad_sync, against its step; ep 2 computes the same GEMMs"}};
-    json phases2 = json::array();
-    for (const auto& tr : t.traces) phases2.push_back(phase_ms_per_step(tr));
-    part["ep2_traced_ms_per_step"] = phases2;
-    part["traced_method"] = "one traced run each of dp2-ep1 and dp2-ep2 (not timed): per rank, the trace's phase and "
-                            "wait events in ms per step; a2a_wait_parts matches the ranks' ep all-to-all waits by their end times";
-    if (t.exit_code == 0 && t.summary.contains("train_metrics")) {
-      const auto& mb = t.summary["train_metrics"]["moe_a2a_bytes"];
-      part["a2a_forward_bytes_per_rank_step"] = mb.empty() ? 0.0 : mb.back().get<double>();
-    }
-    std::cout << "  ep 2 / ep 1 step time, median of " << ratios.size() << " pairs: " << fmt(median_from(ratios, 0), 3)
-              << "; all-to-all wait share (rank 0): " << (shares.empty() ? std::string("?") : fmt(shares[0].get<double>(), 3))
-              << "\n";
-    result["ep"] = part;
-  }
+  // 1. ep 2 against ep 1 on two ranks (dp 2 either way), from a fresh model.
+  Job ep1{"dp2-ep1", false, 2, o.config, o.overrides};
+  ep1.overrides.push_back("parallel.dp=2");
+  ep1.plugin = "moe";
+  Job ep2 = ep1;
+  ep2.label = "dp2-ep2";
+  ep2.overrides.push_back("parallel.ep=2");
+  result["ep"] = ep_comparison(ep1, ep2, o, true);
+  // 1b. The same from a trained router. A fresh model's first steps route
+  // unevenly (the busiest expert takes about 3x the mean by step 12, 1.4x
+  // after 300 steps): the ranks' expert loads differ most there, which a
+  // long run does not see. Trained once at dp 2 ep 1, then both layouts
+  // start from its parameters (run.init_from).
+  result["ep_trained_router"] = ep_from_trained_router(ep1, ep2, o);
   // 2. One rank against the PyTorch-eager MoE of the same shape.
   {
     Job eager{"pytorch-eager-moe", true, 1, o.config, o.overrides};
