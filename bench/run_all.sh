@@ -58,6 +58,11 @@ python3 "$SRC/bench/memory_estimate.py" --build "$BUILD" --out "$OUT/memory-esti
 "$BENCH" moe --repeat "${MOE_REPEAT:-10}" "${wait_args[@]}" --out "$OUT/moe.json"
 # Prepared data: smp-data prepare against spm_encode, the data share of the step, SentencePiece vs bytes.
 python3 "$SRC/bench/data_bench.py" --build "$BUILD" --rounds 5 --out "$OUT/data.json"
-# Pipeline sends through shared memory against Gloo (writes bench/results/p2p-transport.json).
-ROUNDS="${P2P_ROUNDS:-10}" bash "$SRC/bench/ab_p2p_transport.sh" "$BUILD"
+# Pipeline sends through shared memory against Gloo; dp = 2 gradient buckets
+# reduced during backward against one reduction after it.
+python3 "$SRC/bench/ab.py" --build "$BUILD" --bench pp2 --a-set comm.shm_mb=0 --b-set comm.shm_mb=16 \
+  --label "pipeline sends through shared memory (B) against Gloo (A)" --out "$OUT/p2p-transport.json"
+python3 "$SRC/bench/ab.py" --build "$BUILD" --bench dp2 --a-set train.bucket_mb=4 --b-set train.bucket_mb=0 \
+  --label "one gradient reduction after backward (B) against buckets reduced during it (A)" \
+  --out "$OUT/dp2-overlap-ab.json"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1246,8 +1246,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*ar || *zb) {  // the probe's figures, and which machine and code measured them
-      json j = *ar ? bench::run_allreduce_probe(ar_bytes, ar_reps) : bench::run_zb_probe(zb_mb, zb_layers, zb_reps);
-      if (j.is_object()) j["machine"] = bench::machine_json();
+      // The validity rule as run_repeated applies it: a probe during which
+      // other processes kept more than 0.5 cores busy runs again.
+      constexpr double kQuiet = 0.5;
+      json attempts = json::array(), j;
+      for (int attempt = 0; attempt <= bench::kInvalidRetries; ++attempt) {
+        bench::wait_for_quiet_cores(kQuiet, 60);
+        const bench::OtherCores others;
+        j = *ar ? bench::run_allreduce_probe(ar_bytes, ar_reps) : bench::run_zb_probe(zb_mb, zb_layers, zb_reps);
+        attempts.push_back(others.cores());
+        if (attempts.back().get<double>() <= kQuiet) break;
+      }
+      if (j.is_object()) {
+        j["machine"] = bench::machine_json();
+        j["validity"] = {{"quiet_cores", kQuiet},
+                         {"competing_cores_per_attempt", attempts},
+                         {"valid", attempts.back().get<double>() <= kQuiet}};
+      }
       std::cout << j.dump(2) << "\n";
       return 0;
     }
