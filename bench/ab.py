@@ -77,12 +77,10 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     bench = BENCHES[a.bench]
-    commit = subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", SRC, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
+    # HEAD, "-dirty" when tracked files other than the results changed (as every benchmark).
+    commit = subprocess.run(["bash", HERE + "/source_commit.sh"], capture_output=True, text=True).stdout.strip()
     validity = Validity(a.quiet_cores)
-    result = {"benchmark": "ab", "bench": a.bench, "change": a.label, "commit": commit + ("-dirty" if dirty else ""),
+    result = {"benchmark": "ab", "bench": a.bench, "change": a.label, "commit": commit,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_1_5_15_before": os.getloadavg(),
               "method": "%d rank(s), bench/configs/%s, overrides %s, %d steps (mean of steps 2..N, as summary.json), "
                         "1 thread per rank; per round each shape on A and B back to back, the order alternating by "
