@@ -24,25 +24,12 @@ namespace fs = boost::filesystem;
 // The median of every value (jobs.h's, from the first).
 double median(const std::vector<double>& v) { return median_from(v, 0); }
 
-// Runs `round` until other processes kept at most o.quiet_cores busy during it
-// (run_repeated's rule: at most kInvalidRetries more times, each set-aside
-// attempt in invalid_attempts()). `round` measures and returns what stores
-// its figures, called for the attempt that stands.
+// One round under the validity rule (jobs.h's measure_valid): `round`
+// measures and returns what stores its figures, called for the attempt that
+// stands. r counts from 0.
 template <class Round>
 void valid_round(const GenerateBenchOptions& o, const std::string& label, int r, Round&& round) {
-  for (int attempt = 0;; ++attempt) {
-    wait_for_quiet_cores(o.quiet_cores, o.job_wait_s);
-    const OtherCores others;
-    auto store = round();
-    const double busy = others.cores();
-    const bool kept = attempt == kInvalidRetries;
-    if (busy > o.quiet_cores) {
-      invalid_attempts().push_back({{"label", label}, {"round", r + 1}, {"competing_cores", busy}, {"kept", kept}});
-      std::cout << label << " round " << r << ": other processes used " << fmt(busy, 2) << " cores meanwhile: "
-                << (kept ? "kept, marked invalid" : "not valid, again") << std::endl;
-    }
-    if (busy <= o.quiet_cores || kept) return store();
-  }
+  measure_valid(label, r + 1, o.quiet_cores, o.job_wait_s, round)();
 }
 
 using Ran = CommandResult;

@@ -367,6 +367,23 @@ json& invalid_attempts() {
   return attempts;
 }
 
+bool attempt_stands(const std::string& label, int round, int attempt, double busy, double quiet_cores) {
+  if (busy <= quiet_cores) return true;
+  const bool kept = attempt >= kInvalidRetries;
+  invalid_attempts().push_back({{"label", label}, {"round", round}, {"competing_cores", busy}, {"kept", kept}});
+  std::cerr << label << " round " << round << ": other processes used " << fmt(busy, 2) << " cores meanwhile: "
+            << (kept ? "kept, marked invalid" : "not valid, again") << std::endl;
+  return kept;
+}
+
+json validity_json(double quiet_cores) {
+  return {{"rule", "a run during which other processes kept more than quiet_cores busy on average is run again, up "
+                   "to " + std::to_string(kInvalidRetries) +
+                   " times; every such attempt is listed, kept = true where it stands in the measurements"},
+          {"quiet_cores", quiet_cores},
+          {"invalid_attempts", invalid_attempts()}};
+}
+
 double median_from(const std::vector<double>& v, size_t skip) {
   if (v.size() <= skip) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> w(v.begin() + static_cast<long>(skip), v.end());

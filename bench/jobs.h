@@ -144,6 +144,27 @@ std::vector<Measured> run_repeated(const std::vector<Job>& jobs, int repeat, dou
 // measurements anyway (then it is named there too).
 json& invalid_attempts();
 
+// Whether an in-process measurement during which other processes kept `busy`
+// cores busy stands, by run_repeated's rule: no when busy > quiet_cores,
+// unless this was the last allowed attempt; a set-aside or kept-busy attempt
+// goes into invalid_attempts() and is reported on stderr.
+bool attempt_stands(const std::string& label, int round, int attempt, double busy, double quiet_cores);
+
+// fn() measured under that rule: waits for a quiet machine before each
+// attempt and returns the value of the attempt that stands. round counts from 1.
+template <class F>
+auto measure_valid(const std::string& label, int round, double quiet_cores, double wait_s, F&& fn) {
+  for (int attempt = 0;; ++attempt) {
+    wait_for_quiet_cores(quiet_cores, wait_s);
+    const OtherCores others;
+    auto value = fn();
+    if (attempt_stands(label, round, attempt, others.cores(), quiet_cores)) return value;
+  }
+}
+
+// A result's "validity": the rule, quiet_cores and invalid_attempts().
+json validity_json(double quiet_cores);
+
 // The overrides `base` followed by `extra` (a job's own settings after every job's).
 inline std::vector<std::string> with_extra(std::vector<std::string> base, const std::vector<std::string>& extra) {
   base.insert(base.end(), extra.begin(), extra.end());

@@ -296,8 +296,9 @@ json ep_comparison(const Job& ep1, const Job& ep2, const MoeBenchOptions& o, boo
   json phases2 = json::array();
   for (const auto& tr : t.traces) phases2.push_back(phase_ms_per_step(tr));
   part["ep2_traced_ms_per_step"] = phases2;
-  part["traced_method"] = "one traced run each of dp2-ep1 and dp2-ep2 (not timed): per rank, the trace's phase and "
-                          "wait events in ms per step; a2a_wait_parts matches the ranks' ep all-to-all waits by their end times";
+  part["traced_method"] = std::string(best_case ? "one traced run each of dp2-ep1 and dp2-ep2" : "one traced dp2-ep2 run") +
+                          " (not timed): per rank, the trace's phase and wait events in ms per step; a2a_wait_parts "
+                          "matches the ranks' ep all-to-all waits by their end times";
   if (t.exit_code == 0 && t.summary.contains("train_metrics")) {
     const auto& mb = t.summary["train_metrics"]["moe_a2a_bytes"];
     part["a2a_forward_bytes_per_rank_step"] = mb.empty() ? 0.0 : mb.back().get<double>();

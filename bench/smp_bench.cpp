@@ -184,12 +184,7 @@ json run_record(const Measured& m, double peak_1thread, int ranks) {
 void finish(json& result, const Common& c) {
   result["machine_after"] = bench::machine_json();
   // Which interleaved runs were measured on a busy machine (bench/jobs.h).
-  result["validity"] = {{"rule", "a run during which other processes kept more than quiet_cores busy on average "
-                                 "is run again, up to " + std::to_string(bench::kInvalidRetries) +
-                                 " times; every such attempt is listed, kept = true where it stands in the "
-                                 "measurements"},
-                        {"quiet_cores", c.quiet_cores},
-                        {"invalid_attempts", bench::invalid_attempts()}};
+  result["validity"] = bench::validity_json(c.quiet_cores);
   bench::write_json(c.out, result);
 }
 
@@ -1246,22 +1241,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*ar || *zb) {  // the probe's figures, and which machine and code measured them
-      // The validity rule as run_repeated applies it: a probe during which
-      // other processes kept more than 0.5 cores busy runs again.
-      constexpr double kQuiet = 0.5;
-      json attempts = json::array(), j;
-      for (int attempt = 0; attempt <= bench::kInvalidRetries; ++attempt) {
-        bench::wait_for_quiet_cores(kQuiet, 60);
-        const bench::OtherCores others;
-        j = *ar ? bench::run_allreduce_probe(ar_bytes, ar_reps) : bench::run_zb_probe(zb_mb, zb_layers, zb_reps);
-        attempts.push_back(others.cores());
-        if (attempts.back().get<double>() <= kQuiet) break;
-      }
+      // Under the validity rule, as every benchmark (0.5 cores, 60 s wait).
+      json j = bench::measure_valid(*ar ? "allreduce-probe" : "zb-probe", 1, 0.5, 60, [&] {
+        return *ar ? bench::run_allreduce_probe(ar_bytes, ar_reps) : bench::run_zb_probe(zb_mb, zb_layers, zb_reps);
+      });
       if (j.is_object()) {
         j["machine"] = bench::machine_json();
-        j["validity"] = {{"quiet_cores", kQuiet},
-                         {"competing_cores_per_attempt", attempts},
-                         {"valid", attempts.back().get<double>() <= kQuiet}};
+        j["validity"] = bench::validity_json(0.5);
       }
       std::cout << j.dump(2) << "\n";
       return 0;

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace smp_nn {
@@ -183,14 +184,17 @@ struct GroupedMm : torch::autograd::Function<GroupedMm> {
     ctx->saved_data["counts"] = counts;
     return grouped_mm_rows(x, w, counts, true);
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list g) {
+  // dX (dX_g = dY_g W_g) now, and the dW work for the caller to run.
+  static std::pair<Tensor, GroupedWeightGrad> input_grad(torch::autograd::AutogradContext* ctx, const Tensor& grad) {
     const auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &w = saved[1];
     const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
-    const Tensor gy = g[0].contiguous();
-    Tensor gx = grouped_mm_rows(gy, w, counts, false);  // dX_g = dY_g W_g
-    GroupedWeightGrad wg(gy, x, w, counts);
+    const Tensor gy = grad.contiguous();
+    return {grouped_mm_rows(gy, w, counts, false), GroupedWeightGrad(gy, x, w, counts)};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    auto [gx, wg] = input_grad(ctx, g[0]);
     while (!wg.step()) {
     }
     return {gx, wg.gw, Tensor()};
@@ -202,20 +206,14 @@ struct GroupedMm : torch::autograd::Function<GroupedMm> {
 struct DeferredGroupedMm : torch::autograd::Function<DeferredGroupedMm> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w,
                         std::vector<int64_t> counts, ParamRef p) {
-    ctx->save_for_backward({x, w});
-    ctx->saved_data["counts"] = counts;
     ctx->saved_data["param"] = p.param;
-    return grouped_mm_rows(x, w, counts, true);
+    return GroupedMm::forward(ctx, x, w, std::move(counts));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
     check_unrestricted_backward();
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &w = saved[1];
-    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
-    const Tensor gy = g[0].contiguous();
-    Tensor gx = grouped_mm_rows(gy, w, counts, false);
-    auto wg = std::make_shared<GroupedWeightGrad>(gy, x, w, counts);
+    auto [gx, weight_grad] = GroupedMm::input_grad(ctx, g[0]);
+    auto wg = std::make_shared<GroupedWeightGrad>(std::move(weight_grad));
     DeferredWeightGrads::current().add([wg, param = ctx->saved_data["param"].toTensor()] {
       if (!wg->step()) return false;
       torch::autograd::backward({param}, {wg->gw});  // AccumulateGrad and its hooks, as autograd would
@@ -235,10 +233,7 @@ inline void wait_filling(smp::sdk::Event& e) {
 struct CombineAllToAll : torch::autograd::Function<CombineAllToAll> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, int64_t comm,
                         std::vector<int64_t> in_splits, std::vector<int64_t> out_splits) {
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["in_splits"] = in_splits;
-    ctx->saved_data["out_splits"] = out_splits;
-    return smp::sdk::detail::comm_of(ctx).alltoall(x, in_splits, out_splits);
+    return smp::sdk::detail::AllToAll::forward(ctx, x, comm, std::move(in_splits), std::move(out_splits));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
