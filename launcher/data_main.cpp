@@ -21,6 +21,7 @@
 // --workers threads; the documents keep their input order. A progress line
 // on stderr shows bytes, documents, tokens/s and the time left. Invalid UTF-8
 // is counted and reported, not fatal. Nothing is left behind on an error.
+#include <smp/sdk/input_file.hpp>
 #include <smp/sdk/indexed_dataset.hpp>
 #include <smp/sdk/text_files.hpp>
 #include <smp/sdk/tokenizers.hpp>
@@ -82,9 +83,9 @@ std::vector<Document> read_documents(const std::vector<std::string>& inputs, con
         const std::string where = f.path + ":" + std::to_string(n);
         nlohmann::json j;
         try {
-          j = nlohmann::json::parse(line);
-        } catch (const std::exception& e) {
-          throw Error(where + ": not a JSON object: " + e.what());
+          j = smp::input::parse_json(line, where);  // nesting bounded, no key twice
+        } catch (const smp::input::Error& e) {
+          throw Error(e.what());
         }
         if (!j.is_object() || !j.contains(json_key) || !j[json_key].is_string())
           throw Error(where + ": no string under the key '" + json_key + "' (--json-key)");

@@ -1,6 +1,7 @@
 #include "interactions.h"
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/input_file.hpp>
 #include <smp/sdk/init.hpp>
 
 #include <algorithm>
@@ -57,6 +58,11 @@ Interactions Interactions::synthetic(const SyntheticSpec& s) {
 }
 
 Interactions Interactions::load(const std::string& path, const std::string& cfg_key, uint64_t seed) {
+  try {
+    smp::input::File check(path, cfg_key);  // a regular file: a named pipe would block the reader
+  } catch (const smp::input::Error& e) {
+    throw smp::sdk::Error(e.what());
+  }
   std::ifstream in(path);
   if (!in) throw smp::sdk::Error(cfg_key + ": cannot open '" + path + "'");
   std::map<int64_t, int64_t> user_id, item_id;

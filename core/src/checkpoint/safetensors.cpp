@@ -4,6 +4,8 @@
 
 #include "base/json_depth.h"
 
+#include <smp/sdk/input_file.hpp>
+
 #include <smp/error.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -125,31 +128,34 @@ SafetensorsWritten write_safetensors(const std::string& path,
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error("checkpoint: cannot open " + path_ + ": " + system_error(errno));
+  // A regular file only (a named pipe would block here forever), under the
+  // one reading discipline (smp/sdk/input_file.hpp).
+  std::unique_ptr<input::File> file;
+  try {
+    file = std::make_unique<input::File>(path_, "checkpoint");
+  } catch (const input::Error& e) {
+    throw Error(e.what());
+  }
   Fd f;  // closes it if the header is refused (no destructor runs then)
-  f.fd = fd_;
-  struct stat st{};
-  if (::fstat(f.fd, &st) != 0) throw Error("checkpoint: cannot stat " + path_ + ": " + system_error(errno));
-  size_ = st.st_size;
+  f.fd = file->release();
+  fd_ = f.fd;
+  size_ = file->size();
   unsigned char len[8];
   if (size_ < 8 || ::pread(f.fd, len, 8, 0) != 8)
     throw Error("checkpoint: " + path_ + " is truncated (" + std::to_string(size_) + " bytes, no safetensors header)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  // Bounded before it is allocated, as safetensors' own reader does.
+  if (n > static_cast<uint64_t>(input::kMaxSafetensorsHeaderBytes))
+    throw Error("checkpoint: " + path_ + ": a safetensors header of " + std::to_string(n) + " bytes, more than the " +
+                std::to_string(input::kMaxSafetensorsHeaderBytes) + " safetensors allows");
   if (n > static_cast<uint64_t>(size_ - 8))
     throw Error("checkpoint: " + path_ + " is truncated or not a safetensors file (header of " + std::to_string(n) +
                 " bytes in a file of " + std::to_string(size_) + ")");
   std::string text(n, '\0');
-  if (::pread(f.fd, text.data(), n, 8) != static_cast<ssize_t>(n)) throw Error("checkpoint: cannot read " + path_);
-  nlohmann::json header;
-  try {
-    header = parse_json_bounded(text, "checkpoint: " + path_ + ": the safetensors header");
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw Error("checkpoint: " + path_ + ": the safetensors header is not JSON: " + e.what());
-  }
+  if (::pread(f.fd, text.data(), n, 8) != static_cast<ssize_t>(n)) throw Error("checkpoint: " + path_ + ": cannot read its header");
+  // Nesting bounded and a tensor named twice refused by the parser.
+  const nlohmann::json header = parse_json_bounded(text, "checkpoint: " + path_ + ": the safetensors header");
   if (!header.is_object()) throw Error("checkpoint: " + path_ + ": the safetensors header is not a JSON object");
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   for (const auto& [name, v] : header.items()) {
@@ -184,6 +190,18 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     } catch (const std::exception& e) {
       throw Error("checkpoint: " + path_ + ": tensor '" + name + "': " + e.what());
     }
+  }
+  // No two tensors share a byte (safetensors' own reader refuses overlaps too).
+  std::vector<std::pair<int64_t, const std::string*>> starts;
+  for (const auto& [name, t] : tensors_)
+    if (t.end > t.begin) starts.emplace_back(t.begin, &name);
+  std::sort(starts.begin(), starts.end());
+  for (size_t k = 1; k < starts.size(); ++k) {
+    const SafetensorsTensor& prev = tensors_.at(*starts[k - 1].second);
+    if (starts[k].first < prev.end)
+      throw Error("checkpoint: " + path_ + ": tensors '" + *starts[k - 1].second + "' and '" + *starts[k].second +
+                  "' overlap (bytes " + std::to_string(starts[k].first - data_start) + " to " +
+                  std::to_string(prev.end - data_start) + " of the data)");
   }
   f.fd = -1;  // kept open for read()
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/input_file.hpp>
 
 #include <algorithm>
 #include <dirent.h>
@@ -25,10 +26,14 @@ struct TextFile {
 // starting with "-", or holding a '.': "--input", "job.corpus").
 inline std::vector<TextFile> read_text_files(const std::string& path, const std::string& key = "data") {
   const std::string label = key.find('.') != std::string::npos || (!key.empty() && key[0] == '-') ? key : "model." + key;
+  // A regular file only (a named pipe would block the reader forever); text
+  // corpora are bounded by memory alone.
   auto read = [&](const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error(label + ": cannot read " + file);
-    return TextFile{file, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())};
+    try {
+      return TextFile{file, input::read_file(file, label, int64_t{1} << 40)};
+    } catch (const input::Error& e) {
+      throw Error(e.what());
+    }
   };
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) throw Error(label + ": no such file or folder: " + path);
