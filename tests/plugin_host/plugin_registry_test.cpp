@@ -178,7 +178,8 @@ TEST(PluginRegistry, RefusesAFileThatIsNotASharedObject) {
   } catch (const smp::Error& e) {
     std::string m = e.what();
     EXPECT_NE(m.find(fs::canonical(fake).string()), std::string::npos) << m;
-    EXPECT_NE(m.find("cannot be loaded"), std::string::npos) << m;
+    // Refused by the ELF check before dlopen (plugin_file_test has the rest).
+    EXPECT_NE(m.find("is not a shared object: it does not start with the ELF magic"), std::string::npos) << m;
   }
   EXPECT_TRUE(reg.plugins().empty());
   fs::remove_all(dir);

@@ -6,6 +6,7 @@
 
 #include <smp/error.h>
 
+#include "plugin/elf_check.h"
 #include "plugin/host_api.h"
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -40,12 +41,30 @@ std::string versions(uint32_t major, uint32_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+// The file this code is in: libsmp_core, or the program linking the core
+// statically. dladdr, which this_line_location reads, names the main program
+// by its argv[0]: a bare name when it was started through PATH (smp-plan
+// --config then found no plugins). The kernel's /proc/self/exe
+// (program_location) names it wherever it was started from, as smp-launch
+// finds smp-worker (default_worker_path).
+fs::path core_location() {
+  fs::path self = boost::dll::this_line_location();
+  if (self.is_relative()) {
+    boost::dll::fs::error_code ec;
+    const fs::path program = boost::dll::program_location(ec);
+    boost::system::error_code eq;
+    if (!ec && (!fs::exists(self, eq) || fs::equivalent(self, program, eq))) self = program;
+    else self = fs::absolute(self);
+  }
+  return self;
+}
+
 // The install's plugin folder, relative to libsmp_core itself, so the build tree
 // and an installed tree both work without configuration.
 // A program that links the core statically (this tree's tests and tools) sits
 // in <prefix>/bin: the plugins are then under <prefix>/<libdir>.
 std::string builtin_plugin_dir() {
-  fs::path here = boost::dll::this_line_location().parent_path();  // <prefix>/lib, or <prefix>/bin
+  fs::path here = core_location().parent_path();  // <prefix>/lib, or <prefix>/bin
   fs::path dir = here / "smp" / "plugins";
   if (!fs::exists(dir) && fs::exists(here.parent_path() / SMP_PLUGIN_SUBDIR)) dir = here.parent_path() / SMP_PLUGIN_SUBDIR;
   return dir.string();
@@ -139,6 +158,9 @@ const smp_plugin_descriptor* call_entry(const PluginEntry& entry, const std::str
 // Opens the library and calls its exported entry point (the descriptor is
 // valid while the library is loaded).
 const smp_plugin_descriptor* enter(boost::dll::shared_library& lib, const std::string& path) {
+  // Its headers first: dlopen maps segments as they claim, and a truncated
+  // file is SIGBUS inside it (a named pipe would block it).
+  plugin::check_elf_file(path);
   try {
     lib.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
