@@ -18,6 +18,8 @@
 #include "planned_layout.h"
 #include "supervisor.h"
 
+#include <smp/process_env.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -72,9 +74,10 @@ int main(int argc, char** argv) {
   split_arguments(argc, argv, own_args, worker_args);
   CLI::App app{"smp-launch: spawn and supervise the ranks of one node (c10d rendezvous over MASTER_ADDR:MASTER_PORT)",
                "smp-launch"};
+  // Each bounded in the int it is read into, and their product below (in int64_t).
   auto* nproc = app.add_option("--nproc-per-node", o.nproc_per_node, "ranks (processes) on this node")
-                    ->check(CLI::PositiveNumber);
-  app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::PositiveNumber);
+                    ->check(CLI::Range(1, smp::kMaxLocalWorldSize));
+  app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::Range(1, smp::kMaxWorldSize));
   app.add_option("--node-rank", o.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
   auto* addr = app.add_option("--master-addr", o.master_addr, "address of the node hosting rank 0 (default 127.0.0.1)");
   auto* port = app.add_option("--master-port", o.master_port, "rendezvous port (default: MASTER_PORT, else a free one on a single node, else 29500; 0 picks a free one)")
@@ -83,11 +86,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads-per-rank", o.threads_per_rank,
                  "OMP_NUM_THREADS for each rank (default: the environment's, else 1 when nproc > 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 65536));
   app.add_flag("--bind-cores", o.bind_cores,
                "pin each local rank to its own cores (--threads-per-rank each, default an even split)");
   app.add_option("--kill-timeout", o.kill_timeout_s, "seconds between SIGTERM and SIGKILL when stopping (default 30)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e6));  // made milliseconds: bounded so that cannot overflow
   app.add_option("--log-dir", o.log_dir, "write each captured rank's output to <dir>/rank-R.out");
   app.add_flag("--tee", o.tee, "also echo every rank's output, prefixed with [rank R]");
   app.add_option("--worker", o.worker, "the worker executable (default: smp-worker next to smp-launch)");
@@ -106,6 +109,12 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(own_argv.size()), own_argv.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (static_cast<int64_t>(o.nproc_per_node) * o.nnodes > smp::kMaxWorldSize) {
+    std::cerr << "smp-launch: --nproc-per-node " << o.nproc_per_node << " x --nnodes " << o.nnodes << " = "
+              << static_cast<int64_t>(o.nproc_per_node) * o.nnodes << " ranks, more than the " << smp::kMaxWorldSize
+              << " a job may have\n";
+    return 2;
   }
   o.master_addr_given = addr->count() > 0;
   o.master_port_given = port->count() > 0;

@@ -2,8 +2,12 @@
 
 #include "supervisor.h"
 
+#include <smp/sdk/toml_nesting.hpp>
+
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <iostream>
@@ -66,9 +70,23 @@ std::string auto_layout_cluster(const std::vector<std::string>& worker_args) {
   toml::table file;
   const toml::table* table = nullptr;
   if (!j.config.empty()) {
+    // Read as the worker reads it: a regular file (a named pipe is refused, not
+    // waited on), its size and nesting bounded before toml++ sees it.
+    // A file that is not there is the worker's to report, as one toml++ refuses.
+    std::string text;
+    bool read = false;
     try {
-      file = toml::parse_file(j.config);
-      table = &file;
+      text = smp::input::read_toml_file(j.config, j.config);
+      read = true;
+    } catch (const smp::input::Error& e) {
+      struct stat st {};
+      if (::stat(j.config.c_str(), &st) == 0) throw std::runtime_error(std::string("--config: ") + e.what());
+    }
+    try {
+      if (read) {
+        file = toml::parse(text, j.config);
+        table = &file;
+      }
     } catch (const toml::parse_error&) {
       // The worker reports a file it cannot parse, with the line.
     }
@@ -89,14 +107,26 @@ std::string auto_layout_cluster(const std::vector<std::string>& worker_args) {
   return cluster;
 }
 
+// `s` as one word of a POSIX shell command: in single quotes, each quote in it
+// closed, escaped and reopened. The cluster name and --set values can come
+// from a job file someone else wrote: no text of theirs may become a command.
+namespace {
+std::string shell_word(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+}  // namespace
+
 std::vector<std::string> planned_layout(const std::string& cluster, int world,
                                         const std::vector<std::string>& worker_args, const std::string& why) {
   const JobArgs j = job_args(worker_args);
   if (j.config.empty()) throw std::runtime_error(why + ": the plan needs the job's --config");
   const std::string self = default_worker_path();
-  std::string command = self.substr(0, self.rfind('/')) + "/smp-plan --json --top 1 --cluster '" + cluster +
-                        "' --world " + std::to_string(world) + " --plugin '" + j.plugin + "' --config '" + j.config + "'";
-  for (const auto& s : j.sets) command += " --set '" + s + "'";
+  std::string command = shell_word(self.substr(0, self.rfind('/')) + "/smp-plan") + " --json --top 1 --cluster " +
+                        shell_word(cluster) + " --world " + std::to_string(world) + " --plugin " + shell_word(j.plugin) +
+                        " --config " + shell_word(j.config);
+  for (const auto& s : j.sets) command += " --set " + shell_word(s);
   FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (!pipe) throw std::runtime_error(why + ": cannot run smp-plan");
   std::string out;

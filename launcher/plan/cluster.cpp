@@ -1,6 +1,8 @@
 #include "plan/cluster.h"
 
 #include <smp/error.h>
+#include <smp/process_env.h>
+#include <smp/sdk/toml_nesting.hpp>
 
 #include <toml++/toml.h>
 
@@ -14,6 +16,13 @@ namespace smp::plan {
 
 namespace {
 
+// The largest figure a cluster file may give, each far above any machine's
+// (a petabyte of memory, a petabyte per second, an exaflop, a second of
+// latency), so that the planner's sums stay finite.
+constexpr double kMostGB = 1e6, kMostGBs = 1e6, kMostTflops = 1e6, kMostUs = 1e6, kMostGemmSize = 1e9;
+// The smallest rate (1 kB/s, 1 MFLOP/s, a millionth of the peak).
+constexpr double kLeastRate = 1e-6;
+
 struct Reader {
   const toml::table& root;
   std::string file;
@@ -25,16 +34,29 @@ struct Reader {
     if (!v) fail(key, "missing");
     return *v.node();
   }
-  double positive(const std::string& key) const {
+  // Every figure bounded above as well, so that what the planner makes of it
+  // (times 1e9 or 1e12, summed over layers) stays finite: NaN and infinity refused.
+  // A rate (`least` > 0: a bandwidth, a peak) is at least that, so that the
+  // planner's times (work over rate) stay finite too.
+  double positive(const std::string& key, double most, double least = 0) const {
     const toml::node& n = at(key);
     const std::optional<double> v = n.value<double>();
-    if (!v || !std::isfinite(*v) || *v <= 0) fail(key, "must be a positive number");
+    if (!v || !std::isfinite(*v) || *v <= 0 || *v < least || *v > most)
+      fail(key, "must be a positive number (" +
+                    (least > 0 ? "at least " + input::number_text(least) + ", " : std::string()) + "at most " +
+                    input::number_text(most) + ")" + shown(n));
     return *v;
   }
-  double non_negative(const std::string& key) const {
-    const std::optional<double> v = at(key).value<double>();
-    if (!v || !std::isfinite(*v) || *v < 0) fail(key, "must be a number >= 0");
+  double non_negative(const std::string& key, double most) const {
+    const toml::node& n = at(key);
+    const std::optional<double> v = n.value<double>();
+    if (!v || !std::isfinite(*v) || *v < 0 || *v > most)
+      fail(key, "must be a number >= 0 (at most " + input::number_text(most) + ")" + shown(n));
     return *v;
+  }
+  static std::string shown(const toml::node& n) {
+    const std::optional<double> v = n.value<double>();
+    return v ? ", got " + input::number_text(*v) : std::string();
   }
   std::string text(const std::string& key) const {
     const std::optional<std::string> v = at(key).value<std::string>();
@@ -78,8 +100,14 @@ double Cluster::peak(const std::string& dtype) const {
 
 Cluster read_cluster(const std::string& path) {
   toml::table root;
+  std::string text;
+  try {  // a regular file (a named pipe is refused, not waited on), its size and nesting bounded
+    text = input::read_toml_file(path, path);
+  } catch (const input::Error& e) {
+    throw Error(e.what());
+  }
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw Error(path + ": " + std::string(e.description()) + " (line " +
                 std::to_string(e.source().begin.line) + ")");
@@ -94,21 +122,23 @@ Cluster read_cluster(const std::string& path) {
                                   "gemm_efficiency"},
          path);
   c.accelerator = r.text("accelerator.name");
-  c.memory_bytes = r.positive("accelerator.memory_gb") * 1e9;
-  c.memory_bandwidth = r.positive("accelerator.memory_bandwidth_gbs") * 1e9;
-  c.elementwise_bandwidth =
-      root.at_path("accelerator.elementwise_gbs") ? r.positive("accelerator.elementwise_gbs") * 1e9 : c.memory_bandwidth;
+  c.memory_bytes = r.positive("accelerator.memory_gb", kMostGB) * 1e9;
+  c.memory_bandwidth = r.positive("accelerator.memory_bandwidth_gbs", kMostGBs, kLeastRate) * 1e9;
+  c.elementwise_bandwidth = root.at_path("accelerator.elementwise_gbs")
+                                ? r.positive("accelerator.elementwise_gbs", kMostGBs, kLeastRate) * 1e9
+                                : c.memory_bandwidth;
   if (c.elementwise_bandwidth > c.memory_bandwidth)
     r.fail("accelerator.elementwise_gbs", "is above accelerator.memory_bandwidth_gbs: elementwise passes cannot "
            "outrun the memory");
-  c.op_overhead = root.at_path("accelerator.op_overhead_us") ? r.non_negative("accelerator.op_overhead_us") * 1e-6 : 0;
+  c.op_overhead =
+      root.at_path("accelerator.op_overhead_us") ? r.non_negative("accelerator.op_overhead_us", kMostUs) * 1e-6 : 0;
   const toml::table* peaks = r.at("accelerator.peak_tflops").as_table();
   if (!peaks || peaks->empty()) r.fail("accelerator.peak_tflops", "must be a table of dtype = TFLOP/s");
   for (const auto& [k, v] : *peaks) {
     const std::string key = "accelerator.peak_tflops." + std::string(k.str());
     if (std::string(k.str()) != "fp16" && std::string(k.str()) != "bf16" && std::string(k.str()) != "fp32")
       r.fail(key, "unknown dtype (known: fp16, bf16, fp32)");
-    c.peak_flops[std::string(k.str())] = r.positive(key) * 1e12;
+    c.peak_flops[std::string(k.str())] = r.positive(key, kMostTflops, kLeastRate) * 1e12;
   }
   const toml::array* eff = r.at("accelerator.gemm_efficiency").as_array();
   if (!eff || eff->empty()) r.fail("accelerator.gemm_efficiency", "must be a list of [size, fraction of peak] pairs");
@@ -118,14 +148,18 @@ Cluster read_cluster(const std::string& path) {
     std::optional<double> size, frac;
     if (pair && pair->size() == 2) size = (*pair)[0].value<double>(), frac = (*pair)[1].value<double>();
     if (!size || !frac) r.fail(key, "must be [size, fraction of peak]");
-    if (*size < 1) r.fail(key, "the size must be >= 1");
-    if (!(*frac > 0 && *frac <= 1)) r.fail(key, "the fraction of peak must lie in (0, 1]");
+    if (!(*size >= 1 && *size <= kMostGemmSize))
+      r.fail(key, "the size must be a number in [1, " + input::number_text(kMostGemmSize) + "], got " +
+                      input::number_text(*size));
+    if (!(*frac >= kLeastRate && *frac <= 1))
+      r.fail(key, "the fraction of peak must lie in (0, 1] (at least " + input::number_text(kLeastRate) + "), got " +
+                      input::number_text(*frac));
     if (!c.gemm_efficiency.empty() && *size <= c.gemm_efficiency.back().first)
       r.fail(key, "sizes must rise from one pair to the next");
     c.gemm_efficiency.emplace_back(*size, *frac);
   }
   if (const toml::table* n = root["node"].as_table()) only(*n, "node.", {"accelerators"}, path);
-  const double node = r.positive("node.accelerators");
+  const double node = r.positive("node.accelerators", kMaxLocalWorldSize);  // then an int
   if (node != std::floor(node)) r.fail("node.accelerators", "must be a whole number");
   c.node_size = static_cast<int>(node);
   if (const toml::table* l = root["links"].as_table()) only(*l, "links.", {"intra", "inter", "alltoall"}, path);
@@ -135,8 +169,8 @@ Cluster read_cluster(const std::string& path) {
     if (const toml::table* l = root["links"][link].as_table())
       only(*l, std::string("links.") + link + ".", {"bandwidth_gbs", "latency_us"}, path);
     Link& to = std::string(link) == "intra" ? c.intra : std::string(link) == "inter" ? c.inter : c.alltoall;
-    to.bandwidth = r.positive(std::string("links.") + link + ".bandwidth_gbs") * 1e9;
-    to.latency = r.non_negative(std::string("links.") + link + ".latency_us") * 1e-6;
+    to.bandwidth = r.positive(std::string("links.") + link + ".bandwidth_gbs", kMostGBs, kLeastRate) * 1e9;
+    to.latency = r.non_negative(std::string("links.") + link + ".latency_us", kMostUs) * 1e-6;
   }
   if (c.inter.bandwidth > c.intra.bandwidth)
     r.fail("links.inter.bandwidth_gbs", "is above links.intra.bandwidth_gbs: the link between nodes would be "

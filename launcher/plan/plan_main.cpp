@@ -26,7 +26,9 @@
 
 #include <smp/config.h>
 #include <smp/error.h>
+#include <smp/process_env.h>
 #include <smp/runtime.h>
+#include <smp/sdk/input_file.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 namespace {
 
@@ -68,9 +71,13 @@ void print_table(const SearchResult& r, const Shape& s, size_t top) {
 }
 
 int validate(const Cluster& c, const std::string& path, const std::string& out) {
-  std::ifstream in(path);
-  if (!in) throw smp::Error(path + ": cannot read");
-  const json result = validate_published(c, json::parse(in));
+  json published;
+  try {
+    published = smp::input::read_json(path, path);
+  } catch (const smp::input::Error& e) {
+    throw smp::Error(e.what());
+  }
+  const json result = validate_published(c, published);
   for (const json& r : result["rows"]) {
     const json& best = r["search"]["best"];
     std::printf("%-8s tp %d pp %d on %d: published %.0f, predicted %.1f TFLOP/s per GPU (%+.1f%%); the search picks "
@@ -121,11 +128,15 @@ int main(int argc, char** argv) {
   std::string calibrate_path;
   int threads = 1;
   app.add_option("--calibrate", calibrate_path, "measure this machine and write its cluster file here");
-  app.add_option("--threads", threads, "--calibrate: intra-op threads per rank")->check(CLI::PositiveNumber);
+  // At most the machine's cores: calibration measures them, and threads past them measure nothing.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  app.add_option("--threads", threads, "--calibrate: intra-op threads per rank (at most the machine's cores)")
+      ->check(CLI::Range(1, cores));
   app.add_option("--cluster", cluster_name, "a preset (configs/clusters/<name>.toml) or a cluster file");
   app.add_option("--validate", validate_path, "predict the published runs of this file (and exit 3 past 15%)");
   app.add_option("--out", out, "--validate: write the result JSON here");
-  app.add_option("--world", o.world, "accelerators")->check(CLI::PositiveNumber);
+  app.add_option("--world", o.world, "accelerators (at most " + std::to_string(smp::kMaxWorldSize) + ")")
+      ->check(CLI::Range(1, smp::kMaxWorldSize));
   std::string config_path, plugin = "gpt";
   std::vector<std::string> sets;
   app.add_option("--config", config_path, "a job file: the model's shape from it, memory from smp's estimate");

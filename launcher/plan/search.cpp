@@ -6,11 +6,17 @@ namespace smp::plan {
 
 namespace {
 
+// Rising; in int64_t, so that no n an int holds overflows the counter (the
+// world itself is bounded by smp-plan, kMaxWorldSize).
 std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
+  std::vector<int> low, high;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      low.push_back(static_cast<int>(d));
+      if (d * d != n) high.push_back(static_cast<int>(n / d));
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "plan/validate.h"
 
+#include <smp/error.h>
+#include <smp/process_env.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +27,12 @@ nlohmann::json validate_published(const Cluster& c, const nlohmann::json& publis
     s.seq = published.at("seq"), s.vocab = published.at("vocab"), s.batch = row.at("batch");
     s.dtype = published.value("dtype", "fp16");
     SearchOptions o;
+    // In the int the search takes, as smp-plan --world is (a SIGFPE past it).
+    for (const char* key : {"gpus", "tp", "pp"})
+      if (!row.at(key).is_number_integer() || row.at(key).get<int64_t>() < 1 ||
+          row.at(key).get<int64_t>() > kMaxWorldSize)
+        throw Error(std::string("--validate: rows[].") + key + " is " + row.at(key).dump() +
+                    ": expected an integer in [1, " + std::to_string(kMaxWorldSize) + "]");
     o.world = row.at("gpus");
     o.tp = row.at("tp"), o.pp = row.at("pp");
     o.zero_stages = {0};

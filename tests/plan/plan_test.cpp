@@ -14,6 +14,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 namespace {
@@ -403,6 +404,148 @@ TEST(Plan, MoeJobsAreSearchedOverExpertParallelism) {
   c.alltoall = {c.intra.bandwidth * 10, 0}, c.has_alltoall = true;
   EXPECT_LT(predict(c, s, two).ep_comm, p2.ep_comm);
   EXPECT_NE(invalid(s, [] { Layout l; l.dp = 2, l.ep = 4; return l; }(), 2), "");
+}
+
+// Issue 51: every figure of a cluster file is range-checked where the planner
+// uses it: NaN or infinite GEMM efficiencies made every prediction NaN (and a
+// layout was still printed), a node of 1e10 accelerators overflowed the int
+// to zero candidates ("no layout fits 80 GB", the wrong reason), 1e300 GB of
+// memory became infinite bytes. Each is refused naming the file and the key.
+TEST(Plan, ClusterFiguresOutOfRangeAreRefusedNamingTheKey) {
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases = {
+      {{"[64, 0.25]", "[nan, 0.25]"}, "accelerator.gemm_efficiency[0]: the size must be a number in [1, 1e+09], got nan"},
+      {{"[64, 0.25]", "[64, nan]"}, "accelerator.gemm_efficiency[0]: the fraction of peak must lie in (0, 1]"},
+      {{"[64, 0.25]", "[64, 1e-300]"}, "accelerator.gemm_efficiency[0]: the fraction of peak must lie in (0, 1]"},
+      {{"[8192, 0.78]", "[inf, 0.78]"}, "accelerator.gemm_efficiency[5]: the size must be a number in [1, 1e+09]"},
+      {{"[8192, 0.78]", "[1e300, 0.78]"}, "accelerator.gemm_efficiency[5]: the size must be a number in [1, 1e+09]"},
+      {{"memory_gb = 80", "memory_gb = 1e300"}, "accelerator.memory_gb: must be a positive number (at most 1e+06), got 1e+300"},
+      {{"memory_gb = 80", "memory_gb = inf"}, "accelerator.memory_gb: must be a positive number"},
+      {{"fp16 = 312.0", "fp16 = nan"}, "accelerator.peak_tflops.fp16: must be a positive number"},
+      {{"fp16 = 312.0", "fp16 = 1e300"}, "accelerator.peak_tflops.fp16: must be a positive number (at least 1e-06, at most 1e+06)"},
+      {{"fp16 = 312.0", "fp16 = 1e-300"}, "accelerator.peak_tflops.fp16: must be a positive number (at least 1e-06"},
+      {{"latency_us = 5", "latency_us = 1e300"}, "links.intra.latency_us: must be a number >= 0 (at most 1e+06)"},
+      {{"bandwidth_gbs = 230", "bandwidth_gbs = 1e300"}, "links.intra.bandwidth_gbs: must be a positive number"},
+      {{"accelerators = 8", "accelerators = 1e10"}, "node.accelerators: must be a positive number (at most 4096), got 1e+10"},
+      {{"accelerators = 8", "accelerators = 2147483648"}, "node.accelerators: must be a positive number (at most 4096)"},
+  };
+  for (const auto& [edit, message] : cases) {
+    const std::string path = edited(edit.first, edit.second);
+    const std::string said = refusal(path);
+    EXPECT_NE(said.find(path + ": " + message), std::string::npos) << "expected: " << message << "\ngot: " << said;
+    fs::remove(path);
+  }
+}
+
+// A cluster file nested past the bound crashed toml++ (stack overflow); a
+// named pipe blocked smp-plan forever. Both refused naming the file, before
+// toml++ parses anything.
+TEST(Plan, DeepOrPipedClusterFilesAreRefusedNamingTheFile) {
+  std::string deep_header = "[a", deep_key = "a", deep_inline = "x = ";
+  for (int i = 0; i < 100000; ++i) deep_header += ".a", deep_key += ".a", deep_inline += "{a = ";
+  for (const std::string& deep : {deep_header + "]\n", deep_key + " = 1\n", deep_inline + "1\n"}) {
+    const std::string path = edited("[topology]", deep + "[topology]");
+    EXPECT_NE(refusal(path).find(path + ":"), std::string::npos) << refusal(path).substr(0, 300);
+    EXPECT_NE(refusal(path).find("nested deeper than 32 levels"), std::string::npos) << refusal(path).substr(0, 300);
+    fs::remove(path);
+  }
+  const fs::path dir = fs::temp_directory_path() / fs::unique_path("smp-cluster-fifo-%%%%-%%%%");
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "cluster.toml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int code = 0;
+  // Under `timeout`: an smp-plan that waits on the pipe fails here (124), not the suite.
+  const std::string out = run_command("timeout 30 " + std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + fifo +
+                                          " --world 8 --layers 2 --hidden 64 --heads 2 --seq 64 --vocab 100 --batch 8",
+                                      &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find(fifo + " is a named pipe, not a regular file"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+// smp-plan --world 2147483647 died of SIGFPE (divisors() overflowed its int
+// counter); a world beyond what a job may have is refused naming the option,
+// and a node of 1e10 accelerators is refused for what it is, not as "no layout fits".
+TEST(Plan, SmpPlanRefusesAWorldOrNodeItCannotSearchNamingIt) {
+  const std::string shape = " --layers 2 --hidden 64 --heads 2 --seq 64 --vocab 100 --batch 8";
+  int code = 0;
+  std::string out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 2147483647" + shape, &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_LT(code, 128) << "ended by a signal:\n" << out;
+  EXPECT_NE(out.find("--world"), std::string::npos) << out;
+  EXPECT_NE(out.find("1048576"), std::string::npos) << out;
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 1048576" + shape, &code);
+  EXPECT_TRUE(code == 0 || code == 2) << out;  // the largest world is searched (no layout of 8 samples fits it)
+  const std::string node = edited("accelerators = 8", "accelerators = 1e10");
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + node + " --world 8" + shape, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find(node + ": node.accelerators: must be a positive number (at most 4096)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("no layout fits"), std::string::npos) << out;
+  fs::remove(node);
+  const std::string nan = edited("[64, 0.25]", "[64, nan]");
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + nan + " --world 8" + shape, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find(nan + ": accelerator.gemm_efficiency[0]"), std::string::npos) << out;
+  EXPECT_EQ(out.find("the best, to run it"), std::string::npos) << out;
+  fs::remove(nan);
+}
+
+// smp-plan --config started through PATH (argv[0] a bare name) found no
+// plugins: the plugin folder is found from the executable itself.
+TEST(Plan, SmpPlanStartedThroughPathFindsThePlugins) {
+  const std::string job = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
+  int code = 0;
+  const std::string out = run_command("cd / && PATH='" + std::string(SMP_BIN_DIR) +
+                                          "':\"$PATH\" smp-plan --cluster dgx-a100-80gb --world 2 --top 1 --config " +
+                                          job,
+                                      &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("not found"), std::string::npos) << out;
+  EXPECT_NE(out.find("the best, to run it"), std::string::npos) << out;
+}
+
+// smp-launch: --nproc-per-node 1000000 --nnodes 1000000 overflowed the int
+// world size. Each option is bounded, and their product (in int64_t), naming them.
+// A job file that is a named pipe or nests past the bound is refused before
+// a rank starts (smp-launch reads it for parallel.layout = "auto").
+TEST(Plan, SmpLaunchRefusesMoreRanksThanAJobMayHaveNamingTheOptions) {
+  // --estimate-memory with /bin/echo as the worker: one process that prints
+  // the world size it was given, so that a regression shows the overflow
+  // here instead of starting a million ranks.
+  const std::string launch = "timeout 60 " + std::string(SMP_BIN_DIR) + "/smp-launch --estimate-memory --worker /bin/echo ";
+  int code = 0;
+  std::string out = run_command(launch + "--nproc-per-node 1000000 --nnodes 1000000", &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("--nproc-per-node"), std::string::npos) << out;
+  out = run_command(launch + "--nproc-per-node 4096 --nnodes 1000000", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--nproc-per-node 4096 x --nnodes 1000000 = 4096000000 ranks, more than the 1048576"),
+            std::string::npos) << out;
+  out = run_command(launch + "--nproc-per-node 2 --nnodes 524288", &code);
+  EXPECT_EQ(code, 0) << out;  // the largest world a job may have
+  EXPECT_NE(out.find("--world-size 1048576"), std::string::npos) << out;
+  out = run_command(launch + "--nnodes 4294967297", &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("--nnodes"), std::string::npos) << out;
+
+  const fs::path dir = fs::temp_directory_path() / fs::unique_path("smp-launch-input-%%%%-%%%%");
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "job.toml").string(), deep = (dir / "deep.toml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  out = run_command("timeout 30 " + std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 2 --plugin gpt --config " +
+                        fifo,
+                    &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find(fifo + " is a named pipe, not a regular file"), std::string::npos) << out;
+  {
+    std::ofstream f(deep);
+    f << "[parallel]\nlayout = \"auto\"\ncluster = \"dgx-a100-80gb\"\n[model]\nx = ";
+    for (int i = 0; i < 100000; ++i) f << "[";
+    f << "\n";
+  }
+  out = run_command("timeout 60 " + std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 2 --plugin gpt --config " + deep, &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find(deep + ":5: nested deeper than 32 levels"), std::string::npos) << out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -8,8 +8,13 @@
 
 #include "error_of.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <thread>
 #include <sstream>
 #include <tuple>
 
@@ -296,7 +301,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 67);  // every key of the reference
+  EXPECT_EQ(fields, 68);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 
@@ -317,7 +322,7 @@ TEST(ConfigTest, AnAutoLayoutIsTheLaunchersToResolve) {
 
 TEST(ConfigTest, JobConfigIsTheTypedConfig) {
   Config c = Config::from_string("[parallel]\ntp = 2\nep = 1\n[train]\nlr = 0.5\nbucket_mb = 2\n[model]\nadapter = \"gpt\"\nlayers = 3\n",
-                                 "job.toml", {"run.threads=3"});
+                                 "job.toml", {"run.threads=1"});
   c.resolve_layout(4);
   smp::JobConfig j = smp::JobConfig::from(c);
   EXPECT_EQ(j.parallel.tp, 2);
@@ -325,7 +330,7 @@ TEST(ConfigTest, JobConfigIsTheTypedConfig) {
   EXPECT_EQ(j.parallel.ep, 1);
   EXPECT_DOUBLE_EQ(j.train.lr, 0.5);
   EXPECT_EQ(j.train.bucket_bytes(), 2 << 20);
-  EXPECT_EQ(j.run.threads, 3);
+  EXPECT_EQ(j.run.threads, 1);
   EXPECT_EQ(j.adapter, "gpt");
   EXPECT_EQ(j.model, (nlohmann::json{{"layers", 3}}));  // the adapter sees [model] without "adapter"
   EXPECT_EQ(j.parallel_json.at("tp"), 2);
@@ -440,6 +445,114 @@ TEST(ConfigTest, ReferenceDocIsTheSchemaRendered) {
          "build/bin/smp-worker --config-reference > docs/config-reference.md";
   for (const char* key : {"`parallel.zero`", "`train.optimizer`", "`run.trace_steps`", "`comm.shm_mb`"})
     EXPECT_NE(doc.str().find(key), std::string::npos) << key;
+}
+
+// Issue 51: a job file nested past the bound (10^5 table headers, a dotted
+// key of 10^5 parts, inline tables or arrays inside each other) is refused
+// naming the file and the line before toml++ parses it: parsed, it overflowed
+// the stack of the worker, smp-plan and smp-launch --plan.
+std::string repeated(const std::string& part, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += part;
+  return out;
+}
+
+TEST(ConfigTest, TomlNestedPastTheBoundIsRefusedNamingTheFileAndLine) {
+  const int n = 100000;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"[model]\nx = 1\n[a" + repeated(".a", n) + "]\n", "job.toml:3: nested deeper than 32 levels"},
+      {"[model]\nx = 1\n[[a" + repeated(".a", n) + "]]\n", "job.toml:3: nested deeper than 32 levels"},
+      {"[model]\nx = 1\n\na" + repeated(".a", n) + " = 1\n", "job.toml:4: nested deeper than 32 levels"},
+      {"[model]\nx = " + repeated("{a = ", n) + "1" + repeated("}", n) + "\n", "job.toml:2: nested deeper"},
+      {"[model]\nx = " + repeated("[", n) + repeated("]", n) + "\n", "job.toml:2: nested deeper"},
+      {"[model]\nx = " + repeated("[{a = ", n) + "\n", "job.toml:2: nested deeper"},
+      // Dotted keys inside inline tables under a header: the levels add up.
+      {"[model" + repeated(".m", 10) + "]\nx = {a" + repeated(".a", 10) + " = [[[[[[[[[[[[1]]]]]]]]]]]]}\n",
+       "job.toml:2: nested deeper than 32 levels"},
+  };
+  for (const auto& [text, message] : cases) EXPECT_ERROR(Config::from_string(text, "job.toml"), message);
+  // What nests within the bound, strings and comments full of brackets, dots
+  // and quotes included, reads as before.
+  const Config c = Config::from_string(
+      "[model.a.b]\nx = [[1, 2], [3]]\ny = {p = {q = 1}}\ns = \"[[[{{{a.b.c\\\"\"\n"
+      "m = \"\"\"\n[[[[\n\"\"\"\"\nl = '''a.b.c]]]}}'''\n# [[[[a.a.a.a\n[[model.rows]]\nk = 'x[y'\n",
+      "job.toml");
+  EXPECT_EQ(c.to_json()["model"]["a"]["b"]["m"], "[[[[\n\"");
+  // From a file: the path is named; a --set value is bounded as well.
+  const std::string dir = ::testing::TempDir() + "/smp-config-deep-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/deep.toml") << "[train]\nsteps = 1\n" << "a" << repeated(".a", n) << " = 1\n";
+  EXPECT_ERROR(Config::load(dir + "/deep.toml"), dir + "/deep.toml:3: nested deeper than 32 levels");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"model.x=" + repeated("[", n)}), "--set model.x=[[[[");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"model" + repeated(".a", n) + "=1"}),
+               "more than 32 dotted parts");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A named pipe given as the job file is refused as not a regular file; read,
+// it blocked the worker forever. Run in a child that an alarm ends, so that a
+// regression fails here instead of hanging the suite.
+TEST(ConfigTest, ANamedPipeAsTheJobFileIsRefusedNotWaitedOn) {
+  const std::string dir = ::testing::TempDir() + "/smp-config-fifo-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir + " && mkfifo " + dir + "/job.toml").c_str()), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(20);
+    const std::string said = error_of([&] { Config::load(dir + "/job.toml"); });
+    ::_exit(said.find(dir + "/job.toml is a named pipe, not a regular file") != std::string::npos ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "the reader hung on the named pipe (ended by signal " << WTERMSIG(status) << ")";
+  if (WIFEXITED(status)) EXPECT_EQ(WEXITSTATUS(status), 0) << "refused without naming the pipe";
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// comm.shm_mb is made bytes in an int64_t: 1e300 overflowed (and 1e-300 made
+// 0), silently turning shared memory off. Refused naming the key.
+TEST(ConfigTest, ShmMbOutsideItsRangeIsRefusedNamingTheKey) {
+  for (const char* v : {"1e300", "65537", "1e-300", "-1", "inf", "nan"})
+    EXPECT_ERROR(Config::from_string(std::string("[comm]\nshm_mb = ") + v + "\n", "job.toml"),
+                 "job.toml: comm.shm_mb: expected 0 (everything through Gloo) or a number of MiB in [0.001, 65536]");
+  for (const char* v : {"0", "0.001", "16", "65536"}) {
+    const Config c = Config::from_string(std::string("[comm]\nshm_mb = ") + v + "\n", "job.toml");
+    EXPECT_DOUBLE_EQ(c.get_double("comm.shm_mb"), std::stod(v));
+  }
+  EXPECT_EQ(smp::JobConfig::from(Config::from_string("[comm]\nshm_mb = 65536\n", "job.toml")).comm.shm_slot_bytes(),
+            int64_t{65536} << 20);
+}
+
+// An int key holds what an int holds: 2^40 threads or tensor-parallel ranks
+// wrapped when JobConfig read them.
+TEST(ConfigTest, IntKeysPastAnIntAreRefusedNamingTheKey) {
+  EXPECT_ERROR(Config::from_string("[parallel]\ntp = 1099511627776\n", "job.toml"),
+               "job.toml: parallel.tp: expected a positive integer of at most 2147483647, got 1099511627776");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"run.threads=4294967297"}),
+               "run.threads: expected a non-negative integer of at most 2147483647");
+  EXPECT_EQ(Config::from_string("[train]\nsteps = 1099511627776\n", "job.toml").get_int("train.steps"),
+            int64_t{1} << 40);  // an int64_t key
+}
+
+// run.threads above the machine's cores is refused (100,000 threads made no
+// progress) unless run.threads_oversubscribe = true, as MPI's --oversubscribe.
+TEST(ConfigTest, RunThreadsAboveTheCoresIsRefusedUnlessOversubscribed) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores == 0) GTEST_SKIP() << "this machine does not say how many cores it has";
+  const std::string over = "run.threads=" + std::to_string(cores + 1);
+  EXPECT_ERROR(smp::JobConfig::from(Config::from_string("", "job.toml", {over})),
+               "--set " + over + ": run.threads = " + std::to_string(cores + 1) + " is more than this machine's " +
+                   std::to_string(cores) + " cores");
+  EXPECT_ERROR(smp::JobConfig::from(Config::from_string("[run]\nthreads = 100000\n", "job.toml")),
+               "job.toml: run.threads = 100000 is more than this machine's");
+  const smp::JobConfig forced =
+      smp::JobConfig::from(Config::from_string("[run]\nthreads = 100000\nthreads_oversubscribe = true\n", "job.toml"));
+  EXPECT_EQ(forced.run.threads, 100000);
+  EXPECT_EQ(smp::JobConfig::from(Config::from_string("", "job.toml", {"run.threads=" + std::to_string(cores)}))
+                .run.threads,
+            static_cast<int>(cores));
+  EXPECT_ERROR(smp::JobConfig::from(Config::from_string("[run]\nthreads_oversubscribe = true\n", "job.toml")),
+               "run.threads_oversubscribe is set but run.threads is not");
 }
 
 }  // namespace

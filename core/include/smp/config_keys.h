@@ -94,7 +94,7 @@
   X(val_batches, "train.val_batches", int64_t, NonNegative, 2, Default,                                            \
     "global batches per validation; 0 = no validation")                                                           \
   X(log_every, "train.log_every", int64_t, Positive, 1, Default, "a progress line every n steps (rank 0)")          \
-  X(bucket_mb, "train.bucket_mb", double, NonNegativeReal, 4.0, Default,                                           \
+  X(bucket_mb, "train.bucket_mb", double, BucketMiB,       4.0, Default,                                           \
     "DDP-style gradient buckets (MiB) reduced while backward runs; 0 = one reduction after backward")              \
   X(precision, "train.precision", Precision, Precision, Precision::Fp32, Default,                                  \
     "compute dtype of parameters and activations; 16-bit keeps fp32 masters and optimizer state")                 \
@@ -110,10 +110,13 @@
 #define SMP_RUN_KEYS(X)                                                                                             \
   X(dir, "run.dir", std::string, None, "runs/default", Default, "where logs, summary.json, report.html and traces go") \
   X(log_to_file, "run.log_to_file", bool, None, true, Default, "each rank also logs to <run.dir>/logs/rank-<r>.log") \
-  X(timeout_s, "run.timeout_s", double, PositiveReal, 300.0, Default,                                              \
+  X(timeout_s, "run.timeout_s", double, PositiveSeconds, 300.0, Default,                                              \
     "rendezvous and collective timeout; a rank waiting longer fails naming the group")                             \
   X(threads, "run.threads", int, NonNegative, 0, Default,                                                          \
-    "intra-op threads per rank; 0 = OMP_NUM_THREADS or LibTorch's")                                                \
+    "intra-op threads per rank; 0 = OMP_NUM_THREADS or LibTorch's; at most the machine's cores "                   \
+    "(std::thread::hardware_concurrency) unless run.threads_oversubscribe")                                        \
+  X(threads_oversubscribe, "run.threads_oversubscribe", bool, None, false, Default,                                \
+    "allow run.threads above the machine's cores (each rank's threads then share cores, as MPI's --oversubscribe)") \
   X(device, "run.device", DeviceKind, Device, DeviceKind::Auto, Default,                                           \
     "auto = CUDA when this build has it and a GPU is present")                                                     \
   X(devices, "run.devices", DeviceList, None, DeviceList{}, Default,                                               \
@@ -140,7 +143,7 @@
   X(exit_after_steps, "run.exit_after_steps", int64_t, NonNegative, 0, Default,                                  \
     "stop once this run has taken n steps (saving a checkpoint first when run.checkpoint_every > 0), as "          \
     "Megatron's --exit-interval: the schedule still spans train.steps; 0 = run to train.steps")                    \
-  X(hang_timeout_s, "run.hang_timeout_s", double, NonNegativeReal, 0.0, Default,                                 \
+  X(hang_timeout_s, "run.hang_timeout_s", double, NonNegativeSeconds, 0.0, Default,                                 \
     "under smp-launch: a rank that completes no step (or load, save, validation) for this long is reported "       \
     "with its last lines and treated as failed (restarted with --max-restarts); 0 = never")                        \
   X(resume, "run.resume", std::string, None, "auto", Default,                                                     \
@@ -151,7 +154,7 @@
     "its optimizer state and step are not used")
 
 #define SMP_COMM_KEYS(X)                                                                                            \
-  X(shm_mb, "comm.shm_mb", double, NonNegativeReal, 16.0, Default,                                                 \
+  X(shm_mb, "comm.shm_mb", double, ShmMiB, 16.0, Default,                                                 \
     "CPU collectives and pipeline sends through shared memory on one host, slots of this many MiB; 0 = Gloo")      \
   X(cuda_backend, "comm.cuda_backend", std::string, CudaBackend, "auto", Default,                                  \
     "what carries CUDA tensors: nccl, gloo (through host memory), or auto (NCCL unless ranks share a GPU)")

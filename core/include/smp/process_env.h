@@ -7,6 +7,13 @@
 #pragma GCC visibility push(default)
 namespace smp {
 
+// The most ranks a job may have (smp-launch's --nproc-per-node x --nnodes,
+// smp-plan's --world) and one node may hold (--nproc-per-node, a cluster
+// file's node.accelerators): far above any machine built, and small enough
+// that a rank, a world size or a product of layout degrees stays in an int.
+inline constexpr int kMaxWorldSize = 1 << 20;
+inline constexpr int kMaxLocalWorldSize = 4096;
+
 struct ProcessEnv {
   int rank = 0;
   int world_size = 1;

@@ -7,10 +7,13 @@
 #include "base/pipeline_limits.h"
 #include "base/table_names.h"
 
+#include <smp/sdk/toml_nesting.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <fstream>
 #include <sstream>
 
@@ -23,7 +26,8 @@ using nlohmann::json;
 enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, AxisJoins };
 
 // What a value must satisfy beyond its type.
-enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval,
+enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval, ShmMiB, BucketMiB,
+                  PositiveSeconds, NonNegativeSeconds,
                   Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName, LayoutMode, CpMode };
 
 enum class Presence { Default, Derived };
@@ -34,6 +38,9 @@ struct KeySpec {
   json def;  // null = no default (parallel.dp: derived; memory.shard: another way to say parallel.zero)
   Rule rule;
   const char* doc;  // one line for the key reference (docs/config-reference.md, generated)
+  // An integer key: the largest value its C++ field holds (an int key's value
+  // is refused past INT_MAX rather than wrapped when JobConfig reads it).
+  int64_t int_most = std::numeric_limits<int64_t>::max();
 };
 
 // The schema type of a typed field's C++ type (config_keys.h), and its default as JSON.
@@ -51,6 +58,10 @@ template <> constexpr Type type_of<AxisSizes>() { return Type::AxisSizes; }
 template <> constexpr Type type_of<AxisJoins>() { return Type::AxisJoins; }
 template <> constexpr Type type_of<Precision>() { return Type::String; }
 template <> constexpr Type type_of<DeviceKind>() { return Type::String; }
+
+template <class T> constexpr int64_t int_most_of() {
+  return std::is_same_v<T, int> ? std::numeric_limits<int>::max() : std::numeric_limits<int64_t>::max();
+}
 
 template <class T> json default_json(const T& v) { return json(v); }
 json default_json(const AxisSizes& v) {
@@ -73,7 +84,7 @@ const std::vector<KeySpec>& schema() {
     std::vector<KeySpec> out;
 #define SMP_SCHEMA_ENTRY(field, key, type, check, def, presence, doc) \
   out.push_back({key, type_of<type>(), Presence::presence == Presence::Derived ? json(nullptr) : default_json(type(def)), \
-                 Rule::check, doc});
+                 Rule::check, doc, int_most_of<type>()});
 #define SMP_SCHEMA_TABLE(group, list) list(SMP_SCHEMA_ENTRY)
     SMP_CONFIG_TABLES(SMP_SCHEMA_TABLE)
 #undef SMP_SCHEMA_TABLE
@@ -134,9 +145,13 @@ const char* expectation(Type t, Rule r) {
   switch (r) {
     case Rule::Positive: return "expected a positive integer";
     case Rule::NonNegative: return "expected a non-negative integer";
-    case Rule::PositiveReal: return "expected a number > 0";
-    case Rule::NonNegativeReal: return "expected a number >= 0";
+    case Rule::PositiveReal: return "expected a finite number > 0";
+    case Rule::NonNegativeReal: return "expected a finite number >= 0";
+    case Rule::BucketMiB: return "expected a number of MiB in [0, 1048576]";
+    case Rule::PositiveSeconds: return "expected a number of seconds in (0, 1e9]";
+    case Rule::NonNegativeSeconds: return "expected 0 or a number of seconds in (0, 1e9]";
     case Rule::UnitInterval: return "expected a number in [0, 1)";
+    case Rule::ShmMiB: return "expected 0 (everything through Gloo) or a number of MiB in [0.001, 65536]";
     case Rule::Schedule:
       return "expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\" "
              "(or the aliases \"simple\", \"interleaved\")";
@@ -233,6 +248,9 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
   switch (spec.type) {
     case Type::Int:
       if (!n.is_integer()) return fail();
+      if (n.as_integer()->get() > spec.int_most)
+        throw Error(origin + ": " + spec.key + ": " + expectation(spec.type, spec.rule) + " of at most " +
+                    std::to_string(spec.int_most) + ", got " + render(n));
       v = n.as_integer()->get();
       break;
     case Type::Double:
@@ -298,13 +316,27 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       if (v.get<int64_t>() < 0) return fail();
       break;
     case Rule::PositiveReal:
-      if (!(v.get<double>() > 0)) return fail();
+      if (!(v.get<double>() > 0) || !std::isfinite(v.get<double>())) return fail();
       break;
     case Rule::NonNegativeReal:
-      if (!(v.get<double>() >= 0)) return fail();
+      if (!(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) return fail();
+      break;
+    // Sizes and durations are made bytes and milliseconds in an int64_t: bounded
+    // so that the product cannot overflow (1e300 wrapped to a negative timeout).
+    case Rule::BucketMiB:
+      if (!(v.get<double>() >= 0 && v.get<double>() <= 1048576)) return fail();
+      break;
+    case Rule::PositiveSeconds:
+      if (!(v.get<double>() > 0 && v.get<double>() <= 1e9)) return fail();
+      break;
+    case Rule::NonNegativeSeconds:
+      if (!(v.get<double>() >= 0 && v.get<double>() <= 1e9)) return fail();
       break;
     case Rule::UnitInterval:
       if (!(v.get<double>() >= 0 && v.get<double>() < 1)) return fail();
+      break;
+    case Rule::ShmMiB:  // MiB made bytes in an int64_t (CommConfig::shm_slot_bytes), times the ranks of a host
+      if (!(v.get<double>() == 0 || (v.get<double>() >= 0.001 && v.get<double>() <= 65536))) return fail();
       break;
     case Rule::Schedule: {
       std::string s = normalise_schedule(v.get<std::string>());
@@ -400,6 +432,9 @@ void apply_override(const std::string& arg, json& values, json& set_by) {
       if (c == '.') {
         if (trim(cur).empty()) throw Error(origin + ": malformed key '" + key + "'");
         parts.push_back(trim(cur));
+        if (parts.size() > static_cast<size_t>(input::kMaxTomlDepth))
+          throw Error(origin + ": the key has more than " + std::to_string(input::kMaxTomlDepth) +
+                      " dotted parts (no job nests so)");
         cur.clear();
       } else {
         cur += c;
@@ -411,6 +446,11 @@ void apply_override(const std::string& arg, json& values, json& set_by) {
   toml::table holder;
   bool parsed = false;
   if (!text.empty()) {
+    try {  // a value nested past the bound is refused, not parsed (the stack)
+      input::check_toml_nesting("v = " + text, origin);
+    } catch (const input::Error& e) {
+      throw Error(e.what());
+    }
     try {
       holder = toml::parse("v = " + text);
       parsed = holder.size() == 1 && holder.contains("v");
@@ -467,17 +507,27 @@ void build(const std::string& origin, const toml::table& doc, const std::vector<
 
 }  // namespace
 
+// A job file is read under the one discipline for files from outside
+// (smp/sdk/input_file.hpp): a regular file of at most kMaxConfigBytes (a named
+// pipe is refused, not waited on); its nesting is bounded by from_string.
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the config file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return from_string(ss.str(), path, overrides);
+  std::string text;
+  try {
+    text = input::read_file(path, path, input::kMaxConfigBytes);
+  } catch (const input::Error& e) {
+    throw Error(e.what());
+  }
+  return from_string(text, path, overrides);
 }
 
 Config Config::from_string(const std::string& text, const std::string& origin_name,
                            const std::vector<std::string>& overrides) {
   toml::table doc;
+  try {
+    input::check_toml_nesting(text, origin_name);
+  } catch (const input::Error& e) {
+    throw Error(e.what());
+  }
   try {
     doc = toml::parse(text, origin_name);
   } catch (const toml::parse_error& e) {

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <thread>
+
 namespace smp {
 
 namespace {
@@ -145,6 +147,16 @@ void check_run(const Config& c, RunConfig& r, const TrainConfig& t) {
 #else
   (void)t;
 #endif
+  // Threads past the cores make no progress worth having (100,000 threads per
+  // rank: none at all); more than the machine has only when asked for.
+  const unsigned cores = std::thread::hardware_concurrency();  // 0: unknown, nothing to compare with
+  if (cores > 0 && r.threads > static_cast<int64_t>(cores) && !r.threads_oversubscribe)
+    throw Error(c.origin_of("run.threads") + ": run.threads = " + std::to_string(r.threads) +
+                " is more than this machine's " + std::to_string(cores) +
+                " cores: give at most that, or set run.threads_oversubscribe = true to run so many threads anyway");
+  if (c.has("run.threads_oversubscribe") && r.threads_oversubscribe && r.threads == 0)
+    throw Error(c.origin_of_any({"run.threads_oversubscribe", "run.threads"}) +
+                ": run.threads_oversubscribe is set but run.threads is not (0: OMP_NUM_THREADS or LibTorch's)");
   const Ints& window = r.trace_steps;
   if (window.size() != 2 || window[0] < 1 || window[1] < window[0])
     throw Error(c.origin_of("run.trace_steps") +
