@@ -24,6 +24,7 @@
 // the log-probability of each where the model chose it, then one with the totals).
 #include <smp/generation.h>
 #include <smp/smp.h>
+#include <smp/sdk/input_file.hpp>
 #include <smp/sdk/tokenizer.hpp>
 #include <smp/sdk/tokenizers.hpp>
 
@@ -43,12 +44,98 @@ namespace {
 
 // The first graph node's config key `key` (the model's real vocabulary: its
 // loss node's "real_vocab", serial or vocabulary-parallel), or `fallback`.
+// A plugin wrote these strings: parsed with the bounded parser, the value
+// checked to be a positive integer.
 int64_t node_key(const smp::ModelGraph& graph, const char* key, int64_t fallback) {
   for (const auto& n : graph.nodes) {
-    const nlohmann::json c = nlohmann::json::parse(n.config_json);
-    if (c.is_object() && c.contains(key)) return c[key].get<int64_t>();
+    const std::string what = "graph node '" + n.name + "' config";
+    nlohmann::json c;
+    try {
+      c = smp::input::parse_json(n.config_json, what);
+    } catch (const smp::input::Error& e) {
+      throw smp::Error(e.what());
+    }
+    if (!c.is_object() || !c.contains(key)) continue;
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+      throw smp::Error(what + ": \"" + key + "\" is " + c[key].dump() + ", not a positive integer");
+    return c[key].get<int64_t>();
   }
   return fallback;
+}
+
+// A [model] key's value as a message shows it ("not set" when absent).
+std::string shown(const nlohmann::json& model, const char* key) {
+  return model.is_object() && model.contains(key) ? model[key].dump() : std::string("not set");
+}
+
+std::string text_of(const nlohmann::json& model, const char* key, const std::string& fallback) {
+  if (!model.is_object() || !model.contains(key) || model[key].is_null()) return fallback;
+  return model[key].is_string() ? model[key].get<std::string>() : model[key].dump();
+}
+
+// Whether two tokenizer file names hold one tokenizer: the same name, the same
+// file, or the same bytes. `why` gets what could not be read.
+bool same_file(const std::string& a, const std::string& b, std::string& why) {
+  if (a == b) return true;
+  if (a.empty() || b.empty()) return false;
+  const std::string ca = smp::input::canonical(a), cb = smp::input::canonical(b);
+  if (!ca.empty() && ca == cb) return true;
+  try {
+    return smp::input::read_file(a, "the checkpoint's tokenizer file", smp::input::kMaxTokenizerBytes) ==
+           smp::input::read_file(b, "the job's tokenizer file", smp::input::kMaxTokenizerBytes);
+  } catch (const smp::input::Error& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+// The checkpoint's [model] (its manifest) against the job's, before a token is
+// generated: a model trained on one tokenizer's ids decodes garbage through
+// another's, and a vocabulary padded to the same rows loads without a shape
+// error. The tokenizer (kind and files) and the vocabulary must agree;
+// `vocab` is the job model's real vocabulary, `tokenizer_vocab` its
+// tokenizer's. A checkpoint that records no [model] (imported) is not compared.
+void check_same_model(const smp::CheckpointModel& ck, const smp::Config& config, const nlohmann::json& job,
+                      int64_t vocab, int64_t tokenizer_vocab) {
+  if (!ck.model.is_object()) return;
+  const std::string theirs = "the checkpoint's [model] (" + ck.manifest + ")";
+  const auto ours = [&](const char* key) {
+    return "the job's [model] (" + config.origin_of(std::string("model.") + key) + ")";
+  };
+  const auto refuse = [&](const char* key, const std::string& a, const std::string& b, const std::string& why) {
+    throw smp::Error(std::string("model.") + key + " differs: " + theirs + " has " + a + ", " + ours(key) + " has " +
+                     b + "; the checkpoint was trained on other token ids" + (why.empty() ? "" : " (" + why + ")") +
+                     ": generate with the job it was trained with");
+  };
+  const std::string kind_then = text_of(ck.model, "tokenizer", "bytes"), kind_now = text_of(job, "tokenizer", "bytes");
+  if (kind_then != kind_now)
+    refuse("tokenizer", "\"" + kind_then + "\"" + (ck.model.contains("tokenizer") ? "" : " (not set: bytes)"),
+           "\"" + kind_now + "\"" + (job.contains("tokenizer") ? "" : " (not set: bytes)"), "");
+  for (const char* key : {"tokenizer_model", "tokenizer_merges"}) {
+    const std::string then = text_of(ck.model, key, ""), now = text_of(job, key, "");
+    std::string why;
+    if (same_file(then, now, why)) continue;
+    // A file moved since: the same name and, below, the same vocabulary.
+    if (!then.empty() && !now.empty() && smp::input::base_of(then) == smp::input::base_of(now) &&
+        smp::input::canonical(then).empty())
+      continue;
+    refuse(key, shown(ck.model, key), shown(job, key) + (why.empty() && !then.empty() && !now.empty()
+                                                             ? " (other bytes)"
+                                                             : ""),
+           why);
+  }
+  if (vocab < 0) return;  // not built yet
+  int64_t then = -1;
+  if (ck.model.contains("vocab")) {
+    if (!ck.model["vocab"].is_number_integer())
+      throw smp::Error(theirs + ": model.vocab is " + ck.model["vocab"].dump() + ", not an integer");
+    then = ck.model["vocab"].get<int64_t>();
+  } else if (kind_then != "bytes") {
+    then = tokenizer_vocab;  // the same tokenizer's (checked above)
+  }
+  if (then >= 0 && then != vocab)
+    refuse("vocab", std::to_string(then) + (ck.model.contains("vocab") ? "" : " (not set: the tokenizer's)"),
+           std::to_string(vocab) + (job.contains("vocab") ? "" : " (not set)"), "");
 }
 
 }  // namespace
@@ -84,12 +171,22 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON line per prompt (prompt, ids, logprobs, text), then the totals");
   CLI11_PARSE(app, argc, argv);
   try {
+    // Every option in range before anything loads: NaN passes CLI11's range checks.
+    smp::check_sampling(options.sampling, "--");
+    if (options.max_new_tokens < 1 || options.max_new_tokens > (int64_t{1} << 31))
+      throw smp::Error("--max-new-tokens is " + std::to_string(options.max_new_tokens) + ": expected 1 to 2^31");
+    if (options.eos_id < -2) throw smp::Error("--eos-id is " + std::to_string(options.eos_id) + ": expected -1 or an id");
     // The checkpoint's parameters into this layout; nothing trained, nothing resumed.
     std::vector<std::string> sets = overrides;
     for (const std::string s : {"run.resume=\"never\"", "run.dump_parameters=false", "parallel.microbatches=1"})
       sets.push_back(s);
     sets.push_back("run.init_from=\"" + checkpoint + "\"");
     smp::Config config = smp::Config::load(config_path, sets);
+    // The checkpoint's [model] against this job's: the tokenizer before
+    // anything loads, the vocabulary once the model is built.
+    const smp::CheckpointModel saved = smp::checkpoint_model(checkpoint);
+    const nlohmann::json job_model = config.to_json().value("model", nlohmann::json::object());
+    check_same_model(saved, config, job_model, -1, -1);
     auto rt = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {plugins.begin(), plugins.end()});
     const bool talk = rt->mesh().rank() == 0;
     const nlohmann::json model = rt->config().to_json().value("model", nlohmann::json::object());
@@ -98,6 +195,13 @@ int main(int argc, char** argv) {
     if (options.eos_id == -2)
       options.eos_id = tokenizer->eod() >= 0 && tokenizer->name() != "bytes" ? tokenizer->eod() : -1;
     options.vocab = node_key(rt->graph(), "real_vocab", tokenizer->vocab());
+    check_same_model(saved, config, job_model, options.vocab, tokenizer->vocab());
+    if (options.sampling.top_k > options.vocab)
+      throw smp::Error("--top-k is " + std::to_string(options.sampling.top_k) + ", more than the model's vocabulary (" +
+                       std::to_string(options.vocab) + "); 0 takes every token");
+    if (options.eos_id >= options.vocab)
+      throw smp::Error("--eos-id is " + std::to_string(options.eos_id) + ", outside the model's vocabulary (" +
+                       std::to_string(options.vocab) + ")");
     options.max_positions =
         static_cast<int64_t>(rt->items_per_step() / static_cast<double>(rt->config().get_int("train.batch_size")));
     options.kv_cache = !no_cache;
@@ -106,6 +210,10 @@ int main(int argc, char** argv) {
     for (const std::string& prompt : prompts) {
       encoded.push_back(tokenizer->encode(prompt));
       if (encoded.back().empty()) throw smp::Error("--prompt '" + prompt + "' has no tokens");
+      if (static_cast<int64_t>(encoded.back().size()) >= options.max_positions)
+        throw smp::Error("--prompt '" + prompt.substr(0, 40) + (prompt.size() > 40 ? "...'" : "'") + " has " +
+                         std::to_string(encoded.back().size()) + " tokens; the model's sequence length is " +
+                         std::to_string(options.max_positions) + ", which leaves no position for a new token");
     }
     const size_t per_batch = batch_size > 0 ? static_cast<size_t>(batch_size) : prompts.size();
     int64_t generated = 0;

@@ -55,6 +55,19 @@ __attribute__((visibility("default"))) void* smp_spm_load(const char* path, char
   return rc == 0 ? sp.release() : nullptr;
 }
 
+// The same from a model's bytes (the caller read the file under its own
+// bounds: SentencePiece's Load(path) would block forever on a named pipe).
+__attribute__((visibility("default"))) void* smp_spm_load_proto(const char* data, size_t len, char* err, size_t cap) {
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const int rc = guarded(err, cap, [&] {
+    const auto status = sp->LoadFromSerializedProto(absl::string_view(data, len));
+    if (status.ok()) return 0;
+    set_error(err, cap, status.ToString());
+    return -1;
+  });
+  return rc == 0 ? sp.release() : nullptr;
+}
+
 __attribute__((visibility("default"))) void smp_spm_free(void* h) {
   delete static_cast<sentencepiece::SentencePieceProcessor*>(h);
 }

@@ -696,6 +696,58 @@ TEST(Generate, GreedyEqualsTransformersAndEveryLayoutAgrees) {
   EXPECT_EQ(last_json(theirs.output)["ids"].get<std::vector<int64_t>>(), greedy) << theirs.output;
 }
 
+// Issue 51. smp-generate compares the checkpoint's [model] (its manifest)
+// with the job's: a vocabulary of 300 and one of 320 both pad to 384 rows, so
+// the parameters load without a shape error, and a byte-level checkpoint
+// loads under a BPE tokenizer; both are refused naming the two values and
+// where each came from. And --top-p 0 (inside the documented range) keeps the
+// most likely token only: the greedy tokens at any temperature.
+TEST(Generate, AnotherVocabularyOrTokenizerIsRefusedAndTopPZeroIsGreedy) {
+  const JobResult saved = run_job(
+      1, gpt().plugin, gpt().config, {"model.vocab=300", "train.steps=3", "run.checkpoint_every=3", "train.lr=3e-2"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::string out = fresh_dir("generate-model"), ckpt = saved.run_dir + "/checkpoints";
+  const std::string generate = std::string(SMP_BIN_DIR) + "/smp-generate --plugin " + gpt().plugin + " --config " +
+                               gpt().config + " --checkpoint " + ckpt +
+                               " --prompt 'Th' --max-new-tokens 8 --json --set 'run.dir=\"" + out + "/gen\"'";
+  const Command greedy = run_command(generate + " --set model.vocab=300");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  ASSERT_EQ(generated_ids(greedy).size(), 8u) << greedy.output;
+  for (const std::string t : {"0.7", "1", "3"}) {
+    const Command p0 = run_command(generate + " --set model.vocab=300 --top-p 0 --seed 4 --temperature " + t);
+    ASSERT_EQ(p0.exit_code, 0) << p0.output;
+    EXPECT_EQ(generated_ids(p0), generated_ids(greedy)) << "--top-p 0 at temperature " << t << ": " << p0.output;
+  }
+  Command c = run_command(generate + " --set model.vocab=320");
+  EXPECT_NE(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("model.vocab differs: the checkpoint's [model] ("), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("/manifest.json) has 300, the job's [model] (--set model.vocab=320) has 320"),
+            std::string::npos)
+      << c.output;
+  // A BPE tokenizer.json: GPT-2's byte map's 256 pieces and <|endoftext|>.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (uint32_t b = 0, extra = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const uint32_t c = printable ? b : 256 + extra++;
+    const std::string piece = c < 0x80 ? std::string(1, static_cast<char>(c))
+                                       : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    vocab[piece] = b;
+  }
+  vocab["<|endoftext|>"] = 256;
+  const std::string tokenizer = out + "/tokenizer.json";
+  std::ofstream(tokenizer) << nlohmann::json{
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}
+                                  .dump();
+  c = run_command(generate + " --set 'model.tokenizer=\"bpe\"' --set 'model.tokenizer_model=\"" + tokenizer + "\"'");
+  EXPECT_NE(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("model.tokenizer differs: the checkpoint's [model] ("), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("has \"bytes\" (not set: bytes), the job's [model] (--set model.tokenizer=\"bpe\") has "
+                          "\"bpe\""),
+            std::string::npos)
+      << c.output;
+}
+
 // The KV cache (Runtime::decode): greedy decoding of a batch of prompts of
 // different lengths (1, 2 and 5 tokens, right-padded; the longest stops at the
 // model's 16 positions) gives, token for token, the argmax of full forwards

@@ -2,12 +2,16 @@
 
 #include <smp/error.h>
 
+#include "base/atomic_file.h"
+
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 namespace smp {
@@ -97,7 +101,9 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   std::vector<double> totals(groups.size(), 0);
   for (const auto& [_, values] : categories)
     for (size_t g = 0; g < groups.size() && g < values.size(); ++g) totals[g] += std::max(0.0, values[g]);
-  const double top = std::max(1e-300, *std::max_element(totals.begin(), totals.end())) * 1.12;  // room for labels
+  // No groups (a summary without that table): an empty chart, not a read past the end.
+  const double most = totals.empty() ? 0.0 : *std::max_element(totals.begin(), totals.end());
+  const double top = std::max(1e-300, most) * 1.12;  // room for labels
   const int h = kH + 13 * static_cast<int>(categories.size() / 3);
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << h << "\" viewBox=\"0 0 " << kW
@@ -212,7 +218,7 @@ std::string render_report(const json& s) {
   row("steps", std::to_string(losses.size()));
   row("final loss, validation loss",
       fmt::format("{:.4f}, {:.4f}", s.value("final_loss", std::nan("")),
-                  s["val_loss"].is_number() ? s["val_loss"].get<double>() : std::nan("")));
+                  s.contains("val_loss") && s["val_loss"].is_number() ? s["val_loss"].get<double>() : std::nan("")));
   row(unit + "/s, MFU", fmt::format("{}, {:.1f}%", human(s.value(unit + "_per_s", 0.0)), 100 * s.value("mfu", 0.0)));
   o << "</table>\n" << body.str() << "\n</body></html>\n";
   return o.str();
@@ -220,10 +226,26 @@ std::string render_report(const json& s) {
 
 std::string write_report(const std::string& run_dir, const json& summary) {
   const std::string path = run_dir + "/report.html";
-  std::ofstream out(path);
-  out << render_report(summary);
-  if (!out) throw Error("run report: writing " + path + " failed");
+  write_file_atomically(path, render_report(summary), "run report");
   return path;
+}
+
+void write_summary_file(const std::string& run_dir, const json& summary) {
+  const std::string path = run_dir + "/summary.json", prev = run_dir + "/summary.json.prev";
+  const std::string text = summary.dump(2) + "\n";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    // The previous summary kept by a second name (no bytes written, so a full
+    // disk cannot cut it short); a file system without links gets a copy.
+    ::unlink(prev.c_str());
+    if (::link(path.c_str(), prev.c_str()) != 0) {
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream old;
+      old << in.rdbuf();
+      write_file_atomically(prev, old.str(), "run summary");
+    }
+  }
+  write_file_atomically(path, text, "run summary");
 }
 
 }  // namespace smp

@@ -12,7 +12,12 @@
 namespace smp {
 
 std::string render_report(const nlohmann::json& summary);
-// Writes <run_dir>/report.html from the summary; returns the path.
+// Writes <run_dir>/report.html from the summary, atomically (base/atomic_file.h:
+// a full disk leaves no half page); returns the path.
 std::string write_report(const std::string& run_dir, const nlohmann::json& summary);
+// Writes <run_dir>/summary.json atomically, a previous one kept as
+// summary.json.prev; on failure (a full disk) the old summary.json stays
+// whole and the smp::Error names summary.json.
+void write_summary_file(const std::string& run_dir, const nlohmann::json& summary);
 
 }  // namespace smp

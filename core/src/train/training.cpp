@@ -114,15 +114,7 @@ void write_summary(const std::string& dir, const nlohmann::json& summary) {
   namespace fs = boost::filesystem;
   in_run_dir(dir, "write summary.json", [&] {
     fs::create_directories(dir);
-    fs::path path = fs::path(dir) / "summary.json";
-    if (fs::exists(path)) fs::copy_file(path, fs::path(dir) / "summary.json.prev", fs::copy_options::overwrite_existing);
-    fs::path tmp = fs::path(dir) / "summary.json.tmp";
-    {
-      std::ofstream out(tmp.string());
-      if (!out) throw Error("run.dir: cannot write " + tmp.string());
-      out << summary.dump(2) << "\n";
-    }
-    fs::rename(tmp, path);  // atomic: a reader never sees half a summary
+    write_summary_file(dir, summary);  // atomic: a reader never sees half a summary, a full disk leaves none
   });
 }
 

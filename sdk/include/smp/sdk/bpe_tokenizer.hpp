@@ -12,13 +12,13 @@
 
 #include <smp/sdk/detail/unicode_classes.hpp>
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/input_file.hpp>
 #include <smp/sdk/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -146,81 +146,103 @@ inline const std::vector<std::string>& byte_chars() {
   return table;
 }
 
-inline std::string read_whole_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(what + ": cannot open " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// A tokenizer file through the shared reading discipline (smp/sdk/input_file.hpp):
+// a regular file only (a named pipe would block forever), at most
+// kMaxTokenizerBytes; its errors as smp::sdk::Error.
+inline std::string read_tokenizer_file(const std::string& path, const std::string& what) {
+  try {
+    return smp::input::read_file(path, what, smp::input::kMaxTokenizerBytes);
+  } catch (const smp::input::Error& e) {
+    throw Error(e.what());
+  }
 }
 
-// Nesting is bounded while parsing: messages dump values, which recurses
-// once per level, and a file of nothing but brackets would overflow the stack.
+// JSON with its nesting bounded and a key given twice in one object refused
+// (smp::input::parse_json).
 inline nlohmann::json parse_json(const std::string& text, const std::string& what) {
-  constexpr int kMaxDepth = 64;  // deeper than any tokenizer file nests
   try {
-    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-      if (depth > kMaxDepth) throw Error(what + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
-      return true;
-    });
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(what + ": not JSON: " + e.what());
+    return smp::input::parse_json(text, what);
+  } catch (const smp::input::Error& e) {
+    throw Error(e.what());
   }
+}
+
+// Typed reads of a tokenizer.json's keys: a value of the wrong type is an
+// error naming the file and the key (nlohmann's own type errors name neither).
+inline std::string type_of(const nlohmann::json& v) { return v.type_name(); }
+inline const nlohmann::json* field(const nlohmann::json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+inline void need_object(const nlohmann::json& obj, const std::string& what, const std::string& where) {
+  if (!obj.is_object()) throw Error(what + ": " + where + " is " + type_of(obj) + ", not an object");
+}
+inline std::string text_field(const nlohmann::json& obj, const char* key, const std::string& fallback,
+                              const std::string& what, const std::string& where) {
+  need_object(obj, what, where);
+  const nlohmann::json* v = field(obj, key);
+  if (!v || v->is_null()) return fallback;
+  if (!v->is_string()) throw Error(what + ": " + where + "." + key + " is " + type_of(*v) + ", not a string");
+  return v->get<std::string>();
+}
+inline bool flag_field(const nlohmann::json& obj, const char* key, bool fallback, const std::string& what,
+                       const std::string& where) {
+  need_object(obj, what, where);
+  const nlohmann::json* v = field(obj, key);
+  if (!v || v->is_null()) return fallback;
+  if (!v->is_boolean()) throw Error(what + ": " + where + "." + key + " is " + type_of(*v) + ", not true or false");
+  return v->get<bool>();
+}
+inline const nlohmann::json& array_field(const nlohmann::json& obj, const char* key, const std::string& what,
+                                         const std::string& where) {
+  static const nlohmann::json empty = nlohmann::json::array();
+  need_object(obj, what, where);
+  const nlohmann::json* v = field(obj, key);
+  if (!v || v->is_null()) return empty;
+  if (!v->is_array()) throw Error(what + ": " + where + "." + key + " is " + type_of(*v) + ", not an array");
+  return *v;
 }
 
 }  // namespace detail
 
 class BpeTokenizer : public Tokenizer {
  public:
-  // A Hugging Face tokenizer.json.
+  // A Hugging Face tokenizer.json, read through smp::input (a regular file
+  // of at most kMaxTokenizerBytes).
   static std::unique_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path) {
+    return from_tokenizer_json_text(path, detail::read_tokenizer_file(path, "tokenizer " + path));
+  }
+
+  // A tokenizer.json from its bytes (`path` names it in messages).
+  static std::unique_ptr<BpeTokenizer> from_tokenizer_json_text(const std::string& path, const std::string& text) {
     const std::string what = "tokenizer " + path;
-    const std::string text = detail::read_whole_file(path, what);
     const nlohmann::json j = detail::parse_json(text, what);
-    if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
-      throw Error(what + ": no \"model\" object (not a Hugging Face tokenizer.json)");
-    const auto& m = j["model"];
-    if (m.value("type", std::string()) != "BPE")
-      throw Error(what + ": model.type is " + m.value("type", std::string("(none)")) + "; only BPE is supported");
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      throw Error(what + ": \"normalizer\" " + j["normalizer"].value("type", std::string("?")) +
-                  " is not supported (byte-level BPE has none)");
-    auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(path));
-    t->id_limit_ = id_limit_for(text);
-    t->ignore_merges_ = m.value("ignore_merges", false);
-    t->pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()), what);
-    if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(what + ": model.vocab is not an object");
-    for (const auto& [piece, id] : m["vocab"].items()) t->add_piece(piece, id_of_json(id, piece, what), what);
-    std::vector<std::pair<std::string, std::string>> merges;
-    for (const auto& mg : m.value("merges", nlohmann::json::array())) {
-      if (mg.is_string()) {
-        const std::string s = mg.get<std::string>();
-        const size_t sp = s.find(' ', 1);
-        if (sp == std::string::npos) throw Error(what + ": model.merges entry '" + s + "' is not two pieces");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (mg.is_array() && mg.size() == 2) {
-        merges.emplace_back(mg[0].get<std::string>(), mg[1].get<std::string>());
-      } else {
-        throw Error(what + ": model.merges entry " + mg.dump() + " is not two pieces");
-      }
+    try {
+      return from_tokenizer_json_value(path, text, j, what);
+    } catch (const nlohmann::json::exception& e) {  // a type not checked below: still name the file
+      throw Error(what + ": unexpected structure: " + e.what());
     }
-    t->set_merges(merges, what);
-    for (const auto& a : j.value("added_tokens", nlohmann::json::array()))
-      t->add_special(a.at("content").get<std::string>(), id_of_json(a.at("id"), a.at("content").dump(), what), what);
-    t->finish(what);
-    return t;
   }
 
   // GPT-2's vocab.json + merges.txt (the GPT-2 pattern, no prefix space).
   static std::unique_ptr<BpeTokenizer> from_vocab_merges(const std::string& vocab_path, const std::string& merges_path) {
+    const std::string vocab = detail::read_tokenizer_file(vocab_path, "tokenizer " + vocab_path);
+    return from_vocab_merges_text(vocab_path, vocab, merges_path,
+                                  detail::read_tokenizer_file(merges_path, "tokenizer merges " + merges_path));
+  }
+
+  // The same from the two files' bytes (the paths name them in messages).
+  static std::unique_ptr<BpeTokenizer> from_vocab_merges_text(const std::string& vocab_path, const std::string& text,
+                                                              const std::string& merges_path,
+                                                              const std::string& merges_text) {
     const std::string what = "tokenizer " + vocab_path;
-    const std::string text = detail::read_whole_file(vocab_path, what);
     const nlohmann::json v = detail::parse_json(text, what);
     if (!v.is_object()) throw Error(what + ": not a JSON object of piece -> id");
     auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(vocab_path));
     t->id_limit_ = id_limit_for(text);
     for (const auto& [piece, id] : v.items()) t->add_piece(piece, id_of_json(id, piece, what), what);
-    std::istringstream lines(detail::read_whole_file(merges_path, "tokenizer merges " + merges_path));
+    std::istringstream lines(merges_text);
     std::vector<std::pair<std::string, std::string>> merges;
     std::string line;
     for (int64_t n = 1; std::getline(lines, line); ++n) {
@@ -287,26 +309,87 @@ class BpeTokenizer : public Tokenizer {
     for (int b = 0; b < 256; ++b) char_byte_[chars[static_cast<size_t>(b)]] = static_cast<char>(b);
   }
 
+  static std::unique_ptr<BpeTokenizer> from_tokenizer_json_value(const std::string& path, const std::string& text,
+                                                                 const nlohmann::json& j, const std::string& what) {
+    using detail::array_field;
+    using detail::flag_field;
+    using detail::text_field;
+    if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+      throw Error(what + ": no \"model\" object (not a Hugging Face tokenizer.json)");
+    const auto& m = j["model"];
+    const std::string type = text_field(m, "type", "", what, "model");
+    if (type != "BPE") throw Error(what + ": model.type is " + (type.empty() ? "(none)" : type) + "; only BPE is supported");
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      throw Error(what + ": \"normalizer\" " +
+                  (j["normalizer"].is_object() ? text_field(j["normalizer"], "type", "?", what, "normalizer") : "?") +
+                  " is not supported (byte-level BPE has none)");
+    auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(path));
+    t->id_limit_ = id_limit_for(text);
+    t->ignore_merges_ = flag_field(m, "ignore_merges", false, what, "model");
+    t->pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json(), what);
+    if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(what + ": model.vocab is not an object");
+    for (const auto& [piece, id] : m["vocab"].items()) t->add_piece(piece, id_of_json(id, piece, what), what);
+    std::vector<std::pair<std::string, std::string>> merges;
+    const auto& listed = array_field(m, "merges", what, "model");
+    for (size_t k = 0; k < listed.size(); ++k) {
+      const auto& mg = listed[k];
+      const std::string at = "model.merges[" + std::to_string(k) + "]";
+      if (mg.is_string()) {
+        const std::string s = mg.get<std::string>();
+        const size_t sp = s.find(' ', 1);
+        if (sp == std::string::npos) throw Error(what + ": " + at + " '" + s + "' is not two pieces");
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+        merges.emplace_back(mg[0].get<std::string>(), mg[1].get<std::string>());
+      } else {
+        throw Error(what + ": " + at + " is " +
+                    (mg.is_array() ? "an array of " + std::to_string(mg.size()) + " values" : std::string(mg.type_name())) +
+                    ", not two pieces (\"a b\" or [\"a\", \"b\"])");
+      }
+    }
+    t->set_merges(merges, what);
+    const auto& added = array_field(j, "added_tokens", what, "the file");
+    for (size_t k = 0; k < added.size(); ++k) {
+      const std::string at = "added_tokens[" + std::to_string(k) + "]";
+      const auto& a = added[k];
+      detail::need_object(a, what, at);
+      if (!a.contains("content") || !a["content"].is_string())
+        throw Error(what + ": " + at + ".content is " + (a.contains("content") ? a["content"].type_name() : "missing") +
+                    ", not a string");
+      if (!a.contains("id")) throw Error(what + ": " + at + ".id is missing");
+      const std::string content = a["content"].get<std::string>();
+      t->add_special(content, id_of_json(a["id"], content, what, at + ".id"), what);
+    }
+    t->finish(what);
+    return t;
+  }
+
   void pre_tokenizer(const nlohmann::json& p, const std::string& what) {
+    using detail::flag_field;
+    using detail::text_field;
     if (p.is_null()) throw Error(what + ": no pre_tokenizer (byte-level BPE needs ByteLevel)");
-    const std::string type = p.value("type", std::string());
+    const std::string type = text_field(p, "type", "", what, "pre_tokenizer");
     if (type == "ByteLevel") {
-      prefix_space_ = p.value("add_prefix_space", false);
-      if (!p.value("use_regex", true)) throw Error(what + ": pre_tokenizer ByteLevel without use_regex is not supported");
+      prefix_space_ = flag_field(p, "add_prefix_space", false, what, "pre_tokenizer");
+      if (!flag_field(p, "use_regex", true, what, "pre_tokenizer"))
+        throw Error(what + ": pre_tokenizer ByteLevel without use_regex is not supported");
       pattern_ = detail::PreTokenizer::kGpt2;
       return;
     }
-    if (type != "Sequence" || !p.contains("pretokenizers") || p["pretokenizers"].size() != 2)
+    if (type != "Sequence" || !p.contains("pretokenizers") || !p["pretokenizers"].is_array() ||
+        p["pretokenizers"].size() != 2)
       throw Error(what + ": pre_tokenizer " + type +
                   " is not supported (ByteLevel, or Sequence of Split and ByteLevel without regex)");
     const auto& split = p["pretokenizers"][0];
     const auto& bl = p["pretokenizers"][1];
-    if (split.value("type", std::string()) != "Split" || bl.value("type", std::string()) != "ByteLevel" ||
-        bl.value("use_regex", true) || bl.value("add_prefix_space", false))
+    const std::string s0 = "pre_tokenizer.pretokenizers[0]", s1 = "pre_tokenizer.pretokenizers[1]";
+    if (text_field(split, "type", "", what, s0) != "Split" || text_field(bl, "type", "", what, s1) != "ByteLevel" ||
+        flag_field(bl, "use_regex", true, what, s1) || flag_field(bl, "add_prefix_space", false, what, s1))
       throw Error(what + ": pre_tokenizer Sequence must be [Split, ByteLevel with use_regex false]");
-    if (split.value("behavior", std::string()) != "Isolated" || split.value("invert", false))
+    if (text_field(split, "behavior", "", what, s0) != "Isolated" || flag_field(split, "invert", false, what, s0))
       throw Error(what + ": pre_tokenizer Split must have behavior Isolated, not inverted");
-    const std::string re = split.contains("pattern") ? split["pattern"].value("Regex", std::string()) : "";
+    const std::string re =
+        split.contains("pattern") ? text_field(split["pattern"], "Regex", "", what, s0 + ".pattern") : "";
     if (re == kGpt2Pattern) {
       pattern_ = detail::PreTokenizer::kGpt2;
     } else if (re == kLlama3Pattern || re == kCl100kPattern) {
@@ -319,9 +402,12 @@ class BpeTokenizer : public Tokenizer {
 
   // A piece's id as the file gives it: an integer (nlohmann converts any
   // number, and a float outside int64's range would make that undefined).
-  static int64_t id_of_json(const nlohmann::json& id, const std::string& piece, const std::string& what) {
+  static int64_t id_of_json(const nlohmann::json& id, const std::string& piece, const std::string& what,
+                            const std::string& key = "") {
     if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > (uint64_t{1} << 31)))
-      throw Error(what + ": piece '" + piece + "' has id " + id.dump() + ", not an integer id");
+      throw Error(what + ": " + (key.empty() ? "" : key + ": ") + "piece '" + piece + "' has id " +
+                  (id.is_string() || id.is_number() || id.is_boolean() || id.is_null() ? id.dump() : id.type_name()) +
+                  " (" + id.type_name() + "), not an integer id");
     return id.get<int64_t>();
   }
 
@@ -337,8 +423,15 @@ class BpeTokenizer : public Tokenizer {
     if (id >= id_limit_)
       throw Error(what + ": piece '" + piece + "' has id " + std::to_string(id) + ", beyond the " +
                   std::to_string(id_limit_) + " ids a file of its size can number (ids run from 0 with few holes)");
+    if (piece.empty()) throw Error(what + ": an empty piece has id " + std::to_string(id));
     if (static_cast<int64_t>(pieces_.size()) <= id) pieces_.resize(static_cast<size_t>(id) + 1);
-    pieces_[static_cast<size_t>(id)] = piece;
+    std::string& slot = pieces_[static_cast<size_t>(id)];
+    // An added token repeats its vocabulary entry (same piece, same id); two
+    // pieces at one id would decode that id to one of them at random.
+    if (!slot.empty() && slot != piece)
+      throw Error(what + ": pieces '" + slot + "' and '" + piece + "' both have id " + std::to_string(id) +
+                  " (each id must name one piece)");
+    slot = piece;
     ids_[piece] = id;
   }
 

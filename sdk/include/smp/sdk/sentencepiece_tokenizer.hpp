@@ -7,6 +7,7 @@
 #pragma once
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/input_file.hpp>
 #include <smp/sdk/tokenizer.hpp>
 
 #include <dlfcn.h>
@@ -21,17 +22,22 @@ namespace smp::sdk {
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::string& model) : path_(model) {
+  // The model at `model`, read through smp::input (a regular file of at most
+  // kMaxTokenizerBytes: SentencePiece's own reader would block on a named pipe).
+  explicit SentencePieceTokenizer(const std::string& model) : SentencePieceTokenizer(model, read_model(model)) {}
+
+  // The model from its bytes (`model` names it in messages).
+  SentencePieceTokenizer(const std::string& model, const std::string& bytes) : path_(model) {
     lib_ = open_library();
     auto version = symbol<int (*)()>("smp_spm_abi_version");
     if (version() != 1) throw Error("libsmp_sentencepiece: interface version " + std::to_string(version()) + ", not 1");
-    load_ = symbol<void* (*)(const char*, char*, size_t)>("smp_spm_load");
+    load_ = symbol<void* (*)(const char*, size_t, char*, size_t)>("smp_spm_load_proto");
     free_ = symbol<void (*)(void*)>("smp_spm_free");
     info_ = symbol<void (*)(void*, int64_t*)>("smp_spm_info");
     encode_ = symbol<Encode>("smp_spm_encode");
     decode_ = symbol<Decode>("smp_spm_decode");
     char err[512] = "";
-    handle_ = load_(model.c_str(), err, sizeof err);
+    handle_ = load_(bytes.data(), bytes.size(), err, sizeof err);
     if (!handle_) throw Error("tokenizer " + model + ": not a SentencePiece model: " + err);
     info_(handle_, info_values_);
     if (eod() < 0)
@@ -77,6 +83,14 @@ class SentencePieceTokenizer : public Tokenizer {
   using Encode = int (*)(void*, const char*, size_t, void (*)(void*, const int32_t*, size_t), void*, char*, size_t);
   using Decode = int (*)(void*, const int32_t*, size_t, void (*)(void*, const char*, size_t), void*, char*, size_t);
 
+  static std::string read_model(const std::string& path) {
+    try {
+      return smp::input::read_file(path, "tokenizer " + path, smp::input::kMaxTokenizerBytes);
+    } catch (const smp::input::Error& e) {
+      throw Error(e.what());
+    }
+  }
+
   static void* open_library() {
     std::vector<std::string> tried;
     if (const char* env = std::getenv("SMP_SENTENCEPIECE_LIBRARY"); env && *env) tried.push_back(env);
@@ -103,7 +117,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string path_;
   void* lib_ = nullptr;
   void* handle_ = nullptr;
-  void* (*load_)(const char*, char*, size_t) = nullptr;
+  void* (*load_)(const char*, size_t, char*, size_t) = nullptr;
   void (*free_)(void*) = nullptr;
   void (*info_)(void*, int64_t*) = nullptr;
   Encode encode_ = nullptr;

@@ -4,6 +4,12 @@
 //   bpe tokenizer.json         a Hugging Face tokenizer
 //   bpe vocab.json merges.txt  GPT-2's files
 // `what` names the setting in errors ("model.tokenizer", "--tokenizer").
+//
+// read_tokenizer_files: the bytes of a tokenizer's files, read once (regular
+// files only, at most kMaxTokenizerBytes each) and loaded from those very
+// bytes as a tokenizer of `kind`; what it returns is what was validated. For
+// a tool that copies tokenizer files (smp-checkpoint export), so that a
+// manifest naming any other file is refused rather than copied.
 #pragma once
 
 #include <smp/sdk/bpe_tokenizer.hpp>
@@ -17,6 +23,18 @@
 #include <string>
 
 namespace smp::sdk {
+
+// The files of a tokenizer as read_tokenizer_files validated them.
+struct TokenizerFiles {
+  std::string model;   // the bytes of model_path: tokenizer.json, vocab.json or the SentencePiece .model
+  std::string merges;  // the bytes of merges_path (GPT-2's merges.txt); empty when there is none
+};
+
+// kind: "sentencepiece" or "bpe" ("bytes" has no files and is refused here).
+// Throws smp::sdk::Error naming the file when a file is not a regular file,
+// is over the bound, or is not a tokenizer of that kind.
+inline TokenizerFiles read_tokenizer_files(const std::string& kind, const std::string& model_path,
+                                           const std::string& merges_path);
 
 inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& kind, const std::string& model,
                                                  const std::string& merges, const std::string& what) {
@@ -35,6 +53,31 @@ inline std::unique_ptr<Tokenizer> open_tokenizer(const std::string& kind, const 
     return BpeTokenizer::from_vocab_merges(model, merges);
   }
   throw Error(what + ": '" + kind + "' is not known (known: bytes, sentencepiece, bpe)");
+}
+
+inline TokenizerFiles read_tokenizer_files(const std::string& kind, const std::string& model_path,
+                                           const std::string& merges_path) {
+  TokenizerFiles files;
+  if (kind == "sentencepiece") {
+    if (model_path.empty()) throw Error("tokenizer sentencepiece: no .model file named");
+    if (!merges_path.empty()) throw Error("tokenizer sentencepiece takes no merges file (" + merges_path + " named)");
+    files.model = detail::read_tokenizer_file(model_path, "tokenizer " + model_path);
+    SentencePieceTokenizer check(model_path, files.model);
+    return files;
+  }
+  if (kind == "bpe") {
+    if (model_path.empty()) throw Error("tokenizer bpe: no tokenizer.json or vocab.json named");
+    files.model = detail::read_tokenizer_file(model_path, "tokenizer " + model_path);
+    if (merges_path.empty()) {
+      BpeTokenizer::from_tokenizer_json_text(model_path, files.model);
+    } else {
+      files.merges = detail::read_tokenizer_file(merges_path, "tokenizer merges " + merges_path);
+      BpeTokenizer::from_vocab_merges_text(model_path, files.model, merges_path, files.merges);
+    }
+    return files;
+  }
+  if (kind == "bytes") throw Error("tokenizer bytes has no files to read");
+  throw Error("tokenizer '" + kind + "' is not known (known: bytes, sentencepiece, bpe)");
 }
 
 // model.tokenizer ("bytes", "sentencepiece", "bpe"), model.tokenizer_model and
