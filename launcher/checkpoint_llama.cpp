@@ -60,7 +60,86 @@ std::string dims(const at::Tensor& t) {
   return "[" + s + "]";
 }
 
+// "12" -> 12 where it is how transformers writes a count below `limit`
+// (decimal, no sign, no leading zero); else -1.
+int64_t index_below(const std::string& digits, int64_t limit) {
+  if (digits.empty() || digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return -1;
+  int64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v < limit ? v : -1;
+}
+
 }  // namespace
+
+std::optional<std::vector<int64_t>> hf_shape_of(const std::string& name, const Shape& s) {
+  using Dims = std::vector<int64_t>;
+  const int64_t hd = s.hidden / s.heads, q = s.heads * hd, kv = s.kv_heads * hd;
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return Dims{s.vocab, s.hidden};
+  if (name == "model.norm.weight") return Dims{s.hidden};
+  static const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || index_below(name.substr(prefix.size(), dot - prefix.size()), s.layers) < 0)
+    return std::nullopt;
+  const std::string local = name.substr(dot + 1);
+  const std::map<std::string, Dims> common = {{"input_layernorm.weight", {s.hidden}},
+                                              {"post_attention_layernorm.weight", {s.hidden}},
+                                              {"self_attn.q_proj.weight", {q, s.hidden}},
+                                              {"self_attn.k_proj.weight", {kv, s.hidden}},
+                                              {"self_attn.v_proj.weight", {kv, s.hidden}},
+                                              {"self_attn.o_proj.weight", {s.hidden, q}},
+                                              {"self_attn.rotary_emb.inv_freq", {hd / 2}}};
+  if (auto it = common.find(local); it != common.end()) return it->second;
+  if (s.experts == 0) {
+    const std::map<std::string, Dims> mlp = {{"mlp.gate_proj.weight", {s.ffn, s.hidden}},
+                                             {"mlp.up_proj.weight", {s.ffn, s.hidden}},
+                                             {"mlp.down_proj.weight", {s.hidden, s.ffn}}};
+    if (auto it = mlp.find(local); it != mlp.end()) return it->second;
+    return std::nullopt;
+  }
+  if (local == "block_sparse_moe.gate.weight") return Dims{s.experts, s.hidden};
+  static const std::string experts = "block_sparse_moe.experts.";
+  if (local.compare(0, experts.size(), experts) != 0) return std::nullopt;
+  const size_t edot = local.find('.', experts.size());
+  if (edot == std::string::npos || index_below(local.substr(experts.size(), edot - experts.size()), s.experts) < 0)
+    return std::nullopt;
+  const std::string w = local.substr(edot + 1);
+  if (w == "w1.weight" || w == "w3.weight") return Dims{s.ffn, s.hidden};
+  if (w == "w2.weight") return Dims{s.hidden, s.ffn};
+  return std::nullopt;
+}
+
+bool hf_required(const std::string& name, const Shape& s) {
+  if (name == "lm_head.weight") return !s.tied;
+  const std::string buffer = ".self_attn.rotary_emb.inv_freq";
+  return !(name.size() > buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0);
+}
+
+int64_t hf_required_count(const Shape& s) {
+  const int64_t per_layer = s.experts > 0 ? 7 + 3 * s.experts : 9;
+  return 2 + (s.tied ? 0 : 1) + per_layer * s.layers;
+}
+
+std::vector<std::string> hf_missing(const std::set<std::string>& present, const Shape& s, size_t most) {
+  std::vector<std::string> missing;
+  auto want = [&](const std::string& n) {
+    if (missing.size() < most && !present.count(n)) missing.push_back(n);
+  };
+  want("model.embed_tokens.weight");
+  want("model.norm.weight");
+  if (!s.tied) want("lm_head.weight");
+  for (int64_t i = 0; i < s.layers && missing.size() < most; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    for (const Same& b : block_names(s)) want(layer + b.hf);
+    for (int64_t x = 0; x < s.experts && missing.size() < most; ++x)
+      for (const char* w : {"w1.weight", "w2.weight", "w3.weight"})
+        want(layer + "block_sparse_moe.experts." + std::to_string(x) + "." + w);
+  }
+  return missing;
+}
 
 nlohmann::json llama_config_json(const Shape& s, const std::string& torch_dtype);
 
@@ -142,6 +221,8 @@ Tensors to_hf(const Tensors& smp, const Shape& shape) {
       }
     std::smatch m;
     if (!placed && std::regex_match(name, m, block)) {
+      if (index_below(m[1].str(), shape.layers) < 0)
+        throw Error("parameter '" + name + "': the checkpoint's graph has " + std::to_string(shape.layers) + " layers");
       const std::string layer = "model.layers." + m[1].str() + ".", local = m[2].str();
       for (const Same& s : block_names(shape))
         if (local == s.smp) {
@@ -184,7 +265,7 @@ Tensors from_hf(const Tensors& hf, const Shape& shape) {
       }
     std::smatch m;
     if (!placed && std::regex_match(name, m, block)) {
-      if (std::stoll(m[1].str()) >= shape.layers)
+      if (index_below(m[1].str(), shape.layers) < 0)
         throw Error("tensor '" + name + "': config.json has " + std::to_string(shape.layers) + " layers");
       for (const Same& s : block_names(shape))
         if (m[2].str() == s.hf) {
@@ -195,8 +276,8 @@ Tensors from_hf(const Tensors& hf, const Shape& shape) {
       std::smatch e;
       const std::string local = m[2].str();
       if (shape.experts > 0 && std::regex_match(local, e, expert)) {
-        const int64_t x = std::stoll(e[1].str());
-        if (x >= shape.experts)
+        const int64_t x = index_below(e[1].str(), shape.experts);
+        if (x < 0)
           throw Error("tensor '" + name + "': config.json has " + std::to_string(shape.experts) + " experts");
         for (const Expert& k : kExperts)
           if (e[2].str() == k.hf) experts["blocks." + m[1].str() + "." + k.smp][x] = t;
@@ -217,22 +298,13 @@ Tensors from_hf(const Tensors& hf, const Shape& shape) {
   const size_t per_layer = shape.experts > 0 ? std::size(kMoeBlock) + std::size(kExperts) : std::size(kBlock);
   const size_t expected = 2 + (shape.tied ? 0 : 1) + per_layer * static_cast<size_t>(shape.layers);
   if (out.size() != expected) {
+    std::set<std::string> present;
+    for (const auto& [name, t] : hf) present.insert(name);
     std::string missing;
-    auto want = [&](const std::string& n) {
-      if (!out.count(n)) missing += (missing.empty() ? "" : ", ") + n;
-    };
-    for (const Same& s : kTop)
-      if (!(shape.tied && std::string(s.smp) == "lm_head.weight")) want(s.smp);
-    for (int64_t i = 0; i < shape.layers; ++i) {
-      if (shape.experts > 0) {
-        for (const Same& s : kMoeBlock) want("blocks." + std::to_string(i) + "." + s.smp);
-        for (const Expert& e : kExperts) want("blocks." + std::to_string(i) + "." + e.smp);
-      } else {
-        for (const Same& s : kBlock) want("blocks." + std::to_string(i) + "." + s.smp);
-      }
-    }
+    for (const auto& n : hf_missing(present, shape, 8)) missing += (missing.empty() ? "" : ", ") + n;
     throw Error("the files lack " + std::to_string(expected - out.size()) + " of " +
-                (shape.experts > 0 ? "MixtralForCausalLM's" : "LlamaForCausalLM's") + " tensors (" + missing + ")");
+                (shape.experts > 0 ? "MixtralForCausalLM's" : "LlamaForCausalLM's") + " tensors (" + missing +
+                (expected - out.size() > 8 ? ", ..." : "") + ")");
   }
   return out;
 }

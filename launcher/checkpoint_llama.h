@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
+#include <set>
+#include <vector>
 #include <string>
 
 namespace smp::llama {
@@ -47,6 +50,19 @@ Tensors to_hf(const Tensors& smp, const Shape& shape);
 // Back, the vocabulary padded with zero rows to shape.padded_vocab. Throws
 // naming a tensor that is not one of LlamaForCausalLM's or a missing one.
 Tensors from_hf(const Tensors& hf, const Shape& shape);
+
+// The shape tensor `name` has in LlamaForCausalLM (MixtralForCausalLM with
+// experts) of `shape`, or an empty optional where the name is not one of its
+// tensors. Layer and expert numbers must be written as transformers writes
+// them (decimal, no leading zero) and below the config's counts.
+std::optional<std::vector<int64_t>> hf_shape_of(const std::string& name, const Shape& shape);
+// Whether a Hugging Face folder of `shape` must hold `name` (the tied head's
+// lm_head.weight and the old rotary inv_freq buffers may be left out).
+bool hf_required(const std::string& name, const Shape& shape);
+// How many tensors a folder of `shape` must hold, and the first `most` of
+// those missing from `present` (for a message that stays short).
+int64_t hf_required_count(const Shape& shape);
+std::vector<std::string> hf_missing(const std::set<std::string>& present, const Shape& shape, size_t most);
 
 // config.json of LlamaForCausalLM (MixtralForCausalLM with experts) for
 // `shape`; torch_dtype "float32" or "bfloat16".

@@ -17,24 +17,32 @@
 // run from.
 #include "checkpoint_gpt2.h"
 #include "checkpoint_llama.h"
+#include "hf_folder.h"
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest_check.h"
 #include "checkpoint/safetensors.h"
 
 #include <smp/error.h>
+#include <smp/sdk/hf_llama.hpp>
+#include <smp/sdk/input_file.hpp>
+#include <smp/sdk/tokenizers.hpp>
 
 #include <CLI/CLI.hpp>
 #include <boost/filesystem.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <iostream>
+#include <memory>
 #include <random>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -93,6 +101,7 @@ int verify(const std::string& path) {
 
 int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt2::Tensors& params,
               const std::string& out, const std::string& dtype, int64_t max_shard, int64_t max_positions);
+void write_text(const fs::path& path, const std::string& text);
 
 int export_to(const std::string& path, const std::string& out, const std::string& format, const std::string& dtype,
               int64_t max_shard, int64_t max_positions) {
@@ -125,10 +134,7 @@ int export_to(const std::string& path, const std::string& out, const std::string
             << m.value("step", 0) << ")\n";
   if (!config_text.empty()) {  // after the weights: nothing claims success before they are written
     const fs::path config = parent / "config.json";
-    std::ofstream f(config.string());
-    f << config_text;
-    f.close();
-    if (!f) throw smp::Error("cannot write " + config.string());
+    write_text(config, config_text);
     std::cout << "wrote " << config.string() << "\n";
   }
   return 0;
@@ -147,15 +153,31 @@ int64_t parse_bytes(const std::string& text) {
   for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
                                                {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
-  if (!units.count(unit) || !(v > 0)) throw smp::Error("--max-shard-size '" + text + "': not a size (e.g. 5GB, 500MB)");
-  return static_cast<int64_t>(v * units.at(unit));
+  if (!units.count(unit) || !(v > 0) || !std::isfinite(v))
+    throw smp::Error("--max-shard-size '" + text + "': not a size (e.g. 5GB, 500MB)");
+  const double bytes = v * units.at(unit);
+  if (!(bytes < 1e18)) throw smp::Error("--max-shard-size '" + text + "': more than 10^18 bytes");
+  return static_cast<int64_t>(bytes);
 }
 
+// Written whole or not at all: into a temporary file beside it, every write
+// and the close checked, then renamed over the name (a full disk leaves no
+// half-written config.json).
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path.string());
-  f << text;
-  f.close();
-  if (!f) throw smp::Error("cannot write " + path.string());
+  const std::string tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) {
+      ::unlink(tmp.c_str());
+      throw smp::Error("cannot write " + path.string() + " (disk full?)");
+    }
+  }
+  if (::rename(tmp.c_str(), path.string().c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw smp::Error("cannot write " + path.string() + ": renaming its temporary file failed");
+  }
 }
 
 // A Llama in Hugging Face's layout: the weights (one file, or files of at most
@@ -173,7 +195,12 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
   // Hugging Face's order: the embedding, the layers in order, the final norm, the head.
   auto rank = [](const std::string& name) {
     if (name.rfind("model.embed_tokens", 0) == 0) return std::make_pair(int64_t{-1}, name);
-    if (name.rfind("model.layers.", 0) == 0) return std::make_pair(static_cast<int64_t>(std::stoll(name.substr(13))), name);
+    if (name.rfind("model.layers.", 0) == 0) {  // to_hf wrote the number: decimal, below the layer count
+      int64_t layer = 0;
+      for (size_t k = 13; k < name.size() && name[k] != '.' && layer < (int64_t{1} << 40); ++k)
+        layer = layer * 10 + (name[k] - '0');
+      return std::make_pair(layer, name);
+    }
     return std::make_pair(std::numeric_limits<int64_t>::max(), name);
   };
   std::vector<std::pair<std::string, at::Tensor>> ordered;
@@ -214,24 +241,28 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
     return model.is_object() && model.contains(k) && model[k].is_string() ? model[k].get<std::string>() : "";
   };
   const std::string kind = key("tokenizer").empty() ? "bytes" : key("tokenizer");
-  std::vector<std::pair<std::string, std::string>> copies;  // model key, name beside the weights
-  if (kind == "sentencepiece") copies = {{"tokenizer_model", "tokenizer.model"}};
-  if (kind == "bpe") {
-    const std::string file = key("tokenizer_model");
-    copies = {{"tokenizer_model", file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0 &&
-                                          key("tokenizer_merges").empty()
-                                      ? "tokenizer.json"
-                                      : "vocab.json"}};
-    if (!key("tokenizer_merges").empty()) copies.push_back({"tokenizer_merges", "merges.txt"});
-  }
+  // Each file is read once, loaded from those bytes as a tokenizer of its
+  // kind, and those very bytes written: a manifest naming any other file
+  // (/etc/shadow) is refused rather than copied into a folder one publishes.
   std::string copied;
-  for (const auto& [k, name] : copies) {
-    const fs::path from(key(k.c_str()));
-    if (from.empty() || !fs::exists(from))
-      throw smp::Error(folder + ": its [model] " + k + " = '" + from.string() + "' is not there to copy beside the " +
-                       "weights");
-    fs::copy_file(from, dir / name, fs::copy_options::overwrite_existing);
+  if (kind != "bytes") {
+    const std::string file = key("tokenizer_model"), merges = key("tokenizer_merges");
+    smp::sdk::TokenizerFiles files;
+    try {
+      files = smp::sdk::read_tokenizer_files(kind, file, merges);
+    } catch (const std::exception& e) {
+      throw smp::Error(folder + ": its [model] tokenizer = \"" + kind + "\" with tokenizer_model = '" + file + "'" +
+                       (merges.empty() ? "" : " and tokenizer_merges = '" + merges + "'") +
+                       " is not copied beside the weights: " + e.what());
+    }
+    const bool json = merges.empty() && file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+    const std::string name = kind == "sentencepiece" ? "tokenizer.model" : json ? "tokenizer.json" : "vocab.json";
+    write_text(dir / name, files.model);
     copied += ", " + name;
+    if (!files.merges.empty()) {
+      write_text(dir / "merges.txt", files.merges);
+      copied += ", merges.txt";
+    }
   }
   if (kind == "bytes") copied = " (the run's tokenizer is bytes: no file)";
   std::cout << "wrote " << out << ": " << ordered.size() << " tensors (" << dtype << "), " << total << " bytes in "
@@ -241,70 +272,25 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
   return 0;
 }
 
-// A folder in Hugging Face's layout: config.json, and model.safetensors or
-// the files its model.safetensors.index.json names.
+// A folder in Hugging Face's layout (hf_folder.h reads and checks it all)
+// into a checkpoint folder.
 int import_hf(const std::string& in, const std::string& folder, const std::string& adapter) {
-  const fs::path dir(in);
-  const fs::path config_path = dir / "config.json";
-  if (!fs::is_directory(dir) || !fs::exists(config_path))
-    throw smp::Error(in + ": not a folder with config.json (a Hugging Face model folder)");
-  nlohmann::json config;
-  try {
-    std::ifstream f(config_path.string());
-    config = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw smp::Error(config_path.string() + ": not JSON: " + e.what());
-  }
-  const bool mixtral = config.is_object() && config.value("model_type", "") == "mixtral";
+  smp::llama::HfFolder hf = smp::llama::read_hf_folder(in);
+  const bool mixtral = hf.shape.experts > 0;
   if (adapter != (mixtral ? "moe" : "gpt"))
     throw smp::Error(std::string("--format hf imports ") +
                      (mixtral ? "a Mixtral for the moe adapter" : "a Llama for the gpt adapter") + ", not '" + adapter +
                      "'");
-  const smp::llama::Shape shape = mixtral ? smp::llama::shape_of_mixtral_config(config, config_path.string())
-                                          : smp::llama::shape_of_config(config, config_path.string());
-  std::vector<std::string> files;
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      std::ifstream f(index.string());
-      j = nlohmann::json::parse(f);
-    } catch (const std::exception& e) {
-      throw smp::Error(index.string() + ": not JSON: " + e.what());
-    }
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      throw smp::Error(index.string() + ": no \"weight_map\" object");
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string()) throw smp::Error(index.string() + ": tensor '" + tensor + "' maps to " + file.dump());
-      smp::path_inside(dir.string(), file.get<std::string>(), index.string() + ": tensor '" + tensor + "'");
-      names.insert(file.get<std::string>());
-    }
-    files.assign(names.begin(), names.end());
-  } else {
-    files.push_back("model.safetensors");
-  }
-  smp::llama::Tensors read;
-  for (const auto& file : files) {
-    const smp::SafetensorsFile f((dir / file).string());
-    for (const auto& [name, t] : f.tensors()) {
-      at::Tensor v = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
-      f.read(name, 0, t.end - t.begin, v.data_ptr());
-      if (!read.emplace(name, v.to(at::kFloat)).second)
-        throw smp::Error((dir / file).string() + ": tensor '" + name + "' is in another file too");
-    }
-  }
-  const smp::llama::Tensors params = smp::llama::from_hf(read, shape);
   std::vector<smp::StateEntry> entries;
-  for (const auto& [name, t] : params) entries.push_back(smp::whole_tensor_entry("model/" + name, t));
+  for (const auto& [name, t] : hf.params) entries.push_back(smp::whole_tensor_entry("model/" + name, t));
   smp::CheckpointWriter::Options o;
   o.token = std::random_device{}();
   smp::CheckpointWriter writer(o);
   writer.save(folder, entries,
-              {{"step", 0}, {"adapter", {{"name", adapter}}}, {"imported_from", in}, {"hf_config", config}}, false, 0,
-              false);
+              {{"step", 0}, {"adapter", {{"name", adapter}}}, {"imported_from", in}, {"hf_config", hf.config}}, false,
+              0, false);
   std::cout << "wrote " << folder << ": " << entries.size() << " parameters from " << in << " ("
-            << (mixtral ? "MixtralForCausalLM, " : "LlamaForCausalLM, ") << shape.layers
+            << (mixtral ? "MixtralForCausalLM, " : "LlamaForCausalLM, ") << hf.shape.layers
             << " layers); start a run of its shape from it with --set run.init_from=\"" << folder << "\"\n";
   return 0;
 }
@@ -358,7 +344,8 @@ int main(int argc, char** argv) {
   exp->add_option("--max-shard-size", max_shard_size, "--format hf: at most this much per file (5GB, 500MB; "
                                                       "default: one file)");
   exp->add_option("--max-position-embeddings", max_positions,
-                  "--format hf: config.json's max_position_embeddings (default: the run's model.seq_len)");
+                  "--format hf: config.json's max_position_embeddings (default: the run's model.seq_len)")
+      ->check(CLI::Range(int64_t{1}, smp::sdk::HfLimits::positions));
   auto* imp = app.add_subcommand("import", "a checkpoint folder of a safetensors file's parameters, for run.init_from");
   imp->add_option("in", in, "the .safetensors file (smp's or GPT-2's names; --format hf: the model folder)")->required();
   imp->add_option("folder", out, "the checkpoint folder to write")->required();

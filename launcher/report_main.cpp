@@ -3,6 +3,8 @@
 // Plain C++ over nlohmann::json: no LibTorch, starts at once.
 #include "train/run_report.h"
 
+#include <smp/sdk/input_file.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -14,16 +16,19 @@ int main(int argc, char** argv) {
     return argc == 2 ? 0 : 2;
   }
   const std::string dir = argv[1], path = dir + "/summary.json";
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "smp-report: cannot read " << path << " (is " << dir << " a run.dir of a finished run?)\n";
+  // Under the reading discipline: a regular file, bounded, nesting bounded.
+  nlohmann::json summary;
+  try {
+    summary = smp::input::read_json(path, "summary.json of a run", 256 * smp::input::kMiB);
+  } catch (const std::exception& e) {
+    std::cerr << "smp-report: " << e.what() << " (is " << dir << " a run.dir of a finished run?)\n";
     return 1;
   }
   try {
-    const nlohmann::json summary = nlohmann::json::parse(in);
+    // Written atomically: a full disk leaves the old report.html, and names it.
     std::cout << smp::write_report(dir, summary) << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "smp-report: " << path << ": " << e.what() << "\n";
+    std::cerr << "smp-report: " << e.what() << "\n";
     return 1;
   }
   return 0;

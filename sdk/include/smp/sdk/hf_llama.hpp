@@ -4,28 +4,43 @@
 #pragma once
 
 #include <smp/sdk/host.hpp>
+#include <smp/sdk/input_file.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <string>
 
 namespace smp::sdk {
 
-// config.json of a Hugging Face model folder (or the file itself), parsed.
+// config.json's nesting bound: deeper than any real config.json (a
+// quantization_config nests 3 levels), and shallow enough that the config kept
+// in an imported checkpoint's manifest stays inside the manifest's own bound.
+inline constexpr int kMaxHfConfigDepth = 32;
+
+// config.json of a Hugging Face model folder (or the file itself), parsed under
+// the reading discipline (smp/sdk/input_file.hpp): a regular file, bounded,
+// nesting bounded, no key twice.
 inline nlohmann::json read_hf_config(const std::string& path_or_folder) {
   std::string path = path_or_folder;
   if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0)
     path += (path.empty() || path.back() == '/' ? "" : "/") + std::string("config.json");
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open (a Hugging Face model folder holds config.json)");
   try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(path + ": not JSON: " + e.what());
+    return input::parse_json(input::read_file(path, "config.json of a Hugging Face model", input::kMaxConfigBytes),
+                             path, kMaxHfConfigDepth);
+  } catch (const input::Error& e) {
+    throw Error(e.what());
   }
 }
+
+// The largest counts smp takes from a config.json: far above any published
+// model (Llama 3.1 405B: 126 layers, hidden 16384, vocabulary 128256;
+// DeepSeek-V3: 256 experts), low enough that the tensors they imply can be
+// listed and their sizes multiplied without overflow.
+struct HfLimits {
+  static constexpr int64_t layers = 1024, hidden = int64_t{1} << 20, ffn = int64_t{1} << 22,
+                           vocab = int64_t{1} << 24, positions = int64_t{1} << 26, experts = 1024;
+};
 
 // The gpt adapter's [model] keys for the LlamaForCausalLM `c` describes:
 // arch "llama", layers, hidden, heads, kv_heads, ffn, vocab, seq_len
@@ -39,13 +54,15 @@ inline nlohmann::json hf_llama_model_keys(const nlohmann::json& c, const std::st
     return Error(where + ": \"" + key + "\" " + why);
   };
   if (!c.is_object()) throw Error(where + ": not a JSON object");
-  auto count = [&](const char* key, bool required) -> int64_t {
+  auto count = [&](const char* key, bool required, int64_t most) -> int64_t {
     if (!c.contains(key) || c[key].is_null()) {
       if (required) throw fail(key, "is missing");
       return 0;
     }
     if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
       throw fail(key, "is " + c[key].dump() + ", not a positive integer");
+    if (c[key].get<int64_t>() > most)
+      throw fail(key, "is " + c[key].dump() + ", more than smp reads (" + std::to_string(most) + ")");
     return c[key].get<int64_t>();
   };
   auto number = [&](const char* key, double fallback) -> double {
@@ -73,11 +90,12 @@ inline nlohmann::json hf_llama_model_keys(const nlohmann::json& c, const std::st
       throw fail(key, "is " + c[key].dump() + ": smp's attention has no sliding window");
   if (c.contains("pretraining_tp") && !c["pretraining_tp"].is_null() && c["pretraining_tp"] != 1)
     throw fail("pretraining_tp", "is " + c["pretraining_tp"].dump() + ": only 1 (plain linear layers) is supported");
-  const int64_t layers = count("num_hidden_layers", true), hidden = count("hidden_size", true),
-                heads = count("num_attention_heads", true), ffn = count("intermediate_size", true),
-                vocab = count("vocab_size", true);
+  using L = HfLimits;
+  const int64_t layers = count("num_hidden_layers", true, L::layers), hidden = count("hidden_size", true, L::hidden),
+                heads = count("num_attention_heads", true, L::hidden), ffn = count("intermediate_size", true, L::ffn),
+                vocab = count("vocab_size", true, L::vocab);
   const int64_t kv = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
-                         ? count("num_key_value_heads", true)
+                         ? count("num_key_value_heads", true, L::hidden)
                          : heads;
   if (hidden % heads != 0) throw fail("hidden_size", "is not a multiple of num_attention_heads");
   if (heads % kv != 0) throw fail("num_attention_heads", "is not a multiple of num_key_value_heads");
@@ -94,7 +112,7 @@ inline nlohmann::json hf_llama_model_keys(const nlohmann::json& c, const std::st
                          {"rope_base", number("rope_theta", 10000.0)},
                          {"norm_eps", number("rms_norm_eps", 1e-6)},
                          {"tie_embeddings", c.contains("tie_word_embeddings") && c["tie_word_embeddings"] == true}};
-  if (const int64_t positions = count("max_position_embeddings", false)) keys["seq_len"] = positions;
+  if (const int64_t positions = count("max_position_embeddings", false, L::positions)) keys["seq_len"] = positions;
   return keys;
 }
 
@@ -127,6 +145,9 @@ inline nlohmann::json hf_mixtral_model_keys(const nlohmann::json& c, const std::
     if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
       throw Error(where + ": \"" + key + "\" is " + (c.contains(key) ? c[key].dump() : "missing") +
                   ", not a positive integer");
+    if (c[key].get<int64_t>() > HfLimits::experts)
+      throw Error(where + ": \"" + key + "\" is " + c[key].dump() + ", more than smp reads (" +
+                  std::to_string(HfLimits::experts) + ")");
     return c[key].get<int64_t>();
   };
   const int64_t experts = count("num_local_experts"), top_k = count("num_experts_per_tok");
