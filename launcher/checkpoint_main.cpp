@@ -180,6 +180,34 @@ void write_text(const fs::path& path, const std::string& text) {
   }
 }
 
+// The files an export writes into its folder: on a failure part way (a full
+// disk), those written are removed again, and the folder when it made it, so
+// nothing half-written is left; keep() once all are written.
+class Written {
+ public:
+  explicit Written(const fs::path& dir) : dir_(dir) {
+    made_ = !fs::exists(dir_);
+    fs::create_directories(dir_);
+  }
+  ~Written() {
+    if (kept_) return;
+    boost::system::error_code ec;
+    for (const auto& p : files_) fs::remove(p, ec);
+    if (made_) fs::remove(dir_, ec);  // only when empty
+  }
+  void add(const fs::path& p) { files_.push_back(p); }
+  void put(const fs::path& p, const std::string& text) {
+    add(p);
+    write_text(p, text);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  fs::path dir_;
+  std::vector<fs::path> files_;
+  bool made_ = false, kept_ = false;
+};
+
 // A Llama in Hugging Face's layout: the weights (one file, or files of at most
 // max_shard bytes each and their index), then config.json, then the tokenizer
 // the run used, when its [model] names one.
@@ -190,6 +218,37 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
   if (shape.seq_len <= 0)
     throw smp::Error(folder + ": its [model] has no seq_len for config.json's max_position_embeddings: give "
                      "--max-position-embeddings");
+  // The tokenizer the run used, checked before anything is written: model.tokenizer is its
+  // kind; a BPE's files (tokenizer.json, or vocab.json and merges.txt) and a
+  // SentencePiece model are copied under Hugging Face's names. Bytes have no file.
+  const nlohmann::json& model = m.value("model", nlohmann::json::object());
+  auto key = [&](const char* k) {
+    return model.is_object() && model.contains(k) && model[k].is_string() ? model[k].get<std::string>() : "";
+  };
+  const std::string kind = key("tokenizer").empty() ? "bytes" : key("tokenizer");
+  // Each file is read once, loaded from those bytes as a tokenizer of its
+  // kind, and those very bytes written: a manifest naming any other file
+  // (/etc/shadow) is refused rather than copied into a folder one publishes.
+  std::string copied;
+  smp::sdk::TokenizerFiles files;
+  std::string tokenizer_name;
+  if (kind != "bytes") {
+    const std::string file = key("tokenizer_model"), merges = key("tokenizer_merges");
+    try {
+      if ((file + merges).find('\0') != std::string::npos) throw smp::Error("a file name with a NUL byte in it");
+      files = smp::sdk::read_tokenizer_files(kind, file, merges);
+    } catch (const std::exception& e) {
+      auto shown = [](std::string t) {  // a NUL would end the message where a terminal reads it
+        for (size_t at = t.find('\0'); at != std::string::npos; at = t.find('\0', at + 2)) t.replace(at, 1, "\\0");
+        return t;
+      };
+      throw smp::Error(folder + ": its [model] tokenizer = \"" + kind + "\" with tokenizer_model = '" + shown(file) +
+                       "'" + (merges.empty() ? "" : " and tokenizer_merges = '" + shown(merges) + "'") +
+                       " is not copied beside the weights: " + e.what());
+    }
+    const bool json = merges.empty() && file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+    tokenizer_name = kind == "sentencepiece" ? "tokenizer.model" : json ? "tokenizer.json" : "vocab.json";
+  }
   const smp::llama::Tensors hf = smp::llama::to_hf(params, shape);
   const at::ScalarType type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   // Hugging Face's order: the embedding, the layers in order, the final norm, the head.
@@ -219,51 +278,31 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
     total += bytes;
   }
   const fs::path dir(out);
-  fs::create_directories(dir);
+  Written written(dir);
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"smp_step", std::to_string(m.value("step", 0))}};
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t k = 0; k < shards.size(); ++k) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
     const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    written.add(dir / file);
     smp::write_safetensors((dir / file).string(), shards[k], meta);
     for (const auto& nt : shards[k]) weight_map[nt.first] = file;
   }
   if (shards.size() > 1)
-    write_text(dir / "model.safetensors.index.json",
+    written.put(dir / "model.safetensors.index.json",
                nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
-  write_text(dir / "config.json", smp::llama::config_json(shape, dtype == "bf16" ? "bfloat16" : "float32").dump(2) + "\n");
-  // The tokenizer the run used, beside the weights: model.tokenizer is its
-  // kind; a BPE's files (tokenizer.json, or vocab.json and merges.txt) and a
-  // SentencePiece model are copied under Hugging Face's names. Bytes have no file.
-  const nlohmann::json& model = m.value("model", nlohmann::json::object());
-  auto key = [&](const char* k) {
-    return model.is_object() && model.contains(k) && model[k].is_string() ? model[k].get<std::string>() : "";
-  };
-  const std::string kind = key("tokenizer").empty() ? "bytes" : key("tokenizer");
-  // Each file is read once, loaded from those bytes as a tokenizer of its
-  // kind, and those very bytes written: a manifest naming any other file
-  // (/etc/shadow) is refused rather than copied into a folder one publishes.
-  std::string copied;
-  if (kind != "bytes") {
-    const std::string file = key("tokenizer_model"), merges = key("tokenizer_merges");
-    smp::sdk::TokenizerFiles files;
-    try {
-      files = smp::sdk::read_tokenizer_files(kind, file, merges);
-    } catch (const std::exception& e) {
-      throw smp::Error(folder + ": its [model] tokenizer = \"" + kind + "\" with tokenizer_model = '" + file + "'" +
-                       (merges.empty() ? "" : " and tokenizer_merges = '" + merges + "'") +
-                       " is not copied beside the weights: " + e.what());
-    }
-    const bool json = merges.empty() && file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
-    const std::string name = kind == "sentencepiece" ? "tokenizer.model" : json ? "tokenizer.json" : "vocab.json";
-    write_text(dir / name, files.model);
-    copied += ", " + name;
+  written.put(dir / "config.json", smp::llama::config_json(shape, dtype == "bf16" ? "bfloat16" : "float32").dump(2) + "\n");
+  if (!tokenizer_name.empty()) {
+    written.put(dir / tokenizer_name, files.model);
+    copied += ", " + tokenizer_name;
     if (!files.merges.empty()) {
-      write_text(dir / "merges.txt", files.merges);
+      written.put(dir / "merges.txt", files.merges);
       copied += ", merges.txt";
     }
   }
+
+  written.keep();
   if (kind == "bytes") copied = " (the run's tokenizer is bytes: no file)";
   std::cout << "wrote " << out << ": " << ordered.size() << " tensors (" << dtype << "), " << total << " bytes in "
             << shards.size() << " file(s), config.json" << copied
@@ -359,7 +398,15 @@ int main(int argc, char** argv) {
     if (*exp)
       return export_to(path, out, format.empty() ? "smp" : format, dtype,
                        max_shard_size.empty() ? 0 : parse_bytes(max_shard_size), max_positions);
-    if (*imp) return import_from(in, out, adapter, format);
+    if (*imp) {
+      // The checkpoint writer replaces what its folder holds: a folder with
+      // files in it (the model folder being imported, say) is refused.
+      boost::system::error_code ec;
+      if (fs::exists(out) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
+        throw smp::Error(out + " exists and is not an empty folder: import writes a new checkpoint folder (give "
+                         "another name)");
+      return import_from(in, out, adapter, format);
+    }
   } catch (const std::exception& e) {
     std::cerr << "smp-checkpoint: error: " << e.what() << std::endl;
     return 1;

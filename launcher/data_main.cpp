@@ -273,7 +273,8 @@ int main(int argc, char** argv) {
     c->add_option("--merges", tf.merges, "GPT-2's merges.txt (--tokenizer bpe with a vocab.json)");
   };
   tokenizer_options(p);
-  p->add_option("--workers", workers, "tokenizing threads")->capture_default_str();
+  // Threads are a machine's: past 1024 creating them fails (std::system_error, terminate).
+  p->add_option("--workers", workers, "tokenizing threads (1 to 1024)")->capture_default_str()->check(CLI::Range(1, 1024));
   bool split_sentences = false;
   p->add_flag("--split-sentences", split_sentences,
               "a sequence per non-blank line, no end-of-document id (BERT / RoBERTa data; a document per file or JSON line)");
@@ -284,7 +285,8 @@ int main(int argc, char** argv) {
   t->add_option("--input", t_inputs, "text files or folders")->required();
   t->add_option("--output-prefix", t_prefix, "write <prefix>.model and <prefix>.vocab")->required();
   t->add_option("--type", t_type, "bpe or unigram")->capture_default_str();
-  t->add_option("--vocab", t_vocab, "vocabulary size")->capture_default_str();
+  // Far above any real vocabulary (2^18); 2^31 had SentencePiece's trainer run without end.
+  t->add_option("--vocab", t_vocab, "vocabulary size (2 to 1048576)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   std::string d_prefix;
   int64_t d_doc = 0;
   auto* dc = app.add_subcommand("decode", "print a prepared document's text");

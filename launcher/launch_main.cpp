@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
   app.add_flag("--bind-cores", o.bind_cores,
                "pin each local rank to its own cores (--threads-per-rank each, default an even split)");
   app.add_option("--kill-timeout", o.kill_timeout_s, "seconds between SIGTERM and SIGKILL when stopping (default 30)")
-      ->check(CLI::Range(0.0, 1e6));  // made milliseconds: bounded so that cannot overflow
+      ->check(CLI::Range(0.0, 1e6));  // made milliseconds: bounded so that cannot overflow (NaN: checked below)
   app.add_option("--log-dir", o.log_dir, "write each captured rank's output to <dir>/rank-R.out");
   app.add_flag("--tee", o.tee, "also echo every rank's output, prefixed with [rank R]");
   app.add_option("--worker", o.worker, "the worker executable (default: smp-worker next to smp-launch)");
@@ -114,6 +115,10 @@ int main(int argc, char** argv) {
     std::cerr << "smp-launch: --nproc-per-node " << o.nproc_per_node << " x --nnodes " << o.nnodes << " = "
               << static_cast<int64_t>(o.nproc_per_node) * o.nnodes << " ranks, more than the " << smp::kMaxWorldSize
               << " a job may have\n";
+    return 2;
+  }
+  if (!std::isfinite(o.kill_timeout_s)) {  // CLI::Range lets NaN through
+    std::cerr << "smp-launch: --kill-timeout " << o.kill_timeout_s << ": expected seconds in [0, 1e6]\n";
     return 2;
   }
   o.master_addr_given = addr->count() > 0;

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iostream>
 
@@ -17,11 +19,20 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1], path = dir + "/summary.json";
   // Under the reading discipline: a regular file, bounded, nesting bounded.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    std::cerr << "smp-report: cannot read " << path << " (is " << dir << " a run.dir of a finished run?)\n";
+    return 1;
+  }
   nlohmann::json summary;
   try {
     summary = smp::input::read_json(path, "summary.json of a run", 256 * smp::input::kMiB);
   } catch (const std::exception& e) {
     std::cerr << "smp-report: " << e.what() << " (is " << dir << " a run.dir of a finished run?)\n";
+    return 1;
+  }
+  if (!summary.is_object()) {
+    std::cerr << "smp-report: " << path << " is not a run's summary (a JSON object)\n";
     return 1;
   }
   try {

@@ -40,7 +40,7 @@ EncoderShape parse_shape(const Json& cfg, const smp::sdk::AdapterContext& ctx,
     }
     s = it->second;
   }
-  s.layers = smp::sdk::model_positive(cfg, "layers", s.layers);
+  s.layers = smp::sdk::model_positive(cfg, "layers", s.layers, 4096);
   s.hidden = smp::sdk::model_positive(cfg, "hidden", s.hidden);
   s.heads = smp::sdk::model_positive(cfg, "heads", s.heads);
   s.seq_len = smp::sdk::model_positive(cfg, "seq_len", s.seq_len);

@@ -67,7 +67,8 @@ class MoeAdapter : public smp::sdk::Adapter {
              {"layers", &s.layers}, {"hidden", &s.hidden}, {"heads", &s.heads}, {"kv_heads", &s.kv_heads},
              {"seq_len", &s.seq_len}, {"vocab", &s.vocab}, {"ffn", &s.ffn}, {"experts", &s.experts},
              {"top_k", &s.top_k}, {"expert_ffn", &s.expert_ffn}, {"moe_every", &s.moe_every}})
-      *field = smp::sdk::model_positive(cfg, key, *field);
+      *field = smp::sdk::model_positive(cfg, key, *field,
+                                        std::string(key) == "layers" || std::string(key) == "experts" ? 4096 : int64_t{1} << 24);
     const auto tokenizer = smp::sdk::model_tokenizer(cfg);
     if (tokenizer) s.vocab = smp::sdk::model_vocab_for(cfg, *tokenizer, s.vocab);
     s.shared_experts = smp::sdk::model_get<int64_t>(cfg, "shared_experts", s.shared_experts);

@@ -4,6 +4,8 @@
 #include <smp/sdk/input_file.hpp>
 #include <smp/sdk/init.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -58,11 +60,10 @@ Interactions Interactions::synthetic(const SyntheticSpec& s) {
 }
 
 Interactions Interactions::load(const std::string& path, const std::string& cfg_key, uint64_t seed) {
-  try {
-    smp::input::File check(path, cfg_key);  // a regular file: a named pipe would block the reader
-  } catch (const smp::input::Error& e) {
-    throw smp::sdk::Error(e.what());
-  }
+  struct stat st {};  // a regular file only: opening a named pipe would block
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw smp::sdk::Error(cfg_key + ": '" + path + "' is " + smp::input::kind_of_mode(st.st_mode) +
+                          ", not a regular file");
   std::ifstream in(path);
   if (!in) throw smp::sdk::Error(cfg_key + ": cannot open '" + path + "'");
   std::map<int64_t, int64_t> user_id, item_id;

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 
 #include <boost/filesystem.hpp>
 
@@ -166,6 +168,29 @@ TEST(PreparedData, EachBadInputIsNamed) {
   std::tie(code, out) = sh(tool() + " prepare --input " + (d / "nowhere").string() + " --output-prefix " + (d / "n").string());
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("no such file or folder"), std::string::npos) << out;
+  // Issue 51: counts that crashed or hung are refused naming the option
+  // (100000 workers: std::terminate; a 2^31 vocabulary: trained without end),
+  // a JSON line nested past the bound is refused naming its line, and a
+  // named pipe as the input is refused rather than waited on.
+  std::tie(code, out) = sh(tool() + " prepare --input " + (d / "t.txt").string() + " --workers 100000 --output-prefix " +
+                           (d / "w").string());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("--workers"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "w.bin.tmp")) << out;
+  std::tie(code, out) = sh(tool() + " tokenizer --input " + (d / "t.txt").string() + " --vocab 2147483647 --output-prefix " +
+                           (d / "v").string());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("--vocab"), std::string::npos) << out;
+  write(d / "deep.jsonl", "{\"text\": " + std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  std::tie(code, out) = sh(tool() + " prepare --input " + (d / "deep.jsonl").string() + " --json-key text --output-prefix " +
+                           (d / "deep").string());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("deep.jsonl:1: nested deeper than"), std::string::npos) << out;
+  ASSERT_EQ(::mkfifo((d / "pipe.txt").c_str(), 0600), 0);
+  std::tie(code, out) = sh("timeout -s KILL 30 " + tool() + " prepare --input " + (d / "pipe.txt").string() +
+                           " --output-prefix " + (d / "p").string());
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("a named pipe, not a regular file"), std::string::npos) << out;
 }
 
 // Megatron's GPTDataset order: each epoch a seeded shuffle of the documents,

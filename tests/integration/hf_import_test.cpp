@@ -276,6 +276,16 @@ TEST(HfImport, AnIndexThatDisagreesWithItsFilesOrLinksOutsideIsRefused) {
   expect_refused(root + "/models--a/snapshots/r", {"a link to ../../../models--b/blobs/w outside"});
 }
 
+// Import writes a new folder: one holding files (the model folder itself)
+// is refused, and nothing in it is touched (the writer used to empty it).
+TEST(HfImport, AFolderWithFilesIsNotImportedInto) {
+  const std::string dir = llama_folder("self");
+  const Command c = run_command(tool() + " import " + dir + " " + dir + " --adapter gpt --format hf");
+  EXPECT_EQ(c.exit_code, 1) << c.output;
+  EXPECT_NE(c.output.find(dir + " exists and is not an empty folder"), std::string::npos) << c.output;
+  EXPECT_TRUE(fs::exists(dir + "/config.json") && fs::exists(dir + "/model.safetensors")) << c.output;
+}
+
 // Classes "stack overflow on nesting" and "hangs": deep JSON and named pipes.
 TEST(HfImport, DeepJsonAndNamedPipesAreRefusedWithoutACrashOrAHang) {
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
@@ -374,7 +384,33 @@ TEST(HfExport, ATokenizerFileThatIsNoTokenizerIsRefusedNotCopied) {
     const Command c = run_command(tool() + " export " + copy + " " + out + "/hf-" + k.written + " --format hf");
     EXPECT_EQ(c.exit_code, 1) << c.output;
     EXPECT_NE(c.output.find("tokenizer_model = '" + k.file + "'"), std::string::npos) << c.output;
-    EXPECT_FALSE(fs::exists(out + "/hf-" + k.written + "/" + k.written)) << c.output;
+    // Checked before anything is written: no folder with weights and no tokenizer is left.
+    EXPECT_FALSE(fs::exists(out + "/hf-" + k.written)) << c.output;
+    EXPECT_EQ(c.output.find("hunter2"), std::string::npos) << c.output;
+  }
+  // A NUL in the name: the kernel would open the name cut short (a real
+  // tokenizer) while the message and the output name used the whole.
+  {
+    nlohmann::json m = manifest;
+    m["model"]["tokenizer"] = "bpe";
+    m["model"]["tokenizer_model"] = out + "/vocab.json" + std::string(1, '\0') + "../../secret";
+    const std::string copy = out + "/ckpt-nul";
+    fs::create_directories(copy);
+    for (const auto& e : fs::directory_iterator(ckpt)) fs::copy_file(e.path(), copy + "/" + e.path().filename().string());
+    write_text(copy + "/manifest.json", m.dump());
+    const Command c = run_command(tool() + " export " + copy + " " + out + "/hf-nul --format hf");
+    EXPECT_EQ(c.exit_code, 1) << c.output;
+    EXPECT_NE(c.output.find("NUL byte"), std::string::npos) << c.output;
+  }
+  // `latest` a link to a file outside the folder: refused by the link
+  // policy, its first line never shown.
+  {
+    const std::string folder = out + "/runs";
+    fs::create_directories(folder);
+    fs::create_symlink(secret, folder + "/latest");
+    const Command c = run_command(tool() + " inspect " + folder);
+    EXPECT_EQ(c.exit_code, 1) << c.output;
+    EXPECT_NE(c.output.find("'latest', a link to " + secret + " outside"), std::string::npos) << c.output;
     EXPECT_EQ(c.output.find("hunter2"), std::string::npos) << c.output;
   }
   // A named pipe as the tokenizer: refused, not waited on.

@@ -145,8 +145,8 @@ const char* expectation(Type t, Rule r) {
   switch (r) {
     case Rule::Positive: return "expected a positive integer";
     case Rule::NonNegative: return "expected a non-negative integer";
-    case Rule::PositiveReal: return "expected a finite number > 0";
-    case Rule::NonNegativeReal: return "expected a finite number >= 0";
+    case Rule::PositiveReal: return "expected a number > 0";
+    case Rule::NonNegativeReal: return "expected a number >= 0";
     case Rule::BucketMiB: return "expected a number of MiB in [0, 1048576]";
     case Rule::PositiveSeconds: return "expected a number of seconds in (0, 1e9]";
     case Rule::NonNegativeSeconds: return "expected 0 or a number of seconds in (0, 1e9]";
@@ -239,6 +239,76 @@ json to_json_value(const toml::node& n) {
   return os.str();
 }
 
+// Whether `v` (of the key's type) meets `rule`; normalises names in place.
+bool meets_rule(Rule rule, json& v) {
+  switch (rule) {
+    case Rule::None: break;
+    case Rule::Positive:
+      if (v.get<int64_t>() < 1) return false;
+      break;
+    case Rule::NonNegative:
+      if (v.get<int64_t>() < 0) return false;
+      break;
+    case Rule::PositiveReal:
+      if (!(v.get<double>() > 0) || !std::isfinite(v.get<double>())) return false;
+      break;
+    case Rule::NonNegativeReal:
+      if (!(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) return false;
+      break;
+    // Sizes and durations are made bytes and milliseconds in an int64_t: bounded
+    // so that the product cannot overflow (1e300 wrapped to a negative timeout).
+    case Rule::BucketMiB:
+      if (!(v.get<double>() >= 0 && v.get<double>() <= 1048576)) return false;
+      break;
+    case Rule::PositiveSeconds:
+      if (!(v.get<double>() > 0 && v.get<double>() <= 1e9)) return false;
+      break;
+    case Rule::NonNegativeSeconds:
+      if (!(v.get<double>() >= 0 && v.get<double>() <= 1e9)) return false;
+      break;
+    case Rule::UnitInterval:
+      if (!(v.get<double>() >= 0 && v.get<double>() < 1)) return false;
+      break;
+    case Rule::ShmMiB:  // MiB made bytes in an int64_t (CommConfig::shm_slot_bytes), times the ranks of a host
+      if (!(v.get<double>() == 0 || (v.get<double>() >= 0.001 && v.get<double>() <= 65536))) return false;
+      break;
+    case Rule::Schedule: {
+      std::string s = normalise_schedule(v.get<std::string>());
+      if (s.empty()) return false;
+      v = s;
+      break;
+    }
+    case Rule::Placement: {
+      std::string s = normalise_placement(v.get<std::string>());
+      if (s.empty()) return false;
+      v = s;
+      break;
+    }
+    case Rule::Device:
+      if (!one_of(v, {"auto", "cpu", "cuda"})) return false;
+      break;
+    case Rule::LayoutMode:
+      if (!one_of(v, {"manual", "auto", "planned"})) return false;
+      break;
+    case Rule::CpMode:
+      if (!one_of(v, {"ring", "alltoall"})) return false;
+      break;
+    case Rule::Precision:
+      if (!one_of(v, {"fp32", "bf16", "fp16"})) return false;
+      break;
+    case Rule::CudaBackend:
+      if (!one_of(v, {"auto", "nccl", "gloo"})) return false;
+      break;
+    case Rule::ZeroStage:
+      if (v.get<int64_t>() < 0 || v.get<int64_t>() > 3) return false;
+      break;
+    case Rule::ShardName:
+      if (!one_of(v, {"none", "optimizer", "gradients", "parameters"})) return false;
+      break;
+  }
+  return true;
+}
+
 // Checks one schema value; returns it normalised. Throws naming origin and key.
 json check_value(const std::string& origin, const KeySpec& spec, const toml::node& n) {
   auto fail = [&]() -> json {
@@ -307,71 +377,7 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       break;
     }
   }
-  switch (spec.rule) {
-    case Rule::None: break;
-    case Rule::Positive:
-      if (v.get<int64_t>() < 1) return fail();
-      break;
-    case Rule::NonNegative:
-      if (v.get<int64_t>() < 0) return fail();
-      break;
-    case Rule::PositiveReal:
-      if (!(v.get<double>() > 0) || !std::isfinite(v.get<double>())) return fail();
-      break;
-    case Rule::NonNegativeReal:
-      if (!(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) return fail();
-      break;
-    // Sizes and durations are made bytes and milliseconds in an int64_t: bounded
-    // so that the product cannot overflow (1e300 wrapped to a negative timeout).
-    case Rule::BucketMiB:
-      if (!(v.get<double>() >= 0 && v.get<double>() <= 1048576)) return fail();
-      break;
-    case Rule::PositiveSeconds:
-      if (!(v.get<double>() > 0 && v.get<double>() <= 1e9)) return fail();
-      break;
-    case Rule::NonNegativeSeconds:
-      if (!(v.get<double>() >= 0 && v.get<double>() <= 1e9)) return fail();
-      break;
-    case Rule::UnitInterval:
-      if (!(v.get<double>() >= 0 && v.get<double>() < 1)) return fail();
-      break;
-    case Rule::ShmMiB:  // MiB made bytes in an int64_t (CommConfig::shm_slot_bytes), times the ranks of a host
-      if (!(v.get<double>() == 0 || (v.get<double>() >= 0.001 && v.get<double>() <= 65536))) return fail();
-      break;
-    case Rule::Schedule: {
-      std::string s = normalise_schedule(v.get<std::string>());
-      if (s.empty()) return fail();
-      v = s;
-      break;
-    }
-    case Rule::Placement: {
-      std::string s = normalise_placement(v.get<std::string>());
-      if (s.empty()) return fail();
-      v = s;
-      break;
-    }
-    case Rule::Device:
-      if (!one_of(v, {"auto", "cpu", "cuda"})) return fail();
-      break;
-    case Rule::LayoutMode:
-      if (!one_of(v, {"manual", "auto", "planned"})) return fail();
-      break;
-    case Rule::CpMode:
-      if (!one_of(v, {"ring", "alltoall"})) return fail();
-      break;
-    case Rule::Precision:
-      if (!one_of(v, {"fp32", "bf16", "fp16"})) return fail();
-      break;
-    case Rule::CudaBackend:
-      if (!one_of(v, {"auto", "nccl", "gloo"})) return fail();
-      break;
-    case Rule::ZeroStage:
-      if (v.get<int64_t>() < 0 || v.get<int64_t>() > 3) return fail();
-      break;
-    case Rule::ShardName:
-      if (!one_of(v, {"none", "optimizer", "gradients", "parameters"})) return fail();
-      break;
-  }
+  if (!meets_rule(spec.rule, v)) return fail();
   return v;
 }
 

@@ -382,7 +382,10 @@ std::string find_checkpoint(const std::string& path) {
     // A line naming a folder: a regular file, bounded (a named pipe would block).
     std::string name;
     try {
-      name = input::read_file((p / "latest").string(), "checkpoint", 4096);
+      // `latest` itself under the folder's link policy: a link to a file
+      // elsewhere would have its first line shown in the message below.
+      name = input::read_file(input::name_in_folder(p.string(), "latest", "checkpoint: " + p.string()), "checkpoint",
+                              4096);
     } catch (const input::Error& e) {
       throw Error(e.what());
     }

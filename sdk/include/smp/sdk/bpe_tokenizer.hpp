@@ -250,7 +250,10 @@ class BpeTokenizer : public Tokenizer {
       if (line.empty() || (n == 1 && line.rfind("#version", 0) == 0)) continue;
       const size_t sp = line.find(' ', 1);
       if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
-        throw Error("tokenizer merges " + merges_path + ":" + std::to_string(n) + ": '" + line + "' is not two pieces");
+        // The line is not quoted: a file that is no merges file (a secret one
+        // named by a manifest) must not have its text shown in the message.
+        throw Error("tokenizer merges " + merges_path + ":" + std::to_string(n) + ": not two pieces separated by a space "
+                    "(not a merges.txt)");
       merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
     }
     t->set_merges(merges, "tokenizer merges " + merges_path);

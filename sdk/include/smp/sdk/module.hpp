@@ -260,10 +260,15 @@ T model_get(const Json& cfg, const char* key, T fallback) {
   return cfg.contains(key) ? model_get<T>(cfg, key) : fallback;
 }
 // A positive integer key of [model] (a size, a count), or `fallback` when absent.
-inline int64_t model_positive(const Json& cfg, const char* key, int64_t fallback) {
+// `most` bounds what a count may be before a model is built from it: a
+// layer count of 2^31 built layers until memory ran out, with no message.
+inline int64_t model_positive(const Json& cfg, const char* key, int64_t fallback, int64_t most = int64_t{1} << 24) {
   if (!cfg.contains(key)) return fallback;
   const int64_t v = model_get<int64_t>(cfg, key);
   if (v <= 0) throw Error(std::string("model.") + key + ": expected a positive integer, got " + std::to_string(v));
+  if (v > most)
+    throw Error(std::string("model.") + key + ": " + std::to_string(v) + " is more than smp builds (" +
+                std::to_string(most) + ")");
   return v;
 }
 
