@@ -47,8 +47,9 @@ double parse_bytes(const std::string& text) {
   const std::map<std::string, double> scale = {{"", 1}, {"B", 1}, {"KB", 1024.0}, {"MB", 1024.0 * 1024},
                                                {"GB", 1024.0 * 1024 * 1024}, {"TB", 1024.0 * 1024 * 1024 * 1024}};
   auto it = scale.find(unit);
-  if (it == scale.end() || !(v > 0) || !std::isfinite(v))
-    throw smp::Error("--device-memory: expected a size like 80GB, got '" + text + "'");
+  // At most a petabyte: 1e300GB became infinite bytes and "fits".
+  if (it == scale.end() || !(v > 0) || !std::isfinite(v) || v * it->second > 1e15)
+    throw smp::Error("--device-memory: expected a size like 80GB (at most 1 PB), got '" + text + "'");
   return v * it->second;
 }
 

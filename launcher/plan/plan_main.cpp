@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
     for (const auto& [name, v] : {std::pair<const char*, int64_t>{"--layers", s.layers}, {"--hidden", s.hidden},
                                   {"--heads", s.heads}, {"--seq", s.seq}, {"--vocab", s.vocab}, {"--batch", s.batch}})
       if (v <= 0) throw smp::Error(std::string(name) + " is required (the model's shape)");
+    if (s.hidden % s.heads != 0)  // a head size of 0 (hidden 16, 2048 heads) ranked layouts before
+      throw smp::Error("--hidden " + std::to_string(s.hidden) + " is not a multiple of --heads " +
+                       std::to_string(s.heads) + " (the heads split the hidden size)");
     const auto t0 = std::chrono::steady_clock::now();
     SearchResult r = search(c, s, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
