@@ -246,8 +246,8 @@ int export_hf(const std::string& folder, const nlohmann::json& m, const smp::gpt
                        "'" + (merges.empty() ? "" : " and tokenizer_merges = '" + shown(merges) + "'") +
                        " is not copied beside the weights: " + e.what());
     }
-    const bool json = merges.empty() && file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
-    tokenizer_name = kind == "sentencepiece" ? "tokenizer.model" : json ? "tokenizer.json" : "vocab.json";
+    // A BPE without merges was loaded as a tokenizer.json, whatever its name.
+    tokenizer_name = kind == "sentencepiece" ? "tokenizer.model" : merges.empty() ? "tokenizer.json" : "vocab.json";
   }
   const smp::llama::Tensors hf = smp::llama::to_hf(params, shape);
   const at::ScalarType type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;

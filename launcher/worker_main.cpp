@@ -49,7 +49,7 @@ double parse_bytes(const std::string& text) {
   auto it = scale.find(unit);
   // At most a petabyte: 1e300GB became infinite bytes and "fits".
   if (it == scale.end() || !(v > 0) || !std::isfinite(v) || v * it->second > 1e15)
-    throw smp::Error("--device-memory: expected a size like 80GB (at most 1 PB), got '" + text + "'");
+    throw smp::Error("--device-memory: expected a size like 80GB, got '" + text + "' (at most 1 PB)");
   return v * it->second;
 }
 

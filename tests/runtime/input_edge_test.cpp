@@ -354,9 +354,10 @@ TEST(TokenizerFiles, ReadTokenizerFilesGivesTheValidatedBytesOnly) {
   // A file that is no tokenizer (a secret, say) is refused naming it.
   const std::string secret = write(d + "/secret", "root:x:0:0:root:/root:/bin/bash\n");
   EXPECT_NE(error("bpe", secret, "").find(secret + ": not JSON"), std::string::npos) << error("bpe", secret, "");
-  EXPECT_NE(error("bpe", vocab, secret).find(secret + ":1: 'root:x:0:0:root:/root:/bin/bash' is not two pieces"),
-            std::string::npos)
+  // ... and its text is not shown in the message (a manifest may name it).
+  EXPECT_NE(error("bpe", vocab, secret).find(secret + ":1: not two pieces"), std::string::npos)
       << error("bpe", vocab, secret);
+  EXPECT_EQ(error("bpe", vocab, secret).find("root:x"), std::string::npos) << error("bpe", vocab, secret);
   EXPECT_NE(error("sentencepiece", secret, "").find("not a SentencePiece model"), std::string::npos)
       << error("sentencepiece", secret, "");
   EXPECT_NE(error("bpe", d, "").find(d + " is a folder, not a regular file"), std::string::npos);

@@ -159,7 +159,8 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   if (!header.is_object()) throw Error("checkpoint: " + path_ + ": the safetensors header is not a JSON object");
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   for (const auto& [name, v] : header.items()) {
-    if (name == "__metadata__") {  // safetensors' format: a map of strings to strings
+    if (name == "__metadata__") {  // safetensors' format: a map of strings to strings, or null
+      if (v.is_null()) continue;
       if (!v.is_object()) throw Error("checkpoint: " + path_ + ": the safetensors __metadata__ is not an object");
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string())

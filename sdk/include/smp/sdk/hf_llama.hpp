@@ -136,7 +136,8 @@ inline nlohmann::json hf_mixtral_model_keys(const nlohmann::json& c, const std::
   const nlohmann::json l = hf_llama_model_keys(as_llama, where);
   if (l["tie_embeddings"] == true) throw Error(where + ": \"tie_word_embeddings\" is true: the moe adapter's head is its own");
   if (std::fabs(l["norm_eps"].get<double>() - 1e-5) > 1e-12)
-    throw Error(where + ": \"rms_norm_eps\" is " + c["rms_norm_eps"].dump() +
+    throw Error(where + ": \"rms_norm_eps\" is " +
+                (c.contains("rms_norm_eps") ? c.at("rms_norm_eps").dump() : std::string("missing (1e-6 by default)")) +
                 ": the moe adapter normalises with 1e-5 (it has no key for another yet)");
   if (c.contains("router_jitter_noise") && c["router_jitter_noise"].is_number() && c["router_jitter_noise"] != 0)
     throw Error(where + ": \"router_jitter_noise\" is " + c["router_jitter_noise"].dump() +
