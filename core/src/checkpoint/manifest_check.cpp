@@ -140,7 +140,11 @@ void check_manifest(const std::string& folder, const nlohmann::json& manifest) {
       const nlohmann::json& file = c.field(s, "file", sof);
       if (!file.is_string() || !listed.count(file.get<std::string>()))
         c.fail(sof + ": \"file\" " + file.dump() + " is not one of the manifest's files");
-      if (shape.empty()) {  // a counter: one element
+      if (shape.empty()) {  // a counter: one element, its CRC checked as a slice's (a float one was undefined)
+        if (s.contains("crc32c")) {
+          const int64_t crc = c.count(s, "crc32c", sof);
+          if (crc > 0xffffffffLL) c.fail(sof + ": \"crc32c\" " + std::to_string(crc) + " is not a 32-bit value");
+        }
         in_file(file.get<std::string>(), 1, sof);
         held += 1;
         continue;
