@@ -159,6 +159,62 @@ def make_bpe():
     out("bpe_merges", "crlf-no-version", two(json.dumps(vocab, ensure_ascii=False).encode(),
                                              "".join("%s %s\r\n" % m for m in merges[:5]).encode()))
     out("bpe_merges", "bad-merge", two(json.dumps(vocab, ensure_ascii=False).encode(), b"#version: 0.2\na b c\n"))
+    make_bpe_hostile(byte_level)
+
+
+def make_bpe_hostile(byte_level):
+    """Issue 51's classes: two pieces at one id, type errors, a key given
+    twice, nesting past the bound; and for tokenizer_export (its first byte:
+    even, a tokenizer.json; odd, vocab.json + merges.txt) the same plus a file
+    that is no tokenizer at all."""
+    def spoiled(change):
+        j = json.loads(tokenizer_json(byte_level))
+        change(j)
+        return json.dumps(j, ensure_ascii=False)
+
+    def dup(j):
+        j["model"]["vocab"]["<|endoftext|>"] = j["model"]["vocab"]["a"]
+    hostile_json = {
+        "dup-id": spoiled(dup),
+        "dup-id-added": spoiled(lambda j: j.update(added_tokens=[{"id": 65, "content": "<|pad|>", "special": True}])),
+        "type-id-string": spoiled(lambda j: j["model"]["vocab"].update(a="97")),
+        "type-merges-numbers": spoiled(lambda j: j["model"].update(merges=[[1, 2], [3, 4]])),
+        "type-merges-number": spoiled(lambda j: j["model"].update(merges=[7])),
+        "type-merges-object": spoiled(lambda j: j["model"].update(merges={"a": "b"})),
+        "type-added-no-content": spoiled(lambda j: j.update(added_tokens=[{"id": 256}])),
+        "type-added-object": spoiled(lambda j: j.update(added_tokens={"content": 1})),
+        "type-added-id-string": spoiled(lambda j: j.update(added_tokens=[{"id": "x", "content": "<|endoftext|>"}])),
+        "type-model-type": spoiled(lambda j: j["model"].update(type=5)),
+        "type-ignore-merges": spoiled(lambda j: j["model"].update(ignore_merges="yes")),
+        "type-pre-tokenizer": spoiled(lambda j: j.update(pre_tokenizer={"type": 3})),
+        "type-pre-sequence": spoiled(lambda j: j.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [1, 2]})),
+        "type-normalizer-string": spoiled(lambda j: j.update(normalizer="NFC")),
+        "dup-key": tokenizer_json(byte_level).replace('"model": {', '"model": {"type": "BPE", ', 1),
+        "deep-nesting": '{"model": ' + "[" * 80 + "]" * 80 + "}",
+    }
+    for name, text in hostile_json.items():
+        out("bpe_json", name, text)
+        out("tokenizer_export", "json-" + name, b"\x00" + text.encode())
+    vocab, merges = bpe_vocab(MERGES)
+    text = ("#version: 0.2\n" + "".join("%s %s\n" % m for m in merges)).encode()
+    dup_vocab = dict(vocab, **{"<|endoftext|>": vocab["a"]})
+    hostile_merges = {
+        "dup-id": two(json.dumps(dup_vocab, ensure_ascii=False).encode(), text),
+        "type-id-string": two(json.dumps(dict(vocab, a="97"), ensure_ascii=False).encode(), text),
+        "type-id-object": two(json.dumps(dict(vocab, a={"id": 97}), ensure_ascii=False).encode(), text),
+        "type-vocab-array": two(b"[1, 2, 3]", text),
+        "merges-numbers": two(json.dumps(vocab, ensure_ascii=False).encode(), b"#version: 0.2\n1 2\n3 4\n"),
+        "dup-key": two(json.dumps(vocab, ensure_ascii=False).replace("{", '{"a": 1, ', 1).encode(), text),
+        "deep-nesting": two(b"[" * 80 + b"]" * 80, text),
+    }
+    for name, data in hostile_merges.items():
+        out("bpe_merges", name, data)
+        out("tokenizer_export", "merges-" + name, b"\x01" + data)
+    out("tokenizer_export", "json-gpt2", b"\x00" + tokenizer_json(byte_level).encode())
+    out("tokenizer_export", "merges-gpt2", b"\x01" + two(json.dumps(vocab, ensure_ascii=False).encode(), text))
+    secret = b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    out("tokenizer_export", "json-not-a-tokenizer", b"\x00" + secret)
+    out("tokenizer_export", "merges-not-a-tokenizer", b"\x01" + two(secret, secret))
 
 
 # ---- SentencePiece ----
@@ -197,6 +253,57 @@ def make_config():
         'microbatches = 4\nschedule = "interleaved-1f1b"\nvirtual_stages = 2\n[train]\nbatch_size = 8\n'
         'precision = "bf16"\n[tp]\nsequence_parallel = true\n[model]\nadapter = "gpt"\n')
     out("config", "only-sets", "\n#--set\nparallel.dp=8\ntrain.steps=5\nrun.trace=true\nrun.trace_steps=[1, 2]\n")
+    # Issue 51's nesting classes, just past the bound of 32 levels (the 10^5-deep
+    # files that crashed toml++ are in fuzz/regressions/config/review-deep-*),
+    # and what nests within it, strings and comments full of brackets included.
+    out("config", "deep-table-headers", "[train]\nsteps = 1\n[model" + ".m" * 40 + "]\nx = 1\n")
+    out("config", "deep-array-of-tables", "[[model" + ".m" * 40 + "]]\nx = 1\n")
+    out("config", "deep-dotted-key", '[model]\nadapter = "gpt"\n' + "a" + ".a" * 40 + " = 1\n")
+    out("config", "deep-inline-tables", "[model]\nx = " + "{a = " * 40 + "1" + "}" * 40 + "\n")
+    out("config", "deep-arrays", "[model]\nx = " + "[" * 40 + "]" * 40 + "\n")
+    out("config", "deep-mixed",
+        "[model.a.b.c.d.e.f.g.h.i]\nx.y.z.w.v.u.t.s.r.q = {k.l.m = [[[[[[[[[[[[[[1]]]]]]]]]]]]]]}\n")
+    out("config", "nested-within-bound",
+        "[model.a.b.c]\nx = [[1, 2], [3, [4, [5]]]]\ny = {p = {q = {r = 1}}}\nd.e.f = 2\n[[model.rows]]\nk = 1\n"
+        "[[model.rows]]\nk = 2\n")
+    out("config", "strings-with-brackets",
+        '[model]\ns = "[[[{{{a.b.c\\"[["\nm = """\n[[[[\n{{{{ a.a.a.a\n""""\nl = \'\'\'a.b.c]]]}}\'\'\'\n'
+        "t = 'x[y{'\n# [[[[a.a.a.a\n\"q.u.o.t.e.d\" = 1\n")
+    out("config", "deep-set-value", "[train]\nsteps = 1\n#--set\nmodel.x=" + "[" * 40 + "\n")
+
+
+# ---- cluster files (smp-plan --cluster) ----
+
+def make_cluster():
+    clusters = os.path.join(ROOT, "configs", "clusters")
+    for name in sorted(os.listdir(clusters)):
+        if name.endswith(".toml"):
+            out("cluster", name[:-5], open(os.path.join(clusters, name), "rb").read())
+    base = open(os.path.join(clusters, "dgx-a100-80gb.toml")).read()
+
+    def edited(name, old, new):
+        assert old in base, old
+        out("cluster", name, base.replace(old, new, 1))
+
+    # Issue 51: figures that made every prediction NaN or overflowed an int,
+    # and the nesting classes, just past the bound.
+    edited("nan-efficiency", "[64, 0.25]", "[64, nan]")
+    edited("nan-gemm-size", "[64, 0.25]", "[nan, 0.25]")
+    edited("inf-gemm-size", "[8192, 0.78]", "[inf, 0.78]")
+    edited("tiny-efficiency", "[64, 0.25]", "[64, 1e-300]")
+    edited("huge-memory", "memory_gb = 80", "memory_gb = 1e300")
+    edited("inf-memory-bandwidth", "memory_bandwidth_gbs = 2039", "memory_bandwidth_gbs = inf")
+    edited("nan-peak", "fp16 = 312.0", "fp16 = nan")
+    edited("tiny-peak", "fp16 = 312.0", "fp16 = 1e-300")
+    edited("huge-latency", "latency_us = 5", "latency_us = 1e300")
+    edited("huge-node", "accelerators = 8", "accelerators = 1e10")
+    edited("int-overflow-node", "accelerators = 8", "accelerators = 2147483648")
+    edited("negative-overhead", "memory_bandwidth_gbs = 2039", "memory_bandwidth_gbs = 2039\nop_overhead_us = -inf")
+    edited("alltoall-link", "[topology]", "[links.alltoall]\nbandwidth_gbs = 100\nlatency_us = 20\n\n[topology]")
+    edited("deep-table-headers", "[topology]", "[a" + ".a" * 40 + "]\n\n[topology]")
+    edited("deep-dotted-key", "[topology]", "a" + ".a" * 40 + " = 1\n\n[topology]")
+    edited("deep-inline-tables", "peak_tflops = {", "x = " + "{a = " * 40 + "1" + "}" * 40 + "\npeak_tflops = {")
+    edited("deep-arrays", "gemm_efficiency = [", "gemm_efficiency = " + "[" * 40)
 
 
 # ---- plugin descriptors (the byte layout fuzz/plugin_descriptor.cpp decodes) ----
@@ -229,7 +336,138 @@ def make_plugin():
     out("plugin_descriptor", "twice", full + full)
 
 
+# ---- plugin files (fuzz/elf_header.cpp: the ELF check before dlopen) ----
+
+def make_elf(project_build):
+    """The first 4 KiB of real built plugins (the issue's SIGBUS), a whole tiny
+    shared object, and hostile headers patched into that one."""
+    for name, path in (("good_c_plugin-4k", "tests/plugins/good_c_plugin.so"),
+                       ("smp_optim-4k", "lib/smp/plugins/smp_optim.so"),
+                       ("smp_nn-2k", "lib/smp/plugins/smp_nn.so")):
+        full = os.path.join(project_build, path)
+        if not os.path.exists(full):
+            print("%s not built: its seed not written" % full, file=sys.stderr)
+            continue
+        with open(full, "rb") as f:
+            out("elf_header", name, f.read(4096 if name.endswith("4k") else 2048))
+    with tempfile.TemporaryDirectory() as d:
+        src, so = os.path.join(d, "s.c"), os.path.join(d, "s.so")
+        with open(src, "w") as f:
+            f.write("int smp_seed(void) { return 42; }\n")
+        try:
+            subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-nostdlib", "-s", "-Wl,-z,noseparate-code",
+                            "-Wl,--build-id=none", "-Wl,-z,norelro", "-o", so, src], check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print("no C compiler for the tiny shared object (%s): its seeds not written" % e, file=sys.stderr)
+            return
+        with open(so, "rb") as f:
+            tiny = f.read()
+    out("elf_header", "tiny-valid", tiny)
+    phoff, = struct.unpack_from("<Q", tiny, 32)
+    shoff, = struct.unpack_from("<Q", tiny, 40)
+
+    def patched(*edits):
+        b = bytearray(tiny)
+        for off, fmt, value in edits:
+            struct.pack_into(fmt, b, off, value)
+        return bytes(b)
+
+    load1 = phoff + 56  # the second program header: a PT_LOAD
+    out("elf_header", "huge-p-offset", patched((load1 + 8, "<Q", 2**64 - 16)))
+    out("elf_header", "huge-p-filesz", patched((load1 + 32, "<Q", 2**63)))
+    out("elf_header", "phnum-65535", patched((56, "<H", 65535)))
+    out("elf_header", "phoff-overflow", patched((32, "<Q", 2**64 - 8)))
+    out("elf_header", "shoff-overflow", patched((40, "<Q", 2**64 - 64)))
+    out("elf_header", "shnum-0-huge-count", patched((60, "<H", 0), (shoff + 32, "<Q", 2**60)))
+    out("elf_header", "elf32", patched((4, "<B", 1)))
+    out("elf_header", "aarch64", patched((18, "<H", 183)))
+    out("elf_header", "exec", patched((16, "<H", 2)))
+    out("elf_header", "truncated-mid-segment", tiny[:0x200])
+    out("elf_header", "text", "#!/bin/sh\necho not a plugin\n")
+
+
 # ---- the fixtures' own files ----
+
+# ---- Hugging Face folders (hf_folder: config.json, index, one shard) ----
+
+def three(a, b, c):
+    return struct.pack("<I", len(a)) + a + struct.pack("<I", len(b)) + b + c
+
+
+def hf_llama_tensors(hidden=4, heads=1, kv=1, ffn=4, vocab=4, layers=1, tied=False, experts=0):
+    hd = hidden // heads
+    t = {"model.embed_tokens.weight": [vocab, hidden], "model.norm.weight": [hidden]}
+    if not tied:
+        t["lm_head.weight"] = [vocab, hidden]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        t[p + "input_layernorm.weight"] = [hidden]
+        t[p + "post_attention_layernorm.weight"] = [hidden]
+        t[p + "self_attn.q_proj.weight"] = [heads * hd, hidden]
+        t[p + "self_attn.k_proj.weight"] = [kv * hd, hidden]
+        t[p + "self_attn.v_proj.weight"] = [kv * hd, hidden]
+        t[p + "self_attn.o_proj.weight"] = [hidden, heads * hd]
+        if experts:
+            t[p + "block_sparse_moe.gate.weight"] = [experts, hidden]
+            for x in range(experts):
+                e = p + "block_sparse_moe.experts.%d." % x
+                t[e + "w1.weight"] = [ffn, hidden]
+                t[e + "w3.weight"] = [ffn, hidden]
+                t[e + "w2.weight"] = [hidden, ffn]
+        else:
+            t[p + "mlp.gate_proj.weight"] = [ffn, hidden]
+            t[p + "mlp.up_proj.weight"] = [ffn, hidden]
+            t[p + "mlp.down_proj.weight"] = [hidden, ffn]
+    return t
+
+
+def hf_shard(shapes, dtype="F32"):
+    size = {"F32": 4, "BF16": 2, "F16": 2}[dtype]
+    tensors = {}
+    for name, shape in shapes.items():
+        n = 1
+        for d in shape:
+            n *= d
+        tensors[name] = (dtype, shape, bytes(range(7, 7 + size)) * n if size <= 4 else b"")
+    return safetensors(tensors)
+
+
+def make_hf():
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4,
+              "intermediate_size": 4, "num_hidden_layers": 1, "num_attention_heads": 1,
+              "num_key_value_heads": 1, "vocab_size": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "tie_word_embeddings": False}
+    c = json.dumps(config).encode()
+    shapes = hf_llama_tensors()
+    out("hf_folder", "llama-one-file", three(c, b"", hf_shard(shapes)))
+    out("hf_folder", "llama-bf16", three(c, b"", hf_shard(shapes, "BF16")))
+    index = json.dumps({"metadata": {"total_size": 0},
+                        "weight_map": {n: "model-00001-of-00002.safetensors" for n in shapes}}).encode()
+    out("hf_folder", "llama-sharded", three(c, index, hf_shard(shapes)))
+    tied = dict(config, tie_word_embeddings=True)
+    out("hf_folder", "llama-tied", three(json.dumps(tied).encode(), b"", hf_shard(hf_llama_tensors(tied=True))))
+    mixtral = dict(config, model_type="mixtral", architectures=["MixtralForCausalLM"], num_local_experts=2,
+                   num_experts_per_tok=1, rms_norm_eps=1e-5)
+    out("hf_folder", "mixtral", three(json.dumps(mixtral).encode(), b"", hf_shard(hf_llama_tensors(experts=2))))
+    # The hostile classes of issue 51, one seed each.
+    wrong = dict(shapes)
+    wrong["model.layers.0.self_attn.q_proj.weight"] = [2, 8]
+    out("hf_folder", "wrong-shape", three(c, b"", hf_shard(wrong)))
+    out("hf_folder", "deep-config", three(b"[" * 300 + b"]" * 300, b"", hf_shard(shapes)))
+    out("hf_folder", "deep-index", three(c, b'{"weight_map":' + b"[" * 300 + b"]" * 300 + b"}", hf_shard(shapes)))
+    out("hf_folder", "huge-layers", three(json.dumps(dict(config, num_hidden_layers=2 ** 62)).encode(), b"",
+                                          hf_shard(shapes)))
+    out("hf_folder", "nan-rope", three(c.replace(b"10000.0", b"NaN"), b"", hf_shard(shapes)))
+    out("hf_folder", "index-outside", three(c, json.dumps({"weight_map": {"model.norm.weight": "../x"}}).encode(),
+                                            hf_shard(shapes)))
+    header = b'{"model.norm.weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},' \
+             b'"model.norm.weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'
+    out("hf_folder", "duplicate-tensor", three(c, b"", struct.pack("<Q", len(header)) + header + b"\0" * 16))
+    header = b'{"model.norm.weight":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},' \
+             b'"lm_head.weight":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}'
+    out("hf_folder", "overlap", three(c, b"", struct.pack("<Q", len(header)) + header + b"\0" * 24))
+    out("hf_folder", "huge-header", three(c, b"", struct.pack("<Q", 5 * 10 ** 9) + b"{}"))
+
 
 def make_from_fixtures(build):
     for harness in ("manifest", "epoch_index"):
@@ -258,11 +496,14 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build-fuzz"))
     args = ap.parse_args()
     make_safetensors()
+    make_hf()
     make_indexed()
     make_bpe()
     make_sentencepiece()
     make_config()
+    make_cluster()
     make_plugin()
+    make_elf(os.path.join(ROOT, "build"))
     make_from_fixtures(args.build)
 
 

@@ -21,7 +21,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build-fuzz
-all=(safetensors manifest indexed_dataset epoch_index bpe_json bpe_merges sentencepiece config plugin_descriptor)
+all=(safetensors manifest indexed_dataset epoch_index bpe_json bpe_merges tokenizer_export sentencepiece config cluster plugin_descriptor elf_header hf_folder)
 
 seconds=30 jobs=1 parallel=1 json="" build_only=0 ci=0
 names=()
@@ -52,9 +52,9 @@ done
 # enough to keep executions fast.
 max_len() {
   case $1 in
-    bpe_json|bpe_merges) echo 16384 ;;
-    manifest|sentencepiece) echo 8192 ;;
-    safetensors|indexed_dataset|config) echo 4096 ;;
+    bpe_json|bpe_merges|tokenizer_export) echo 16384 ;;
+    manifest|sentencepiece|hf_folder) echo 8192 ;;
+    safetensors|indexed_dataset|config|cluster|elf_header) echo 4096 ;;
     *) echo 1024 ;;
   esac
 }
@@ -114,7 +114,7 @@ run_one() {
   [ -n "$(ls -A "$repo/fuzz/regressions/$n" 2>/dev/null)" ] && seeds+=("$repo/fuzz/regressions/$n")
   # A dictionary of the format's keywords, where the format has them.
   local dict=$repo/fuzz/dicts/$n.dict extra=()
-  case $n in bpe_json|bpe_merges) dict=$repo/fuzz/dicts/bpe.dict ;; esac
+  case $n in bpe_json|bpe_merges|tokenizer_export) dict=$repo/fuzz/dicts/bpe.dict ;; esac
   [ -f "$dict" ] && extra+=("-dict=$dict")
   ((jobs > 1)) && extra+=("-jobs=$jobs" "-workers=$jobs")
   local t0 rc=0

@@ -21,7 +21,8 @@ namespace fs = boost::filesystem;
 namespace {
 
 const std::vector<std::string> kHarnesses = {"safetensors", "manifest",      "indexed_dataset", "epoch_index",      "bpe_json",
-                                             "bpe_merges",  "sentencepiece", "config",          "plugin_descriptor"};
+                                             "bpe_merges",  "tokenizer_export", "sentencepiece", "config", "cluster",          "plugin_descriptor", "hf_folder",
+                                             "elf_header"};
 
 std::vector<fs::path> inputs(const std::string& folder) {
   std::vector<fs::path> out;
