@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -165,8 +166,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", options.sampling.top_p, "sample among the likeliest whose probability reaches p")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", seed, "the sampling generator's seed");
-  app.add_option("--eos-id", options.eos_id, "stop at this id (-1: never; default: the tokenizer's end of text)");
+  // The seed as text, parsed strictly: CLI11 let 2^64 and more through.
+  std::string seed_text;
+  app.add_option("--seed", seed_text, "the sampling generator's seed (0 to 2^63 - 1)");
+  auto* eos_given = app.add_option("--eos-id", options.eos_id, "stop at this id (-1: never; default: the tokenizer's end of text)");
   app.add_flag("--no-kv-cache", no_cache, "feed the whole sequence for each token (the reference)");
   app.add_flag("--json", json, "one JSON line per prompt (prompt, ids, logprobs, text), then the totals");
   CLI11_PARSE(app, argc, argv);
@@ -175,7 +178,13 @@ int main(int argc, char** argv) {
     smp::check_sampling(options.sampling, "--");
     if (options.max_new_tokens < 1 || options.max_new_tokens > (int64_t{1} << 31))
       throw smp::Error("--max-new-tokens is " + std::to_string(options.max_new_tokens) + ": expected 1 to 2^31");
-    if (options.eos_id < -2) throw smp::Error("--eos-id is " + std::to_string(options.eos_id) + ": expected -1 or an id");
+    if (options.eos_id < -1 && eos_given->count() > 0)
+      throw smp::Error("--eos-id is " + std::to_string(options.eos_id) + ": expected -1 or an id");
+    if (!seed_text.empty()) {
+      const auto [end, ec] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), seed);
+      if (ec != std::errc() || end != seed_text.data() + seed_text.size() || seed < 0)
+        throw smp::Error("--seed " + seed_text + ": expected a whole number from 0 to 2^63 - 1");
+    }
     // The checkpoint's parameters into this layout; nothing trained, nothing resumed.
     std::vector<std::string> sets = overrides;
     for (const std::string s : {"run.resume=\"never\"", "run.dump_parameters=false", "parallel.microbatches=1"})

@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,6 +117,13 @@ int main(int argc, char** argv) {
               << static_cast<int64_t>(o.nproc_per_node) * o.nnodes << " ranks, more than the " << smp::kMaxWorldSize
               << " a job may have\n";
     return 2;
+  }
+  if (!o.log_dir.empty() && ::access(o.log_dir.c_str(), F_OK) == 0) {
+    struct stat st {};
+    if (::stat(o.log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {  // ranks' logs went nowhere, silently
+      std::cerr << "smp-launch: --log-dir " << o.log_dir << " exists and is not a folder\n";
+      return 2;
+    }
   }
   if (!std::isfinite(o.kill_timeout_s)) {  // CLI::Range lets NaN through
     std::cerr << "smp-launch: --kill-timeout " << o.kill_timeout_s << ": expected seconds in [0, 1e6]\n";

@@ -204,7 +204,11 @@ int main(int argc, char** argv) {
       print_table(r, s, top);
     }
     if (r.ranked.empty()) {
-      std::cerr << "smp-plan: no layout fits " << c.memory_bytes / 1e9 << " GB per accelerator" << std::endl;
+      if (r.candidates == 0)  // nothing to fit: the world, the options or the model admit no layout at all
+        std::cerr << "smp-plan: no layout of " << o.world << " ranks exists for this model and these options "
+                  << "(the sizes --tp, --pp, ... give must divide the world, the heads and the layers)" << std::endl;
+      else
+        std::cerr << "smp-plan: no layout fits " << c.memory_bytes / 1e9 << " GB per accelerator" << std::endl;
       return 2;
     }
     return 0;

@@ -475,6 +475,16 @@ TEST(Plan, SmpPlanRefusesAWorldOrNodeItCannotSearchNamingIt) {
   EXPECT_NE(out.find("1048576"), std::string::npos) << out;
   out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 1048576" + shape, &code);
   EXPECT_TRUE(code == 0 || code == 2) << out;  // the largest world is searched (no layout of 8 samples fits it)
+  // No layout at all (tp 3 divides neither 64 ranks nor 2 heads) is not "no layout fits 80 GB".
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 64 --tp 3" + shape, &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("no layout of 64 ranks exists"), std::string::npos) << out;
+  EXPECT_EQ(out.find("no layout fits"), std::string::npos) << out;
+  // A hidden size the heads do not divide (a head size of 0 was ranked).
+  out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster dgx-a100-80gb --world 8 --layers 2 --hidden 16 "
+                    "--heads 2048 --seq 64 --vocab 100 --batch 8", &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("--hidden 16 is not a multiple of --heads 2048"), std::string::npos) << out;
   const std::string node = edited("accelerators = 8", "accelerators = 1e10");
   out = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + node + " --world 8" + shape, &code);
   EXPECT_EQ(code, 1) << out;
@@ -526,6 +536,14 @@ TEST(Plan, SmpLaunchRefusesMoreRanksThanAJobMayHaveNamingTheOptions) {
   out = run_command(launch + "--nnodes 4294967297", &code);
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("--nnodes"), std::string::npos) << out;
+  // Found from outside: NaN passed CLI11's range check, and a regular file
+  // as --log-dir left the ranks' logs nowhere without a word.
+  out = run_command(launch + "--kill-timeout nan", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--kill-timeout"), std::string::npos) << out;
+  out = run_command(launch + "--log-dir /etc/passwd", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--log-dir /etc/passwd exists and is not a folder"), std::string::npos) << out;
 
   const fs::path dir = fs::temp_directory_path() / fs::unique_path("smp-launch-input-%%%%-%%%%");
   fs::create_directories(dir);

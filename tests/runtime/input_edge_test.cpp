@@ -194,6 +194,15 @@ TEST(Sampling, SmpGenerateRefusesNanOptionsByName) {
   std::tie(rc, out) = run("--temperature inf");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--temperature"), std::string::npos) << out;
+  // Found from outside: seeds past 2^63 and --eos-id -2 were accepted silently.
+  for (const char* seed : {"18446744073709551616", "-1", "12x"}) {
+    std::tie(rc, out) = run(std::string("--seed ") + seed);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find(std::string("--seed ") + seed + ": expected a whole number"), std::string::npos) << out;
+  }
+  std::tie(rc, out) = run("--eos-id -2");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--eos-id is -2"), std::string::npos) << out;
 }
 
 // --------------------------------------------------------------- tokenizers
