@@ -19,6 +19,7 @@
 #include "checkpoint_llama.h"
 #include "hf_folder.h"
 
+#include "base/atomic_file.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest_check.h"
 #include "checkpoint/safetensors.h"
@@ -160,24 +161,10 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
-// Written whole or not at all: into a temporary file beside it, every write
-// and the close checked, then renamed over the name (a full disk leaves no
-// half-written config.json).
+// Written whole or not at all (base/atomic_file.h, as the run's summary is):
+// a full disk leaves no half-written config.json.
 void write_text(const fs::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) {
-      ::unlink(tmp.c_str());
-      throw smp::Error("cannot write " + path.string() + " (disk full?)");
-    }
-  }
-  if (::rename(tmp.c_str(), path.string().c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw smp::Error("cannot write " + path.string() + ": renaming its temporary file failed");
-  }
+  smp::write_file_atomically(path.string(), text, "smp-checkpoint export");
 }
 
 // The files an export writes into its folder: on a failure part way (a full

@@ -4,6 +4,8 @@
 
 #include "checkpoint/safetensors.h"
 
+#include <smp/sdk/input_file.hpp>
+
 #include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>
 
@@ -17,19 +19,14 @@ namespace smp {
 
 namespace fs = boost::filesystem;
 
+// The one link policy of every folder smp reads names from
+// (smp/sdk/input_file.hpp), its refusals as smp::Error.
 std::string path_inside(const std::string& folder, const std::string& name, const std::string& where) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.find('\\') != std::string::npos || name.find('\0') != std::string::npos)
-    throw Error(where + " names '" + name + "': only a plain name inside " + folder +
-                " is allowed (no path, no \"..\")");
-  const fs::path path = fs::path(folder) / name;
-  if (fs::is_symlink(path)) {
-    boost::system::error_code ec;
-    const fs::path target = fs::canonical(path, ec), home = fs::canonical(folder, ec);
-    if (ec || target.parent_path() != home)
-      throw Error(where + " names '" + name + "', a link to " + fs::read_symlink(path).string() + " outside " + folder);
+  try {
+    return input::name_in_folder(folder, name, where);
+  } catch (const input::Error& e) {
+    throw Error(e.what());
   }
-  return path.string();
 }
 
 namespace {
