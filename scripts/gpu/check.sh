@@ -562,6 +562,11 @@ fact source_digest "$(find abi sdk core plugins adapters launcher examples bench
 
 # ---- a. python with torch, and the GPU --------------------------------------
 step_begin "a. python with torch, the GPU"
+if ((dry)); then
+  # The dry run is the CPU's, also on a machine with a GPU (its build may be CPU-only).
+  export CUDA_VISIBLE_DEVICES=
+  say "dry run: CUDA_VISIBLE_DEVICES is empty, torch and smp see no GPU"
+fi
 candidates=()
 [[ -n ${SMP_GPU_PYTHON:-} ]] && candidates+=("$SMP_GPU_PYTHON")
 candidates+=(python3 /opt/torch/.venv/bin/python /opt/torch/.venv/bin/python3)
