@@ -113,5 +113,64 @@ TEST(Report, EveryRunWritesASelfContainedReport) {
   EXPECT_NE(out.find("cannot read " + missing + "/summary.json"), std::string::npos) << out;
 }
 
+// summary.json on a CPU run: MFU against the measured GEMM peak (no datasheet
+// figure for a CPU), labelled so, with both MFU fields; and the parameters
+// counted once: the tied LM head is the embedding's weight, not a second one,
+// whether both sit on one rank or the head's replica on the last pp stage.
+TEST(Report, SummaryStatesItsPeakBasisAndCountsTiedParametersOnce) {
+  const std::string config = source_path("tests/integration/data/gpt-equiv.toml");
+  const std::vector<std::string> sets = {"train.steps=2", "train.val_batches=0", "run.dump_parameters=false"};
+  JobResult serial = run_job(1, plugin_path("gpt"), config, with(sets, {"run.dump_parameters=true"}));
+  ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  const nlohmann::json& s = serial.summary;
+  EXPECT_EQ(s["device"], "cpu");
+  EXPECT_EQ(s["device_name"], "cpu");
+  EXPECT_EQ(s["peak_basis"], "measured GEMM (no datasheet figure for cpu)");
+  EXPECT_TRUE(s["peak_flops_datasheet_per_rank"].is_null()) << s["peak_flops_datasheet_per_rank"];
+  EXPECT_EQ(s["peak_flops_dtype"], "fp32");
+  EXPECT_EQ(s["peak_flops_gemm"], "fp32");
+  ASSERT_TRUE(s["peak_flops_per_rank"].is_number());
+  EXPECT_GT(s["peak_flops_per_rank"].get<double>(), 0);
+  EXPECT_GT(s["mfu"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(s["mfu"].get<double>(), s["mfu_measured_peak"].get<double>());
+  EXPECT_NEAR(s["mfu"].get<double>(),
+              s["model_flops_per_s"].get<double>() / s["peak_flops_per_rank"].get<double>(), 1e-12);
+  EXPECT_NE(serial.output.find("MFU is against the measured GEMM peak: no datasheet figure for cpu"), std::string::npos)
+      << serial.output;
+  // metrics.jsonl's steps carry both MFUs too.
+  std::vector<nlohmann::json> lines = jsonl(serial.run_dir + "/metrics.jsonl");
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_TRUE(lines[1].contains("mfu_measured_peak")) << lines[1];
+
+  // The parameters the run dumped, each name once (the tied head has no
+  // tensor of its own): what parameter_count must equal.
+  std::string problem;
+  int64_t dumped = 0;
+  for (const auto& [name, t] : assemble_parameters(serial.run_dir, 0, &problem)) dumped += t.numel();
+  ASSERT_TRUE(problem.empty()) << problem;
+  ASSERT_GT(dumped, 0);
+  // 4 GPT-2 blocks of hidden 32, ffn 128; wte 256 x 32 (tied head); wpe 16 x 32; final LayerNorm.
+  const int64_t h = 32, V = 256, expected = V * h + 16 * h + 4 * (12 * h * h + 13 * h) + 2 * h;
+  EXPECT_EQ(dumped, expected);
+  EXPECT_EQ(s["parameter_count"].get<int64_t>(), expected);
+  EXPECT_NE(serial.output.find(std::to_string(expected) + " parameters"), std::string::npos) << serial.output;
+
+  // pp 2: the embedding on the first stage, the tied head's replica on the
+  // last; tp 2: every weight sharded or replicated; dp 2: replicas (under
+  // ZeRO-3, shards of them). Once each.
+  const std::vector<std::vector<std::string>> layouts = {
+      {"parallel.pp=2"}, {"parallel.tp=2"}, {"parallel.dp=2"}, {"parallel.dp=2", "parallel.zero=3"}};
+  for (const auto& layout : layouts) {
+    JobResult r = run_job(2, plugin_path("gpt"), config, with(sets, layout));
+    ASSERT_EQ(r.exit_code, 0) << layout.back() << "\n" << r.output;
+    EXPECT_EQ(r.summary["parameter_count"].get<int64_t>(), expected) << layout.back();
+    EXPECT_EQ(r.summary["peak_basis"], "measured GEMM (no datasheet figure for cpu)") << layout.back();
+  }
+  // An untied head is a weight of its own, and counts.
+  JobResult untied = run_job(1, plugin_path("gpt"), config, with(sets, {"model.tie_embeddings=false"}));
+  ASSERT_EQ(untied.exit_code, 0) << untied.output;
+  EXPECT_EQ(untied.summary["parameter_count"].get<int64_t>(), expected + V * h);
+}
+
 }  // namespace
 }  // namespace smp::testing

@@ -14,6 +14,7 @@
 #include <smp/config.h>
 #include <smp/job_config.h>
 #include <smp/model_graph.h>
+#include <smp/peak_flops.h>
 #include <smp/plugin_source.h>
 #include <smp/process_env.h>
 #include <smp/stage_plan.h>
@@ -130,8 +131,18 @@ class Runtime {
   std::string device() const;
   std::string precision() const;
   // A GEMM peak measured now on this rank's device in the compute dtype (fp32
-  // on the CPU): what MFU is reported against.
+  // on the CPU).
   double measure_peak_flops() const;
+  // What MFU is stated against on this rank: the device's name, its datasheet
+  // dense peak in the compute dtype where smp's table knows it, and a GEMM
+  // peak measured now (measure_peak_flops) beside it.
+  PeakFlops measure_peaks() const;
+  // This rank's share of the model's trainable parameters (elements), each
+  // value counted once over the job: a tied or shared weight once however many
+  // nodes and pp ranks use it, a replica once over its data-parallel group, a
+  // tp or ep shard on the rank that holds it. The sum over the ranks is the
+  // model's parameter count.
+  int64_t parameter_count() const;
   int64_t steps_done() const;
   // The most bytes (CPU allocator, this thread) that creating this rank's
   // modules and laying out their parameters held at once: the whole parameters

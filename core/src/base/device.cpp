@@ -8,6 +8,7 @@
 #ifdef SMP_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include <ATen/ATen.h>
@@ -71,7 +72,26 @@ double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype) {
   return best;
 }
 
+std::string gemm_dtype_name(const c10::Device& device, c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: break;
+  }
+  return device.is_cuda() && at::globalContext().allowTF32CuBLAS() ? "tf32" : "fp32";
+}
+
 #ifdef SMP_WITH_CUDA
+// Not run on a GPU yet: written against the CUDA runtime's documented API.
+std::string device_name(const c10::Device& device) {
+  if (!device.is_cuda()) return "cpu";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device.index()) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the name is informative, not worth failing the run
+    return "cuda (name unknown)";
+  }
+  return prop.name;
+}
 int64_t device_peak_bytes(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
   // Index 0 of a statistic is the aggregate over pool kinds.
@@ -90,6 +110,7 @@ void synchronize(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
 #else
+std::string device_name(const c10::Device&) { return "cpu"; }
 int64_t device_allocated_bytes(const c10::Device&) { return 0; }
 int64_t device_peak_bytes(const c10::Device&) { return 0; }
 int64_t reset_device_peak(const c10::Device&) { return 0; }

@@ -39,4 +39,14 @@ void synchronize(const c10::Device& device);
 // 512 and 1024; CUDA: 8192 (the size where an H200 reaches its bf16 peak).
 double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype);
 
+// The device as its driver names it (cudaDeviceProp::name: "NVIDIA H200",
+// "NVIDIA A100-SXM4-80GB"); "cpu" for the CPU. The key of the datasheet table
+// (base/datasheet_peaks.h).
+std::string device_name(const c10::Device& device);
+
+// The datasheet column a GEMM in `dtype` runs at: "bf16", "fp16", "fp32", or
+// on CUDA "tf32" for fp32 when cuBLAS may use TF32 (LibTorch's
+// allow_tf32 for matmul; off by default).
+std::string gemm_dtype_name(const c10::Device& device, c10::ScalarType dtype);
+
 }  // namespace smp

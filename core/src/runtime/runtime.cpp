@@ -9,6 +9,7 @@
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
 
+#include "base/datasheet_peaks.h"
 #include "base/device.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
@@ -176,6 +177,21 @@ std::string Runtime::precision() const { return to_string(impl_->job.train.preci
 double Runtime::measure_peak_flops() const {
   return gemm_peak_flops(impl_->context->device(), compute_dtype(impl_->job.train.precision));
 }
+PeakFlops Runtime::measure_peaks() const {
+  const c10::Device device = impl_->context->device();
+  const auto dtype = compute_dtype(impl_->job.train.precision);
+  PeakFlops p;
+  p.device_name = device_name(device);
+  p.dtype = gemm_dtype_name(device, dtype);
+  if (device.is_cuda())
+    if (const DatasheetPeak* d = datasheet_peak(p.device_name)) {
+      p.datasheet_gpu = d->gpu;
+      p.datasheet = d->flops(p.dtype);
+    }
+  p.measured = gemm_peak_flops(device, dtype);
+  return p;
+}
+int64_t Runtime::parameter_count() const { return impl_->state->parameter_count(); }
 const Config& Runtime::config() const { return impl_->config; }
 const JobConfig& Runtime::job() const { return impl_->job; }
 const DeviceMesh& Runtime::mesh() const { return impl_->context->mesh(); }

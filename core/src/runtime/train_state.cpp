@@ -239,6 +239,7 @@ TrainState::Listed TrainState::list_trained(const std::map<std::string, Communic
       // Under ZeRO the norm counts each dp rank's shard, but the whole tensor
       // is the same on every dp rank and must be written once.
       whole_owner_.push_back(p.placements.counted_on(mesh, owner) && first_stage);
+      if (whole_owner_.back()) parameter_count_ += p.tensor.numel();
     }
   }
   return out;

@@ -81,6 +81,10 @@ class TrainState {
   void step_done() { ++steps_; }
   // See Runtime::parameter_init_peak.
   int64_t parameter_init_peak() const { return parameter_init_peak_; }
+  // See Runtime::parameter_count: the elements of the trainable parameters
+  // this rank writes whole to a checkpoint (one replica of each value: a tied
+  // module on its first pp rank only), summed over the ranks once each.
+  int64_t parameter_count() const { return parameter_count_; }
   MemoryAccount memory_account(int64_t step_peak) const;
 
  private:
@@ -116,6 +120,7 @@ class TrainState {
   std::vector<bool> segment_counted_;  // ZeRO: per shard segment
   int64_t steps_ = 0;
   int64_t created_bytes_ = 0, parameter_init_peak_ = 0;
+  int64_t parameter_count_ = 0;  // see parameter_count()
 };
 
 }  // namespace smp

@@ -142,6 +142,24 @@ std::vector<double> numbers(const json& j) {
 
 }  // namespace
 
+void add_mfu_fields(json& summary, const PeakFlops& peaks, double flops_per_s, int world) {
+  const double n = static_cast<double>(std::max(1, world));
+  summary["device_name"] = peaks.device_name;
+  summary["peak_flops_per_rank"] = peaks.measured;
+  summary["peak_flops_datasheet_per_rank"] = peaks.has_datasheet() ? json(peaks.datasheet) : json(nullptr);
+  summary["peak_flops_dtype"] = peaks.dtype;
+  summary["peak_basis"] = peaks.basis();
+  summary["mfu"] = peaks.mfu_peak() > 0 ? flops_per_s / (peaks.mfu_peak() * n) : 0.0;
+  summary["mfu_measured_peak"] = peaks.measured > 0 ? flops_per_s / (peaks.measured * n) : 0.0;
+}
+
+double mfu_peak_per_rank(const json& s) {
+  const auto datasheet = s.find("peak_flops_datasheet_per_rank");
+  if (datasheet != s.end() && datasheet->is_number() && datasheet->get<double>() > 0) return datasheet->get<double>();
+  const auto measured = s.find("peak_flops_per_rank");
+  return measured != s.end() && measured->is_number() ? measured->get<double>() : 0.0;
+}
+
 std::string render_report(const json& s) {
   const std::vector<double> losses = numbers(s.value("losses", json::array()));
   const std::vector<double> seconds = numbers(s.value("step_seconds_each", json::array()));
@@ -149,7 +167,7 @@ std::string render_report(const json& s) {
   const double per_step = s.value("items_per_step", 0.0), flops_per_step = s.value("model_flops_per_step", 0.0);
   const json layout = s.value("layout", json::object());
   const int world = layout.value("world", 1);
-  const double peak = s.value("peak_flops_per_rank", 0.0) * world;
+  const double peak = mfu_peak_per_rank(s) * world;  // the datasheet's where known, as the summary's mfu
 
   std::ostringstream body;
   Series train{"train loss", {}, false}, val{"validation loss", {}, true};
@@ -164,7 +182,8 @@ std::string render_report(const json& s) {
       if (peak > 0) mfu.points.emplace_back(static_cast<double>(i + 1), 100 * flops_per_step / seconds[i] / peak);
     }
   body << line_chart("Throughput per step (" + unit + "/s)", "step", {rate});
-  body << line_chart("MFU per step (%)", "step", {mfu});
+  const std::string basis = s.value("peak_basis", std::string("measured GEMM"));
+  body << line_chart("MFU per step (%, against the " + basis + " peak)", "step", {mfu});
 
   std::vector<std::string> ranks;
   for (int r = 0; r < world; ++r) ranks.push_back("rank " + std::to_string(r));
@@ -220,6 +239,11 @@ std::string render_report(const json& s) {
       fmt::format("{:.4f}, {:.4f}", s.value("final_loss", std::nan("")),
                   s.contains("val_loss") && s["val_loss"].is_number() ? s["val_loss"].get<double>() : std::nan("")));
   row(unit + "/s, MFU", fmt::format("{}, {:.1f}%", human(s.value(unit + "_per_s", 0.0)), 100 * s.value("mfu", 0.0)));
+  row("MFU against", basis + (s.contains("device_name") ? " (device " + s.value("device_name", std::string()) + ")" : ""));
+  if (s.contains("mfu_measured_peak") && mfu_peak_per_rank(s) != s.value("peak_flops_per_rank", 0.0))
+    row("MFU against the measured GEMM peak",
+        fmt::format("{:.1f}% of {}FLOP/s per rank", 100 * s.value("mfu_measured_peak", 0.0),
+                    human(s.value("peak_flops_per_rank", 0.0))));
   o << "</table>\n" << body.str() << "\n</body></html>\n";
   return o.str();
 }

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 namespace smp {
@@ -205,9 +206,10 @@ nlohmann::json memory_account_json(Runtime& rt, const MemoryAccount& a) {
   return account;
 }
 
-nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_rank, const std::string& gemm) {
+nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, const PeakFlops& peaks, const std::string& gemm,
+                            double parameters) {
   const int world = rt.mesh().world_size();
-  const double peak = peak_per_rank * world, step_s = rec.step_seconds();
+  const double step_s = rec.step_seconds();
   const double items_per_s = step_s > 0 ? rt.items_per_step() / step_s : 0;
   const double flops_per_s = step_s > 0 ? rt.flops_per_step() / step_s : 0;
   // Mean seconds per timed step, per rank: where each rank's step went.
@@ -246,9 +248,10 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, double peak_per_r
   summary[rt.throughput_unit() + "_per_s"] = items_per_s;
   summary["model_flops_per_step"] = rt.flops_per_step();
   summary["model_flops_per_s"] = flops_per_s;
-  summary["peak_flops_per_rank"] = peak_per_rank;
-  summary["peak_flops_gemm"] = gemm;
-  summary["mfu"] = peak > 0 ? flops_per_s / peak : 0;
+  add_mfu_fields(summary, peaks, flops_per_s, world);  // mfu against the datasheet peak where known
+  summary["peak_flops_gemm"] = gemm;                   // the measured GEMM's dtype
+  // Trainable parameters, each value once: a tied head is the embedding's.
+  summary["parameter_count"] = static_cast<int64_t>(parameters);
   summary["peak_memory_bytes"] = rt.gather_world(static_cast<double>(peak_resident_bytes()));
   summary["peak_activation_bytes"] = rt.gather_world(static_cast<double>(rec.peak_act));
   summary["memory_bytes"] = memory_account_json(rt, rec.peak_account);
@@ -306,9 +309,14 @@ void write_outputs(Runtime& rt, const nlohmann::json& summary) {
     write_summary(job.run.dir, summary);
     in_run_dir(job.run.dir, "write report.html", [&] { write_report(job.run.dir, summary); });
     const std::string unit = rt.throughput_unit();
-    spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}%; summary in {}/summary.json",
+    const bool datasheet = summary["peak_flops_datasheet_per_rank"].is_number();
+    spdlog::info("final loss {:.4f}, {} {}/s, MFU {:.1f}% ({}){}; summary in {}/summary.json",
                  summary["final_loss"].get<double>(), human(summary[unit + "_per_s"].get<double>()), unit,
-                 100 * summary["mfu"].get<double>(), job.run.dir);
+                 100 * summary["mfu"].get<double>(), summary["peak_basis"].get<std::string>(),
+                 datasheet ? fmt::format(", {:.1f}% of the measured GEMM peak",
+                                         100 * summary["mfu_measured_peak"].get<double>())
+                           : "",
+                 job.run.dir);
   }
 }
 
@@ -327,13 +335,24 @@ nlohmann::json run_training(Runtime& rt) {
                                mesh.coord(Axis::TP)),
                    job.run.trace_first() - 1, job.run.trace_last() - 1);
   op_profile::configure(job.run.profile_ops, job.run.trace_first() - 1, job.run.trace_last() - 1);
-  const double peak_per_rank = rt.measure_peak_flops();
-  const double peak = peak_per_rank * mesh.world_size();
+  const PeakFlops peaks = rt.measure_peaks();
+  // MFU against the datasheet's dense peak where smp knows the device, else the measured GEMM peak.
+  const double peak = peaks.mfu_peak() * mesh.world_size(), measured_peak = peaks.measured * mesh.world_size();
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
-  if (rank0)
-    spdlog::info("layout pp={} tp={} dp={}{} world={} on {} ({}); measured peak {:.1f} GFLOP/s per rank ({} GEMM)",
-                 mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(), rt.precision(),
-                 peak_per_rank / 1e9, gemm);
+  const std::vector<double> counts = rt.gather_world(static_cast<double>(rt.parameter_count()));
+  const double parameters = std::accumulate(counts.begin(), counts.end(), 0.0);
+  if (rank0) {
+    spdlog::info("layout pp={} tp={} dp={}{} world={} on {}{} ({}); {} parameters; measured peak {:.1f} GFLOP/s per "
+                 "rank ({} GEMM)",
+                 mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(),
+                 rt.device() == "cpu" ? std::string() : " [" + peaks.device_name + "]", rt.precision(),
+                 static_cast<int64_t>(parameters), peaks.measured / 1e9, gemm);
+    if (peaks.has_datasheet())
+      spdlog::info("MFU is against the datasheet dense peak of the {} in {}: {:.0f} TFLOP/s per rank", peaks.datasheet_gpu,
+                   peaks.dtype, peaks.datasheet / 1e12);
+    else
+      spdlog::info("MFU is against the measured GEMM peak: no datasheet figure for {}", peaks.device_name);
+  }
   RunRecord rec;
   MetricsLog metrics = rank0 ? MetricsLog(job.run.dir) : MetricsLog();
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
@@ -394,6 +413,7 @@ nlohmann::json run_training(Runtime& rt) {
       }
       nlohmann::json entry{{"event", "step"}, {"step", r.step + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                            {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
+                           {"mfu_measured_peak", flops / measured_peak},
                            {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
                            {"loss_scale", r.loss_scale}};
       for (const auto& [name, value] : r.metrics) entry[name] = value;
@@ -418,7 +438,7 @@ nlohmann::json run_training(Runtime& rt) {
     metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
   }
   rt.wait_for_checkpoint();  // the last save is committed before the run reports
-  nlohmann::json summary = make_summary(rt, rec, peak_per_rank, gemm);
+  nlohmann::json summary = make_summary(rt, rec, peaks, gemm, parameters);
   summary["checkpoints"] = {{"dir", rt.checkpoint_dir()},       {"saved", checkpoints},
                             {"resumed_from", resumed},             {"load_seconds", load_seconds},
                             {"last_bytes", rt.checkpoint_bytes()}, {"last_total_seconds", rt.checkpoint_total_seconds()}};
