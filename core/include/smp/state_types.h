@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,13 +25,25 @@ struct ParameterView {
   int ep_shard_dim = -1;  // split across ep ranks (experts) along this dim, -1 when not
 };
 
-// Where a step's wall time went on this rank (seconds). compute = the
-// schedule's forwards/backwards, including the waits for pipeline peers and
-// the dp buckets launched during backward; grad_sync = what is left of the
-// gradient reductions after the last backward; clip = global norm + clipping
-// + the loss/norm all-reduce; optimizer = the parameter update.
-struct StepPhases {
-  double compute = 0, grad_sync = 0, clip = 0, optimizer = 0;
+// Seconds per phase of a step. compute = the schedule's forwards/backwards,
+// including the waits for pipeline peers and the dp buckets launched during
+// backward; grad_sync = what is left of the gradient reductions after the
+// last backward; snapshot = waiting for a background checkpoint's copies
+// (run.checkpoint_async) before the update may change the state; clip =
+// global norm + clipping + the loss/norm all-reduce; optimizer = the
+// parameter update.
+struct PhaseSeconds {
+  double compute = 0, grad_sync = 0, clip = 0, optimizer = 0, snapshot = 0;
+};
+
+// Where a step's wall time went on this rank, on the host's clock (when the
+// host got past each phase's end), and on a CUDA device the same phases on
+// the device's clock (`device`: CUDA events on the compute stream at each
+// boundary, how long the stream took between them; on a GPU the host runs
+// ahead of its kernels and a `.item()` waits for all of them, so a host phase
+// may hold another's GPU time). On the CPU `device` is empty: no device clock.
+struct StepPhases : PhaseSeconds {
+  std::optional<PhaseSeconds> device;
 };
 
 // One slice of what a rank holds between steps (Runtime::state_entries): a

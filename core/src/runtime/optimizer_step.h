@@ -14,6 +14,7 @@
 namespace smp {
 
 class Communicator;
+class PhaseClock;
 class TrainState;
 
 // The step's loss sums over the job: the last stage's, counted once per tp
@@ -33,9 +34,12 @@ class OptimizerStep {
   explicit OptimizerStep(const TrainConfig& train);
   // After GradientSync::finish_step; loss_scale is the one the step ran with.
   // metric_sums (optional): summed over the world in the same all-reduce.
+  // clock (optional): the step's, whose phase "clip" ends after the norm and
+  // "optimizer" after the update (their seconds in the result); null: one of
+  // its own for the two.
   OptimizerStepResult run(TrainState& state, const LossSums& local, double loss_scale, const DeviceMesh& mesh,
-                          Communicator& world, const c10::Device& device,
-                          std::vector<double>* metric_sums = nullptr) const;
+                          Communicator& world, const c10::Device& device, std::vector<double>* metric_sums = nullptr,
+                          PhaseClock* clock = nullptr) const;
   // The program's learning rate for the steps that follow (Runtime::set_learning_rate); < 0: the schedule's.
   void set_lr(double lr) { lr_override_ = lr; }
 

@@ -5,6 +5,7 @@
 
 #include "base/device.h"
 #include "base/op_profile.h"
+#include "base/phase_clock.h"
 #include "base/trace.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
@@ -62,6 +63,7 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
     return source_->microbatch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
   };
   executor_ = std::make_unique<Executor>(setup);
+  clock_ = std::make_unique<PhaseClock>(context.device());
   context.groups().reset_stats();
 }
 
@@ -147,19 +149,17 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
   trace::set_step(state_.steps());
   trace::Scope step_scope("step", "step " + std::to_string(state_.steps() + 1));
   op_profile::StepScope ops(state_.steps());
+  // The phases' boundaries (host clock; on a GPU a CUDA event each), traced
+  // with both once the step is done.
+  PhaseClock& phases = *clock_;
+  phases.start();
   state_.sync().begin_step();
-  ExecutorResult r = [&] {
-    trace::Scope phase("phase", "pipeline");
-    return executor_->run(model_.schedule(), state_.steps(), true);
-  }();
-  out.phases.compute = since(t0);
-  const auto t1 = clock::now();
-  {
-    trace::Scope phase("phase", "grad_sync");
-    state_.sync().finish_step();
-  }
-  out.phases.grad_sync = since(t1);
+  ExecutorResult r = executor_->run(model_.schedule(), state_.steps(), true);
+  out.phases.compute = phases.end("pipeline");
+  state_.sync().finish_step();
+  out.phases.grad_sync = phases.end("grad_sync");
   before_update();
+  out.phases.snapshot = phases.end("snapshot");
   // The graph's metrics, counted once per group of model-axis replicas.
   const auto& metrics = model_.graph().metrics;
   std::vector<double> metric_sums(2 * metrics.size(), 0.0);
@@ -167,10 +167,24 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
     for (size_t k = 0; k < metrics.size(); ++k)
       metric_sums[2 * k] = r.metrics[k].first, metric_sums[2 * k + 1] = r.metrics[k].second;
   const OptimizerStepResult u =
-      update.run(state_, r.loss, out.loss_scale, context_.mesh(), context_.comm(Axis::World), device, &metric_sums);
+      update.run(state_, r.loss, out.loss_scale, context_.mesh(), context_.comm(Axis::World), device, &metric_sums,
+                 &phases);
   out.metrics = metric_values(metrics, metric_sums);
   out.phases.clip = u.clip_seconds;
   out.phases.optimizer = u.optimizer_seconds;
+  if (phases.on_device()) {
+    PhaseSeconds d;
+    for (const PhaseClock::Phase& p : phases.finish()) {
+      if (p.name == "pipeline") d.compute = p.device_s;
+      if (p.name == "grad_sync") d.grad_sync = p.device_s;
+      if (p.name == "snapshot") d.snapshot = p.device_s;
+      if (p.name == "clip") d.clip = p.device_s;
+      if (p.name == "optimizer") d.optimizer = p.device_s;
+    }
+    out.phases.device = d;
+  } else {
+    phases.finish();  // the trace's slices
+  }
   out.step = state_.steps();
   state_.step_done();
   out.skipped = u.skipped;

@@ -1,6 +1,7 @@
 // One training step and evaluation over this rank's stages: the executor runs
 // the schedule, the gradient sync finishes, the optimizer step updates; the
-// step's phases, memory account and the graph's metrics are collected.
+// step's phases (host and, on a GPU, device seconds), memory account and the
+// graph's metrics are collected.
 #pragma once
 
 #include <smp/batch.h>
@@ -22,6 +23,7 @@ class Executor;
 class ModelBuilder;
 class OptimizerStep;
 class ParallelContext;
+class PhaseClock;
 class TrainState;
 
 class StepRunner {
@@ -61,6 +63,7 @@ class StepRunner {
   const DataSource* source_ = &adapter_data_;  // what the executor reads this run
   std::vector<InputSpec> spec_;
   std::vector<std::pair<std::string, double>> last_metrics_;
+  std::unique_ptr<PhaseClock> clock_;  // the step's phases, on the host's clock and the device's
 };
 
 }  // namespace smp

@@ -166,6 +166,8 @@ struct RunRecord {
   std::vector<double> step_seconds_each;  // rank 0's, for the report
   MemoryAccount peak_account;             // per category, the largest over the steps
   StepPhases phase_sum;
+  PhaseSeconds device_sum;   // on a GPU, over the device_steps that have device times
+  int64_t device_steps = 0;
 
   void add(const StepResult& r, int64_t steps) {
     losses.push_back(r.loss);
@@ -184,6 +186,13 @@ struct RunRecord {
       phase_sum.grad_sync += r.phases.grad_sync;
       phase_sum.clip += r.phases.clip;
       phase_sum.optimizer += r.phases.optimizer;
+      phase_sum.snapshot += r.phases.snapshot;
+      if (r.phases.device) {  // a GPU's: the same phases on its clock
+        const PhaseSeconds& d = *r.phases.device;
+        device_sum.compute += d.compute, device_sum.grad_sync += d.grad_sync, device_sum.clip += d.clip;
+        device_sum.optimizer += d.optimizer, device_sum.snapshot += d.snapshot;
+        ++device_steps;
+      }
     }
   }
   double step_seconds() const { return timed_steps ? train_seconds / static_cast<double>(timed_steps) : 0; }
@@ -219,6 +228,7 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, const PeakFlops& 
   phases["grad_sync"] = rt.gather_world(rec.phase_sum.grad_sync / n);
   phases["clip"] = rt.gather_world(rec.phase_sum.clip / n);
   phases["optimizer"] = rt.gather_world(rec.phase_sum.optimizer / n);
+  phases["snapshot"] = rt.gather_world(rec.phase_sum.snapshot / n);
   nlohmann::json summary;
   summary["config"] = rt.config().to_json();
   summary["layout"] = {{"pp", rt.mesh().pp()}, {"tp", rt.mesh().tp()}, {"dp", rt.mesh().dp()},
@@ -256,6 +266,16 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, const PeakFlops& 
   summary["peak_activation_bytes"] = rt.gather_world(static_cast<double>(rec.peak_act));
   summary["memory_bytes"] = memory_account_json(rt, rec.peak_account);
   summary["phase_seconds"] = phases;
+  if (rec.device_steps > 0) {  // a GPU's clock (CUDA events); absent on the CPU, which has none
+    const double d = static_cast<double>(rec.device_steps);
+    nlohmann::json device;
+    device["compute"] = rt.gather_world(rec.device_sum.compute / d);
+    device["grad_sync"] = rt.gather_world(rec.device_sum.grad_sync / d);
+    device["clip"] = rt.gather_world(rec.device_sum.clip / d);
+    device["optimizer"] = rt.gather_world(rec.device_sum.optimizer / d);
+    device["snapshot"] = rt.gather_world(rec.device_sum.snapshot / d);
+    summary["phase_device_seconds"] = device;
+  }
   const nlohmann::json comm = rt.comm_bytes();
   summary["comm_bytes_rank0"] = comm["sent"];
   summary["comm_bytes_analytic_rank0"] = comm["analytic"];
