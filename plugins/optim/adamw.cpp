@@ -1,5 +1,7 @@
 #include "optimizers.h"
 
+#include "multi_tensor.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -11,7 +13,9 @@ using smp::sdk::Error;
 
 AdamW::AdamW(const smp::sdk::OptimizerSetup& s)
     : params_(s.params), decay_(s.weight_decay), weight_decay_(s.weight_decay_rate) {
-  smp::sdk::expect_optimizer_keys(s, {"beta1", "beta2", "eps"});
+  smp::sdk::expect_optimizer_keys(s, {"beta1", "beta2", "eps", "kernels"});
+  kernels_ = kernels_of(smp::sdk::optimizer_get<std::string>(s, "kernels", "auto"));
+  check_fused_available(kernels_, params_, SMP_OPTIM_HAS_FUSED_ADAMW, "AdamW", "2.0");
   beta1_ = smp::sdk::optimizer_get(s, "beta1", 0.9);
   beta2_ = smp::sdk::optimizer_get(s, "beta2", 0.95);
   eps_ = smp::sdk::optimizer_get(s, "eps", 1e-8);
@@ -61,9 +65,15 @@ void AdamW::step(const smp::sdk::OptimizerUpdate& u) {
   c10::NoGradGuard no_grad;
   const double lr = u.lr, t = static_cast<double>(u.step);
   const double bc1 = 1.0 - std::pow(beta1_, t), bc2 = 1.0 - std::pow(beta2_, t);
+  std::vector<std::pair<size_t, Kernels>> multi;  // the tensors for multi-tensor kernels
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor p = params_[i].detach();  // updated in place, outside autograd
     if (!u.grads.at(i).defined()) continue;
+    const Kernels k = kernels_for(kernels_, params_[i].device(), SMP_OPTIM_HAS_FUSED_ADAMW);
+    if (k != Kernels::PerTensor) {
+      multi.emplace_back(i, k);
+      continue;
+    }
+    at::Tensor p = params_[i].detach();  // updated in place, outside autograd
     const at::Tensor& g = u.grads[i];
     const double decay = weight_decay_ > 0 && decay_.at(i) ? 1.0 - lr * weight_decay_ : 1.0;
     if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
@@ -83,6 +93,37 @@ void AdamW::step(const smp::sdk::OptimizerUpdate& u) {
     exp_avg_sq_[i].mul_(beta2_).addcmul_(gs, gs, 1.0 - beta2_);
     at::Tensor denom = exp_avg_sq_[i].div(bc2).sqrt_().add_(eps_);
     p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
+  }
+  if (multi.empty()) return;
+  std::vector<at::Tensor> params;
+  params.reserve(params_.size());
+  for (const auto& p : params_) params.push_back(p.detach());
+  for (const Group& group : multi_tensor_groups(multi, params, decay_)) {
+    const std::vector<at::Tensor> p = pick(params, group.index), m = pick(exp_avg_, group.index),
+                                  v = pick(exp_avg_sq_, group.index);
+    const std::vector<at::Tensor> g = scaled_gradients(u.grads, group.index, p[0].scalar_type(), u.grad_scale);
+    const bool decayed = weight_decay_ > 0 && group.decay;
+    if (group.kernels == Kernels::Fused) {
+#if SMP_OPTIM_HAS_FUSED_ADAMW
+      // One pass: p, g, m, v read, p, m, v written. The kernel takes the step
+      // count as a float tensor per parameter, on their device (one, shared).
+      const at::Tensor step = at::full({}, t, p[0].options().dtype(at::kFloat));
+      const std::vector<at::Tensor> steps(p.size(), step);
+      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_,
+                        decayed ? weight_decay_ : 0.0, eps_, /*amsgrad=*/false, /*maximize=*/false);
+      continue;
+#endif
+    }
+    // The per-tensor ATen formula above, each op one kernel over the group.
+    if (decayed) at::_foreach_mul_(p, 1.0 - lr * weight_decay_);
+    at::_foreach_mul_(m, beta1_);
+    at::_foreach_add_(m, g, 1.0 - beta1_);
+    at::_foreach_mul_(v, beta2_);
+    at::_foreach_addcmul_(v, g, g, 1.0 - beta2_);
+    std::vector<at::Tensor> denom = at::_foreach_div(v, bc2);
+    at::_foreach_sqrt_(denom);
+    at::_foreach_add_(denom, eps_);
+    at::_foreach_addcdiv_(p, m, denom, -lr / bc1);
   }
 }
 

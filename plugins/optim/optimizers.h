@@ -6,13 +6,17 @@
 
 #include <smp/sdk/optimizer.hpp>
 
+#include "multi_tensor.h"
+
 #include <vector>
 
 namespace smp_optim {
 
 // AdamW (Loshchilov & Hutter), bias-corrected; [optimizer] keys beta1, beta2,
-// eps (the job's train.beta1/beta2/eps). fp32 contiguous CPU tensors with fp32
-// gradients take one fused pass; anything else the same formula in ATen ops.
+// eps (the job's train.beta1/beta2/eps), kernels (multi_tensor.h). Per tensor:
+// fp32 contiguous CPU tensors with fp32 gradients take one fused pass, anything
+// else the same formula in ATen ops; on CUDA (kernels = "auto") LibTorch's
+// _fused_adamw_, or the formula in _foreach_ kernels.
 class AdamW : public smp::sdk::Optimizer {
  public:
   explicit AdamW(const smp::sdk::OptimizerSetup& setup);
@@ -23,11 +27,13 @@ class AdamW : public smp::sdk::Optimizer {
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
   double beta1_, beta2_, eps_, weight_decay_;
+  Kernels kernels_ = Kernels::Auto;
 };
 
 // SGD with momentum (PyTorch's: buf <- momentum buf + (1 - dampening) g, the
 // first step buf <- g), optionally Nesterov (g + momentum buf); [optimizer]
-// keys momentum (0), dampening (0), nesterov (false).
+// keys momentum (0), dampening (0), nesterov (false), kernels (multi_tensor.h:
+// on CUDA _fused_sgd_ with momentum, else _foreach_ kernels).
 class Sgd : public smp::sdk::Optimizer {
  public:
   explicit Sgd(const smp::sdk::OptimizerSetup& setup);
@@ -39,6 +45,7 @@ class Sgd : public smp::sdk::Optimizer {
   std::vector<bool> decay_;
   double momentum_, dampening_, weight_decay_;
   bool nesterov_;
+  Kernels kernels_ = Kernels::Auto;
 };
 
 }  // namespace smp_optim
