@@ -337,6 +337,23 @@ TEST(ConfigTest, JobConfigIsTheTypedConfig) {
   EXPECT_EQ(j.run.device, smp::DeviceKind::Cpu);  // "auto"
 }
 
+// train.bucket_mb by device unless given: 4 MiB on the CPU, 25 on CUDA (the
+// CUDA default is not reachable here without a GPU: the job refuses "cuda").
+TEST(ConfigTest, TheBucketSizeDefaultsByDevice) {
+  Config cpu = Config::from_string("[run]\ndevice = \"cpu\"\n", "job.toml");
+  cpu.resolve_layout(1);
+  EXPECT_EQ(smp::JobConfig::from(cpu).train.bucket_bytes(), 4 << 20);
+  EXPECT_FALSE(cpu.has("train.bucket_mb"));
+  Config given = Config::from_string("[run]\ndevice = \"cpu\"\n[train]\nbucket_mb = 25\n", "job.toml");
+  given.resolve_layout(1);
+  EXPECT_EQ(smp::JobConfig::from(given).train.bucket_bytes(), 25 << 20);
+  if (at::hasCUDA()) {
+    Config cuda = Config::from_string("[run]\ndevice = \"cuda\"\n", "job.toml");
+    cuda.resolve_layout(1);
+    EXPECT_EQ(smp::JobConfig::from(cuda).train.bucket_bytes(), 25 << 20);
+  }
+}
+
 TEST(ConfigTest, CudaDeviceWithoutCudaNamesTheKey) {
   if (at::hasCUDA()) GTEST_SKIP() << "this build has CUDA";
   Config c = Config::from_string("[run]\ndevice = \"cuda\"\n", "job.toml");

@@ -94,8 +94,9 @@
   X(val_batches, "train.val_batches", int64_t, NonNegative, 2, Default,                                            \
     "global batches per validation; 0 = no validation")                                                           \
   X(log_every, "train.log_every", int64_t, Positive, 1, Default, "a progress line every n steps (rank 0)")          \
-  X(bucket_mb, "train.bucket_mb", double, BucketMiB,       4.0, Default,                                           \
-    "DDP-style gradient buckets (MiB) reduced while backward runs; 0 = one reduction after backward")              \
+  X(bucket_mb, "train.bucket_mb", double, BucketMiB,       4.0, Derived,                                           \
+    "DDP-style gradient buckets (MiB) reduced while backward runs; 0 = one reduction after backward; default 25 "  \
+    "on CUDA (as PyTorch's DDP: fewer, larger all-reduces, which NCCL needs to reach its bandwidth), 4 on the CPU") \
   X(precision, "train.precision", Precision, Precision, Precision::Fp32, Default,                                  \
     "compute dtype of parameters and activations; 16-bit keeps fp32 masters and optimizer state")                 \
   X(grad_reduce_dtype, "train.grad_reduce_dtype", Precision, Precision, Precision::Fp32, Default,                  \

@@ -199,6 +199,9 @@ JobConfig JobConfig::from(const Config& c) {
   check_memory(c, j.memory);
   check_train(c, j.train);
   check_run(c, j.run, j.train);
+  // train.bucket_mb by device unless given: on a GPU a 4 MiB bucket is a
+  // latency-bound all-reduce (hundreds a step); 25 MiB is PyTorch DDP's default.
+  if (!c.has("train.bucket_mb")) j.train.bucket_mb = j.run.device == DeviceKind::Cuda ? 25.0 : 4.0;
   const MemoryConfig& m = j.memory;
   const RunConfig& r = j.run;
   if (m.offload) {

@@ -1,5 +1,6 @@
 #include "plugin/module_instance.h"
 
+#include "base/seeded_device_generator.h"
 #include "base/struct_size.h"
 
 #include <smp/error.h>
@@ -62,7 +63,13 @@ std::shared_ptr<const sdk::InitSpec> init_spec(const smp_param_init& in, const M
 
 ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, std::string key,
                                const std::string& config_json, const smp_module_context& context)
-    : kind_(kind), plugin_(std::move(plugin)), key_(std::move(key)), kind_name_(kind->name) {
+    : kind_(kind),
+      plugin_(std::move(plugin)),
+      key_(std::move(key)),
+      kind_name_(kind->name),
+      device_(context.device_type == SMP_DEVICE_CUDA
+                  ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(context.device_index))
+                  : c10::Device(c10::kCPU)) {
   throw_if_error(kind_->create(kind_->state, config_json.c_str(), &context, &module_), where(key_, "create"));
   if (!module_) throw Error(where(key_, "create") + ": returned no module");
   // The visitor is called from plugin code: it must not throw, so it notes the first problem.
@@ -153,6 +160,10 @@ std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const
   args.training = training ? 1 : 0;
   args.rng_seed = rng_seed;
   args.extension_start = extensions;
+  // On a GPU the device's generator is seeded with the call's seed too (the
+  // SDK's torch modules seed the CPU's): dropout is the same in every layout
+  // and in a checkpointed node's recomputation.
+  SeededDeviceGenerator seeded(device_, rng_seed);
   smp_error* err = kind_->forward(module_, &args);
   const smp_host_api* host = host_api();
   for (auto* h : in) host->tensor_release(h);

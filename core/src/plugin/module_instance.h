@@ -63,6 +63,7 @@ class ModuleInstance {
   std::string where(const std::string& node, const std::string& call) const;
   const smp_module_kind* kind_;
   std::string plugin_, key_, kind_name_;
+  c10::Device device_;  // the context's: a call seeds its default generator (CUDA)
   smp_module* module_ = nullptr;
   std::vector<ModuleParameter> params_;
 };
