@@ -5,8 +5,9 @@
 // a group of tensors, so on the CPU it equals the per-tensor path bit for bit;
 // the fused kernels compute the same update in another order (bounds a few
 // times what was measured on 2.11: 2.4e-7 for AdamW, 1.2e-7 for SGD, after 5
-// steps of unit-scale parameters). Gradients are read, never written (the ABI's
-// "read only"), whatever the path.
+// steps of unit-scale parameters; the foreach paths were 0 there too, run from
+// this plugin's sources built against pip torch 2.11 by hand). Gradients are
+// read, never written (the ABI's "read only"), whatever the path.
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
 
@@ -189,12 +190,14 @@ TEST(MultiTensorNorm, ForeachNormEqualsThePerTensorNormsBitwise) {
   const double multi = smp::squared_norm(grads, counted, smp::NormKernels::MultiTensor);
   EXPECT_EQ(multi, per);
   const double automatic = smp::squared_norm(grads, counted, smp::NormKernels::Auto);
-  EXPECT_NEAR(automatic, per, 1e-6 * per);
+  EXPECT_NEAR(automatic, per, 2e-6 * per);
   double expect = 0;  // the definition, in double
   for (size_t k = 0; k < grads.size(); ++k)
     if (counted[k] && grads[k].defined()) expect += grads[k].to(at::kDouble).pow(2).sum().item<double>();
-  EXPECT_NEAR(automatic, expect, 1e-6 * expect);  // 1.3e-10 relative measured (1.13)
-  EXPECT_NEAR(multi, expect, 1e-6 * expect);
+  // Relative to the sum in double, measured: auto 1.3e-10 (1.13 and 2.11);
+  // the fp32 norms 4.1e-7 on 2.11 (its fp32 reduction), less on 1.13.
+  EXPECT_NEAR(automatic, expect, 1e-6 * expect);
+  EXPECT_NEAR(multi, expect, 2e-6 * expect);
   EXPECT_EQ(smp::squared_norm({at::Tensor()}, {true}, smp::NormKernels::MultiTensor), 0.0);
 }
 
