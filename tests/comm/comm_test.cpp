@@ -137,6 +137,35 @@ TEST(ShmP2pTest, ASenderThatExitsIsReportedWithinSeconds) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// NCCL's rules on the CPU (comm/rendezvous_p2p.h): the order 1F1B needs at pp
+// 2 with 2 microbatches, reduced to its three messages.
+TEST(RendezvousP2pTest, OneCommunicatorHangsAndIsReportedOnePerDirectionCompletes) {
+  auto r = smp_test::run(smp_test::launch_comm_worker(2, smp_test::free_port(), {"--mode", "rendezvous", "--timeout-ms", "3000"},
+                                                      {"--kill-timeout", "5", "--tee"}),
+                         /*timeout_s=*/60);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* rank : {"rank 0", "rank 1"})
+    EXPECT_TRUE(smp_test::contains(r.output, std::string(rank) + ": a communicator per direction completes")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 1: tag mismatch refused: ")) << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "NCCL would match group rank 0's send #1 (tag 5) with this rank's recv "
+                                           "from group rank 0 (tag 6)"))
+      << r.output;
+  // Each rank names the receive it waits for, the send its stream is stuck at and what is queued behind.
+  EXPECT_TRUE(smp_test::contains(r.output, "recv from group rank 1 (tag 3) has not completed in 3 s under NCCL's "
+                                           "point-to-point rules"))
+      << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "this rank's stream with group rank 1 is at send to group rank 1 (tag 2), "
+                                           "waiting for group rank 1's matching receive (its #2 from this rank); "
+                                           "queued behind it: recv from group rank 1 (tag 3)"))
+      << r.output;
+  EXPECT_TRUE(smp_test::contains(r.output, "this rank's stream with group rank 0 is at send to group rank 0 (tag 3), "
+                                           "waiting for group rank 0's matching receive (its #1 from this rank); "
+                                           "queued behind it: recv from group rank 0 (tag 2)"))
+      << r.output;
+  EXPECT_LT(r.seconds, 40) << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CommTest,
     ::testing::Values(Shape{1, 1, 1, 1, "pp,dp,tp", "w1"}, Shape{2, 1, 2, 1, "pp,dp,tp", "w2_dp2"},

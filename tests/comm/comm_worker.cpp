@@ -18,12 +18,19 @@
 //                     it long before the (60 s) timeout
 //   --mode bytes      what each transport counts as sent (CommStats::sent)
 //                     against the analytic count, op by op, over shm and Gloo
+//   --mode rendezvous NCCL's point-to-point rules on the CPU (rendezvous_p2p.h),
+//                     world 2: the order rank 0 send A, send B, recv C / rank 1
+//                     recv A, send C, recv B completes with a communicator per
+//                     direction, a receive of another tag than the sender's
+//                     next is refused, and on one communicator the order hangs
+//                     and both ranks report what waits for what
 #include <smp/error.h>
 #include <smp/logging.h>
 #include <smp/mesh.h>
 #include <smp/process_env.h>
 
 #include "comm/communicator.h"
+#include "comm/rendezvous_p2p.h"
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -737,6 +744,80 @@ int run_p2p(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, sm
   return 0;
 }
 
+// Ranks 0 and 1 of a world of 2 (see the top of the file). Prints one line per
+// check passed; the hang is the last check and its reports end the run.
+int run_rendezvous(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& mesh, smp::CommOptions opts) {
+  const auto& ranks = mesh.group(smp::Axis::World);
+  const auto host_timeout = std::chrono::milliseconds(a.timeout_ms);
+  opts.timeout = host_timeout * 2;  // as ProcessGroups makes them: the host reports first,
+  opts.shm_slot_bytes = 0;          // and through Gloo
+  auto wrapped = [&](const std::string& name) {
+    return smp::with_rendezvous_p2p(rdv.new_communicator("world", name, ranks, opts), host_timeout);
+  };
+  const int me = mesh.rank();
+  auto A = [] { return at::arange(8, at::kFloat); };
+  auto B = [] { return at::arange(5, at::kLong) * 3; };
+  auto C = [] { return at::full({4}, 2.5); };
+  // The order that needs buffered sends, with each direction on its own communicator.
+  {
+    auto up = wrapped("rdv.up"), down = wrapped("rdv.down");
+    if (me == 0) {
+      auto a1 = up->send(A(), 1, 1), b1 = up->send(B(), 1, 2);
+      at::Tensor c = at::empty({4});
+      down->recv(c, 1, 3)->wait();
+      expect_eq(c, C(), "C on rank 0");
+      a1->wait();
+      b1->wait();
+    } else {
+      at::Tensor x = at::empty({8}), y = at::empty({5}, at::kLong);
+      up->recv(x, 0, 1)->wait();
+      auto c1 = down->send(C(), 0, 3);
+      up->recv(y, 0, 2)->wait();
+      expect_eq(x, A(), "A on rank 1");
+      expect_eq(y, B(), "B on rank 1");
+      c1->wait();
+    }
+    std::cout << "rank " << me << ": a communicator per direction completes" << std::endl;
+  }
+  // NCCL pairs the k-th send with the k-th receive, whatever their tags.
+  auto mismatch = wrapped("rdv.tags");
+  if (me == 0) {
+    mismatch->send(A(), 1, 5);  // its receive never runs: not waited for
+  } else {
+    at::Tensor x = at::empty({8});
+    try {
+      mismatch->recv(x, 0, 6)->wait();
+      throw CheckFailed("a receive of tag 6 took the send of tag 5");
+    } catch (const smp::Error& e) {
+      std::cout << "rank 1: tag mismatch refused: " << e.what() << std::endl;
+    }
+  }
+  // The same order on one communicator: each rank's stream is stuck at a send
+  // whose receive is queued behind the other rank's stuck send.
+  auto one = wrapped("rdv.one");
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (me == 0) {
+      one->send(A(), 1, 1);
+      one->send(B(), 1, 2);
+      at::Tensor c = at::empty({4});
+      one->recv(c, 1, 3)->wait();
+    } else {
+      at::Tensor x = at::empty({8}), y = at::empty({5}, at::kLong);
+      one->recv(x, 0, 1)->wait();
+      one->send(C(), 0, 3);
+      one->recv(y, 0, 2)->wait();
+    }
+    throw CheckFailed("the order completed on one communicator");
+  } catch (const smp::Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "rank " << me << ": hang reported after " << ms << " ms: " << e.what() << std::endl;
+  }
+  // Rank 1 reports before rank 0 goes: a peer that exited would be its error instead.
+  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::_Exit(0);  // the stuck streams hold their communicators: no orderly shutdown
+}
+
 std::unique_ptr<smp::DeviceMesh> make_mesh(const Args& a, const smp::ProcessEnv& env) {
   int dp = a.dp > 0 ? a.dp : env.world_size / (a.pp * a.tp);
   return std::make_unique<smp::DeviceMesh>(env.world_size, env.rank, a.pp, dp, a.tp, a.order);
@@ -769,6 +850,7 @@ int run(const Args& a) {
   if (a.mode == "shm") return run_shm(a, *rdv, *mesh, opts);
   if (a.mode == "bytes") return run_bytes(a, *rdv, *mesh, opts);
   if (a.mode == "p2p") return run_p2p(a, *rdv, *mesh, opts);
+  if (a.mode == "rendezvous") return run_rendezvous(a, *rdv, *mesh, opts);
   if (a.mode == "p2p-mismatch" || a.mode == "p2p-peer-exit") {
     auto world = rdv->new_communicator("world", "world", mesh->group(smp::Axis::World), opts);
     expect(world->transport("send", at::kCPU) == "shm", "expected the shm transport for send");

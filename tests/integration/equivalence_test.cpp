@@ -60,15 +60,27 @@ void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
   }
 }
 
+// Every pipeline layout runs under NCCL's point-to-point rules (a send
+// completes when its receive runs, a pair's ops in posted order; see
+// core/src/comm/rendezvous_p2p.h), so a schedule that would hang on GPUs
+// hangs here; the 1F1B "tree" and "manual" ones keep the buffered sends of
+// every other test.
+const std::string kNcclRules = "comm.p2p_semantics=rendezvous";
+
 std::vector<Layout> pipeline_layouts(int pp, const std::string& manual) {
-  const std::string P = "parallel.pp=" + std::to_string(pp);
+  const std::string P = "parallel.pp=" + std::to_string(pp), name = "pp" + std::to_string(pp);
   std::vector<Layout> l;
   for (std::string s : {"gpipe", "1f1b", "zb-h1"})
-    l.push_back({"pp" + std::to_string(pp) + " " + s + " balanced", pp, {P, "parallel.schedule=" + s}});
-  l.push_back({"pp" + std::to_string(pp) + " interleaved v2", pp,
-               {P, "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2"}});
-  l.push_back({"pp" + std::to_string(pp) + " 1f1b tree", pp, {P, "parallel.partition=tree"}});
-  l.push_back({"pp" + std::to_string(pp) + " 1f1b manual", pp, {P, "parallel.partition=manual", "partition.manual=" + manual}});
+    l.push_back({name + " " + s + " balanced", pp, {P, "parallel.schedule=" + s, kNcclRules}});
+  l.push_back({name + " interleaved v2", pp, {P, "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=2", kNcclRules}});
+  // Fewer microbatches than stages (warm-up cut short) and more than the job's 4.
+  l.push_back({name + " 1f1b 1 microbatch", pp, {P, "parallel.microbatches=1", kNcclRules}});
+  l.push_back({name + " 1f1b 2 microbatches", pp, {P, "parallel.microbatches=2", kNcclRules}});
+  l.push_back({name + " zb-h1 8 microbatches", pp, {P, "parallel.schedule=zb-h1", "parallel.microbatches=8", kNcclRules}});
+  if (pp == 2)
+    l.push_back({name + " interleaved v4", pp, {P, "parallel.schedule=interleaved-1f1b", "parallel.virtual_stages=4", kNcclRules}});
+  l.push_back({name + " 1f1b tree", pp, {P, "parallel.partition=tree"}});
+  l.push_back({name + " 1f1b manual", pp, {P, "parallel.partition=manual", "partition.manual=" + manual}});
   return l;
 }
 
@@ -86,14 +98,16 @@ TEST(GptEquivalence, TensorAndDataParallel) {
                                {"tp2", 2, {"parallel.tp=2"}},
                                {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
                                {"tp4", 4, {"parallel.tp=4"}},
-                               {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}},
+                               {"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2", kNcclRules}},
                                // The weight pass must not run the input pass's tp collectives again.
                                {"pp2 x tp2 zb-h1 sequence-parallel", 4,
                                 {"parallel.pp=2", "parallel.tp=2", "parallel.schedule=zb-h1",
                                  "tp.sequence_parallel=true"}},
-                               {"pp2 x dp2", 4, {"parallel.pp=2", "parallel.dp=2"}},
+                               {"pp2 x dp2 interleaved", 4,
+                                {"parallel.pp=2", "parallel.dp=2", "parallel.schedule=interleaved-1f1b",
+                                 "parallel.virtual_stages=2", kNcclRules}},
                                {"dp2 x tp2", 4, {"parallel.dp=2", "parallel.tp=2"}},
-                               {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2"}},
+                               {"pp2 x dp2 x tp2", 8, {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2", kNcclRules}},
                                // Parameters sharded over tp and replicated over dp, and layer norms whose
                                // gradient is partial over tp, all reduced from their placements.
                                {"dp2 x tp2 sequence-parallel", 4,

@@ -13,6 +13,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -74,6 +75,32 @@ TEST(InjectedFaults, AMissedTensorParallelPartialSumIsCaught) {
 TEST(InjectedFaults, AWrongZeroShardOffsetIsCaught) {
   const std::string problems = caught("zero_shard_offset", 2, {"parallel.dp=2", "parallel.zero=1"});
   EXPECT_NE(problems.find("update off"), std::string::npos) << problems;
+}
+
+// Under NCCL's point-to-point rules (comm.p2p_semantics = "rendezvous"), the
+// pipeline's messages of both directions on one group, as plain c10d send/recv
+// would carry them, deadlock 1F1B at pp 2 with 2 microbatches: rank 0's stream
+// is stuck at the activations of microbatch 1, which rank 1 receives only
+// after its gradient of microbatch 0 went, which rank 0 receives only after
+// them. The hang ends at run.timeout_s with the ops named. (Clean, with a
+// group per direction, the same layout equals the serial run:
+// GptEquivalence.Pipeline2 "pp2 1f1b 2 microbatches".)
+TEST(InjectedFaults, BothDirectionsOnOneStreamHangUnderNcclsRulesAndAreReported) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const JobResult r = run_faulted("pipeline_one_stream", 2,
+                                  {"parallel.pp=2", "parallel.microbatches=2", "comm.p2p_semantics=rendezvous",
+                                   "run.timeout_s=5"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const char* says :
+       {"axis 'pp' (group rank 0 of 2, world ranks 0,1): recv from group rank 1 (tag 4194305: gradient of microbatch "
+        "0, chunk 0 (value 1)) has not completed in 5 s under NCCL's point-to-point rules",
+        "this rank's stream with group rank 1 is at send to group rank 1 (tag 1024: activations of microbatch 1, chunk "
+        "0 (header)), waiting for group rank 1's matching receive (its #3 from this rank); queued behind it: send to "
+        "group rank 1 (tag 1025: activations of microbatch 1, chunk 0 (value 1)), recv from group rank 1 (tag "
+        "4194305: gradient of microbatch 0"})
+    EXPECT_NE(r.output.find(says), std::string::npos) << says << "\n" << r.output;
+  EXPECT_LT(seconds, 45) << r.output;
 }
 
 // The second stage receives microbatch 1's activations as microbatch 0's.

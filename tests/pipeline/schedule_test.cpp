@@ -569,3 +569,69 @@ TEST(Simulator, DetectsMissingOrDuplicatedCompute) {
 
 }  // namespace
 }  // namespace smp
+
+namespace smp {
+namespace {
+
+// NCCL's point-to-point rules (schedule/nccl_order.h): a send completes when
+// its receive runs, ops run in posted order on a stream.
+TEST(NcclOrder, OneFOneBAtTwoStagesDeadlocksOnOneStreamPerPairAndNamesTheOps) {
+  const Schedule s = make_schedule("1f1b", 2, 2);
+  for (NcclStreams model : {NcclStreams::OnePerPair, NcclStreams::OnePerRank}) {
+    const std::string e = check_nccl_order(s, model);
+    EXPECT_NE(e.find("deadlock under NCCL's rules"), std::string::npos) << e;
+    // The replay: rank 0 queues send A0, send A1, recv G0; rank 1 recv A0, send G0, recv A1.
+    EXPECT_NE(e.find("rank 0 waits for recv_grad0<1"), std::string::npos) << e;
+    EXPECT_NE(e.find("is stuck at send_act1>1 (rank 1's receive #2 from rank 0, recv_act1<0, is queued behind "
+                     "send_grad0>0) with recv_grad0<1 behind it"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("rank 1 waits for recv_act1<0"), std::string::npos) << e;
+    EXPECT_NE(e.find("is stuck at send_grad0>0 (rank 0's receive #1 from rank 1, recv_grad0<1, is queued behind "
+                     "send_act1>1)"),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerDirection), "");
+}
+
+// Every schedule, far beyond the equivalence tests' layouts: none can hang on
+// the executor's streams (a pair's directions apart). On one stream per pair
+// GPipe never hangs and the others do, at some sizes; that is what the
+// executor's second pp group is for.
+TEST(NcclOrder, NoScheduleDeadlocksWithAStreamPerDirection) {
+  std::map<std::string, int> hangs_on_one_stream;
+  int schedules = 0;
+  for (const auto& name : schedule_names())
+    for (int p : {1, 2, 3, 4, 8})
+      for (int m = 1; m <= 16; ++m)
+        for (int v : {1, 2, 4}) {
+          if (v > 1 && (name != "interleaved-1f1b" || p < 2 || m % p != 0)) continue;
+          SCOPED_TRACE(label({name, p, m, v}));
+          const Schedule s = make_schedule(name, p, m, v);
+          ++schedules;
+          EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerDirection), "");
+          EXPECT_TRUE(simulate(s).ok);
+          if (!check_nccl_order(s, NcclStreams::OnePerPair).empty()) ++hangs_on_one_stream[name];
+        }
+  EXPECT_EQ(schedules, 358);
+  EXPECT_EQ(hangs_on_one_stream.count("gpipe"), 0u);
+  for (const char* name : {"1f1b", "interleaved-1f1b", "zb-h1"}) EXPECT_GT(hangs_on_one_stream[name], 0) << name;
+}
+
+// A receive that is not the one its sender posted next: NCCL, without tags,
+// would hand it the other message.
+TEST(NcclOrder, AReceiveOutOfPostedOrderIsNamed) {
+  Schedule s = make_schedule("gpipe", 2, 2);
+  auto& a1 = s.actions[1];  // rank 1: recv_act0 F0 recv_act1 F1 ...: take microbatch 1 first
+  std::swap(a1[0], a1[2]);
+  std::swap(a1[1], a1[3]);
+  const std::string e = check_nccl_order(s, NcclStreams::OnePerDirection);
+  EXPECT_NE(e.find("NCCL would match rank 0's send_act0>1 with rank 1's recv_act1<0 (both the #1 on their "
+                   "direction), another message"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace smp

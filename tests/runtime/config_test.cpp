@@ -301,7 +301,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 68);  // every key of the reference
+  EXPECT_EQ(fields, 69);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 
@@ -404,6 +404,7 @@ TEST(ConfigTest, CudaOnlyKeysOnACpuJobAreErrors) {
   EXPECT_ERROR(job("[run]\ndevice = \"cpu\"\n[comm]\ncuda_backend = \"gloo\"\n"),
                "job.toml: comm.cuda_backend is set but the job runs on the CPU");
   EXPECT_ERROR(job("[comm]\ncuda_backend = \"mpi\"\n"), "comm.cuda_backend");
+  EXPECT_ERROR(job("[comm]\np2p_semantics = \"eager\"\n"), "comm.p2p_semantics: expected one of \"buffered\", \"rendezvous\"");
   EXPECT_ERROR(job("[run]\ndevices = [0, \"one\"]\n"), "run.devices");
 }
 

@@ -158,7 +158,11 @@
   X(shm_mb, "comm.shm_mb", double, ShmMiB, 16.0, Default,                                                 \
     "CPU collectives and pipeline sends through shared memory on one host, slots of this many MiB; 0 = Gloo")      \
   X(cuda_backend, "comm.cuda_backend", std::string, CudaBackend, "auto", Default,                                  \
-    "what carries CUDA tensors: nccl, gloo (through host memory), or auto (NCCL unless ranks share a GPU)")
+    "what carries CUDA tensors: nccl, gloo (through host memory), or auto (NCCL unless ranks share a GPU)")   \
+  X(p2p_semantics, "comm.p2p_semantics", std::string, P2pSemantics, "buffered", Default,                           \
+    "CPU sends and receives: buffered (as Gloo and shared memory give them) or rendezvous (NCCL's rules, for "     \
+    "tests: a send completes when its receive runs, a pair's ops in posted order; a hang is reported after "       \
+    "run.timeout_s naming the ops)")
 
 #define SMP_PLUGINS_KEYS(X)                                                                                         \
   X(paths, "plugins.paths", Strings, None, Strings{}, Default,                                                     \

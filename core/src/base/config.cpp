@@ -28,7 +28,7 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, A
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval, ShmMiB, BucketMiB,
                   PositiveSeconds, NonNegativeSeconds,
-                  Schedule, Placement, Device, Precision, CudaBackend, ZeroStage, ShardName, LayoutMode, CpMode };
+                  Schedule, Placement, Device, Precision, CudaBackend, P2pSemantics, ZeroStage, ShardName, LayoutMode, CpMode };
 
 enum class Presence { Default, Derived };
 
@@ -164,6 +164,7 @@ const char* expectation(Type t, Rule r) {
     case Rule::CpMode: return "expected one of \"ring\", \"alltoall\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
+    case Rule::P2pSemantics: return "expected one of \"buffered\", \"rendezvous\"";
     case Rule::ZeroStage: return "expected 0, 1, 2 or 3";
     case Rule::ShardName: return "expected one of \"none\", \"optimizer\", \"gradients\", \"parameters\"";
     case Rule::None: break;
@@ -298,6 +299,9 @@ bool meets_rule(Rule rule, json& v) {
       break;
     case Rule::CudaBackend:
       if (!one_of(v, {"auto", "nccl", "gloo"})) return false;
+      break;
+    case Rule::P2pSemantics:
+      if (!one_of(v, {"buffered", "rendezvous"})) return false;
       break;
     case Rule::ZeroStage:
       if (v.get<int64_t>() < 0 || v.get<int64_t>() > 3) return false;

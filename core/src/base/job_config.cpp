@@ -218,6 +218,10 @@ JobConfig JobConfig::from(const Config& c) {
     throw Error(c.origin_of_any({"comm.cuda_backend", "run.device"}) +
                 ": comm.cuda_backend is set but the job runs on the CPU (run.device = \"" + c.get_string("run.device") +
                 "\")");
+  if (j.comm.p2p_semantics == "rendezvous" && r.device == DeviceKind::Cuda)
+    throw Error(c.origin_of_any({"comm.p2p_semantics", "run.device"}) +
+                ": comm.p2p_semantics = \"rendezvous\" gives CPU sends NCCL's rules, for tests; a CUDA job has "
+                "NCCL's own (or Gloo's through host memory): leave it out");
   j.adapter = c.has("model.adapter") ? c.get_string("model.adapter") : "";
   j.model = c.section_json("model");
   j.model.erase("adapter");

@@ -13,13 +13,14 @@ namespace smp {
 
 namespace {
 
-constexpr std::array<std::pair<TestFault, const char*>, 6> kNames = {{
+constexpr std::array<std::pair<TestFault, const char*>, 7> kNames = {{
     {TestFault::DpMeanGradients, "dp_mean_gradients"},
     {TestFault::DroppedMicrobatchGradient, "dropped_microbatch_gradient"},
     {TestFault::ZeroShardOffset, "zero_shard_offset"},
     {TestFault::OptimizerStateNotLoaded, "optimizer_state_not_loaded"},
     {TestFault::PipelinePairing, "pipeline_pairing"},
     {TestFault::TpPartialSum, "tp_partial_sum"},
+    {TestFault::PipelineOneStream, "pipeline_one_stream"},
 }};
 
 // The faults set, one bit each.

@@ -19,6 +19,7 @@ enum class TestFault {
   OptimizerStateNotLoaded,    // a checkpoint's optimizer moments left at zero on load
   PipelinePairing,            // pipeline activations received for the neighbouring microbatch
   TpPartialSum,               // a row-parallel layer's partial sums not all-reduced (smp_tp)
+  PipelineOneStream,          // pipeline messages of both directions on one group (deadlocks under NCCL's rules)
 };
 
 // Whether `fault` is set in this process's SMP_TEST_FAULT. Throws smp::Error

@@ -108,6 +108,9 @@ struct CommOptions {
   // backend. See core/src/comm/shm_collectives.h.
   int64_t shm_slot_bytes = int64_t{16} << 20;
 };
+  // comm.p2p_semantics = "rendezvous": send/recv under NCCL's rules on the CPU
+  // (rendezvous_p2p.h), for tests; false: as the transport gives them.
+  bool p2p_rendezvous = false;
 
 // The job's rendezvous (a c10d TCPStore; world rank 0 hosts it) and the factory
 // of communicators over it. Everything c10d-version-specific lives in c10d_compat.cpp.

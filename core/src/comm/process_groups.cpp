@@ -2,14 +2,40 @@
 
 #include <smp/error.h>
 
+#include "base/pipeline_limits.h"
+#include "comm/rendezvous_p2p.h"
+
 namespace smp {
 
 ProcessGroups::ProcessGroups(const DeviceMesh& mesh, std::shared_ptr<Rendezvous> rendezvous, CommOptions options)
     : mesh_(mesh), rendezvous_(std::move(rendezvous)), options_(options), handle_(new smp_mesh{this}) {
   for (const Axis& axis : mesh_.axes()) {
     const std::string key = axis.name();
-    comms_[key] = rendezvous_->new_communicator(key, mesh_.group_name(axis), mesh_.group(axis), options_);
+    comms_[key] = make(key, mesh_.group_name(axis), mesh_.group(axis));
+    if (axis == Axis::PP && mesh_.group(axis).size() > 1)
+      comms_["pp.down"] = make(key, mesh_.group_name(axis) + ".down", mesh_.group(axis));
   }
+}
+
+std::unique_ptr<Communicator> ProcessGroups::make(const std::string& kind, const std::string& name,
+                                                  const std::vector<int>& world_ranks) {
+  // Only the pipeline's groups send and receive (plugins' sends go through
+  // the ABI handle, to the transport itself).
+  if (!options_.p2p_rendezvous || kind != "pp" || world_ranks.size() < 2)
+    return rendezvous_->new_communicator(kind, name, world_ranks, options_);
+  // Through Gloo (see rendezvous_p2p.h), with a timeout longer than the
+  // host's, so that a hang is reported by the host waiting for it, with what
+  // the stream is stuck at.
+  CommOptions inner = options_;
+  inner.timeout = options_.timeout * 2;
+  inner.shm_slot_bytes = 0;
+  return with_rendezvous_p2p(rendezvous_->new_communicator(kind, name, world_ranks, inner), options_.timeout,
+                             pipeline_limits::describe);
+}
+
+Communicator* ProcessGroups::pipeline_down() {
+  auto it = comms_.find("pp.down");
+  return it == comms_.end() ? nullptr : it->second.get();
 }
 
 ProcessGroups::~ProcessGroups() = default;
@@ -30,7 +56,7 @@ Communicator& ProcessGroups::get(const Axis& axis) {
 
 Communicator& ProcessGroups::derived(const std::string& key, const std::string& kind, const std::string& name,
                                      const std::vector<int>& world_ranks) {
-  return cached(key, [&] { return rendezvous_->new_communicator(kind, name, world_ranks, options_); });
+  return cached(key, [&] { return make(kind, name, world_ranks); });
 }
 
 void ProcessGroups::reset_stats() {

@@ -39,6 +39,12 @@ class ProcessGroups {
   Communicator& derived(const std::string& key, const std::string& kind, const std::string& name,
                         const std::vector<int>& world_ranks);
 
+  // The pipeline's second group over the pp axis' ranks, for messages to a
+  // lower pp rank ("pp" carries those to a higher one): each direction of a
+  // pair on a communicator, so on a NCCL stream, of its own, where a send
+  // waits only for its own receive (schedule/nccl_order.h). Null when pp == 1.
+  Communicator* pipeline_down();
+
   // Every communicator made so far, by key ("dp", "tp", "tied.wte", ...).
   const std::map<std::string, std::unique_ptr<Communicator>>& all() const { return comms_; }
   void reset_stats();
@@ -47,6 +53,8 @@ class ProcessGroups {
   smp_mesh* handle();
 
  private:
+  std::unique_ptr<Communicator> make(const std::string& kind, const std::string& name,
+                                     const std::vector<int>& world_ranks);
   // The communicator under `key`, made by `make` the first time.
   Communicator& cached(const std::string& key, const std::function<std::unique_ptr<Communicator>()>& make);
 

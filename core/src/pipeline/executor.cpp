@@ -162,6 +162,13 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
   slot.env = std::move(keep);
 }
 
+Communicator& Executor::pp_link(int from, int to) const {
+  // SMP_TEST_FAULT=pipeline_one_stream: both directions on one group, as plain
+  // c10d send/recv would put them (1F1B then deadlocks under NCCL's rules).
+  if (to < from && setup_.pp_down_comm && !test_fault(TestFault::PipelineOneStream)) return *setup_.pp_down_comm;
+  return *setup_.pp_comm;
+}
+
 void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
   const auto& values = setup_.plan->sent_after[stage_of(chunk)];
   auto header = at::zeros({kHeaderLen}, at::kLong);
@@ -184,11 +191,11 @@ void Executor::send_activations(Slot& slot, int mb, int chunk, int peer) {
     for (auto d : t.sizes()) h[pos++] = d;
     payload.push_back(t);
   }
-  pending_sends_.emplace_back(setup_.pp_comm->send(header, peer, tag(0, mb, chunk, 0)), header);
+  Communicator& link = pp_link(setup_.pp_rank, peer);
+  pending_sends_.emplace_back(link.send(header, peer, tag(0, mb, chunk, 0)), header);
   for (size_t i = 0; i < payload.size(); ++i)
     if (payload[i].defined())
-      pending_sends_.emplace_back(setup_.pp_comm->send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)),
-                                payload[i]);
+      pending_sends_.emplace_back(link.send(payload[i], peer, tag(0, mb, chunk, static_cast<int>(i) + 1)), payload[i]);
 }
 
 void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool training) {
@@ -198,8 +205,9 @@ void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool tr
   const auto& values = setup_.plan->sent_after[stage - 1];
   // SMP_TEST_FAULT=pipeline_pairing: microbatches 2k and 2k+1 swap their activations.
   if (test_fault(TestFault::PipelinePairing) && (mb ^ 1) < microbatches_) mb ^= 1;
+  Communicator& link = pp_link(peer, setup_.pp_rank);
   auto header = at::empty({kHeaderLen}, at::kLong);
-  setup_.pp_comm->recv(header, peer, tag(0, mb, producer_chunk, 0))->wait();
+  link.recv(header, peer, tag(0, mb, producer_chunk, 0))->wait();
   const auto* h = header.data_ptr<int64_t>();
   int pos = 0;
   if (h[pos++] != static_cast<int64_t>(values.size()))
@@ -213,7 +221,7 @@ void Executor::recv_activations(Slot& slot, int mb, int chunk, int peer, bool tr
     std::vector<int64_t> sizes(h + pos, h + pos + ndim);
     pos += static_cast<int>(ndim);
     at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype).device(setup_.device));
-    setup_.pp_comm->recv(t, peer, tag(0, mb, producer_chunk, static_cast<int>(i) + 1))->wait();
+    link.recv(t, peer, tag(0, mb, producer_chunk, static_cast<int>(i) + 1))->wait();
     if (training && t.is_floating_point()) {
       t.requires_grad_(true);
       slot.leaves[values[i]] = t;
@@ -230,7 +238,7 @@ void Executor::send_grads(Slot& slot, int mb, int chunk, int peer) {
     auto it = slot.grads_out.find(v);
     if (it == slot.grads_out.end()) continue;  // not floating: no gradient travels
     at::Tensor g = it->second.contiguous();
-    pending_sends_.emplace_back(setup_.pp_comm->send(g, peer, tag(1, mb, chunk, i)), g);
+    pending_sends_.emplace_back(pp_link(setup_.pp_rank, peer).send(g, peer, tag(1, mb, chunk, i)), g);
   }
 }
 
@@ -243,7 +251,7 @@ void Executor::recv_grads(Slot& slot, int mb, int chunk, int peer) {
     const at::Tensor& value = slot.env.at(v);
     if (!value.is_floating_point()) continue;
     at::Tensor g = at::empty(value.sizes(), value.options().requires_grad(false));
-    setup_.pp_comm->recv(g, peer, tag(1, mb, consumer_chunk, i))->wait();
+    pp_link(peer, setup_.pp_rank).recv(g, peer, tag(1, mb, consumer_chunk, i))->wait();
     slot.grads_in[v] = g;
   }
 }

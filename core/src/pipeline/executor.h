@@ -31,7 +31,13 @@ struct ExecutorSetup {
   const ModelGraph* graph = nullptr;
   const StagePlan* plan = nullptr;
   int pp_rank = 0;
-  Communicator* pp_comm = nullptr;  // null when pp == 1
+  // The pp groups (null when pp == 1): messages to a higher pp rank go through
+  // pp_comm, to a lower one through pp_down_comm, so that under NCCL each
+  // direction of a pair has a stream of its own and a send never waits behind
+  // one of the other direction (schedule/nccl_order.h). pp_down_comm null:
+  // both directions through pp_comm.
+  Communicator* pp_comm = nullptr;
+  Communicator* pp_down_comm = nullptr;
   const std::map<std::string, std::shared_ptr<ModuleInstance>>* modules = nullptr;  // by module key
   // The graph inputs of one microbatch (graph.inputs order) for a step.
   std::function<std::vector<at::Tensor>(int64_t step, int microbatch, bool training)> batch;
@@ -98,6 +104,8 @@ class Executor {
   // ZeRO-3: the module key (unit) of each parameter, by TensorImpl.
   const std::unordered_map<const void*, std::string>& unit_of_parameter();
   int stage_of(int chunk) const { return chunk * setup_.plan->pp + setup_.pp_rank; }
+  // The group that carries messages from pp rank `from` to pp rank `to`.
+  Communicator& pp_link(int from, int to) const;
 
   ExecutorSetup setup_;
   int microbatches_ = 1;  // of the schedule being run

@@ -56,6 +56,7 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   opts.shm_slot_bytes = job.comm.shm_slot_bytes();
   opts.cuda = c->device_.is_cuda();
   opts.cuda_backend = job.comm.cuda_backend;
+  opts.p2p_rendezvous = job.comm.p2p_semantics == "rendezvous";
   opts.device_key = device_key(c->device_);
   c->groups_ = std::make_unique<ProcessGroups>(*c->mesh_, c->rendezvous_, opts);
   // Every axis' communicator is made with the groups, in the mesh's order on every rank.

@@ -48,6 +48,7 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
   setup.plan = &model.stage_plan();
   setup.pp_rank = context.mesh().coord(Axis::PP);
   setup.pp_comm = context.mesh().pp() > 1 ? &context.comm(Axis::PP) : nullptr;
+  setup.pp_down_comm = context.mesh().pp() > 1 ? context.groups().pipeline_down() : nullptr;
   setup.modules = &state.modules();
   setup.seed = job.train.seed;
   setup.loss = &model.loss();

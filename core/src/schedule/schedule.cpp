@@ -3,9 +3,12 @@
 // Every generator first produces, per rank, the order of the compute actions
 // (F / B / BI / BW with microbatch and local chunk); insert_comm() then adds the
 // point-to-point actions around them: each receive right before the compute that
-// consumes it, each send right after the compute that produces it. Because sends
-// are buffered, that placement cannot deadlock as long as the compute orders are
-// consistent, which the simulator verifies for every schedule in the tests.
+// consumes it, each send right after the compute that produces it. With
+// buffered sends that placement cannot deadlock as long as the compute orders
+// are consistent, which the simulator verifies for every schedule in the tests.
+// NCCL's sends are not buffered: there the placement is safe only because the
+// executor keeps each direction of a pair on its own stream (nccl_order.h,
+// which the simulator also runs; on one stream per pair 1F1B deadlocks).
 #include "schedule/schedule.h"
 
 #include <smp/error.h>

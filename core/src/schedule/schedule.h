@@ -19,9 +19,11 @@
 //     from the loss) and, on s > 0, followed by SendGrad(m,c) to the rank of s-1.
 //     BackwardWeight needs no communication and always follows its BackwardInput.
 //   * Receives are placed right before the compute that consumes them, sends right
-//     after the compute that produces them. Sends are non-blocking (buffered);
-//     messages on one (src rank, dst rank, kind) channel are consumed in the order
-//     they were sent (the generators guarantee it; the simulator checks it).
+//     after the compute that produces them. Messages on one (src rank, dst rank,
+//     kind) channel are consumed in the order they were sent (the generators
+//     guarantee it; the simulator checks it). Sends need not be buffered: under
+//     NCCL a send completes when its receive runs, and the executor then keeps
+//     each direction of a pair on a stream of its own (nccl_order.h).
 #pragma once
 
 #include <string>

@@ -49,6 +49,10 @@ class Simulator {
       init();
       loop();
       check_complete();
+      // The executor's streams (nccl_order.h): implied by the buffered run
+      // above, checked so that a change to either shows here.
+      const std::string nccl = check_nccl_order(s_, NcclStreams::OnePerDirection);
+      if (!nccl.empty()) fail(nccl);
       res.ok = true;
     } catch (const Fail& f) {
       res.ok = false;

@@ -4,6 +4,7 @@
 // Pure C++ (no LibTorch).
 #pragma once
 
+#include "schedule/nccl_order.h"
 #include "schedule/schedule.h"
 
 #include <string>
@@ -63,7 +64,9 @@ struct SimResult {
 // without its gradient (s < S-1), a send of something not computed yet, BW before
 // its BI, mixing B with BI/BW for one (microbatch, chunk), and any (microbatch,
 // chunk) not forwarded / backwarded exactly once on its rank. Also checks shape:
-// one action list per stage, microbatch and chunk indices in range.
+// one action list per stage, microbatch and chunk indices in range. Finally
+// the schedule must complete under NCCL's rules with the executor's streams
+// (check_nccl_order, OnePerDirection), else ok = false naming the deadlock.
 SimResult simulate(const Schedule& schedule, const SimCosts& costs = {});
 
 // The simulated timeline in the format run.trace writes (Chrome trace /
