@@ -2,8 +2,9 @@
 // device names to dense peaks per dtype; a name it does not hold gets none),
 // and the summary's MFU fields and report built from it: MFU against the
 // datasheet peak where known, against the measured GEMM peak otherwise, and
-// labelled by its basis either way.
+// labelled by its basis either way. Also which GPU a rank takes.
 #include "base/datasheet_peaks.h"
+#include "base/device.h"
 #include "train/run_report.h"
 
 #include <gtest/gtest.h>
@@ -126,6 +127,34 @@ TEST(MfuFields, TheReportDrawsMfuAgainstTheSummarysBasis) {
   const std::string chart = html.substr(html.find("MFU per step"));
   EXPECT_NE(chart.find(">54</text>"), std::string::npos);
   EXPECT_EQ(chart.find(">68</text>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace smp
+
+namespace smp {
+namespace {
+
+// Which GPU a rank takes (base/device.h): local rank, run.devices, or the one
+// GPU a scheduler gave the task.
+TEST(DeviceChoice, LocalRankRunDevicesOrTheTasksOwnGpu) {
+  std::string why;
+  EXPECT_EQ(cuda_index_for(3, {}, 8, nullptr, &why), 3);
+  EXPECT_EQ(cuda_index_for(1, {0, 0}, 1, nullptr, &why), 0);  // two ranks sharing a GPU, as asked
+  // srun --gpus-per-task=1: each task sees its own GPU as cuda:0.
+  EXPECT_EQ(cuda_index_for(3, {}, 1, "GPU-5e3c1a2b", &why), 0);
+  EXPECT_EQ(cuda_index_for(1, {}, 1, "2", &why), 0);
+  // One GPU and nothing saying it is this task's own: refused, naming the way to share.
+  EXPECT_EQ(cuda_index_for(1, {}, 1, nullptr, &why), -1);
+  EXPECT_NE(why.find("it would use cuda:1, but it sees 1 GPU(s); several ranks can share one with run.devices"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(cuda_index_for(2, {}, 2, "0,1", &why), -1);
+  EXPECT_NE(why.find("(CUDA_VISIBLE_DEVICES=0,1)"), std::string::npos) << why;
+  EXPECT_EQ(cuda_index_for(2, {0, 1}, 2, nullptr, &why), -1);
+  EXPECT_NE(why.find("run.devices has 2 entries, but it needs entry 2"), std::string::npos) << why;
+  EXPECT_EQ(cuda_index_for(0, {4}, 2, nullptr, &why), -1);
+  EXPECT_NE(why.find("cuda:4, but it sees 2 GPU(s) (run.devices)"), std::string::npos) << why;
 }
 
 }  // namespace

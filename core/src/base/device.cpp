@@ -16,26 +16,42 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 
 namespace smp {
 
+int cuda_index_for(int local_rank, const std::vector<int>& devices, int count, const char* visible, std::string* why) {
+  if (!devices.empty()) {
+    if (local_rank >= static_cast<int>(devices.size())) {
+      *why = "run.devices has " + std::to_string(devices.size()) + " entries, but it needs entry " +
+             std::to_string(local_rank) + " (one per local rank)";
+      return -1;
+    }
+    const int index = devices[local_rank];
+    if (index >= count) {
+      *why = "it would use cuda:" + std::to_string(index) + ", but it sees " + std::to_string(count) +
+             " GPU(s) (run.devices)";
+      return -1;
+    }
+    return index;
+  }
+  if (local_rank < count) return local_rank;
+  const std::string list = visible ? visible : "";
+  if (count == 1 && !list.empty() && list.find(',') == std::string::npos) return 0;  // a GPU per task
+  *why = "it would use cuda:" + std::to_string(local_rank) + ", but it sees " + std::to_string(count) + " GPU(s)" +
+         (visible ? " (CUDA_VISIBLE_DEVICES=" + list + ")" : "") +
+         "; several ranks can share one with run.devices (e.g. [0, 0])";
+  return -1;
+}
+
 c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::string& origin) {
   if (run.device != DeviceKind::Cuda) return c10::Device(c10::kCPU);
   const std::string who = "rank " + std::to_string(env.rank) + " (local rank " + std::to_string(env.local_rank) + ")";
-  int index = env.local_rank;
-  if (!run.devices.empty()) {
-    if (env.local_rank >= static_cast<int>(run.devices.size()))
-      throw Error(origin + ": run.devices has " + std::to_string(run.devices.size()) + " entries, but " + who +
-                  " needs entry " + std::to_string(env.local_rank) + " (one per local rank)");
-    index = run.devices[env.local_rank];
-  }
   const int count = at::detail::getCUDAHooks().getNumGPUs();
-  if (index >= count)
-    throw Error(origin + ": run.device = \"cuda\": " + who + " would use cuda:" + std::to_string(index) +
-                ", but this machine has " + std::to_string(count) + " GPU(s)" +
-                (run.devices.empty() ? "; several ranks can share one with run.devices (e.g. [0, 0])"
-                                     : " (run.devices)"));
+  std::string why;
+  const int index = cuda_index_for(env.local_rank, run.devices, count, std::getenv("CUDA_VISIBLE_DEVICES"), &why);
+  if (index < 0) throw Error(origin + ": run.device = \"cuda\": " + who + ": " + why);
   c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   // Current device first: NCCL communicators and the caching allocator use it.
   c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
@@ -46,6 +62,11 @@ std::string device_key(const c10::Device& device) {
   if (!device.is_cuda()) return "";
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
+#ifdef SMP_WITH_CUDA
+  char bus[64] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device.index()) == cudaSuccess) return std::string(host) + "/pci:" + bus;
+  (void)cudaGetLastError();
+#endif
   return std::string(host) + "/" + device.str();
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace smp {
 
@@ -20,7 +21,18 @@ namespace smp {
 // run.device / run.devices and the rank.
 c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::string& origin);
 
-// "host/cuda:N" for a CUDA device, "" for the CPU: ranks with equal keys share a GPU.
+// The CUDA index a rank uses, from its local rank, run.devices (empty: none)
+// and the GPUs it sees (`visible`: CUDA_VISIBLE_DEVICES, null when unset).
+// A scheduler that gives each task a GPU of its own (srun --gpus-per-task=1)
+// shows every rank one device, cuda:0, whatever its local rank: with no
+// run.devices, one GPU and CUDA_VISIBLE_DEVICES naming exactly one, that is
+// the rank's. Else local_rank (or its run.devices entry); -1 with *why set
+// when that is not a GPU it sees.
+int cuda_index_for(int local_rank, const std::vector<int>& devices, int count, const char* visible, std::string* why);
+
+// "host/<GPU>" for a CUDA device (the GPU's PCI bus id where CUDA is compiled
+// in, so ranks that each see their one GPU as cuda:0 still differ), "" for
+// the CPU: ranks with equal keys share a GPU.
 std::string device_key(const c10::Device& device);
 
 // Peak bytes the caching allocator handed out on a CUDA device since the last

@@ -304,6 +304,16 @@ std::unique_ptr<Backend> make_backend(Store& store, const std::string& prefix, i
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = options.timeout;
       auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, o);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+      // Connected now, on the thread that makes the groups (in one order on
+      // every rank), with its device, not at the first collective, which may
+      // be on the autograd thread or where one rank waits for another.
+      if (options.cuda_device >= 0) {
+        const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(options.cuda_device));
+        pg->setBoundDeviceId(device);
+        pg->eagerConnectSingleDevice(device);
+      }
+#endif
       return std::make_unique<PGBackend<c10d::ProcessGroupNCCL>>(pg, "nccl", true, options.timeout);
 #else
       throw Failure("a CUDA communicator was requested but this LibTorch (" TORCH_VERSION

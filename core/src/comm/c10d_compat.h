@@ -76,6 +76,7 @@ class Backend {
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool cuda = false;        // NCCL (only when compiled with USE_C10D_NCCL)
+  int cuda_device = -1;     // NCCL: this rank's GPU, connected at once (LibTorch >= 2.3); -1: lazily
   std::string master_addr;  // picks the Gloo device's local address
 };
 

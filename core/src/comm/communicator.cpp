@@ -716,6 +716,7 @@ class C10dRendezvous final : public Rendezvous {
         backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
         if (options.cuda && use_nccl(name, what, me, global_ranks, options)) {
           bo.cuda = true;
+          bo.cuda_device = options.cuda_device;
           nccl = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/nccl/", me, n, bo);
         }
         if (options.shm_slot_bytes > 0)

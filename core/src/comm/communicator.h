@@ -101,16 +101,17 @@ struct CommOptions {
   // members share a GPU under "auto", through host memory and the CPU path.
   bool cuda = false;
   std::string cuda_backend = "auto";  // "auto" | "nccl" | "gloo" (comm.cuda_backend)
-  std::string device_key;             // this rank's GPU ("host/cuda:N"), to find shared GPUs
+  std::string device_key;             // this rank's GPU (base/device.h), to find shared GPUs
+  int cuda_device = -1;               // its CUDA index: NCCL groups connect at once with it
   // All-reduce CPU tensors through shared memory when every member runs on this
   // host, with per-rank slots of up to this many bytes (larger tensors go in
   // chunks); also all-gather and reduce-scatter; 0 = everything through the c10d
   // backend. See core/src/comm/shm_collectives.h.
   int64_t shm_slot_bytes = int64_t{16} << 20;
-};
   // comm.p2p_semantics = "rendezvous": send/recv under NCCL's rules on the CPU
   // (rendezvous_p2p.h), for tests; false: as the transport gives them.
   bool p2p_rendezvous = false;
+};
 
 // The job's rendezvous (a c10d TCPStore; world rank 0 hosts it) and the factory
 // of communicators over it. Everything c10d-version-specific lives in c10d_compat.cpp.

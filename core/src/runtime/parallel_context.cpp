@@ -58,6 +58,7 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   opts.cuda_backend = job.comm.cuda_backend;
   opts.p2p_rendezvous = job.comm.p2p_semantics == "rendezvous";
   opts.device_key = device_key(c->device_);
+  opts.cuda_device = c->device_.is_cuda() ? c->device_.index() : -1;
   c->groups_ = std::make_unique<ProcessGroups>(*c->mesh_, c->rendezvous_, opts);
   // Every axis' communicator is made with the groups, in the mesh's order on every rank.
   std::string transports;
