@@ -181,6 +181,9 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   }
   bytes_ = 0;
   if (async) {
+    std::vector<at::Tensor> live;
+    for (auto& [name, t] : job->tensors) live.push_back(t);
+    snapshot_.mark(live);
     {
       std::lock_guard<std::mutex> lock(snapshot_mutex_);
       snapshot_pending_ = true;
@@ -188,13 +191,12 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
     thread_ = std::thread([this, job] {
       try {
         // The copies first, at normal priority: the next step's forward and
-        // backward only read what is copied, its update waits for them.
-        for (auto& [name, t] : job->tensors) {
-          // From a GPU into pinned host memory (DMA); on the CPU a plain copy.
-          at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
-          host.copy_(t);
-          t = host;
-        }
+        // backward only read what is copied, its update waits for them. From a
+        // GPU on a side stream into pinned memory (host_snapshot.h).
+        std::vector<at::Tensor> live;
+        for (auto& [name, t] : job->tensors) live.push_back(t);
+        std::vector<at::Tensor> copies = snapshot_.copy(live);
+        for (size_t i = 0; i < copies.size(); ++i) job->tensors[i].second = copies[i];
       } catch (...) {
         error_ = std::current_exception();
       }

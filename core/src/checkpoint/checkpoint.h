@@ -14,6 +14,8 @@
 // checkpoints whole. See docs/checkpoints.md.
 #pragma once
 
+#include "checkpoint/host_snapshot.h"
+
 #include <smp/state_types.h>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +70,7 @@ class CheckpointWriter {
   struct Job;
   void run(const std::shared_ptr<Job>& job);
   Options o_;
+  HostSnapshot snapshot_;  // the background save's copies
   std::thread thread_;
   std::exception_ptr error_;
   std::mutex snapshot_mutex_;
