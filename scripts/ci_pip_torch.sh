@@ -31,9 +31,10 @@ set -euo pipefail
 # formats and the memory-estimate runs; it keeps checkpoint resume (fp16 only
 # runs here), ZeRO + pp + tp on 8 ranks and the out-of-tree SDK build (the
 # installed CMake package finding pip's torch). Also left out: the injected
-# faults, the network partition and the documented commands. An exclusion
+# faults, the network partition, the GPU check's dry run (a script and Python
+# over the same binaries; leg 1 runs it) and the documented commands. An exclusion
 # list: new tests run in both legs.
-ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|InjectedFaults|NetworkPartition)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd)')
+ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|InjectedFaults|NetworkPartition|GpuCheck)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd)')
 # ---------------------------------------------------------------------------
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
