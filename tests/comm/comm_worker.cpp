@@ -782,7 +782,12 @@ int run_rendezvous(const Args& a, smp::Rendezvous& rdv, const smp::DeviceMesh& m
   // NCCL pairs the k-th send with the k-th receive, whatever their tags.
   auto mismatch = wrapped("rdv.tags");
   if (me == 0) {
-    mismatch->send(A(), 1, 5);  // its receive never runs: not waited for
+    try {
+      mismatch->send(A(), 1, 5)->wait();
+      throw CheckFailed("a send of tag 5 completed into a receive of tag 6");
+    } catch (const smp::Error& e) {
+      std::cout << "rank 0: told of the refusal: " << e.what() << std::endl;
+    }
   } else {
     at::Tensor x = at::empty({8});
     try {

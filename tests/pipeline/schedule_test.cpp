@@ -593,10 +593,12 @@ TEST(NcclOrder, OneFOneBAtTwoStagesDeadlocksOnOneStreamPerPairAndNamesTheOps) {
         << e;
   }
   EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerDirection), "");
+  EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerGroup), "");
 }
 
 // Every schedule, far beyond the equivalence tests' layouts: none can hang on
-// the executor's streams (a pair's directions apart). On one stream per pair
+// the executor's streams (its two groups, with a stream per pair and
+// direction, or per group once connected at start). On one stream per pair
 // GPipe never hangs and the others do, at some sizes; that is what the
 // executor's second pp group is for.
 TEST(NcclOrder, NoScheduleDeadlocksWithAStreamPerDirection) {
@@ -611,12 +613,25 @@ TEST(NcclOrder, NoScheduleDeadlocksWithAStreamPerDirection) {
           const Schedule s = make_schedule(name, p, m, v);
           ++schedules;
           EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerDirection), "");
+          EXPECT_EQ(check_nccl_order(s, NcclStreams::OnePerGroup), "");
           EXPECT_TRUE(simulate(s).ok);
           if (!check_nccl_order(s, NcclStreams::OnePerPair).empty()) ++hangs_on_one_stream[name];
         }
   EXPECT_EQ(schedules, 358);
   EXPECT_EQ(hangs_on_one_stream.count("gpipe"), 0u);
   for (const char* name : {"1f1b", "interleaved-1f1b", "zb-h1"}) EXPECT_GT(hangs_on_one_stream[name], 0) << name;
+}
+
+// What a stuck receive waits for is named from its side: the peer's send to it.
+TEST(NcclOrder, AStuckReceiveNamesThePeersSendToIt) {
+  Schedule s = make_schedule("gpipe", 2, 1);
+  auto& a0 = s.actions[0];  // rank 0: F0 send_act0>1 recv_grad0<1 B0: receive before sending
+  std::swap(a0[1], a0[2]);
+  const std::string e = check_nccl_order(s, NcclStreams::OnePerDirection);
+  EXPECT_NE(e.find("rank 0 waits for recv_grad0<1, its stream of receives from rank 1 is stuck at recv_grad0<1 (rank "
+                   "1's send #1 to rank 0, not posted)"),
+            std::string::npos)
+      << e;
 }
 
 // A receive that is not the one its sender posted next: NCCL, without tags,

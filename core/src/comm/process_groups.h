@@ -40,9 +40,10 @@ class ProcessGroups {
                         const std::vector<int>& world_ranks);
 
   // The pipeline's second group over the pp axis' ranks, for messages to a
-  // lower pp rank ("pp" carries those to a higher one): each direction of a
-  // pair on a communicator, so on a NCCL stream, of its own, where a send
-  // waits only for its own receive (schedule/nccl_order.h). Null when pp == 1.
+  // lower pp rank ("pp" carries those to a higher one): under NCCL a send
+  // waits for its receive, and ops of one stream run in order, so the two
+  // directions must not share one (schedule/nccl_order.h: with a stream per
+  // pair and direction, or per group, no schedule deadlocks). Null when pp == 1.
   Communicator* pipeline_down();
 
   // Every communicator made so far, by key ("dp", "tp", "tied.wte", ...).

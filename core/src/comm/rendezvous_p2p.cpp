@@ -35,9 +35,9 @@ struct Op {
   std::exception_ptr error;
 };
 
+// The group's one stream: its ops run one at a time, in posted order.
 struct Stream {
   std::deque<std::shared_ptr<Op>> queue;  // the front one runs
-  int sends = 0, recvs = 0;               // posted so far (the next sequence numbers)
   std::exception_ptr failed;              // an op failed: every later one fails
   std::thread worker;
 };
@@ -50,7 +50,8 @@ struct State {
   std::function<std::string(int)> describe_tag;
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int, Stream> streams;  // by peer
+  Stream stream;
+  std::map<int, int> sends, recvs;  // by peer: posted so far (the next sequence numbers)
   bool stop = false;
 
   std::string where() const {
@@ -74,11 +75,10 @@ struct State {
     std::string m = where() + ": " + op.name + " has not completed in " + seconds.str() +
                     " s under NCCL's point-to-point rules (comm.p2p_semantics = \"rendezvous\": a send completes "
                     "when its receive runs, a pair's ops run in posted order)";
-    auto it = streams.find(op.peer);
-    if (it == streams.end() || it->second.queue.empty()) return m;
-    const auto& q = it->second.queue;
+    const auto& q = stream.queue;
+    if (q.empty()) return m;
     const Op& front = *q.front();
-    m += "; this rank's stream with group rank " + std::to_string(op.peer) + " is at " + front.name;
+    m += "; this rank's stream is at " + front.name;
     if (!front.phase.empty()) m += ", " + front.phase;
     std::string behind;
     for (size_t i = 1; i < q.size() && i <= 4; ++i) behind += (behind.empty() ? "" : ", ") + q[i]->name;
@@ -102,6 +102,10 @@ void send_message(State& s, Op& op) {
                       " from this rank)");
   at::Tensor ack = at::empty({1}, at::kLong);
   s.inner->recv(ack, op.peer, wire_tag(op.seq, kAck))->wait();
+  // Refused: the receiver took the header only; the body is never received.
+  if (ack.item<int64_t>() < 0)
+    throw Error(s.where() + ": " + peer + "'s receive #" + std::to_string(op.seq + 1) + " from this rank refused " +
+                op.name + ": it was posted for another message (NCCL would have matched the two)");
   head->wait();
   body->wait();
 }
@@ -112,6 +116,8 @@ void receive_message(State& s, Op& op) {
   at::Tensor meta = at::empty({3}, at::kLong);
   s.inner->recv(meta, op.peer, wire_tag(op.seq, kMeta))->wait();
   const int64_t* m = meta.data_ptr<int64_t>();
+  if (m[0] != op.tag || m[1] != op.tensor.numel() || m[2] != static_cast<int64_t>(op.tensor.scalar_type()))
+    s.inner->send(at::full({1}, -1, at::kLong), op.peer, wire_tag(op.seq, kAck))->wait();  // the sender hears why
   if (m[0] != op.tag)
     throw Error(s.where() + ": NCCL would match " + peer + "'s send #" + std::to_string(op.seq + 1) + " (" +
                 s.tag_text(static_cast<int>(m[0])) + ") with this rank's " + op.name +
@@ -125,14 +131,14 @@ void receive_message(State& s, Op& op) {
   s.inner->send(ack, op.peer, wire_tag(op.seq, kAck))->wait();
 }
 
-// A peer's stream: runs the posted ops one at a time, in order.
-void run_stream(std::shared_ptr<State> s, int peer) {
+// The stream: runs the posted ops one at a time, in order.
+void run_stream(std::shared_ptr<State> s) {
   for (;;) {
     std::shared_ptr<Op> op;
     std::exception_ptr failed;
     {
       std::unique_lock<std::mutex> lock(s->mu);
-      Stream& st = s->streams[peer];
+      Stream& st = s->stream;
       s->cv.wait(lock, [&] { return s->stop || !st.queue.empty(); });
       if (s->stop) return;
       op = st.queue.front();
@@ -150,7 +156,7 @@ void run_stream(std::shared_ptr<State> s, int peer) {
     }
     {
       std::lock_guard<std::mutex> lock(s->mu);
-      Stream& st = s->streams[peer];
+      Stream& st = s->stream;
       op->done = true;
       op->error = error;
       op->phase.clear();
@@ -201,19 +207,15 @@ class RendezvousP2p final : public Communicator {
       // Ops in flight finish or fail within a moment; one stuck in the
       // transport (a hang being reported) would hold the exit until the
       // transport's own timeout: its thread is left behind, with what it uses.
-      s_->cv.wait_for(lock, std::chrono::seconds(1), [&] {
-        for (auto& [peer, st] : s_->streams)
-          if (!st.queue.empty() && !st.failed) return false;
-        return true;
-      });
+      Stream& st = s_->stream;
+      s_->cv.wait_for(lock, std::chrono::seconds(1), [&] { return st.queue.empty() || st.failed; });
       s_->stop = true;
-      for (auto& [peer, st] : s_->streams) {
-        busy = busy || !st.queue.empty();
-        workers.push_back(std::move(st.worker));
-      }
+      busy = !st.queue.empty();
+      workers.push_back(std::move(st.worker));
     }
     s_->cv.notify_all();
-    for (auto& w : workers) busy ? w.detach() : w.join();
+    for (auto& w : workers)
+      if (w.joinable()) busy ? w.detach() : w.join();
     if (busy) (void)inner_.release();  // still used by a detached worker; the process is failing anyway
   }
 
@@ -263,10 +265,10 @@ class RendezvousP2p final : public Communicator {
     op->name = name;
     {
       std::lock_guard<std::mutex> lock(s_->mu);
-      Stream& st = s_->streams[peer];
-      op->seq = send ? st.sends++ : st.recvs++;
+      Stream& st = s_->stream;
+      op->seq = send ? s_->sends[peer]++ : s_->recvs[peer]++;
       st.queue.push_back(op);
-      if (!st.worker.joinable()) st.worker = std::thread(run_stream, s_, peer);
+      if (!st.worker.joinable()) st.worker = std::thread(run_stream, s_);
     }
     s_->cv.notify_all();
     return std::make_shared<OpWork>(s_, op);

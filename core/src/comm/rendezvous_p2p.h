@@ -5,13 +5,17 @@
 // any order of sends and receives works. NCCL does not: a send completes only
 // when the peer's matching receive runs, the k-th send from a to b matches the
 // k-th receive on b from a whatever their tags, and a communicator runs its ops
-// with one peer one at a time, in posted order, on one stream (c10d makes a
-// NCCL communicator per pair of ranks for send/recv). This communicator wraps
-// another and gives its send/recv those rules, on a thread per peer:
+// one at a time, in posted order, on one stream. (c10d makes a NCCL
+// communicator per pair of ranks for send/recv, unless the group was connected
+// at start, LibTorch >= 2.3: then every op of the group, send/recv included,
+// runs on the group's one stream, the stricter of the two, emulated here.)
+// This communicator wraps another and gives its send/recv those rules, on a
+// thread that runs them in posted order:
 //   * a send hands its tag and tensor to the wrapped transport, then waits for
 //     the receiver's acknowledgement, sent once the matching receive ran;
 //   * a receive takes the peer's next message (by sequence, not by tag) and
-//     refuses one that carries another tag, which NCCL would silently take;
+//     refuses one that carries another tag or size, which NCCL would silently
+//     take, and tells the sender so;
 //   * a host waiting past the communicator's timeout gets an error naming its
 //     op, the op its stream is stuck at, and what is queued behind it.
 // Collectives go to the wrapped communicator unchanged. The streams use the

@@ -69,8 +69,18 @@ class NcclReplay {
   }
 
   int stream_of(int rank, int peer, bool send) {
+    if (model_ == NcclStreams::OnePerGroup) {
+      // The group of a message going up (to a higher rank) or down; peer -2
+      // marks the up group's stream, -3 the down group's.
+      const bool up = send ? peer > rank : peer < rank;
+      return stream_keyed(rank, up ? -2 : -3, -1);
+    }
     const int key_peer = model_ == NcclStreams::OnePerRank ? -1 : peer;
     const int key_dir = model_ == NcclStreams::OnePerDirection ? (send ? 1 : 0) : -1;
+    return stream_keyed(rank, key_peer, key_dir);
+  }
+
+  int stream_keyed(int rank, int key_peer, int key_dir) {
     for (size_t k = 0; k < streams_.size(); ++k)
       if (streams_[k].rank == rank && streams_[k].peer == key_peer && streams_[k].direction == key_dir)
         return static_cast<int>(k);
@@ -179,9 +189,10 @@ class NcclReplay {
   std::string deadlock() const {
     std::ostringstream os;
     os << "deadlock under NCCL's rules (rendezvous sends, "
-       << (model_ == NcclStreams::OnePerPair   ? "a stream per pair of ranks"
-           : model_ == NcclStreams::OnePerRank ? "one stream per rank"
-                                               : "a stream per pair and direction")
+       << (model_ == NcclStreams::OnePerPair    ? "a stream per pair of ranks"
+           : model_ == NcclStreams::OnePerRank  ? "one stream per rank"
+           : model_ == NcclStreams::OnePerGroup ? "a stream per rank and group"
+                                                : "a stream per pair and direction")
        << "):";
     for (int r = 0; r < s_.stages; ++r) {
       const Host& h = hosts_[r];
@@ -196,14 +207,19 @@ class NcclReplay {
         const int other = counterpart(op);
         const std::string peer = std::to_string(st.peer);
         os << ", its stream"
-           << (st.peer < 0            ? std::string()
+           << (st.peer == -2          ? " of the up group"
+               : st.peer == -3        ? " of the down group"
+               : st.peer < 0          ? std::string()
                : st.direction == 1 ? " of sends to rank " + peer
                : st.direction == 0 ? " of receives from rank " + peer
                                    : " with rank " + peer)
-           << " is stuck at " << to_string(a) << " (rank " << a.peer << "'s " << (is_send(a.op) ? "receive " : "send ")
-           << ordinal(op.seq) << " from rank " << r << ", ";
+           << " is stuck at " << to_string(a) << " (rank " << a.peer << "'s "
+           << (is_send(a.op) ? "receive " + ordinal(op.seq) + " from" : "send " + ordinal(op.seq) + " to") << " rank " << r
+           << ", ";
         if (other < 0) {
           os << "not posted)";
+        } else if (running(ops_[other])) {
+          os << to_string(action_of(ops_[other])) << ", is running)";
         } else {
           const Stream& ost = streams_[ops_[other].stream];
           os << to_string(action_of(ops_[other])) << ", is queued behind " << group_text(ost.groups.front()) << ")";

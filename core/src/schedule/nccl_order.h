@@ -30,7 +30,12 @@ namespace smp {
 //     stream is possible.
 // Returns "" when the schedule completes, else the deadlock, naming for every
 // rank what its host waits for and what its streams are stuck at.
-enum class NcclStreams { OnePerPair, OnePerRank, OnePerDirection };
+//   OnePerGroup: smp's two groups as LibTorch >= 2.3 runs them once a group
+//     is connected at start (eagerConnectSingleDevice): unbatched send/recv
+//     are then serialized with every other op of the group on its one stream,
+//     so rank r's "pp" stream holds its receives from r-1 and its sends to
+//     r+1 in posted order, and "pp.down" the reverse.
+enum class NcclStreams { OnePerPair, OnePerRank, OnePerDirection, OnePerGroup };
 std::string check_nccl_order(const Schedule& schedule, NcclStreams streams);
 
 }  // namespace smp

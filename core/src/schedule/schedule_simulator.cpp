@@ -49,10 +49,13 @@ class Simulator {
       init();
       loop();
       check_complete();
-      // The executor's streams (nccl_order.h): implied by the buffered run
-      // above, checked so that a change to either shows here.
-      const std::string nccl = check_nccl_order(s_, NcclStreams::OnePerDirection);
-      if (!nccl.empty()) fail(nccl);
+      // The executor's streams (nccl_order.h): a stream per direction of a
+      // pair (c10d's send/recv on two groups) or per group (the groups
+      // connected at start, LibTorch >= 2.3).
+      for (NcclStreams model : {NcclStreams::OnePerDirection, NcclStreams::OnePerGroup}) {
+        const std::string nccl = check_nccl_order(s_, model);
+        if (!nccl.empty()) fail(nccl);
+      }
       res.ok = true;
     } catch (const Fail& f) {
       res.ok = false;

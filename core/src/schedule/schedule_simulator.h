@@ -66,7 +66,8 @@ struct SimResult {
 // chunk) not forwarded / backwarded exactly once on its rank. Also checks shape:
 // one action list per stage, microbatch and chunk indices in range. Finally
 // the schedule must complete under NCCL's rules with the executor's streams
-// (check_nccl_order, OnePerDirection), else ok = false naming the deadlock.
+// (check_nccl_order, OnePerDirection and OnePerGroup), else ok = false naming
+// the deadlock.
 SimResult simulate(const Schedule& schedule, const SimCosts& costs = {});
 
 // The simulated timeline in the format run.trace writes (Chrome trace /
