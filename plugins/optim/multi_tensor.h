@@ -27,9 +27,10 @@
 #define SMP_OPTIM_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-// LibTorch's fused optimizer kernels: AdamW on CUDA from 2.0, SGD on CUDA from
-// 2.3 (its _fused_sgd_), both on the CPU from 2.4.
-#define SMP_OPTIM_HAS_FUSED_ADAMW SMP_OPTIM_TORCH_AT_LEAST(2, 0)
+// LibTorch's fused optimizer kernels: AdamW on CUDA from 2.1 (2.0 may have
+// had only _fused_adam_; not checked, so 2.0 takes the foreach path), SGD on
+// CUDA from 2.3 (its _fused_sgd_), both on the CPU from 2.4.
+#define SMP_OPTIM_HAS_FUSED_ADAMW SMP_OPTIM_TORCH_AT_LEAST(2, 1)
 #define SMP_OPTIM_HAS_FUSED_SGD SMP_OPTIM_TORCH_AT_LEAST(2, 3)
 #define SMP_OPTIM_HAS_FUSED_CPU SMP_OPTIM_TORCH_AT_LEAST(2, 4)
 

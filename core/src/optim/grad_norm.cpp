@@ -11,7 +11,7 @@
 #include <utility>
 
 // _foreach_norm's dtype argument (norms of 16-bit gradients in fp32).
-#define SMP_FOREACH_NORM_DTYPE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+#define SMP_FOREACH_NORM_DTYPE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 
 namespace smp {
 

@@ -178,7 +178,6 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
     for (const PhaseClock::Phase& p : phases.finish()) {
       if (p.name == "pipeline") d.compute = p.device_s;
       if (p.name == "grad_sync") d.grad_sync = p.device_s;
-      if (p.name == "snapshot") d.snapshot = p.device_s;
       if (p.name == "clip") d.clip = p.device_s;
       if (p.name == "optimizer") d.optimizer = p.device_s;
     }

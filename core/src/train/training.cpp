@@ -273,7 +273,8 @@ nlohmann::json make_summary(Runtime& rt, const RunRecord& rec, const PeakFlops& 
     device["grad_sync"] = rt.gather_world(rec.device_sum.grad_sync / d);
     device["clip"] = rt.gather_world(rec.device_sum.clip / d);
     device["optimizer"] = rt.gather_world(rec.device_sum.optimizer / d);
-    device["snapshot"] = rt.gather_world(rec.device_sum.snapshot / d);
+    // No "snapshot": that phase is the host waiting for copies on a side
+    // stream, which the compute stream's events around it do not see.
     summary["phase_device_seconds"] = device;
   }
   const nlohmann::json comm = rt.comm_bytes();
