@@ -1,5 +1,7 @@
 #include "base/device.h"
 
+#include "base/datasheet_peaks.h"
+
 #include <smp/error.h>
 
 #include <ATen/Context.h>
@@ -68,6 +70,19 @@ std::string device_key(const c10::Device& device) {
   (void)cudaGetLastError();
 #endif
   return std::string(host) + "/" + device.str();
+}
+
+PeakFlops measure_peaks(const c10::Device& device, c10::ScalarType compute) {
+  PeakFlops p;
+  p.device_name = device_name(device);
+  p.dtype = gemm_dtype_name(device, compute);
+  if (device.is_cuda())
+    if (const DatasheetPeak* d = datasheet_peak(p.device_name)) {
+      p.datasheet_gpu = d->gpu;
+      p.datasheet = d->flops(p.dtype);
+    }
+  p.measured = gemm_peak_flops(device, compute);
+  return p;
 }
 
 double gemm_peak_flops(const c10::Device& device, c10::ScalarType dtype) {

@@ -7,6 +7,8 @@
 #include <smp/job_config.h>
 #include <smp/process_env.h>
 
+#include <smp/peak_flops.h>
+
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
@@ -29,6 +31,11 @@ c10::Device rank_device(const RunConfig& run, const ProcessEnv& env, const std::
 // the rank's. Else local_rank (or its run.devices entry); -1 with *why set
 // when that is not a GPU it sees.
 int cuda_index_for(int local_rank, const std::vector<int>& devices, int count, const char* visible, std::string* why);
+
+// What MFU is stated against on `device` for a job computing in `compute`:
+// the datasheet peak from the table (datasheet_peaks.h) where it knows the
+// GPU, and the GEMM peak measured now (gemm_peak_flops).
+PeakFlops measure_peaks(const c10::Device& device, c10::ScalarType compute);
 
 // "host/<GPU>" for a CUDA device (the GPU's PCI bus id where CUDA is compiled
 // in, so ranks that each see their one GPU as cuda:0 still differ), "" for

@@ -9,7 +9,6 @@
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
 
-#include "base/datasheet_peaks.h"
 #include "base/device.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
@@ -174,22 +173,9 @@ int64_t Runtime::steps_done() const { return impl_->state->steps(); }
 int64_t Runtime::parameter_init_peak() const { return impl_->state->parameter_init_peak(); }
 std::string Runtime::device() const { return impl_->context->device().str(); }
 std::string Runtime::precision() const { return to_string(impl_->job.train.precision); }
-double Runtime::measure_peak_flops() const {
-  return gemm_peak_flops(impl_->context->device(), compute_dtype(impl_->job.train.precision));
-}
+double Runtime::measure_peak_flops() const { return measure_peaks().measured; }
 PeakFlops Runtime::measure_peaks() const {
-  const c10::Device device = impl_->context->device();
-  const auto dtype = compute_dtype(impl_->job.train.precision);
-  PeakFlops p;
-  p.device_name = device_name(device);
-  p.dtype = gemm_dtype_name(device, dtype);
-  if (device.is_cuda())
-    if (const DatasheetPeak* d = datasheet_peak(p.device_name)) {
-      p.datasheet_gpu = d->gpu;
-      p.datasheet = d->flops(p.dtype);
-    }
-  p.measured = gemm_peak_flops(device, dtype);
-  return p;
+  return smp::measure_peaks(impl_->context->device(), compute_dtype(impl_->job.train.precision));
 }
 int64_t Runtime::parameter_count() const { return impl_->state->parameter_count(); }
 const Config& Runtime::config() const { return impl_->config; }

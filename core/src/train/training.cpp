@@ -341,6 +341,21 @@ void write_outputs(Runtime& rt, const nlohmann::json& summary) {
   }
 }
 
+// The run's first lines: the layout, the parameters, and what MFU is against.
+void log_layout(const Runtime& rt, const PeakFlops& peaks, const std::string& gemm, double parameters) {
+  const DeviceMesh& mesh = rt.mesh();
+  spdlog::info("layout pp={} tp={} dp={}{} world={} on {}{} ({}); {} parameters; measured peak {:.1f} GFLOP/s per "
+               "rank ({} GEMM)",
+               mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(),
+               rt.device() == "cpu" ? std::string() : " [" + peaks.device_name + "]", rt.precision(),
+               static_cast<int64_t>(parameters), peaks.measured / 1e9, gemm);
+  if (peaks.has_datasheet())
+    spdlog::info("MFU is against the datasheet dense peak of the {} in {}: {:.0f} TFLOP/s per rank", peaks.datasheet_gpu,
+                 peaks.dtype, peaks.datasheet / 1e12);
+  else
+    spdlog::info("MFU is against the measured GEMM peak: no datasheet figure for {}", peaks.device_name);
+}
+
 }  // namespace
 
 nlohmann::json run_training(Runtime& rt) {
@@ -362,18 +377,7 @@ nlohmann::json run_training(Runtime& rt) {
   const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
   const std::vector<double> counts = rt.gather_world(static_cast<double>(rt.parameter_count()));
   const double parameters = std::accumulate(counts.begin(), counts.end(), 0.0);
-  if (rank0) {
-    spdlog::info("layout pp={} tp={} dp={}{} world={} on {}{} ({}); {} parameters; measured peak {:.1f} GFLOP/s per "
-                 "rank ({} GEMM)",
-                 mesh.pp(), mesh.tp(), mesh.dp(), job_axes(mesh), mesh.world_size(), rt.device(),
-                 rt.device() == "cpu" ? std::string() : " [" + peaks.device_name + "]", rt.precision(),
-                 static_cast<int64_t>(parameters), peaks.measured / 1e9, gemm);
-    if (peaks.has_datasheet())
-      spdlog::info("MFU is against the datasheet dense peak of the {} in {}: {:.0f} TFLOP/s per rank", peaks.datasheet_gpu,
-                   peaks.dtype, peaks.datasheet / 1e12);
-    else
-      spdlog::info("MFU is against the measured GEMM peak: no datasheet figure for {}", peaks.device_name);
-  }
+  if (rank0) log_layout(rt, peaks, gemm, parameters);
   RunRecord rec;
   MetricsLog metrics = rank0 ? MetricsLog(job.run.dir) : MetricsLog();
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
