@@ -83,7 +83,10 @@ packages=(
 case $torch_kind in
   # LibTorch 1.13.1 (CPU); python3-torch, Debian's python3 with that LibTorch,
   # runs the reference tests' Python (Megatron's own dataset reader).
-  debian) packages+=(libtorch-dev python3-torch) ;;
+  # python3-pip installs the reference packages below; iproute2's `ip` makes
+  # the network namespaces of the partition test. Without them those checks
+  # could only be skipped, and CI (SMP_REQUIRE_REFERENCES=1) fails on that.
+  debian) packages+=(libtorch-dev python3-torch python3-pip iproute2) ;;
   pip)    # pip itself, when python3 has none (Debian's python3 then needs
           # --break-system-packages, below)
           python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip) ;;

@@ -4,6 +4,7 @@
 // another layout: equal within the equivalence tests' fp32 bounds), and every
 // bad checkpoint must be refused naming the file and tensor.
 #include "job_runner.h"
+#include "reference_check.h"
 
 #include "checkpoint/safetensors.h"
 
@@ -444,7 +445,7 @@ TEST(CheckpointTool, ExportImportRoundTripAndTheGpt2Layout) {
 TEST(CheckpointTool, TheGpt2FileReadsInPythonsSafetensors) {
   const std::string python = "PYTHONPATH=" + source_path(".pydeps") + " python3";
   if (run_command(python + " -c 'import safetensors, numpy'").exit_code != 0)
-    GTEST_SKIP() << "python3 with safetensors and numpy is not installed (scripts/setup.sh puts them in .pydeps/)";
+    SMP_REFERENCE_UNAVAILABLE() << "python3 with safetensors and numpy is not installed (scripts/setup.sh puts them in .pydeps/)";
   const JobResult saved = run_job(1, gpt().plugin, gpt().config, {"train.steps=1", "run.checkpoint_every=1"});
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const std::string out = fresh_dir("gpt2");
@@ -566,7 +567,7 @@ TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
   ASSERT_EQ(c.exit_code, 0) << c.output;
   write_tokens(out + "/tokens.txt", 8, 7);
   const Command theirs = run_hf_reference(out + "/hf " + out + "/tokens.txt 16");
-  if (theirs.exit_code == 77) GTEST_SKIP() << "transformers is not installable here: " << theirs.output;
+  if (theirs.exit_code == 77) SMP_REFERENCE_UNAVAILABLE() << "transformers is not installable here: " << theirs.output;
   ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
   std::string eval = std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out + "/tokens.txt";
   for (const auto& s : llama) eval += " " + s;
@@ -691,7 +692,7 @@ TEST(Generate, GreedyEqualsTransformersAndEveryLayoutAgrees) {
   ASSERT_EQ(c.exit_code, 0) << c.output;
   const Command theirs = run_hf_reference(out + "/hf --generate 84,104 10");  // 'T', 'h'
   if (theirs.exit_code == 77)
-    GTEST_SKIP() << "transformers is not installable here (the layouts agreed): " << theirs.output;
+    SMP_REFERENCE_UNAVAILABLE() << "transformers is not installable here (the layouts agreed): " << theirs.output;
   ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
   EXPECT_EQ(last_json(theirs.output)["ids"].get<std::vector<int64_t>>(), greedy) << theirs.output;
 }
@@ -909,7 +910,7 @@ TEST(CheckpointTool, MoeRoundTripsThroughMixtralsLayout) {
     EXPECT_NE(c.output.find(said), std::string::npos) << c.output;
   }
   if (theirs.exit_code == 77)
-    GTEST_SKIP() << "transformers is not installable here (the round trip passed): " << theirs.output;
+    SMP_REFERENCE_UNAVAILABLE() << "transformers is not installable here (the round trip passed): " << theirs.output;
 }
 
 // The other way: a Llama transformers itself wrote (save_pretrained, sharded
@@ -920,7 +921,7 @@ TEST(CheckpointTool, ALlamaTransformersWroteScoresInSmpAsInTransformers) {
   const std::string out = fresh_dir("hf-theirs");
   write_tokens(out + "/tokens.txt", 8, 13);
   const Command theirs = run_hf_reference(out + "/theirs --write " + out + "/tokens.txt 16");
-  if (theirs.exit_code == 77) GTEST_SKIP() << "transformers is not installable here: " << theirs.output;
+  if (theirs.exit_code == 77) SMP_REFERENCE_UNAVAILABLE() << "transformers is not installable here: " << theirs.output;
   ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
   ASSERT_TRUE(fs::exists(out + "/theirs/model.safetensors.index.json")) << theirs.output;
   Command c = run_command(tool() + " import " + out + "/theirs " + out + "/imported --adapter gpt --format hf");

@@ -2,6 +2,7 @@
 // back byte for byte; a dataset written by an independent writer of the
 // format (a short Python script) reads and trains; every bad input is named.
 #include "corpus.h"
+#include "reference_check.h"
 #include "epoch_index.h"
 #include "job_runner.h"
 #include "text_dataset.h"
@@ -103,7 +104,7 @@ TEST(PreparedData, PrepareWritesMegatronsFormatAndReadsBackByteForByte) {
 }
 
 TEST(PreparedData, AnIndependentWritersDatasetReadsAndTrains) {
-  if (sh("python3 -c 'import struct'").first != 0) GTEST_SKIP() << "python3 is not installed";
+  if (sh("python3 -c 'import struct'").first != 0) SMP_REFERENCE_UNAVAILABLE() << "python3 is not installed";
   const fs::path d = fresh("python");
   auto [code, out] = sh("python3 " + source_path("tests/integration/data/write_megatron_dataset.py") + " " +
                         (d / "ext").string() + " /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0");
@@ -380,12 +381,12 @@ TEST(Tokenizers, ByteLevelBpeMatchesHuggingFaceTokenForToken) {
   const fs::path d = fresh("bpe");
   const std::string text = slurp(source_path("tests/integration/data/bpe_text.txt"));
   ASSERT_FALSE(text.empty());
-  if (sh("python3 -c 'import sys'").first != 0) GTEST_SKIP() << "python3 is not installed";
+  if (sh("python3 -c 'import sys'").first != 0) SMP_REFERENCE_UNAVAILABLE() << "python3 is not installed";
   auto [code, out] = sh("PYTHONPATH=" + source_path(".pydeps") + " python3 " +
                         source_path("tests/integration/data/bpe_reference.py") + " /usr/share/common-licenses/GPL-3 " +
                         source_path("tests/integration/data/bpe_text.txt") + " " + d.string());
   if (code == 77 || (code != 0 && out.find("No module named") != std::string::npos))
-    GTEST_SKIP() << "the reference is not installable here: " << out;
+    SMP_REFERENCE_UNAVAILABLE() << "the reference is not installable here: " << out;
   ASSERT_EQ(code, 0) << out;
   const auto expected = nlohmann::json::parse(slurp(d / "expected.json"));
   struct Case {
@@ -676,7 +677,7 @@ TEST(PreparedData, MegatronsOwnReaderAndWriterAgreeWithOurs) {
     if (code != 77) break;
     why += python + ": " + out + "; ";
   }
-  if (code == 77) GTEST_SKIP() << "Megatron's reader is not installable here: " << why;
+  if (code == 77) SMP_REFERENCE_UNAVAILABLE() << "Megatron's reader is not installable here: " << why;
   ASSERT_EQ(code, 0) << out;
   const auto docs = nlohmann::json::parse(out.substr(out.find('{')))["documents"];
   smp::sdk::IndexedDataset theirs((d / "theirs").string());

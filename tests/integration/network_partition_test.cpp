@@ -7,6 +7,7 @@
 // checkpoint: the run ends with the parameters of the run never cut.
 // Needs root (ip netns); skips otherwise, saying why.
 #include "job_runner.h"
+#include "reference_check.h"
 
 #include <gtest/gtest.h>
 
@@ -78,10 +79,10 @@ const std::vector<std::string> kJob = {"parallel.dp=2",          "train.steps=60
                                        "run.checkpoint_every=10", "comm.shm_mb=0",   "run.dump_parameters=true"};
 
 TEST(NetworkPartition, BothNodesStopWithinTheHangTimeoutAndResumeWithNothingLost) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces (ip netns)";
-  if (sh("command -v ip") != 0) GTEST_SKIP() << "no 'ip' (iproute2) to make network namespaces";
+  if (::geteuid() != 0) SMP_REFERENCE_UNAVAILABLE() << "needs root to make network namespaces (ip netns)";
+  if (sh("command -v ip") != 0) SMP_REFERENCE_UNAVAILABLE() << "no 'ip' (iproute2) to make network namespaces";
   TwoHosts hosts;
-  if (!hosts.ok()) GTEST_SKIP() << "ip netns / veth could not be set up here (no CAP_NET_ADMIN?)";
+  if (!hosts.ok()) SMP_REFERENCE_UNAVAILABLE() << "ip netns / veth could not be set up here (no CAP_NET_ADMIN?)";
 
   const std::string plugin = plugin_path("gpt"), config = source_path("tests/integration/data/gpt-equiv.toml");
   const JobResult whole = run_job(2, plugin, config, kJob);
