@@ -132,6 +132,14 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
     ++c.parameters;
     const at::Tensor u = p - p0;
     c.worst_abs = std::max(c.worst_abs, (p - p_ref).abs().max().item<double>());
+    const at::Tensor p0_ref = ref_start.at(name);
+    const double start_scale = p0_ref.numel() > 0 ? p0_ref.abs().max().item<double>() : 0.0;
+    const double start_gap =
+        p0.numel() > 0 ? (p0 - p0_ref).abs().max().item<double>() / (start_scale > 0 ? start_scale : 1.0) : 0.0;
+    c.start_gap = std::max(c.start_gap, start_gap);
+    if (!(start_gap <= b.start_rtol))
+      note("parameter " + name + ": starts off by " + num(start_gap) + " of its largest element (bound " +
+           num(b.start_rtol) + ")");
     gap_sq += (u - u_ref).pow(2).sum().item<double>();
     ref_sq += u_ref.pow(2).sum().item<double>();
     const double scale = std::max(u_ref.abs().max().item<double>(), 0.1 * moved);
@@ -141,6 +149,8 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
       note("parameter " + name + ": update off by " + num(gap) + " of its largest element (bound " +
            num(b.param_update_rtol) + ")");
   }
+  if (!(c.worst_abs <= b.param_abs_tol))
+    note("parameters end up to " + num(c.worst_abs) + " from the serial run's (bound " + num(b.param_abs_tol) + ")");
   if (!ref_end.empty() && moved == 0) note("the serial run's parameters did not move: nothing was compared");
   c.update_gap = ref_sq > 0 ? std::sqrt(gap_sq / ref_sq) : 0;
   if (!(c.update_gap <= b.update_rtol))
