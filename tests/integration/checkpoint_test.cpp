@@ -392,17 +392,21 @@ nlohmann::json last_json(const std::string& output, const std::string& start = "
 
 // smp's scores (smp_hf_eval) and transformers' (hf_reference.py) agree: the
 // loss to 1e-4 relative, the logits to 1e-4. Prints both under `label`.
+// The loss within 1e-6 relative, and every logit of every position over the
+// whole vocabulary within 1e-5 of the largest logit's magnitude (issue 53:
+// 1e-4 on the first 8 entries let an rms_norm_eps of 1e-5 for 1e-6 pass).
 void expect_scores_agree(const nlohmann::json& ours, const nlohmann::json& theirs, const std::string& label) {
   const double a = ours["loss"].get<double>(), b = theirs["loss"].get<double>();
   std::printf("[ hf ] %s: smp loss %.8f, transformers %.8f, relative %.2e\n", label.c_str(), a, b,
               std::fabs(a - b) / b);
-  EXPECT_LT(std::fabs(a - b), 1e-4 * b);
+  EXPECT_LT(std::fabs(a - b), 1e-6 * b);
   const auto x = ours["logits"].get<std::vector<double>>(), y = theirs["logits"].get<std::vector<double>>();
   ASSERT_EQ(x.size(), y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  std::printf("[ hf ] %s: logits max |diff| %.3e\n", label.c_str(), worst);
-  EXPECT_LT(worst, 1e-4);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i])), scale = std::max(scale, std::fabs(y[i]));
+  std::printf("[ hf ] %s: %zu logits, max |diff| %.3e, %.2e of the largest (%.3g)\n", label.c_str(), x.size(), worst,
+              scale > 0 ? worst / scale : 0.0, scale);
+  EXPECT_LE(worst, 1e-5 * scale);
 }
 
 // export (smp's names, and GPT-2's) -> import -> run.init_from on another
@@ -582,7 +586,7 @@ TEST(CheckpointTool, TheExportedLlamaScoresAsTransformersDoes) {
   expect_scores_agree(ours, reference, "exported Llama");
   EXPECT_GT(std::fabs(ours["loss"].get<double>() - std::log(256.0)), 0.05)
       << "the model is still at chance: the test would see little";
-  ASSERT_EQ(ours["logits"].size(), 8u * 16u * 8u);
+  ASSERT_EQ(ours["logits"].size(), 8u * 16u * 256u);
 }
 
 // model.from_hf: a run takes its [model] shape from an exported folder's

@@ -8,7 +8,7 @@
 // The tokens file: whitespace-separated ids, train.batch_size rows of
 // model.seq_len + 1 (a row's first seq_len are the inputs, its last seq_len
 // the targets). Prints one JSON line: {"loss": evaluate(batch), "logits":
-// [row][position][first 8 vocabulary entries] of forward(batch, {"logits"})}.
+// [row][position][vocabulary entry] of forward(batch, {"logits"}), every entry}.
 #include <smp/smp.h>
 
 #include <ATen/ATen.h>
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     const at::Tensor tokens = all.narrow(1, 0, len).contiguous(), targets = all.narrow(1, 1, len).contiguous();
     const double loss = rt->evaluate(smp::Batch{{"tokens", tokens}, {"targets", targets}});
     const at::Tensor logits = rt->forward(smp::Batch{{"tokens", tokens}}, {"logits"}).at("logits");
-    const at::Tensor head = logits.narrow(-1, 0, 8).to(at::kDouble).contiguous();
+    const at::Tensor head = logits.to(at::kDouble).contiguous();
     std::vector<double> values(head.data_ptr<double>(), head.data_ptr<double>() + head.numel());
     std::cout << nlohmann::json{{"loss", loss}, {"logits", values}, {"shape", logits.sizes().vec()}}.dump() << "\n";
     rt->shutdown();

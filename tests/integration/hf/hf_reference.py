@@ -11,7 +11,7 @@ by its config.json) scores the same tokens as smp_hf_eval.
                       files of at most 20KB, then scores TOKENS with it
 
 Prints one JSON line: {"loss": mean next-token cross-entropy, "logits":
-[row][position][first 8 vocabulary entries]}; with --generate, {"ids": the
+[row][position][vocabulary entry], every entry}; with --generate, {"ids": the
 N tokens transformers' greedy generate() adds to the prompt}. Exits 77 when torch or
 transformers is not installed. SMP_PYDEPS_HF names a folder of transformers
 and its pure-Python dependencies, searched after the interpreter's own (so
@@ -54,5 +54,5 @@ model.eval()
 with torch.no_grad():
     logits = model(input_ids=rows[:, :seq_len]).logits.double()
 loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
-print(json.dumps({"loss": loss.item(), "logits": logits[..., :8].reshape(-1).tolist(),
+print(json.dumps({"loss": loss.item(), "logits": logits.reshape(-1).tolist(),
                   "transformers": __import__("transformers").__version__, "torch": torch.__version__}))
