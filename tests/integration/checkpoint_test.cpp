@@ -450,7 +450,8 @@ TEST(CheckpointTool, TheGpt2FileReadsInPythonsSafetensors) {
   const std::string python = "PYTHONPATH=" + source_path(".pydeps") + " python3";
   if (run_command(python + " -c 'import safetensors, numpy'").exit_code != 0)
     SMP_REFERENCE_UNAVAILABLE() << "python3 with safetensors and numpy is not installed (scripts/setup.sh puts them in .pydeps/)";
-  const JobResult saved = run_job(1, gpt().plugin, gpt().config, {"train.steps=1", "run.checkpoint_every=1"});
+  const JobResult saved =
+      run_job(1, gpt().plugin, gpt().config, {"train.steps=3", "run.checkpoint_every=3", "train.lr=3e-2"});
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const std::string out = fresh_dir("gpt2");
   Command c = run_command(tool() + " export " + saved.run_dir + "/checkpoints " + out + "/gpt2/model.safetensors --format gpt2");
@@ -478,6 +479,20 @@ print("gpt2 layout ok:", len(got), "tensors")
   c = run_command(python + " " + script + " " + out + "/gpt2/model.safetensors " + out + "/gpt2/config.json");
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("gpt2 layout ok: 52 tensors"), std::string::npos) << c.output;
+  // Names and shapes would pass a square c_proj left untransposed: transformers'
+  // GPT2LMHeadModel scores the folder as smp scores the checkpoint.
+  write_tokens(out + "/tokens.txt", 8, 5);
+  const Command theirs = run_hf_reference(out + "/gpt2 " + out + "/tokens.txt 16");
+  if (theirs.exit_code == 77) SMP_REFERENCE_UNAVAILABLE() << "transformers is not installable here: " << theirs.output;
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.output;
+  c = run_command(std::string(SMP_HF_EVAL) + " " + gpt().plugin + " " + gpt().config + " " + out + "/tokens.txt" +
+                  " 'run.init_from=" + quoted(saved.run_dir + "/checkpoints") + "' 'run.dir=" + quoted(out + "/eval") +
+                  "' parallel.microbatches=2 run.dump_parameters=false");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json ours = last_json(c.output);
+  expect_scores_agree(ours, last_json(theirs.output, "{\"loss\""), "exported GPT-2");
+  EXPECT_GT(std::fabs(ours["loss"].get<double>() - std::log(256.0)), 0.05)
+      << "the model is still at chance: the test would see little";
 }
 
 // A Llama (GQA: 4 heads, 2 kv heads) to Hugging Face's LlamaForCausalLM layout
