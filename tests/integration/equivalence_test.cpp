@@ -352,6 +352,20 @@ TEST(GptEquivalence, PlainSgdOverDataTensorAndPipelineParallelism) {
                     {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"});
 }
 
+// The same for the layouts where a gradient's scale is easiest to get wrong
+// unseen by AdamW: experts over ep (each expert's gradient summed over the
+// ranks that routed tokens to it), cp (each rank a share of the tokens) and
+// BERT's encoder under pp x tp.
+TEST(OptimizerEquivalence, PlainSgdUnderExpertContextAndEncoderLayouts) {
+  const std::vector<std::string> sgd = {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"};
+  expect_equivalent(moe(), {{"dp2 ep2", 2, {"parallel.dp=2", "parallel.ep=2"}}}, sgd);
+  expect_equivalent(gpt(),
+                    {{"cp2 masked", 2, {"parallel.cp=2"}},
+                     {"cp2 all-to-all masked", 2, {"parallel.cp=2", "parallel.cp_mode=\"alltoall\""}}},
+                    with(sgd, {"model.mask_fraction=0.3", "parallel.microbatches=1"}));
+  expect_equivalent(bert(), {{"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}}}, sgd);
+}
+
 TEST(OptimizerEquivalence, SgdWithNesterovMomentumUnderZero0To3) {
   expect_equivalent(gpt(), zero_layouts(),
                     {"train.optimizer=sgd", "train.lr=0.05", "optimizer.momentum=0.9", "optimizer.nesterov=true"});
