@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace {
 
 struct Shape {
@@ -167,7 +169,10 @@ TEST(RendezvousP2pTest, OneCommunicatorHangsAndIsReportedOnePerDirectionComplete
                                            "waiting for group rank 0's matching receive (its #1 from this rank); "
                                            "queued behind it: recv from group rank 0 (tag 2)"))
       << r.output;
-  EXPECT_LT(r.seconds, 20) << r.output;  // about 6 s: the hang is reported at the 3 s timeout, not the transport's 6 s
+  // That the host's 3 s deadline fired, not the transport's 6 s, the reports'
+  // text says ("has not completed in 3 s"); the time is reported, not
+  // asserted (about 6 s in all here), and CTest's timeout ends a real hang.
+  std::printf("[ hang   ] both ranks reported; the run took %.1f s (host timeout 3 s)\n", r.seconds);
 }
 
 INSTANTIATE_TEST_SUITE_P(
