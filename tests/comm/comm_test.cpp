@@ -90,7 +90,8 @@ TEST(ShmAllreduceTest, MismatchedCallsFailOnEveryRankWithBothSizes) {
   EXPECT_TRUE(smp_test::contains(r.output, "all-reduce with 16 elements")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "all-reduce with 17 elements")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "axis 'world'")) << r.output;
-  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "timed out")) << r.output;  // found, not waited out
+  std::printf("[ time   ] the mismatch was reported after %.1f s (timeout 60 s)\n", r.seconds);
 }
 
 // The survivor learns of the exit from the pid check, not from the 60 s timeout.
@@ -100,7 +101,8 @@ TEST(ShmAllreduceTest, APeerThatExitsIsReportedWithinSeconds) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "group rank 1 (pid ")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "exited while this rank waited")) << r.output;
-  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "timed out")) << r.output;  // the pid check, not the timeout
+  std::printf("[ time   ] the exit was reported after %.1f s (timeout 60 s)\n", r.seconds);
 }
 
 // Pipeline-style sends and receives through shared memory (ShmMailbox): the
@@ -127,7 +129,8 @@ TEST(ShmP2pTest, ASizeMismatchNamesTheTagAndBothSizes) {
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "message tag 2 from group rank 0 has 64 bytes, this receive expects 68"))
       << r.output;
-  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "timed out")) << r.output;  // found, not waited out
+  std::printf("[ time   ] the mismatch was reported after %.1f s (timeout 60 s)\n", r.seconds);
 }
 
 // The receiver learns of the sender's exit from the pid check, not from the 60 s timeout.
@@ -136,7 +139,8 @@ TEST(ShmP2pTest, ASenderThatExitsIsReportedWithinSeconds) {
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "group rank 0 (pid ")) << r.output;
   EXPECT_TRUE(smp_test::contains(r.output, "exited while this rank waited for its message (tag 2)")) << r.output;
-  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "timed out")) << r.output;  // the pid check, not the timeout
+  std::printf("[ time   ] the exit was reported after %.1f s (timeout 60 s)\n", r.seconds);
 }
 
 // NCCL's rules on the CPU (comm/rendezvous_p2p.h): the order 1F1B needs at pp
