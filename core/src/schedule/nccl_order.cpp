@@ -5,8 +5,8 @@
 // stream runs; a send and the receive it matches (the k-th of each on that
 // direction) complete together once both run, and leave their streams.
 // Nothing else moves a stream, so a state where no host and no stream can
-// move is a deadlock. (Groups of ops posted together, as NCCL's group calls
-// make them, would be a front of several ops; smp's pipelines need none.)
+// move is a deadlock. (NCCL's group calls, several ops running as one, are
+// not modelled: smp's pipelines post none.)
 #include "schedule/nccl_order.h"
 
 #include <deque>
@@ -23,7 +23,6 @@ struct PostedOp {
   size_t action;  // index in the rank's action list
   int seq;        // its place among the sends (receives) of its direction
   int stream;     // index into streams_
-  int group;      // its group's serial number on that stream
   bool done = false;
 };
 
@@ -45,13 +44,12 @@ class NcclReplay {
  private:
   struct Host {
     size_t pc = 0;
-    std::vector<int> waiting;  // ops whose completion the host waits for
+    int waiting = -1;  // the receive whose completion the host waits for; -1: none
   };
   struct Stream {
     int rank, peer;  // peer -1: every peer (NcclStreams::OnePerRank)
     int direction;   // 1: sends, 0: receives, -1: both
-    std::deque<std::vector<int>> groups;
-    int popped = 0;  // serial number of the group at the front
+    std::deque<int> ops;  // the front one runs
   };
 
   const Action& action_of(const PostedOp& op) const { return s_.actions[op.rank][op.action]; }
@@ -84,7 +82,7 @@ class NcclReplay {
     for (size_t k = 0; k < streams_.size(); ++k)
       if (streams_[k].rank == rank && streams_[k].peer == key_peer && streams_[k].direction == key_dir)
         return static_cast<int>(k);
-    streams_.push_back(Stream{rank, key_peer, key_dir, {}, 0});
+    streams_.push_back(Stream{rank, key_peer, key_dir, {}});
     return static_cast<int>(streams_.size()) - 1;
   }
 
@@ -92,10 +90,9 @@ class NcclReplay {
     Host& h = hosts_[r];
     bool moved = false;
     for (;;) {
-      if (!h.waiting.empty()) {
-        for (int id : h.waiting)
-          if (!ops_[id].done) return moved;
-        h.waiting.clear();
+      if (h.waiting >= 0) {
+        if (!ops_[h.waiting].done) return moved;
+        h.waiting = -1;
         moved = true;
       }
       const auto& acts = s_.actions[r];
@@ -111,19 +108,18 @@ class NcclReplay {
       auto& seqs = send ? sends_[dir] : recvs_[dir];
       const int id = static_cast<int>(ops_.size());
       const int k = stream_of(r, a.peer, send);
-      Stream& st = streams_[k];
-      ops_.push_back(PostedOp{r, h.pc, static_cast<int>(seqs.size()), k, st.popped + static_cast<int>(st.groups.size())});
+      ops_.push_back(PostedOp{r, h.pc, static_cast<int>(seqs.size()), k});
       seqs.push_back(id);
-      st.groups.push_back({id});
-      if (!send) h.waiting.push_back(id);
+      streams_[k].ops.push_back(id);
+      if (!send) h.waiting = id;
       ++h.pc;
       moved = true;
     }
   }
 
-  bool running(const PostedOp& op) const {
-    const Stream& st = streams_[op.stream];
-    return !st.groups.empty() && op.group == st.popped;
+  bool running(int id) const {
+    const Stream& st = streams_[ops_[id].stream];
+    return !st.ops.empty() && st.ops.front() == id;
   }
 
   // The op on the other side of `op` (same direction, same place), or -1 if not posted yet.
@@ -140,12 +136,11 @@ class NcclReplay {
   bool advance_stream(size_t k) {
     Stream& st = streams_[k];
     bool moved = false;
-    while (!st.groups.empty()) {
-      for (int id : st.groups.front()) {
-        PostedOp& op = ops_[id];
-        if (op.done) continue;
+    while (!st.ops.empty()) {
+      PostedOp& op = ops_[st.ops.front()];
+      if (!op.done) {  // its counterpart may have completed it from the other stream
         const int other_id = counterpart(op);
-        if (other_id < 0 || !running(ops_[other_id])) continue;
+        if (other_id < 0 || !running(other_id)) break;
         PostedOp& other = ops_[other_id];
         if (message(op.rank, action_of(op)) != message(other.rank, action_of(other))) {
           std::ostringstream os;
@@ -158,13 +153,8 @@ class NcclReplay {
           return true;
         }
         op.done = other.done = true;
-        moved = true;
       }
-      bool all = true;
-      for (int id : st.groups.front()) all = all && ops_[id].done;
-      if (!all) break;
-      st.groups.pop_front();
-      ++st.popped;
+      st.ops.pop_front();
       moved = true;
     }
     return moved;
@@ -172,19 +162,15 @@ class NcclReplay {
 
   bool finished() const {
     for (int r = 0; r < s_.stages; ++r)
-      if (hosts_[r].pc < s_.actions[r].size() || !hosts_[r].waiting.empty()) return false;
+      if (hosts_[r].pc < s_.actions[r].size() || hosts_[r].waiting >= 0) return false;
     for (const Stream& st : streams_)
-      if (!st.groups.empty()) return false;
+      if (!st.ops.empty()) return false;
     return true;
   }
 
   static std::string ordinal(int seq) { return "#" + std::to_string(seq + 1); }
 
-  std::string group_text(const std::vector<int>& ids) const {
-    std::string out;
-    for (int id : ids) out += (out.empty() ? "" : " ") + to_string(action_of(ops_[id]));
-    return ids.size() > 1 ? "[" + out + "]" : out;
-  }
+  std::string text(int id) const { return to_string(action_of(ops_[id])); }
 
   std::string deadlock() const {
     std::ostringstream os;
@@ -196,13 +182,11 @@ class NcclReplay {
        << "):";
     for (int r = 0; r < s_.stages; ++r) {
       const Host& h = hosts_[r];
-      std::vector<int> open;
-      for (int id : h.waiting)
-        if (!ops_[id].done) open.push_back(id);
-      os << " rank " << r << (open.empty() ? " posted everything" : " waits for " + group_text(open));
+      const bool waits = h.waiting >= 0 && !ops_[h.waiting].done;
+      os << " rank " << r << (waits ? " waits for " + text(h.waiting) : " posted everything");
       for (const Stream& st : streams_) {
-        if (st.rank != r || st.groups.empty()) continue;
-        const PostedOp& op = ops_[st.groups.front().front()];
+        if (st.rank != r || st.ops.empty()) continue;
+        const PostedOp& op = ops_[st.ops.front()];
         const Action& a = action_of(op);
         const int other = counterpart(op);
         const std::string peer = std::to_string(st.peer);
@@ -218,13 +202,12 @@ class NcclReplay {
            << ", ";
         if (other < 0) {
           os << "not posted)";
-        } else if (running(ops_[other])) {
-          os << to_string(action_of(ops_[other])) << ", is running)";
+        } else if (running(other)) {
+          os << text(other) << ", is running)";
         } else {
-          const Stream& ost = streams_[ops_[other].stream];
-          os << to_string(action_of(ops_[other])) << ", is queued behind " << group_text(ost.groups.front()) << ")";
+          os << text(other) << ", is queued behind " << text(streams_[ops_[other].stream].ops.front()) << ")";
         }
-        if (st.groups.size() > 1) os << " with " << group_text(st.groups[1]) << " behind it";
+        if (st.ops.size() > 1) os << " with " << text(st.ops[1]) << " behind it";
       }
       os << ';';
     }
