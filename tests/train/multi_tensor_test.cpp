@@ -13,6 +13,7 @@
 
 #include "optim/grad_norm.h"
 #include "plugin/optimizer_instance.h"
+#include "train/smp_optim_instance.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -26,15 +27,7 @@ namespace {
 
 constexpr bool kFusedOnCpu = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
 
-std::unique_ptr<smp::OptimizerInstance> make(const std::string& kind, const nlohmann::json& config,
-                                             const std::vector<at::Tensor>& params, double weight_decay) {
-  static smp::PluginRegistry registry;
-  if (!registry.optimizer(kind)) registry.load("smp_optim");
-  std::vector<bool> decay;
-  for (const auto& p : params) decay.push_back(p.dim() >= 2);
-  return std::make_unique<smp::OptimizerInstance>(registry.optimizer(kind), "smp_optim", config.dump(), params, decay,
-                                                  weight_decay);
-}
+using smp_test::make;
 
 // The textbook AdamW step (decoupled decay) in ATen ops, for one parameter: the per-tensor path's formula.
 void reference_step(at::Tensor& p, at::Tensor& m, at::Tensor& v, const at::Tensor& g, double lr, int64_t t,

@@ -9,6 +9,7 @@
 
 #include "optim/lr_schedule.h"
 #include "plugin/optimizer_instance.h"
+#include "train/smp_optim_instance.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -23,15 +24,7 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
-std::unique_ptr<smp::OptimizerInstance> make(const std::string& kind, const nlohmann::json& config,
-                                             const std::vector<at::Tensor>& params, double weight_decay) {
-  static smp::PluginRegistry registry;
-  if (!registry.optimizer(kind)) registry.load("smp_optim");
-  std::vector<bool> decay;
-  for (const auto& p : params) decay.push_back(p.dim() >= 2);
-  return std::make_unique<smp::OptimizerInstance>(registry.optimizer(kind), "smp_optim", config.dump(), params, decay,
-                                                  weight_decay);
-}
+using smp_test::make;
 
 std::unique_ptr<smp::OptimizerInstance> adamw(const std::vector<at::Tensor>& params, const AdamWOptions& o) {
   return make("adamw", {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}, params, o.weight_decay);
