@@ -9,6 +9,8 @@
 #include "equivalence.h"
 #include "job_runner.h"
 
+#include <smp_test_faults_config.h>
+
 #include <gtest/gtest.h>
 
 #include <boost/filesystem.hpp>
@@ -16,38 +18,74 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace smp::testing {
 namespace {
 
 namespace fs = boost::filesystem;
 
+#if !SMP_TEST_FAULTS
+// A release build (-DSMP_TEST_FAULTS=OFF; CI's leg 2) has no fault points: a
+// job that finds SMP_TEST_FAULT set refuses to start, naming the option,
+// rather than run a clean job that a test would take for a faulted one.
+TEST(InjectedFaults, AReleaseBuildHasNoFaultPointsAndRefusesTheSetting) {
+  ::setenv("SMP_TEST_FAULT", "dp_mean_gradients", 1);
+  const JobResult r = run_job(1, plugin_path("gpt"), source_path("tests/integration/data/gpt-equiv.toml"),
+                              {"train.steps=1"});
+  ::unsetenv("SMP_TEST_FAULT");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SMP_TEST_FAULT=dp_mean_gradients: this build has no fault points (configured with "
+                          "-DSMP_TEST_FAULTS=OFF"),
+            std::string::npos)
+      << r.output;
+}
+#else
 std::string gpt_plugin() { return plugin_path("gpt"); }
 std::string gpt_config() { return source_path("tests/integration/data/gpt-equiv.toml"); }
 
-const JobResult& serial() {
-  static const JobResult r = run_job(1, gpt_plugin(), gpt_config(), {});
-  return r;
+// A job the faults are injected into: its plugin, config and the overrides
+// its serial run and every layout share.
+struct Job {
+  std::string plugin = gpt_plugin(), config = gpt_config();
+  std::vector<std::string> sets;
+};
+Job gpt() { return {}; }
+Job gpt_sgd() { return {gpt_plugin(), gpt_config(), {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"}}; }
+
+// The serial run of `job`, once per job.
+const JobResult& serial(const Job& job) {
+  static std::map<std::string, JobResult> runs;
+  std::string key = job.plugin + "|" + job.config;
+  for (const auto& s : job.sets) key += "|" + s;
+  auto it = runs.find(key);
+  if (it == runs.end()) it = runs.emplace(key, run_job(1, job.plugin, job.config, job.sets)).first;
+  return it->second;
 }
 
 // Runs the layout with `fault` injected into every rank.
-JobResult run_faulted(const std::string& fault, int nproc, const std::vector<std::string>& sets) {
+JobResult run_faulted(const std::string& fault, int nproc, const std::vector<std::string>& sets, const Job& job = gpt()) {
   ::setenv("SMP_TEST_FAULT", fault.c_str(), 1);
-  JobResult r = run_job(nproc, gpt_plugin(), gpt_config(), sets);
+  JobResult r = run_job(nproc, job.plugin, job.config, with(job.sets, sets));
   ::unsetenv("SMP_TEST_FAULT");
   EXPECT_NE(r.output.find("SMP_TEST_FAULT=" + fault), std::string::npos) << "the fault was not switched on\n" << r.output;
   return r;
 }
 
-// The comparison every equivalence test makes reports the fault.
-std::string caught(const std::string& fault, int nproc, const std::vector<std::string>& sets) {
-  const JobResult& one = serial();
+// The comparison every equivalence test makes reports the fault; and the same
+// layout without it passes (so that what is caught is the fault).
+std::string caught(const std::string& fault, int nproc, const std::vector<std::string>& sets, const Job& job = gpt(),
+                   const Bounds& bounds = {}) {
+  const JobResult& one = serial(job);
   EXPECT_EQ(one.exit_code, 0) << one.output;
-  const JobResult r = run_faulted(fault, nproc, sets);
+  const JobResult r = run_faulted(fault, nproc, sets, job);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  const Comparison c = compare_with_serial(one, r);
+  const Comparison c = compare_with_serial(one, r, bounds);
   EXPECT_NE(c.problems, "") << fault << " went unseen";
-  std::printf("[ fault  ] %s: %s", fault.c_str(), c.problems.substr(0, c.problems.find('\n') + 1).c_str());
+  // What the comparison said, its first lines (a fault is usually seen by several checks).
+  size_t end = 0;
+  for (int line = 0; line < 4 && end != std::string::npos; ++line) end = c.problems.find('\n', end + 1);
+  std::printf("[ fault  ] %s: %s\n", fault.c_str(), c.problems.substr(0, end).c_str());
   return c.problems;
 }
 
@@ -161,6 +199,50 @@ TEST(InjectedFaults, OptimizerStateNotLoadedOnResumeIsCaught) {
               a.size());
 }
 
+// ZeRO-3 reads its gathered parameters one element off.
+TEST(InjectedFaults, AWrongZero3GatherOffsetIsCaught) {
+  const std::string problems = caught("zero3_gather_offset", 2, {"parallel.dp=2", "parallel.zero=3"});
+  EXPECT_NE(problems.find("step 1: loss"), std::string::npos) << problems;
+}
+
+// An expert's gradient summed over dp (the experts of other ranks) instead of
+// its expert-data-parallel group (of size 1 at dp 2 x ep 2). Plain SGD, as in
+// OptimizerEquivalence.PlainSgdUnderExpertContextAndEncoderLayouts.
+TEST(InjectedFaults, AnExpertGradientOverTheWrongGroupIsCaught) {
+  const Job moe{plugin_path("moe"), source_path("tests/integration/data/moe-equiv.toml"),
+                {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"}};
+  const std::string problems = caught("expert_grad_wrong_group", 2, {"parallel.dp=2", "parallel.ep=2"}, moe);
+  EXPECT_NE(problems.find("gradient norm"), std::string::npos) << problems;
+}
+
+// Context parallelism: the tokens of cp ranks > 0 take the position before
+// their own (the position embedding, or rotary, of the wrong position).
+TEST(InjectedFaults, AContextParallelPositionOffByOneIsCaught) {
+  const std::string problems = caught("cp_position_offset", 2, {"parallel.cp=2"});
+  EXPECT_NE(problems.find("step 1: loss"), std::string::npos) << problems;
+}
+
+// Sequence parallelism: the all-gathered sequence in the wrong rank order.
+TEST(InjectedFaults, ASequenceParallelGatherInTheWrongOrderIsCaught) {
+  const std::string problems = caught("sp_gather", 2, {"parallel.tp=2", "tp.sequence_parallel=true"});
+  EXPECT_NE(problems.find("step 1: loss"), std::string::npos) << problems;
+}
+
+// The tied embedding and output head on two stages: each stage keeps its own
+// part of their gradient instead of the sum.
+TEST(InjectedFaults, ATiedWeightsMissingSumIsCaught) {
+  const std::string problems = caught("tied_missing_sum", 2, {"parallel.pp=2"});
+  EXPECT_NE(problems.find("gradient norm"), std::string::npos) << problems;
+}
+
+// The smallest: one parameter's gradient 1e-3 too large (relative, after the
+// norm, every replica alike), under plain SGD at dp 2. Only the per-parameter
+// update bound, set from the measured noise, can see it.
+TEST(InjectedFaults, AGradientOneThousandthOffOnOneParameterIsCaught) {
+  const std::string problems = caught("small_gradient_error", 2, {"parallel.dp=2"}, gpt_sgd());
+  EXPECT_NE(problems.find("update off"), std::string::npos) << problems;
+}
+
 // An unknown fault name is refused, naming the known ones.
 TEST(InjectedFaults, AnUnknownFaultIsRefused) {
   ::setenv("SMP_TEST_FAULT", "no_such_fault", 1);
@@ -169,7 +251,10 @@ TEST(InjectedFaults, AnUnknownFaultIsRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown fault 'no_such_fault'"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tp_partial_sum"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sp_gather"), std::string::npos) << r.output;
 }
+
+#endif  // SMP_TEST_FAULTS
 
 }  // namespace
 }  // namespace smp::testing

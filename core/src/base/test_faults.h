@@ -4,11 +4,20 @@
 //
 //   SMP_TEST_FAULT=<name>[,<name>...]
 //
-// Each name set is warned about once; an unknown name is refused, naming the
-// known ones. Read once per process: the checks on the hot paths are a load
-// of a bool. Nothing sets the variable except the tests that prove the faults
-// are seen (tests/integration/fault_test.cpp).
+// Only builds made for testing have them (CMake option SMP_TEST_FAULTS, on
+// by default because the suite needs it; a release build turns it off). There
+// test_fault() is the constant false, the branches it guards compile away,
+// and a process that finds SMP_TEST_FAULT set refuses to start.
+//
+// In a build with them, each name set is warned about once when a rank joins
+// the job; an unknown name is refused, naming the known ones. The checks on
+// the hot paths are a load of a bool. Nothing sets the variable except the
+// tests that prove the faults are seen (tests/integration/fault_test.cpp).
+// In-tree plugins have fault points of their own (plugins/test_faults): their
+// names are known here, so that a misspelt one is refused all the same.
 #pragma once
+
+#include <smp_test_faults_config.h>
 
 namespace smp {
 
@@ -20,10 +29,24 @@ enum class TestFault {
   PipelinePairing,            // pipeline activations received for the neighbouring microbatch
   TpPartialSum,               // a row-parallel layer's partial sums not all-reduced (smp_tp)
   PipelineOneStream,          // pipeline messages of both directions on one group (deadlocks under NCCL's rules)
+  Zero3GatherOffset,          // ZeRO-3's gathered parameters read one element off
+  ExpertGradWrongGroup,       // an expert's gradient summed over dp instead of its expert-data-parallel group
+  TiedMissingSum,             // a tied parameter's gradient not summed over the stages that hold it
+  SmallGradientError,         // one parameter's gradient 1e-3 too large (relative), on one rank
+  CpPositionOffset,           // context parallelism: positions of ranks > 0 one off (smp_nn)
+  SpGather,                   // sequence parallelism: the all-gathered sequence in the wrong rank order (smp_tp)
 };
 
-// Whether `fault` is set in this process's SMP_TEST_FAULT. Throws smp::Error
-// for a name it does not know (at the first call).
+// Reads SMP_TEST_FAULT: warns about each fault set, refuses an unknown name
+// (smp::Error naming the known ones) or, in a build without fault points, any
+// setting at all. Called when a rank joins the job.
+void check_test_fault_setting();
+
+#if SMP_TEST_FAULTS
+// Whether `fault` is set in this process's SMP_TEST_FAULT.
 bool test_fault(TestFault fault);
+#else
+constexpr bool test_fault(TestFault) { return false; }
+#endif
 
 }  // namespace smp

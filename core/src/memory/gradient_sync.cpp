@@ -1,5 +1,6 @@
 #include "memory/gradient_sync.h"
 
+#include "base/test_faults.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "mesh/placement.h"
@@ -20,7 +21,10 @@ namespace smp {
 SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& placements, ProcessGroups& groups) {
   SyncedParameter s;
   s.tensor = tensor;
-  s.data_parallel = &groups.get(placements.data_parallel_axis());
+  Axis data = placements.data_parallel_axis();
+  // SMP_TEST_FAULT=expert_grad_wrong_group: an expert's gradient summed over dp, not edp.
+  if (data == Axis::EDP && test_fault(TestFault::ExpertGradWrongGroup)) data = Axis::DP;
+  s.data_parallel = &groups.get(data);
   for (const auto& p : placements.list())
     if (p.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&groups.get(p.axis));
   return s;
@@ -323,8 +327,10 @@ void GradientSync::reduce_beyond_data_parallel(const std::vector<std::pair<const
     sum_in_buckets(items);
   }
   items.clear();
+  // SMP_TEST_FAULT=tied_missing_sum: each stage keeps its own part of a tied gradient.
+  static const bool fault_tied = test_fault(TestFault::TiedMissingSum);
   for (const auto& [p, g] : grads)
-    if (p->tied) items.emplace_back(p->tied, g);
+    if (p->tied && !fault_tied) items.emplace_back(p->tied, g);
   sum_in_buckets(items);
 }
 

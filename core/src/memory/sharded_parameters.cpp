@@ -221,6 +221,8 @@ void ShardedParameters::bind(Bucket& b) {
     b.gathering->wait();
     b.gathering.reset();
   }
+  // SMP_TEST_FAULT=zero3_gather_offset: the gathered flat read one element off.
+  if (test_fault(TestFault::Zero3GatherOffset) && b.layout.comm && b.layout.comm->size() > 1) b.full = b.full.roll(1);
   const BucketLayout& l = b.layout;
   for (size_t j = 0; j < l.params.size(); ++j) alias_storage(params_[l.params[j]], b.full, l.offsets[j]);
   b.bound = true;

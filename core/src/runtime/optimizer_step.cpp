@@ -38,6 +38,7 @@ LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const
 
 OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
   fault_dp_mean_ = test_fault(TestFault::DpMeanGradients);
+  fault_small_ = test_fault(TestFault::SmallGradientError);
   lr_.lr = t.lr;
   lr_.min_lr = t.min_lr;
   lr_.warmup = t.warmup_steps;
@@ -81,6 +82,9 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
   {
     out.skipped = state.scaler() && !state.scaler()->update(std::isfinite(norm_sq[0]));
     if (!out.skipped) {
+      // SMP_TEST_FAULT=small_gradient_error: this rank's first gradient 1e-3
+      // too large, after the norm (which stays right): only the parameters show it.
+      if (fault_small_ && !grads.empty()) grads[0].mul_(1.0 + 1e-3);
       state.optimizer().step(out.lr, grad_scale, grads, state.updates() + 1);
       state.count_update();
       if (state.masters()) state.masters()->copy_to_params();

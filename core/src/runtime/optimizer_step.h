@@ -50,6 +50,7 @@ class OptimizerStep {
   // SMP_TEST_FAULT=dp_mean_gradients (tests only): the gradient comes out as a
   // mean over dp instead of the sum, the bug class the equivalence suite must see.
   bool fault_dp_mean_ = false;
+  bool fault_small_ = false;  // small_gradient_error: one gradient 1e-3 too large
 };
 
 }  // namespace smp

@@ -4,6 +4,7 @@
 
 #include "base/axis_names.h"
 #include "base/device.h"
+#include "base/test_faults.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 
@@ -43,6 +44,7 @@ std::chrono::milliseconds timeout_of(double seconds) {
 ParallelContext::~ParallelContext() = default;
 
 std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, const ProcessEnv& env) {
+  check_test_fault_setting();  // refused before anything starts (a release build, an unknown name)
   std::unique_ptr<ParallelContext> c(new ParallelContext());
   c->env_ = env;
   // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).

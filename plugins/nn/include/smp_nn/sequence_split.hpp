@@ -9,6 +9,7 @@
 #include <smp_nn/ulysses_attention.hpp>
 
 #include <smp/sdk/module.hpp>
+#include <smp_test_faults/fault.hpp>
 
 #include <cmath>
 #include <string>
@@ -40,6 +41,8 @@ struct SequenceSplit {
 
   // The global positions of the `local` tokens this rank holds (int64, on `device`).
   Tensor positions(int64_t local, const at::Device& device) const {
+    static const bool fault = smp_test_faults::fault("cp_position_offset");  // tests only: ranks > 0 one off
+    if (fault && rank > 0) return (context_parallel_positions(local * size, size, rank, key) - 1).to(device);
     return context_parallel_positions(local * size, size, rank, key).to(device);
   }
 
@@ -53,10 +56,8 @@ struct SequenceSplit {
                             std::to_string(heads) + " heads and " + std::to_string(kv_heads) +
                             " kv heads (use " + key + "_mode = \"ring\", or a cp that divides both)");
   }
-  void check_call(const Tensor& pad_mask, bool decoding) const {
+  void check_call(bool decoding) const {
     if (!split()) return;
-    if (pad_mask.defined())
-      throw smp::sdk::Error("node '" + node + "': a padding mask under " + key + " is not supported (pack sequences)");
     if (decoding)
       throw smp::sdk::Error("node '" + node + "': a decoding call under " + key + " = " + std::to_string(size) +
                             " (generate with " + key + " = 1; a checkpoint loads into any layout)");
@@ -64,16 +65,20 @@ struct SequenceSplit {
 
   // This rank's queries over the whole sequence: q [b, s, heads * d], k and v
   // [b, s, kv_heads * d] with heads a multiple of kv_heads (query head j uses
-  // kv head j / (heads / kv_heads)); returns [b, s, heads * d].
+  // kv head j / (heads / kv_heads)); returns [b, s, heads * d]. pad_mask
+  // (optional): this rank's share of the keys' padding mask [b, s], nonzero =
+  // a real token (an encoder's; every rank's share hides its padding keys
+  // from every query, whichever rank holds them).
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                bool causal) const {
+                bool causal, const Tensor& pad_mask = {}) const {
     const int64_t b = q.size(0), s = q.size(1);
     auto split_heads = [&](const Tensor& t, int64_t n) { return t.reshape({b, s, n, head_dim}).transpose(1, 2); };
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     const Tensor qh = split_heads(q, heads), kh = split_heads(k, kv_heads), vh = split_heads(v, kv_heads);
-    const Tensor out = alltoall ? ulysses_attention(qh, kh, vh, s * size, comm, causal, scale, key + "_mode = \"alltoall\"")
+    const Tensor out = alltoall ? ulysses_attention(qh, kh, vh, s * size, comm, causal, scale,
+                                                    key + "_mode = \"alltoall\"", pad_mask)
                                 : ring_attention(qh.contiguous(), kh.contiguous(), vh.contiguous(), s * size, comm,
-                                                 causal, scale);
+                                                 causal, scale, pad_mask);
     return out.transpose(1, 2).reshape({b, s, heads * head_dim});
   }
 };

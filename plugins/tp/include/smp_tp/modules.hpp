@@ -37,6 +37,7 @@
 #include <smp_tp/functions.hpp>
 
 #include <smp/sdk/collectives.hpp>
+#include <smp_test_faults/fault.hpp>
 
 #include <cstdlib>
 #include <memory>
@@ -47,14 +48,16 @@ namespace smp_tp {
 using namespace smp_nn;  // configs, init, math
 using smp::sdk::Comm;
 
-// SMP_TEST_FAULT=tp_partial_sum (a test of the tests, see the core's
-// base/test_faults.h): a row-parallel output keeps this rank's partial sum
-// instead of the all-reduced one. Read once per process.
+// Fault points (builds made for testing only; plugins/test_faults): a
+// row-parallel output keeps this rank's partial sum instead of the
+// all-reduced one (tp_partial_sum); under sequence parallelism the gathered
+// sequence comes in the wrong rank order (sp_gather).
 inline bool fault_tp_partial_sum() {
-  static const bool on = [] {
-    const char* f = std::getenv("SMP_TEST_FAULT");
-    return f && ("," + std::string(f) + ",").find(",tp_partial_sum,") != std::string::npos;
-  }();
+  static const bool on = smp_test_faults::fault("tp_partial_sum");
+  return on;
+}
+inline bool fault_sp_gather() {
+  static const bool on = smp_test_faults::fault("sp_gather");
   return on;
 }
 
@@ -91,6 +94,8 @@ struct Tp {
   Tensor enter(const Tensor& x) const {
     if (!sp) return smp::sdk::copy_to_region(x, comm);
     check_seq(x, false);
+    if (fault_sp_gather())  // every rank's part one place along: rank r's positions hold rank r+1's
+      return smp::sdk::gather_from_sequence(x, comm, 1).roll(-x.size(1), 1);
     return smp::sdk::gather_from_sequence(x, comm, 1);
   }
   // Out of a row-parallel region: g (all-reduce fwd, identity bwd), or under SP the
@@ -164,7 +169,7 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
                                          KvCache* cache = nullptr, const smp::sdk::Decode* decode = nullptr,
                                          const SequenceSplit* seq = nullptr) {
   const bool cp = seq && seq->split();
-  if (cp) seq->check_call(pad_mask, decode != nullptr);
+  if (cp) seq->check_call(decode != nullptr);
   Tensor xf = tp.enter(x);
   const int64_t nl = c.heads / tp.size;
   const bool split = kv_split(c, tp.size);
@@ -188,7 +193,7 @@ inline Tensor parallel_attention_forward(const AttentionParams& p, const Attenti
     // heads use them group-major); otherwise one per query head.
     if (!split)
       for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
-    const Tensor ctx = seq->attend(qkv[0], qkv[1], qkv[2], nl, split ? kvl : nl, c.head_dim(), c.causal);
+    const Tensor ctx = seq->attend(qkv[0], qkv[1], qkv[2], nl, split ? kvl : nl, c.head_dim(), c.causal, pad_mask);
     return row_exit(tp, at::linear(ctx, p.out.weight), p.out.bias);
   }
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], kvl, kv_offset, tp.rank * nl, nl, c.group(), c.head_dim());
@@ -649,6 +654,8 @@ class ShardedEmbeddingTable : public Module {
 // [b, s/t, ...] per rank, so the sequence is all-gathered first and the output is
 // whole on every rank. What consumes it is replicated (every rank computes the
 // same gradient), so backward keeps this rank's slice rather than summing.
+// Under parallel.cp the gathered sequence is this rank's cp share, and Select
+// picks the global position there (smp_nn's Select).
 class DistSelect : public Module {
  public:
   DistSelect(const Json& cfg, const ModuleContext& ctx) : tp_(Tp::from(ctx)), select_(cfg, ctx) {}
