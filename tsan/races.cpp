@@ -1,7 +1,6 @@
 // What smp's threads share, exercised from several threads at once under
-// ThreadSanitizer (scripts/tsan.sh). Exits non-zero (TSan's exit code) when
-// TSan reports a race. Each part is a fault a review found: before their
-// fixes (3c17270), TSan reports both.
+// ThreadSanitizer (scripts/tsan.sh). Exits non-zero (TSan's exit code, 66)
+// when TSan reports a race, 3 when a check finds wrong results.
 //
 // 1. The trace recorder: the training thread moves the step and turns the
 //    recording on and off while other threads (communicator callbacks, the
@@ -9,6 +8,34 @@
 // 2. One communicator issued on from two threads at once, as the training
 //    thread and a checkpoint snapshot or watcher thread do: each call notes
 //    the op it is issuing (its name and trace tag) for its own submit.
+//    Checks 1 and 2 are faults a review found: before their fixes (3c17270)
+//    TSan reports both (scripts/tsan.sh --at 3c17270^).
+// 3. The deferred expert weight-gradient pool (deferred_grads_race.cpp): two
+//    ranks as threads, each with its training thread and a GPU-style
+//    autograd worker thread, deferred tasks run inside all-to-alls that
+//    communicator threads complete, their gradients through GradientSync's
+//    bucket hooks; gradients must equal those without deferral.
+// 4. The asynchronous checkpoint writer (checkpoint_race.cpp): background
+//    saves while the training thread reads, updates in place after
+//    wait_for_snapshot, saves again, waits for commits; a writer destroyed
+//    with a save in flight; each checkpoint must hold the state it was asked for.
+//
+// Each of 3 and 4 fails with its synchronisation removed
+// (scripts/tsan.sh --break NAME, on a copy of the sources; 2 cores, Dec 2026):
+//   pool-shared (the pool static, not thread_local): exit 66, 15 reports,
+//     "data race .../smp_nn/deferred_grads.hpp:123:14 in
+//     smp_nn::start_deferral_chain", others in the pool's deque and
+//     GradientSync::launch_ready (the ranks then time out on "dp").
+//   writer-no-snapshot (the writer writes the live tensors): exit 66, 8
+//     reports, "Read of size 8 ... by thread T28: crc_sse42 ... crc32c.cpp:33
+//     <- CheckpointWriter::run ... Previous write ... by main thread:
+//     State::update"; and "step-00000009 holds model/p1 = 10..., not the state
+//     when the save was asked for (9...)".
+//   writer-no-join (wait() detaches the writer thread): exit 66, 4 reports,
+//     "data race .../checkpoint.h:78:8 in CheckpointWriter::CheckpointWriter"
+//     (a new writer where the last one's thread still writes), memcpy,
+//     memset, pthread_cond_destroy; and manifests missing after wait().
+// With the sources as they are, no race: smp's code needed no fix for 3 or 4.
 #include "base/trace.h"
 #include "comm/communicator.h"
 
@@ -24,7 +51,10 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace tsan_races {
+
+void deferred_weight_grads();  // deferred_grads_race.cpp
+void checkpoint_writer();      // checkpoint_race.cpp
 
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -40,6 +70,8 @@ int free_port() {
   close(fd);
   return ntohs(a.sin_port);
 }
+
+namespace {
 
 void trace_recorder() {
   std::atomic<int> ready{0};
@@ -89,9 +121,18 @@ void one_communicator_two_threads() {
 }
 
 }  // namespace
+}  // namespace tsan_races
 
-int main() {
-  trace_recorder();
-  one_communicator_two_threads();
+int main() try {
+  tsan_races::trace_recorder();
+  tsan_races::one_communicator_two_threads();
+#if TSAN_RACES_CHECKS >= 4
+  tsan_races::deferred_weight_grads();
+  tsan_races::checkpoint_writer();
+#endif
+  std::printf("tsan_races: %d checks done\n", TSAN_RACES_CHECKS);
   return 0;
+} catch (const std::exception& e) {  // exit, not abort: TSan then reports and sets the exit code
+  std::fprintf(stderr, "tsan_races: %s\n", e.what());
+  return 3;
 }
