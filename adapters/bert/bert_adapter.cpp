@@ -9,6 +9,13 @@
 // the whole global batch, known to every rank since the masks are keyed), the
 // loss is the sum of the weighted MLM terms and the NSP terms, and its count is
 // the number of samples (the core divides the step's sum by B once).
+//
+// Under parallel.cp each rank holds its share of every sequence (chunks r and
+// 2 cp - 1 - r of 2 cp): its MLM terms are those of its masked tokens, however
+// many they are (the weights B / M are global), and the NSP terms and the
+// sample count come from the rank holding [CLS] (global position 0, cp rank 0;
+// the pooler's select gives zeros elsewhere and the labels there are ignored),
+// so that the sums over cp are the serial step's.
 #include "corpus.h"
 #include "encoder_graph.h"
 #include "pair_data.h"
@@ -78,7 +85,10 @@ class BertAdapter : public smp::sdk::Adapter {
     // Corruption never produces [PAD] (random tokens are data ids), so padding is where [PAD] is.
     at::Tensor pad = tokens.ne(corpus_->vocab().pad()).to(at::kLong);
     at::Tensor weights = at::zeros({n, s}, at::kFloat).masked_fill_(targets.ne(-100), w);
-    return {tokens, segments, pad, targets, weights, labels};
+    // Next-sentence prediction is counted where [CLS] is: the share holding position 0.
+    if (r.sequence.split() && r.sequence.index != 0) labels.fill_(-100);
+    const auto share = [&](const at::Tensor& t) { return encoder::sequence_share(t, r); };
+    return {share(tokens), share(segments), share(pad), share(targets), share(weights), labels};
   }
 
  private:

@@ -56,6 +56,12 @@ EncoderShape parse_shape(const Json& cfg, const smp::sdk::AdapterContext& ctx,
     throw Error("model.hidden (" + std::to_string(s.hidden) + ") must be divisible by model.heads (" +
                 std::to_string(s.heads) + ")");
   if (s.seq_len < 8) throw Error("model.seq_len: expected at least 8, got " + std::to_string(s.seq_len));
+  // parallel.cp: each rank holds chunks r and 2 cp - 1 - r of 2 cp of every
+  // sequence (the layout every cp kind shares; bidirectional attention does
+  // not need its balance, but costs nothing under it either).
+  if (const int cp = ctx.axis_size("cp"); cp > 1 && s.seq_len % (2 * cp) != 0)
+    throw Error("model.seq_len = " + std::to_string(s.seq_len) + " does not cut into 2 x parallel.cp = " +
+                std::to_string(2 * cp) + " equal chunks (context parallelism's layout needs seq_len % (2 cp) == 0)");
   s.tp = ctx.tp();
   s.vocab_multiple = smp::sdk::model_positive(cfg, "vocab_multiple", 128);
   s.adapter = adapter;
@@ -139,6 +145,10 @@ EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s,
           {{"vocab", s.padded_vocab}, {"real_vocab", s.vocab}, {"reduction", "sum"}},
           loss_in, {"mlm_sum", "mlm_count"}, "", "", 5.0 * sl * V, 0, 4.0 * sl * V, 2.0 * sl * V});  // fp32 log-softmax
   g.throughput_unit("tokens", sl);
+  // Under parallel.cp every [b, s] input is this rank's share of the sequence
+  // (encoder::sequence_share); the positions, the attention (with its padding
+  // mask) and the summed losses follow the share's global positions.
+  g.split_sequence(1);
   // Megatron's training FLOPs per sample (the decoder runs on every position;
   // BERT's pooler and classifier are negligible).
   g.flops_per_sample(72.0 * sl * static_cast<double>(s.layers) * h * h *

@@ -43,8 +43,11 @@ void fit_vocab(EncoderShape& s, const smp::sdk::Json& cfg, const Vocab& data);
 //   tokens [b, s] int64, segments [b, s] int64 (with_segments), pad_mask [b, s]
 //   int64 (1 = a real token), mlm_targets [b, s] int64 (-100 = not predicted),
 //   mlm_weights [b, s] float (weighted_mlm: each predicted token's weight).
-// Declares them, the nodes up to the MLM loss, the throughput unit (tokens) and
-// the FLOPs per sample; returns the value names.
+// Declares them, the nodes up to the MLM loss, the throughput unit (tokens),
+// the FLOPs per sample and that batch() cuts the sequences (dim 1) under
+// parallel.cp (batch() returns sequence_share of each); returns the value names.
+// Under cp the seq_len must cut into 2 cp chunks (parse_shape checks) and
+// dropout must be 0 (the cp rules refuse it).
 struct EncoderValues {
   std::string hidden;              // the last layer's output [b, s, h]
   std::string mlm_sum, mlm_count;  // the MLM loss's (weighted) sum and count
@@ -54,6 +57,11 @@ EncoderValues describe_encoder(smp::sdk::GraphBuilder& g, const EncoderShape& s,
 
 // The shared presets: "tiny" and "small" for CPU runs (byte vocabulary), and the
 // published sizes with the given vocabulary (for planning and dry runs).
+// This rank's share of a [b, s] input under parallel.cp (the input itself otherwise).
+inline at::Tensor sequence_share(const at::Tensor& t, const smp::sdk::BatchRequest& r) {
+  return smp::sdk::sequence_share_of(t, 1, r.sequence, "parallel.cp");
+}
+
 std::map<std::string, EncoderShape> presets(int64_t published_vocab, const std::string& base_name,
                                             const std::string& large_name);
 

@@ -2,7 +2,8 @@
 // trained on the masked LM alone, with RoBERTa's data recipe (full-sentence
 // packing, dynamic masking: encoder/packed_data). No segment embeddings and no
 // next-sentence task. The loss is Core 2.0's summed loss: the MLM terms and the
-// masked-token count, divided once per step.
+// masked-token count, divided once per step (under parallel.cp each rank's
+// share of them, summed over cp).
 #include "corpus.h"
 #include "encoder_graph.h"
 #include "packed_data.h"
@@ -51,7 +52,8 @@ class RobertaAdapter : public smp::sdk::Adapter {
       std::copy(tok.begin(), tok.end(), tokens[i].data_ptr<int64_t>());
       std::copy(tgt.begin(), tgt.end(), targets[i].data_ptr<int64_t>());
     }
-    return {tokens, tokens.ne(data_->vocab().pad()).to(at::kLong), targets};
+    const at::Tensor pad = tokens.ne(data_->vocab().pad()).to(at::kLong);
+    return {encoder::sequence_share(tokens, r), encoder::sequence_share(pad, r), encoder::sequence_share(targets, r)};
   }
 
  private:

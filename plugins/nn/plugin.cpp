@@ -59,5 +59,5 @@ SMP_PLUGIN(smp_nn::cp_rules::add(
                .inference("transformer_layer", SMP_INFERENCE_DECODE)
                .inference("moe", SMP_INFERENCE_DECODE),
     {"embedding", "embedding_table", "position_embedding", "layer_norm", "rms_norm", "linear", "mlp", "swiglu_mlp",
-     "add", "mul", "relu", "gelu", "tanh", "dropout"},
+     "add", "mul", "relu", "gelu", "tanh", "dropout", "select"},
     {"attention", "transformer_layer"}, {"cross_entropy"}))

@@ -80,5 +80,5 @@ SMP_PLUGIN(smp_nn::cp_rules::add(
                .inference("parallel_moe", SMP_INFERENCE_DECODE),
     {"tp_linear", "column_parallel_linear", "row_parallel_linear", "vocab_parallel_embedding", "parallel_mlp",
      "parallel_swiglu_mlp", "dist_layer_norm", "dist_rms_norm", "dist_dropout", "dist_position_embedding",
-     "sharded_embedding_table"},
+     "sharded_embedding_table", "dist_select"},
     {"parallel_attention", "parallel_transformer_layer"}, {"vocab_parallel_cross_entropy"}))

@@ -4,15 +4,26 @@
 #include "equivalence.h"
 #include "job_runner.h"
 
+#include "corpus.h"  // adapters/encoder: the encoder tests' data, read as their adapters read it
+#include "packed_data.h"
+#include "pair_data.h"
+
+#include <smp/sdk/sequence.hpp>
+
+#include <boost/filesystem.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 
 namespace smp::testing {
 namespace {
+
+namespace fs = boost::filesystem;
 
 // The bounds (equivalence.h): pipeline layouts do the same arithmetic in the
 // same order; dp and tp change the order of floating-point sums (all-reduce,
@@ -300,6 +311,84 @@ TEST(BertEquivalence, PipelineTensorAndDataParallel) {
                     {"model.dropout=0"});
 }
 
+// BERT's training data as its adapter reads it (bert-equiv.toml's shape and
+// batches, train.seed's and model.mask_prob's defaults): the masked tokens of
+// each cp rank's share in every training step, [step][rank].
+std::vector<std::vector<int64_t>> bert_masked_per_cp_rank(int cp) {
+  const int64_t seq_len = 32, steps = 3, batch = 8;
+  encoder::SentenceCorpus corpus("/usr/share/common-licenses", 0.1);
+  encoder::PairData pairs(corpus, seq_len, 0.15, 1234);
+  std::vector<std::vector<int64_t>> out(steps, std::vector<int64_t>(cp, 0));
+  for (int64_t step = 0; step < steps; ++step)
+    for (int64_t i = 0; i < batch; ++i) {
+      const encoder::PairSample s = pairs.sample(false, step, i);
+      for (int r = 0; r < cp; ++r) {
+        const at::Tensor pos = smp::sdk::context_parallel_positions(seq_len, cp, r, "parallel.cp");
+        for (int64_t j = 0; j < pos.size(0); ++j) out[step][r] += s.targets[pos[j].item<int64_t>()] != -100;
+      }
+    }
+  return out;
+}
+
+// BERT under context parallelism (dropout 0: the cp rules refuse it): each
+// sample's 32 tokens cut into chunks r and 2 cp - 1 - r of 2 cp, bidirectional
+// attention over the ranks (the ring of K/V blocks, or the all-to-all over
+// heads) with every rank's share of the padding mask, learned positions at the
+// global offsets, [CLS] (next-sentence prediction) on cp rank 0 only. Each
+// rank holds its own number of masked tokens (printed and checked here): the
+// MLM loss equals serial only because every rank's terms are weighted by the
+// step's global count and summed over cp, not averaged per rank. (This data
+// fills every sample; RoBERTa's test below has padded ones.)
+TEST(BertEquivalence, ContextParallel) {
+  for (const int cp : {2, 4}) {
+    bool uneven = false;
+    const auto masked = bert_masked_per_cp_rank(cp);
+    for (size_t step = 0; step < masked.size(); ++step) {
+      std::string counts;
+      for (int64_t m : masked[step]) counts += (counts.empty() ? "" : " / ") + std::to_string(m);
+      std::printf("[ data   ] cp%d step %zu: masked tokens per cp rank %s\n", cp, step + 1, counts.c_str());
+      uneven |= *std::min_element(masked[step].begin(), masked[step].end()) !=
+                *std::max_element(masked[step].begin(), masked[step].end());
+    }
+    EXPECT_TRUE(uneven) << "the test needs cp ranks with different numbers of masked tokens";
+  }
+  expect_equivalent(bert(),
+                    {
+                        {"cp2 ring", 2, {"parallel.cp=2"}},
+                        {"cp2 all-to-all", 2, {"parallel.cp=2", "parallel.cp_mode=\"alltoall\""}},
+                        {"cp4 ring", 4, {"parallel.cp=4"}},
+                        {"cp2 x tp2", 4, {"parallel.cp=2", "parallel.tp=2"}},
+                        {"cp2 x tp2 sequence-parallel", 4,
+                         {"parallel.cp=2", "parallel.tp=2", "tp.sequence_parallel=true"}},
+                        // The decoder tied to the token embedding across stages; NSP on the last.
+                        {"cp2 x pp2 manual", 4,
+                         {"parallel.cp=2", "parallel.pp=2", "parallel.partition=manual", kEncoderStages}},
+                    },
+                    {"model.dropout=0"});
+}
+
+// A corpus of 60 short documents (1 to 3 lines of 6 to 20 bytes), written
+// once per process: RoBERTa packs whole lines, so its sequences of 32 tokens
+// end in padding (the default data's long lines fill every one).
+std::string short_document_corpus() {
+  static const std::string dir = [] {
+    const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "dogs", "run", "far", "blue", "sky", "is", "wide"};
+    const std::string d = (fs::temp_directory_path() / fs::unique_path("smp-short-docs-%%%%-%%%%")).string();
+    fs::create_directories(d);
+    for (int doc = 0; doc < 60; ++doc) {
+      std::ofstream out(d + "/doc" + std::to_string(100 + doc) + ".txt");
+      for (int line = 0; line < 1 + doc % 3; ++line) {
+        std::string text;
+        for (int w = 0; text.size() < 6u + static_cast<size_t>((doc * 7 + line * 5) % 15); ++w)
+          text += (w ? " " : "") + std::string(words[(doc * 5 + line * 3 + w) % 13]);
+        out << text << "\n";
+      }
+    }
+    return d;
+  }();
+  return dir;
+}
+
 TEST(RobertaEquivalence, PipelineTensorAndDataParallel) {
   const std::string stages =
       R"(partition.manual={ "embed" = 0, "layers.0" = 0, "layers.1" = 0, "layers.2" = 1, "layers.3" = 1, "mlm" = 1 })";
@@ -310,6 +399,32 @@ TEST(RobertaEquivalence, PipelineTensorAndDataParallel) {
                                 {"tp2 sequence-parallel", 2, {"parallel.tp=2", "tp.sequence_parallel=true"}},
                                 {"pp2 x dp2 m1", 4, {"parallel.pp=2", "parallel.dp=2", "parallel.microbatches=1"}}},
                     {"model.dropout=0"});
+}
+
+// RoBERTa under cp on short documents: sequences padded at their ends (the
+// padding keys each cp rank holds hidden from every other rank's queries), and
+// the MLM loss alone, summed with its count (each rank's share of it, uneven).
+TEST(RobertaEquivalence, ContextParallelWithPaddedSequences) {
+  const std::string data = short_document_corpus();
+  {
+    encoder::SentenceCorpus corpus(data, 0.1);
+    encoder::PackedData packed(corpus, 32, 0.15, 1234);
+    std::vector<int64_t> tokens, targets;
+    int64_t padded = 0, pads = 0;
+    for (int64_t g = 0; g < 3 * 8; ++g) {  // bert-equiv.toml's 3 steps of 8
+      packed.sample(false, g, tokens, targets);
+      const int64_t n = std::count(tokens.begin(), tokens.end(), packed.vocab().pad());
+      padded += n > 0, pads += n;
+    }
+    std::printf("[ data   ] %lld of 24 training sequences padded, %lld padding tokens of 768\n",
+                static_cast<long long>(padded), static_cast<long long>(pads));
+    EXPECT_GT(padded, 0) << "the test needs padded sequences";
+  }
+  expect_equivalent(roberta(),
+                    {{"cp2 ring", 2, {"parallel.cp=2"}},
+                     {"cp2 all-to-all x tp2", 4, {"parallel.cp=2", "parallel.cp_mode=\"alltoall\"", "parallel.tp=2"}},
+                     {"cp2 x pp2", 4, {"parallel.cp=2", "parallel.pp=2"}}},
+                    {"model.dropout=0", "model.data=\"" + data + "\""});
 }
 
 // Expert parallelism: experts sharded over ep, tokens moved by all-to-all on the
@@ -364,6 +479,7 @@ TEST(OptimizerEquivalence, PlainSgdUnderExpertContextAndEncoderLayouts) {
                      {"cp2 all-to-all masked", 2, {"parallel.cp=2", "parallel.cp_mode=\"alltoall\""}}},
                     with(sgd, {"model.mask_fraction=0.3", "parallel.microbatches=1"}));
   expect_equivalent(bert(), {{"pp2 x tp2", 4, {"parallel.pp=2", "parallel.tp=2"}}}, sgd);
+  expect_equivalent(bert(), {{"cp2 ring", 2, {"parallel.cp=2"}}}, with(sgd, {"model.dropout=0"}));
 }
 
 TEST(OptimizerEquivalence, SgdWithNesterovMomentumUnderZero0To3) {

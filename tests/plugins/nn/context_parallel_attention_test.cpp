@@ -4,8 +4,10 @@
 // all-to-all form (smp_nn/ulysses_attention.hpp), both also with grouped-query
 // attention, give outputs and query, key and value gradients equal to whole
 // attention's rows at the rank's positions, causal and not, at several
-// sequence lengths, at cp 2 and 4; heads that cp does not divide are refused
-// by the all-to-all form, naming the key.
+// sequence lengths, at cp 2 and 4, with and without a padding mask (an
+// encoder's: each sample's tail padding, one of them padded from inside the
+// first chunk, so that whole blocks of keys are padding); heads that cp does
+// not divide are refused by the all-to-all form, naming the key.
 #include <smp_nn/ring_attention.hpp>
 #include <smp_nn/ulysses_attention.hpp>
 
@@ -58,47 +60,57 @@ int run_rank(int rank, int cp, int port) {
   for (const Form form : {Form::Ring, Form::AllToAll})
     for (const int64_t kv_heads : {8, 4, 2})
       for (const int64_t seq : {int64_t{4} * cp, int64_t{8} * cp, int64_t{12} * cp})
-        for (const bool causal : {true, false}) {
-          const std::string name = std::string(form == Form::Ring ? "ring" : "all-to-all") + " kv heads " +
-                                   std::to_string(kv_heads) + " seq " + std::to_string(seq) +
-                                   (causal ? " causal" : " full");
-          at::manual_seed(seq);  // the same tensors on every rank
-          const int64_t b = 2, h = 8, d = 8;
-          const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-          const Tensor q = at::randn({b, h, seq, d}, at::kDouble).requires_grad_(),
-                       k = at::randn({b, kv_heads, seq, d}, at::kDouble).requires_grad_(),
-                       v = at::randn({b, kv_heads, seq, d}, at::kDouble).requires_grad_(),
-                       g = at::randn({b, h, seq, d}, at::kDouble);
-          const Tensor whole = whole_attention(q, k.repeat_interleave(h / kv_heads, 1),
-                                               v.repeat_interleave(h / kv_heads, 1), causal, scale);
-          (whole * g).sum().backward();
-          const Tensor pos = smp_nn::context_parallel_positions(seq, cp, rank, "parallel.cp");
-          const auto mine = [&](const Tensor& t) { return t.detach().index_select(2, pos); };
-          const Tensor qr = mine(q).requires_grad_(), kr = mine(k).requires_grad_(), vr = mine(v).requires_grad_();
-          if (form == Form::AllToAll && kv_heads % cp != 0) {
-            try {
-              smp_nn::ulysses_attention(qr, kr, vr, seq, comm, causal, scale, "parallel.cp_mode");
-              ++failures;
-              std::fprintf(stderr, "rank %d of cp %d: %s: accepted kv heads cp does not divide\n", rank, cp,
-                           name.c_str());
-            } catch (const smp::sdk::Error& e) {
-              if (std::string(e.what()).find("parallel.cp_mode: the all-to-all form splits the heads over cp") ==
-                  std::string::npos) {
-                ++failures;
-                std::fprintf(stderr, "rank %d: unexpected message: %s\n", rank, e.what());
-              }
+        for (const bool causal : {true, false})
+          for (const bool padded : {false, true}) {
+            const std::string name = std::string(form == Form::Ring ? "ring" : "all-to-all") + " kv heads " +
+                                     std::to_string(kv_heads) + " seq " + std::to_string(seq) +
+                                     (causal ? " causal" : " full") + (padded ? " padded" : "");
+            at::manual_seed(seq);  // the same tensors on every rank
+            const int64_t b = 2, h = 8, d = 8;
+            const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+            const Tensor q = at::randn({b, h, seq, d}, at::kDouble).requires_grad_(),
+                         k = at::randn({b, kv_heads, seq, d}, at::kDouble).requires_grad_(),
+                         v = at::randn({b, kv_heads, seq, d}, at::kDouble).requires_grad_(),
+                         g = at::randn({b, h, seq, d}, at::kDouble);
+            // Sample 0 real up to 1 token into the first chunk, sample 1 up to 3/4 of the sequence.
+            Tensor pad;
+            if (padded) {
+              pad = at::ones({b, seq}, at::kLong);
+              pad[0].narrow(0, 1, seq - 1).zero_();
+              pad[1].narrow(0, seq * 3 / 4, seq - seq * 3 / 4).zero_();
             }
-            continue;
+            const Tensor whole = whole_attention(q, k.repeat_interleave(h / kv_heads, 1),
+                                                 v.repeat_interleave(h / kv_heads, 1), causal, scale, pad);
+            (whole * g).sum().backward();
+            const Tensor pos = smp_nn::context_parallel_positions(seq, cp, rank, "parallel.cp");
+            const auto mine = [&](const Tensor& t) { return t.detach().index_select(2, pos); };
+            const Tensor my_pad = padded ? pad.index_select(1, pos) : Tensor();
+            const Tensor qr = mine(q).requires_grad_(), kr = mine(k).requires_grad_(), vr = mine(v).requires_grad_();
+            if (form == Form::AllToAll && kv_heads % cp != 0) {
+              try {
+                smp_nn::ulysses_attention(qr, kr, vr, seq, comm, causal, scale, "parallel.cp_mode");
+                ++failures;
+                std::fprintf(stderr, "rank %d of cp %d: %s: accepted kv heads cp does not divide\n", rank, cp,
+                             name.c_str());
+              } catch (const smp::sdk::Error& e) {
+                if (std::string(e.what()).find("parallel.cp_mode: the all-to-all form splits the heads over cp") ==
+                    std::string::npos) {
+                  ++failures;
+                  std::fprintf(stderr, "rank %d: unexpected message: %s\n", rank, e.what());
+                }
+              }
+              continue;
+            }
+            const Tensor out =
+                form == Form::Ring
+                    ? smp_nn::ring_attention(qr, kr, vr, seq, comm, causal, scale, my_pad)
+                    : smp_nn::ulysses_attention(qr, kr, vr, seq, comm, causal, scale, "parallel.cp_mode", my_pad);
+            (out * mine(g)).sum().backward();
+            check(name + " output", out.detach(), mine(whole));
+            check(name + " dq", qr.grad(), mine(q.grad()));
+            check(name + " dk", kr.grad(), mine(k.grad()));
+            check(name + " dv", vr.grad(), mine(v.grad()));
           }
-          const Tensor out = form == Form::Ring
-                                 ? smp_nn::ring_attention(qr, kr, vr, seq, comm, causal, scale)
-                                 : smp_nn::ulysses_attention(qr, kr, vr, seq, comm, causal, scale, "parallel.cp_mode");
-          (out * mine(g)).sum().backward();
-          check(name + " output", out.detach(), mine(whole));
-          check(name + " dq", qr.grad(), mine(q.grad()));
-          check(name + " dk", kr.grad(), mine(k.grad()));
-          check(name + " dv", vr.grad(), mine(v.grad()));
-        }
   rdv->shutdown(std::chrono::seconds(60));
   return failures;
 }

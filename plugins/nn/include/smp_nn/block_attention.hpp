@@ -35,19 +35,25 @@ struct BlockAttention {
 
 // scale q k^T [b, h, sq, sk], in fp32 at least (double stays double); q_pos
 // [sq], k_pos [sk] the tokens' global positions (int64). causal: query i sees
-// key j iff k_pos[j] <= q_pos[i], the others' scores are -inf.
+// key j iff k_pos[j] <= q_pos[i], the others' scores are -inf. key_pad
+// (optional, [b, sk] bool, true = a padding key): those scores are -1e9, the
+// large finite negative of whole-sequence attention (ops.hpp's
+// attention_core), so that a query whose keys are all padding attends as it
+// does there, and a block whose keys are all padding weighs nothing in a
+// merge with one that has a real key (exp(-1e9 - lse) is 0).
 inline Tensor masked_scores(const Tensor& q, const Tensor& k, const Tensor& q_pos, const Tensor& k_pos, bool causal,
-                            double scale) {
+                            double scale, const Tensor& key_pad = {}) {
   Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::promote_types(q.scalar_type(), at::kFloat)).mul(scale);
-  if (causal)
+  if (key_pad.defined()) scores = scores.masked_fill(key_pad.view({key_pad.size(0), 1, 1, key_pad.size(1)}), -1e9);
+  if (causal)  // after the padding: a key the mask hides stays -inf
     scores = scores.masked_fill(k_pos.view({1, -1}).gt(q_pos.view({-1, 1})), -std::numeric_limits<float>::infinity());
   return scores;
 }
 
-// q [b, h, sq, d]; k, v [b, h, sk, d]; positions and mask as masked_scores.
+// q [b, h, sq, d]; k, v [b, h, sk, d]; positions and masks as masked_scores.
 inline BlockAttention block_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
-                                      const Tensor& k_pos, bool causal, double scale) {
-  const Tensor scores = masked_scores(q, k, q_pos, k_pos, causal, scale);
+                                      const Tensor& k_pos, bool causal, double scale, const Tensor& key_pad = {}) {
+  const Tensor scores = masked_scores(q, k, q_pos, k_pos, causal, scale, key_pad);
   // A query that sees no key of the block gets lse -inf and out 0. Its row of
   // -inf scores is replaced by zeros before the log-sum-exp, whose gradient
   // would otherwise be exp(-inf - -inf) = NaN (times a zero from upstream,

@@ -2,7 +2,10 @@
 // share of every sample's sequence. Each keeps its kind: a kind reads the
 // split from its module context (SequenceSplit) and the rule is its plugin's
 // word that it can. Position-wise kinds need nothing more; attention and
-// position embeddings follow the share's global positions; a loss must be a sum.
+// position embeddings follow the share's global positions (attention also
+// takes a padding mask: every rank's share of it hides its keys); a select
+// along the sequence picks its global position on the rank that holds it
+// (zeros elsewhere); a loss must be a sum.
 // Memory: parameters stay whole on every rank of the axis, activations split.
 #pragma once
 
@@ -33,9 +36,9 @@ inline void summed_loss(const Json& c, int cp) {
 }
 
 // Every kind listed keeps its kind on "cp"; those in `dropout_checked` refuse dropout.
-inline smp::sdk::PluginBuilder& add(smp::sdk::PluginBuilder& b, std::initializer_list<const char*> positionwise,
+inline smp::sdk::PluginBuilder& add(smp::sdk::PluginBuilder& b, std::initializer_list<const char*> unchecked,
                 std::initializer_list<const char*> dropout_checked, std::initializer_list<const char*> losses) {
-  for (const char* k : positionwise) b.rule("cp", k, k, nullptr, 0.0, 1.0);
+  for (const char* k : unchecked) b.rule("cp", k, k, nullptr, 0.0, 1.0);
   for (const char* k : dropout_checked) b.rule("cp", k, k, &no_dropout, 0.0, 1.0);
   for (const char* k : losses) b.rule("cp", k, k, &summed_loss, 0.0, 1.0);
   return b;

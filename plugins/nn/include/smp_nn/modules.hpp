@@ -78,7 +78,7 @@ inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig&
                                 const smp::sdk::Decode* decode = nullptr, const std::string& node = "",
                                 const SequenceSplit* seq = nullptr) {
   const bool split = seq && seq->split();
-  if (split) seq->check_call(pad_mask, decode != nullptr);
+  if (split) seq->check_call(decode != nullptr);
   std::vector<Tensor> qkv = qkv_projection(x, p.q, p.k, p.v, decode != nullptr);
   if (decode) check_decodable(c, pad_mask, node);
   const Tensor positions = decode  ? decode_positions(*decode, x.size(1), x.device())
@@ -92,7 +92,8 @@ inline Tensor attention_forward(const AttentionParams& p, const AttentionConfig&
     return linear(cache->attend(*decode, qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, 0, 0, c.group(), c.head_dim(),
                                 node),
                   p.out);
-  if (split) return linear(seq->attend(qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, c.head_dim(), c.causal), p.out);
+  if (split)
+    return linear(seq->attend(qkv[0], qkv[1], qkv[2], c.heads, c.kv_heads, c.head_dim(), c.causal, pad_mask), p.out);
   for (int i : {1, 2}) qkv[i] = kv_for_heads(qkv[i], c.kv_heads, 0, 0, c.heads, c.group(), c.head_dim());
   Tensor ctx = attention_core(c.recompute_core, qkv[0], qkv[1], qkv[2], c.heads, c.head_dim(), c.causal, pad_mask,
                               c.dropout, training, mix_seed(seed, kAttnProbs), c.heads, 0);
@@ -577,12 +578,18 @@ class RankingMetrics : public Module {
 
 // x.select(dim, index): one position of a dimension, e.g. BERT's pooled first
 // token (dim 1, index 0) of [b, s, h]. A negative dim or index counts from the end.
+// Under a sequence axis (parallel.cp) a select along the sequence (dim 1 of
+// [b, s, ...]) picks the token at that global position: the rank whose share
+// holds it gives it, every other rank zeros. What consumes the output must
+// count it on the holder's rank only (BERT gives its next-sentence labels
+// there, and ignores them on the others), since the loss is summed over cp.
 class Select : public Module {
  public:
   Select(const Json& cfg, const ModuleContext& ctx)
       : node_(ctx.node_name),
         dim_(config_get<int64_t>(cfg, "dim", node_)),
-        index_(config_get<int64_t>(cfg, "index", node_, 0)) {
+        index_(config_get<int64_t>(cfg, "index", node_, 0)),
+        seq_(SequenceSplit::from(ctx)) {
     expect_node_keys(cfg, {"dim", "index"}, node_);
   }
   std::vector<Tensor> forward(const Call& call) override {
@@ -591,17 +598,26 @@ class Select : public Module {
     return {select(call.inputs[0])};
   }
   int64_t dim() const { return dim_; }
+  // x's dim 1 holds this rank's share of the sequence (whole when not split).
   Tensor select(const Tensor& x) const {
     const int64_t d = dim_ < 0 ? dim_ + x.dim() : dim_;
-    if (d < 0 || d >= x.dim() || index_ >= x.size(d) || index_ < -x.size(d))
+    const bool shared = seq_.split() && d == 1;
+    const int64_t n = shared ? x.size(1) * seq_.size : d >= 0 && d < x.dim() ? x.size(d) : 0;
+    if (d < 0 || d >= x.dim() || index_ >= n || index_ < -n)
       throw smp::sdk::Error("node '" + node_ + "': cannot select index " + std::to_string(index_) + " of dim " +
-                            std::to_string(dim_) + " from " + c10::str(x.sizes()));
-    return x.select(d, index_);
+                            std::to_string(dim_) + " from " + c10::str(x.sizes()) +
+                            (shared ? " (this rank's share of " + std::to_string(n) + " positions)" : ""));
+    if (!shared) return x.select(d, index_);
+    const int64_t global = index_ < 0 ? index_ + n : index_;
+    const Tensor local = seq_.positions(x.size(1), at::kCPU).eq(global).nonzero();
+    if (local.numel() == 0) return at::zeros_like(x.select(1, 0));
+    return x.select(1, local.item<int64_t>());
   }
 
  private:
   std::string node_;
   int64_t dim_, index_;
+  SequenceSplit seq_;
 };
 
 class Tanh : public Module {

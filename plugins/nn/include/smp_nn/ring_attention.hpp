@@ -9,9 +9,15 @@
 // against the merged output and log-sum-exp): the blocks travel round again,
 // each with its dK/dV accumulator, which every rank adds to; after the last
 // step one more hop brings each accumulator home. The input gradient dQ stays.
+//
+// Without a causal mask (an encoder's bidirectional attention) every block is
+// attended to whole, whatever the chunks' order: the load-balanced layout is
+// kept (it costs nothing there and is the one adapters cut), and a padding mask
+// (key_padding.hpp, gathered once) hides each block's padding keys.
 #pragma once
 
 #include <smp_nn/block_attention.hpp>
+#include <smp_nn/key_padding.hpp>
 
 #include <smp/sdk/collectives.hpp>
 
@@ -86,8 +92,8 @@ struct BlockGrads {
 };
 inline BlockGrads block_grads(const Tensor& q, const Tensor& dout, const Tensor& safe_lse, const Tensor& D,
                               const Tensor& kb, const Tensor& vb, const Tensor& q_pos, const Tensor& k_pos,
-                              bool causal, double scale, int64_t group, at::ScalarType acc) {
-  const Tensor s = masked_scores(q, kb, q_pos, k_pos, causal, scale);
+                              bool causal, double scale, int64_t group, at::ScalarType acc, const Tensor& key_pad) {
+  const Tensor s = masked_scores(q, kb, q_pos, k_pos, causal, scale, key_pad);
   const Tensor p = at::exp(s - safe_lse);  // masked scores give 0
   const Tensor dp = at::matmul(dout, vb.transpose(-2, -1)).to(acc);
   const Tensor ds = p * (dp - D);
@@ -98,12 +104,19 @@ inline BlockGrads block_grads(const Tensor& q, const Tensor& dout, const Tensor&
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   // q [b, h, s/cp, d], k, v [b, kv_heads, s/cp, d]: this rank's share; seq
-  // the whole sequence. The blocks travel with their kv heads only.
+  // the whole sequence. The blocks travel with their kv heads only. key_pad:
+  // every rank's padding keys ([cp, b, s/cp] bool, gather_key_padding), or none.
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        int64_t seq, const smp::sdk::Comm& comm, bool causal, double scale) {
+                        int64_t seq, const smp::sdk::Comm& comm, bool causal, double scale,
+                        const c10::optional<Tensor>& padding) {
+    const Tensor key_pad = padding.has_value() ? *padding : Tensor();
     const int cp = comm.size(), r = comm.rank();
     const int64_t group = q.size(1) / k.size(1);
     const std::vector<Tensor> pos = ring_positions(seq, cp);
+    // Block src's padding keys k0 .. k0 + kn, or undefined.
+    const auto pad_of = [&](int src, int64_t k0, int64_t kn) {
+      return key_pad.defined() ? key_pad[src].narrow(1, k0, kn) : Tensor();
+    };
     Tensor block = at::stack({k, v}).contiguous();  // [2, b, kv_heads, s/cp, d]
     BlockAttention acc;
     for (int step = 0, src = r; step < cp; ++step, src = (src + cp - 1) % cp) {
@@ -124,7 +137,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         const BlockAttention a = block_attention(
             q.narrow(2, t.q0, t.qn), expand_kv(block[0].narrow(2, t.k0, t.kn), group),
             expand_kv(block[1].narrow(2, t.k0, t.kn), group), pos[r].narrow(0, t.q0, t.qn),
-            pos[src].narrow(0, t.k0, t.kn), t.masked, scale);
+            pos[src].narrow(0, t.k0, t.kn), t.masked, scale, pad_of(src, t.k0, t.kn));
         outs.push_back(a.out), lses.push_back(a.lse);
         next = t.q0 + t.qn;
       }
@@ -143,6 +156,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["comm"] = smp::sdk::comm_id(comm);
+    if (key_pad.defined()) ctx->saved_data["key_pad"] = key_pad;
     return acc.out;
   }
 
@@ -156,6 +170,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
     const int cp = comm.size(), r = comm.rank();
     const int64_t group = q.size(1) / k.size(1);
     const std::vector<Tensor> pos = ring_positions(ctx->saved_data["seq"].toInt(), cp);
+    const Tensor key_pad = ctx->saved_data.count("key_pad") ? ctx->saved_data["key_pad"].toTensor() : Tensor();
     const Tensor dout = grads[0].contiguous();
     // D = rowsum(dO * O): the softmax's backward against the merged output.
     const at::ScalarType acc = at::promote_types(q.scalar_type(), at::kFloat);
@@ -174,7 +189,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
         const BlockGrads g =
             block_grads(qs(q), qs(dout), qs(safe_lse), qs(D), expand_kv(ks(block[0]), group),
                         expand_kv(ks(block[1]), group), pos[r].narrow(0, t.q0, t.qn), pos[src].narrow(0, t.k0, t.kn),
-                        t.masked, scale, group, acc);
+                        t.masked, scale, group, acc,
+                        key_pad.defined() ? key_pad[src].narrow(1, t.k0, t.kn) : Tensor());
         qs(dq).add_(g.dq);  // views: the sums land in dq and dblock
         ks(dblock[0]).add_(g.dk.to(dblock.scalar_type()));
         ks(dblock[1]).add_(g.dv.to(dblock.scalar_type()));
@@ -192,7 +208,7 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
       dblock = dkv.incoming;
     }
     // dblock is now this rank's own block's.
-    return {dq.to(q.scalar_type()), dblock[0], dblock[1], Tensor(), Tensor(), Tensor(), Tensor()};
+    return {dq.to(q.scalar_type()), dblock[0], dblock[1], Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -201,11 +217,15 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 // Attention of this rank's queries over the whole sequence of keys and
 // values, which the cp ranks of `comm` hold in load-balanced shares (q [b,
 // heads, seq / cp, head_dim], k, v [b, kv_heads, seq / cp, head_dim]; rank r's
-// chunks r and 2 cp - 1 - r of 2 cp). kv_heads divides heads.
+// chunks r and 2 cp - 1 - r of 2 cp). kv_heads divides heads. pad_mask
+// (optional): this rank's share of the keys' padding mask [b, seq / cp]
+// (nonzero = a real token); every rank of the group passes one or none.
 // Returns this rank's output [b, heads, seq / cp, head_dim]; differentiable.
 inline Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t seq,
-                             const smp::sdk::Comm& comm, bool causal, double scale) {
-  return detail::RingAttention::apply(q, k, v, seq, comm, causal, scale);
+                             const smp::sdk::Comm& comm, bool causal, double scale, const Tensor& pad_mask = {}) {
+  const Tensor key_pad = gather_key_padding(pad_mask, q, comm, "ring attention");
+  return detail::RingAttention::apply(q, k, v, seq, comm, causal, scale,
+                                      key_pad.defined() ? c10::optional<Tensor>(key_pad) : c10::nullopt);
 }
 
 }  // namespace smp_nn

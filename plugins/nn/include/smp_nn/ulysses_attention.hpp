@@ -8,6 +8,7 @@
 #pragma once
 
 #include <smp_nn/block_attention.hpp>
+#include <smp_nn/key_padding.hpp>
 
 #include <smp/sdk/collectives.hpp>
 
@@ -42,10 +43,12 @@ inline Tensor sequence_to_heads(const Tensor& y, const smp::sdk::Comm& comm) {
 // Attention of this rank's share of the sequence (q [b, heads, seq / cp, d];
 // k, v [b, kv_heads, seq / cp, d]) over the whole sequence, which the cp ranks
 // of `comm` hold in load-balanced shares. Grouped-query attention: each kv
-// head serves heads / kv_heads query heads. Differentiable. `key` names the
-// setting in messages.
+// head serves heads / kv_heads query heads. pad_mask (optional): this rank's
+// share of the keys' padding mask [b, seq / cp] (nonzero = a real token); every
+// rank passes one or none. Differentiable. `key` names the setting in messages.
 inline Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t seq,
-                                const smp::sdk::Comm& comm, bool causal, double scale, const std::string& key) {
+                                const smp::sdk::Comm& comm, bool causal, double scale, const std::string& key,
+                                const Tensor& pad_mask = {}) {
   const int64_t cp = comm.size(), heads = q.size(1), kv_heads = k.size(1);
   if (heads % cp != 0 || kv_heads % cp != 0)
     throw smp::sdk::Error(key + ": the all-to-all form splits the heads over cp = " + std::to_string(cp) +
@@ -60,7 +63,10 @@ inline Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& 
     ks = ks.repeat_interleave(heads / kv_heads, 1);
     vs = vs.repeat_interleave(heads / kv_heads, 1);
   }
-  const BlockAttention a = block_attention(qs, ks, vs, pos, pos, causal, scale);
+  // The gathered sequence's padding keys, in the same order (the shares in rank order).
+  Tensor key_pad = gather_key_padding(pad_mask, q, comm, key);
+  if (key_pad.defined()) key_pad = key_pad.permute({1, 0, 2}).reshape({q.size(0), -1});
+  const BlockAttention a = block_attention(qs, ks, vs, pos, pos, causal, scale, key_pad);
   return detail::sequence_to_heads(a.out, comm);
 }
 
