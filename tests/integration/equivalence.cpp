@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <sstream>
 
 namespace smp::testing {
@@ -55,7 +57,7 @@ std::string grad_norm_problems(const JobResult& serial, const JobResult& r, doub
   return out;
 }
 
-Comparison compare_with_serial(const JobResult& serial, const JobResult& r, const Bounds& b) {
+Comparison compare_with_serial(const JobResult& serial, const JobResult& r, const Bounds& b, const JobResult* noise) {
   Comparison c;
   std::string& out = c.problems;
   auto note = [&](const std::string& s) { out += s + "\n"; };
@@ -110,6 +112,19 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
   const auto end = assemble_parameters(r.run_dir, 1e-6, &problem);
   const auto start = assemble_parameters(r.run_dir, 1e-6, &problem, "parameters-initial");
   if (!problem.empty()) note(problem);  // e.g. data-parallel replicas that differ
+  std::map<std::string, at::Tensor> noise_end, noise_start;
+  if (noise) {
+    std::string noise_problem;
+    noise_end = assemble_parameters(noise->run_dir, 0, &noise_problem);
+    noise_start = assemble_parameters(noise->run_dir, 0, &noise_problem, "parameters-initial");
+    if (noise_end.empty() || !noise_problem.empty())
+      note("the noise run (" + noise->run_dir + ", exit " + std::to_string(noise->exit_code) + ") gave no parameters " +
+           noise_problem);
+  }
+  // SMP_EQUIVALENCE_LOG=<file>: one line per parameter (run, name, max|u - u_ref|,
+  // max|u_ref|, noise), what the bounds above were set from.
+  std::FILE* log = nullptr;
+  if (const char* path = std::getenv("SMP_EQUIVALENCE_LOG")) log = std::fopen(path, "a");
   if (ref_end.empty()) note("the serial run wrote no parameters");
   if (end.size() != ref_end.size())
     note(std::to_string(end.size()) + " parameters, serial " + std::to_string(ref_end.size()));
@@ -117,6 +132,12 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
   for (const auto& [name, p_ref] : ref_end)
     if (ref_start.count(name) && ref_start.at(name).sizes() == p_ref.sizes())
       moved = std::max(moved, (p_ref - ref_start.at(name)).abs().max().item<double>());
+  // A parameter's noise: how far the noise run's update is from the serial run's.
+  auto noise_of = [&](const std::string& name, const at::Tensor& u_ref) {
+    if (!noise_end.count(name) || !noise_start.count(name) || noise_end.at(name).sizes() != u_ref.sizes())
+      return 0.0;
+    return ((noise_end.at(name) - noise_start.at(name)) - u_ref).abs().max().item<double>();
+  };
   for (const auto& [name, p_ref] : ref_end) {
     if (!ref_start.count(name) || !end.count(name) || !start.count(name)) {
       note("parameter " + name + " is missing from a run");
@@ -142,13 +163,21 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
            num(b.start_rtol) + ")");
     gap_sq += (u - u_ref).pow(2).sum().item<double>();
     ref_sq += u_ref.pow(2).sum().item<double>();
-    const double scale = std::max(u_ref.abs().max().item<double>(), 0.1 * moved);
-    const double gap = (u - u_ref).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+    const double own = u_ref.abs().max().item<double>(), off = (u - u_ref).abs().max().item<double>();
+    const double noise_p = noise_of(name, u_ref);
+    const double gap = off / (own > 0 ? own : 1.0);
     if (gap > c.worst_param_gap) c.worst_param_gap = gap, c.worst_param = name;
-    if (!(gap <= b.param_update_rtol))
-      note("parameter " + name + ": update off by " + num(gap) + " of its largest element (bound " +
-           num(b.param_update_rtol) + ")");
+    if (noise_p > 0)
+      c.worst_noise_multiple = std::max(
+          c.worst_noise_multiple, (off - b.param_update_rtol * own - b.rounding_ulps * std::ldexp(moved, -23)) / noise_p);
+    if (log) std::fprintf(log, "%s %s %.6g %.6g %.6g\n", r.run_dir.c_str(), name.c_str(), off, own, noise_p);
+    const double rounding = b.rounding_ulps * std::ldexp(moved, -23);
+    if (!(off <= b.param_update_rtol * own + b.noise_factor * noise_p + rounding))
+      note("parameter " + name + ": update off by " + num(off) + ", " + num(gap) + " of its largest element (bound " +
+           num(b.param_update_rtol) + " of it + " + num(b.noise_factor) + " x its noise " + num(noise_p) + " + " +
+           num(rounding) + ")");
   }
+  if (log) std::fclose(log);
   if (!(c.worst_abs <= b.param_abs_tol))
     note("parameters end up to " + num(c.worst_abs) + " from the serial run's (bound " + num(b.param_abs_tol) + ")");
   if (!ref_end.empty() && moved == 0) note("the serial run's parameters did not move: nothing was compared");
@@ -156,6 +185,18 @@ Comparison compare_with_serial(const JobResult& serial, const JobResult& r, cons
   if (!(c.update_gap <= b.update_rtol))
     note("all parameters: update off by " + num(c.update_gap) + " (bound " + num(b.update_rtol) + ")");
   return c;
+}
+
+Reference run_reference(const std::string& plugin, const std::string& config, const std::vector<std::string>& sets) {
+  Reference r;
+  r.serial = run_job(1, plugin, config, sets);
+  // Another microbatch count than the serial run's: the same gradients summed in another order.
+  bool one = false;
+  for (const auto& s : sets) one = one || s == "parallel.microbatches=1";
+  std::vector<std::string> noise_sets = sets;
+  noise_sets.push_back(one ? "parallel.microbatches=2" : "parallel.microbatches=1");
+  r.noise = run_job(1, plugin, config, noise_sets);
+  return r;
 }
 
 }  // namespace smp::testing

@@ -54,8 +54,10 @@ Model moe() { return {plugin_path("moe"), source_path("tests/integration/data/mo
 // exempt: a name suffix of parameters left out of the parameter comparison (see Lion's test).
 void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
                        const std::vector<std::string>& serial_sets = {}, const std::string& exempt = "") {
-  JobResult serial = run_job(1, model.plugin, model.config, serial_sets);
+  const Reference ref = run_reference(model.plugin, model.config, serial_sets);
+  const JobResult& serial = ref.serial;
   ASSERT_EQ(serial.exit_code, 0) << serial.output;
+  ASSERT_EQ(ref.noise.exit_code, 0) << ref.noise.output;
   Bounds bounds;
   bounds.exempt = exempt;
   for (const auto& layout : layouts) {
@@ -64,12 +66,12 @@ void expect_equivalent(const Model& model, const std::vector<Layout>& layouts,
     sets.insert(sets.end(), layout.sets.begin(), layout.sets.end());
     JobResult r = run_job(layout.nproc, model.plugin, model.config, sets);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const Comparison c = compare_with_serial(serial, r, bounds);
+    const Comparison c = compare_with_serial(serial, r, bounds, &ref.noise);
     EXPECT_EQ(c.problems, "") << r.output;
     std::printf("[ layout ] %-28s %zu parameters: update gap %.3g overall, %.3g at most (%s); max |p diff| %.3g; "
-                "start gap %.3g\n",
+                "start gap %.3g; worst noise multiple %.3g\n",
                 layout.name.c_str(), c.parameters, c.update_gap, c.worst_param_gap, c.worst_param.c_str(), c.worst_abs,
-                c.start_gap);
+                c.start_gap, c.worst_noise_multiple);
   }
 }
 

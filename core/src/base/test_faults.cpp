@@ -14,7 +14,7 @@ namespace smp {
 namespace {
 
 #if SMP_TEST_FAULTS
-constexpr std::array<std::pair<TestFault, const char*>, 13> kNames = {{
+constexpr std::array<std::pair<TestFault, const char*>, 14> kNames = {{
     {TestFault::DpMeanGradients, "dp_mean_gradients"},
     {TestFault::DroppedMicrobatchGradient, "dropped_microbatch_gradient"},
     {TestFault::ZeroShardOffset, "zero_shard_offset"},
@@ -26,6 +26,7 @@ constexpr std::array<std::pair<TestFault, const char*>, 13> kNames = {{
     {TestFault::ExpertGradWrongGroup, "expert_grad_wrong_group"},
     {TestFault::TiedMissingSum, "tied_missing_sum"},
     {TestFault::SmallGradientError, "small_gradient_error"},
+    {TestFault::MinorGradientError, "minor_gradient_error"},
     {TestFault::CpPositionOffset, "cp_position_offset"},
     {TestFault::SpGather, "sp_gather"},
 }};

@@ -33,6 +33,7 @@ enum class TestFault {
   ExpertGradWrongGroup,       // an expert's gradient summed over dp instead of its expert-data-parallel group
   TiedMissingSum,             // a tied parameter's gradient not summed over the stages that hold it
   SmallGradientError,         // one parameter's gradient 1e-3 too large (relative), on one rank
+  MinorGradientError,         // the gradient of a parameter that moves ~1% of the most, 20% too large
   CpPositionOffset,           // context parallelism: positions of ranks > 0 one off (smp_nn)
   SpGather,                   // sequence parallelism: the all-gathered sequence in the wrong rank order (smp_tp)
 };

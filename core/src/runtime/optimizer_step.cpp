@@ -26,6 +26,24 @@
 
 namespace smp {
 
+namespace {
+
+// The minor_gradient_error fault (tests only): among this rank's gradients the
+// one whose norm is nearest 1% of the largest, times `factor`. Replicas hold
+// the same gradients after their sum, so they choose and scale alike.
+void scale_minor_gradient(const std::vector<at::Tensor>& grads, double factor) {
+  std::vector<double> norms;
+  for (const at::Tensor& g : grads) norms.push_back(g.defined() ? g.norm().item<double>() : 0.0);
+  if (norms.empty()) return;
+  const double target = 0.01 * *std::max_element(norms.begin(), norms.end());
+  size_t pick = 0;
+  for (size_t i = 1; i < norms.size(); ++i)
+    if (std::abs(std::log(norms[i] / target)) < std::abs(std::log(norms[pick] / target))) pick = i;
+  if (norms[pick] > 0) grads[pick].mul_(factor);
+}
+
+}  // namespace
+
 LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const DeviceMesh& mesh, Communicator& world) {
   const bool counted = mesh.at_model_origin();  // once per group of model-axis replicas
   std::vector<double> v = {counted ? local.loss : 0.0, counted ? local.items : 0.0};
@@ -39,6 +57,7 @@ LossSums sum_over_world(const LossSums& local, std::vector<double>& extra, const
 OptimizerStep::OptimizerStep(const TrainConfig& t) : clip_(t.grad_clip) {
   fault_dp_mean_ = test_fault(TestFault::DpMeanGradients);
   fault_small_ = test_fault(TestFault::SmallGradientError);
+  fault_minor_ = test_fault(TestFault::MinorGradientError);
   lr_.lr = t.lr;
   lr_.min_lr = t.min_lr;
   lr_.warmup = t.warmup_steps;
@@ -85,6 +104,9 @@ OptimizerStepResult OptimizerStep::run(TrainState& state, const LossSums& local,
       // SMP_TEST_FAULT=small_gradient_error: this rank's first gradient 1e-3
       // too large, after the norm (which stays right): only the parameters show it.
       if (fault_small_ && !grads.empty()) grads[0].mul_(1.0 + 1e-3);
+      // SMP_TEST_FAULT=minor_gradient_error: the gradient whose norm is nearest
+      // 1% of the largest, 20% too large (a parameter that moves little).
+      if (fault_minor_) scale_minor_gradient(grads, 1.2);
       state.optimizer().step(out.lr, grad_scale, grads, state.updates() + 1);
       state.count_update();
       if (state.masters()) state.masters()->copy_to_params();

@@ -51,6 +51,7 @@ class OptimizerStep {
   // mean over dp instead of the sum, the bug class the equivalence suite must see.
   bool fault_dp_mean_ = false;
   bool fault_small_ = false;  // small_gradient_error: one gradient 1e-3 too large
+  bool fault_minor_ = false;  // minor_gradient_error
 };
 
 }  // namespace smp
