@@ -242,7 +242,7 @@ TEST_F(TpPlugin, RegistersKindsAndRules) {
       ++cp_rules;
       EXPECT_EQ(std::string(desc_->rules[i]->dist_kind), desc_->rules[i]->kind);
     }
-  EXPECT_EQ(cp_rules, 14u);
+  EXPECT_EQ(cp_rules, 15u);  // dist_select among them
   EXPECT_EQ(desc_->n_rules, want.size() + ep_rules + cp_rules);
   for (auto& [k, d] : want) {
     const smp_rule* r = rule(k);
