@@ -7,12 +7,17 @@
 #
 # 1. Skips (exit 0, with a loud `=== SKIPPED: ... ===` line) when the wheel
 #    cannot be had: torch==$SMP_TORCH_VERSION is not installed and the package
-#    index is unreachable; or when there is no CUDA toolkit (nvcc), which the
-#    CUDA wheel's CMake files need to configure.
+#    index is unreachable.
 # 2. `SMP_TORCH=pip bash scripts/setup.sh --no-job`: installs the wheel when
-#    missing, configures and builds <repo>/build-pip.
-# 3. Checks that CUDA and NCCL are compiled in: smp_core built with
-#    SMP_WITH_CUDA=1, and libsmp_core.so refers to c10d's ProcessGroupNCCL.
+#    missing, configures and builds <repo>/build-pip. Where there is no CUDA
+#    toolkit (nvcc), whose files the wheel's CMake config needs, it builds
+#    <repo>/build-pip-cpu against the wheel's CPU libraries alone
+#    (cmake/torch-wheel-cpu): LibTorch 2.x on the CPU either way, so the fp16
+#    tests, which Debian's 1.13 cannot run on the CPU, run on every CI machine.
+#    SMP_TORCH_CUDA=0 forces the CPU-only build.
+# 3. With the toolkit, checks that CUDA and NCCL are compiled in: smp_core
+#    built with SMP_WITH_CUDA=1, and libsmp_core.so refers to c10d's
+#    ProcessGroupNCCL. Without it, that smp_core was built without CUDA.
 # 4. Runs the test suite in build-pip on the CPU (no GPU here: the CUDA tests
 #    skip themselves), the subset in `ctest_subset` below.
 # Any build, check or test failure exits non-zero.
@@ -24,22 +29,26 @@ set -euo pipefail
 # ---------------------------------------------------------------------------
 # Which tests leg 2 runs (ctest arguments). Empty: the whole suite, as leg 1.
 # Leg 2 is about the other LibTorch (c10d, Gloo, autograd, DLPack, the ABI,
-# CUDA skips), so it leaves out what only repeats leg 1's arithmetic or tests
-# smp's own tools: the adapters' learning tests, job-error messages and 18 of
-# the 20 multi-rank equivalence runs, the checkpoint crash loop, restarts,
-# errors, tool and resharding runs, the launcher's options, the prepared-data
-# formats and the memory-estimate runs; it keeps checkpoint resume (fp16 only
-# runs here), ZeRO + pp + tp on 8 ranks and the out-of-tree SDK build (the
-# installed CMake package finding pip's torch). Also left out: the injected
-# faults, the network partition, the GPU check's dry run (a script and Python
-# over the same binaries; leg 1 runs it) and the documented commands. An exclusion
+# CUDA skips) and is a release build (-DSMP_TEST_FAULTS=OFF), so it leaves out
+# what only repeats leg 1's arithmetic or tests smp's own tools: the adapters'
+# learning tests, job-error messages, all but a few multi-rank equivalence
+# runs (cp and the Llama layouts too), the planner's calibration, the KV
+# cache's layouts, the checkpoint crash loop, restarts, errors, tool and resharding runs,
+# the launcher's options, the prepared-data formats and the memory-estimate
+# runs; it keeps checkpoint resume and precision (fp16 runs on the CPU only
+# with LibTorch 2), ZeRO + pp + tp on 8 ranks, the out-of-tree SDK build (the
+# installed CMake package finding pip's torch) and InjectedFaults (here: that
+# SMP_TEST_FAULT is refused; leg 1 injects the faults). Also left out: the
+# network partition, the GPU check's dry run (a script and Python over the
+# same binaries; leg 1 runs it) and the documented commands. An exclusion
 # list: new tests run in both legs.
-ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|InjectedFaults|NetworkPartition|GpuCheck)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd)')
+ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|NetworkPartition|GpuCheck)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd|ContextParallel|LlamaArch)|^Plan\.Calibrate|^Generate\.TheKvCache')
 # ---------------------------------------------------------------------------
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export SMP_TORCH=pip
 export SMP_TORCH_VERSION=${SMP_TORCH_VERSION:-2.11.0}
+[[ -n ${SMP_BUILD_DIR:-} ]] && SMP_BUILD_DIR_SET=1
 export SMP_BUILD_DIR=${SMP_BUILD_DIR:-$repo/build-pip}
 build=$SMP_BUILD_DIR
 
@@ -71,25 +80,40 @@ else
     skip "neither curl nor python3 to reach the package index, and torch==$SMP_TORCH_VERSION is not installed"
   fi
 fi
-if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-  skip "no CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin); the CUDA wheel's CMake files need it to configure"
+cuda=${SMP_TORCH_CUDA:-auto}
+if [[ $cuda == auto ]]; then
+  if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=1; else cuda=0; fi
+fi
+export SMP_TORCH_CUDA=$cuda
+if [[ $cuda == 0 ]]; then
+  say "no CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin) or SMP_TORCH_CUDA=0: building on the wheel's CPU libraries alone"
+  [[ -n ${SMP_BUILD_DIR_SET:-} ]] || export SMP_BUILD_DIR=$repo/build-pip-cpu
+  build=$SMP_BUILD_DIR
 fi
 
 # ---- 2. Install (if needed), configure, build ----------------------------
-bash "$repo/scripts/setup.sh" --no-job
+# A release build: without the fault points only tests switch on (leg 1 runs
+# the injected-fault tests; here InjectedFaults checks that the setting is refused).
+SMP_TEST_FAULTS=OFF bash "$repo/scripts/setup.sh" --no-job
 
 # ---- 3. CUDA and NCCL compiled in -----------------------------------------
 core=$(find "$build" -maxdepth 3 -name 'libsmp_core.so*' -type f 2>/dev/null | head -n1)
 [[ -n $core ]] || die "no libsmp_core.so under $build"
-grep -q -- '-DSMP_WITH_CUDA=1' "$build/build.ninja" ||
-  die "smp_core was compiled without SMP_WITH_CUDA=1 ($build/build.ninja): CMake did not see torch_cuda"
-nccl_syms=$(nm -DC "$core" | grep -c 'ProcessGroupNCCL' || true)
-((nccl_syms > 0)) || die "$core refers to no c10d::ProcessGroupNCCL symbol: NCCL is not compiled in (USE_C10D_NCCL?)"
-torch_line=$(python3 -c '
-import torch
-nccl = ".".join(map(str, torch.cuda.nccl.version()))
-print("torch %s, CUDA %s, NCCL %s" % (torch.__version__, torch.version.cuda, nccl))' 2>/dev/null | tail -n1 || true)
-echo "=== CI leg 2: built against pip ${torch_line:-torch $have}: SMP_WITH_CUDA=1, $(basename "$core") refers to ProcessGroupNCCL ($nccl_syms symbols) ==="
+if [[ $cuda == 0 ]]; then
+  ! grep -q -- '-DSMP_WITH_CUDA=1' "$build/build.ninja" || die "a CPU-only build compiled smp_core with SMP_WITH_CUDA=1"
+  echo "=== CI leg 2: built against pip torch $have on its CPU libraries alone (no CUDA toolkit here): SMP_WITH_CUDA off ==="
+fi
+if [[ $cuda == 1 ]]; then
+  grep -q -- '-DSMP_WITH_CUDA=1' "$build/build.ninja" ||
+    die "smp_core was compiled without SMP_WITH_CUDA=1 ($build/build.ninja): CMake did not see torch_cuda"
+  nccl_syms=$(nm -DC "$core" | grep -c 'ProcessGroupNCCL' || true)
+  ((nccl_syms > 0)) || die "$core refers to no c10d::ProcessGroupNCCL symbol: NCCL is not compiled in (USE_C10D_NCCL?)"
+  torch_line=$(python3 -c '
+  import torch
+  nccl = ".".join(map(str, torch.cuda.nccl.version()))
+  print("torch %s, CUDA %s, NCCL %s" % (torch.__version__, torch.version.cuda, nccl))' 2>/dev/null | tail -n1 || true)
+  echo "=== CI leg 2: built against pip ${torch_line:-torch $have}: SMP_WITH_CUDA=1, $(basename "$core") refers to ProcessGroupNCCL ($nccl_syms symbols) ==="
+fi
 
 # ---- 4. The tests, on the CPU ---------------------------------------------
 # A test that configures CMake projects of its own (sdk_out_of_tree_test)
@@ -98,6 +122,7 @@ echo "=== CI leg 2: built against pip ${torch_line:-torch $have}: SMP_WITH_CUDA=
 torch_prefix=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null | tail -n1)
 export CMAKE_PREFIX_PATH="$torch_prefix:$torch_prefix/share/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+[[ $cuda == 0 ]] || command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 say "ctest in $build${ctest_subset[*]:+ (subset: ${ctest_subset[*]})}"
-ctest --test-dir "$build" --output-on-failure --no-tests=error -j "${SMP_TEST_JOBS:-2}" "${ctest_subset[@]}" "$@"
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j "${SMP_TEST_JOBS:-2}" \
+  --output-junit "$build/Testing/ctest-results.xml" "${ctest_subset[@]}" "$@"

@@ -21,10 +21,37 @@ RESULT = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (\S+).*?(?:\*\*\*|\s)(Passed|Fail
                     r"Exception|SegFault|Subprocess aborted|Subprocess killed|\w+)\s+[\d.]+ sec\s*$")
 
 
+JUNIT = os.path.join("Testing", "ctest-results.xml")  # scripts/test.sh: ctest --output-junit
+
+
+def junit_skip_reasons(build):
+    """The same from the JUnit file the leg's ctest wrote: a test that runs
+    ctest in the build folder itself (the documented commands) rewrites
+    LastTest.log under the leg's feet, not this file."""
+    import xml.etree.ElementTree as ET
+    reasons = {}
+    try:
+        root = ET.parse(os.path.join(build, JUNIT)).getroot()
+    except (OSError, ET.ParseError):
+        return reasons
+    for case in root.iter("testcase"):
+        if case.find("skipped") is None:
+            continue
+        out = (case.findtext("system-out") or "").splitlines()
+        for i, line in enumerate(out):
+            if line.rstrip().endswith(": Skipped") and i + 1 < len(out):
+                # A parameterised test's name carries "  # GetParam() = ..." there.
+                reasons[case.get("name").split("  # ")[0]] = out[i + 1].strip()
+                break
+    return reasons
+
+
 def skip_reasons(build):
     """Test name -> the reason its output gave for skipping ("" when none)."""
+    reasons = junit_skip_reasons(build)
+    if reasons:
+        return reasons
     path = os.path.join(build, "Testing", "Temporary", "LastTest.log")
-    reasons = {}
     try:
         text = open(path, errors="replace").read()
     except OSError:

@@ -19,6 +19,12 @@
 #                    with pip when missing or of another version; a CUDA wheel
 #                    also needs the CUDA toolkit, nvcc, to configure)
 #   SMP_TORCH_VERSION  the pip torch version (default 2.11.0)
+#   SMP_TORCH_CUDA   with SMP_TORCH=pip: auto (default) builds with CUDA where the
+#                    toolkit (nvcc) is, else on the wheel's CPU libraries alone
+#                    (LibTorch 2.x on the CPU, no SMP_WITH_CUDA; default build
+#                    folder <repo>/build-pip-cpu); 0 forces the latter
+#   SMP_TEST_FAULTS  ON (default) or OFF: compile the fault points only the
+#                    injected-fault tests switch on (OFF: a release build; CI's leg 2)
 #   Torch_DIR        a LibTorch's CMake folder (<prefix>/share/cmake/Torch): build
 #                    against it; neither libtorch-dev nor pip is then used
 # A build folder remembers its LibTorch: one configured for another is
@@ -58,7 +64,16 @@ if [[ -n $torch_dir ]]; then
   torch_kind=dir
   default_build=$repo/build-torch
 elif [[ $torch_kind == pip ]]; then
+  # Without the CUDA toolkit a CUDA wheel's own CMake files cannot configure;
+  # its CPU libraries alone can be built against (cmake/torch-wheel-cpu/).
+  torch_cuda=${SMP_TORCH_CUDA:-auto}
+  case $torch_cuda in
+    0) ;;
+    auto) if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then torch_cuda=1; else torch_cuda=0; fi ;;
+    *) die "SMP_TORCH_CUDA='$torch_cuda': expected 'auto' or '0'" ;;
+  esac
   default_build=$repo/build-pip
+  [[ $torch_cuda == 0 ]] && default_build=$repo/build-pip-cpu
 else
   default_build=$repo/build
 fi
@@ -170,6 +185,20 @@ if [[ $torch_kind == pip ]]; then
   torch_prefix=$(cd "$torch_prefix" && pwd -P)
   want_torch_dir=$torch_prefix/share/cmake/Torch
   say "LibTorch: pip torch $have at $torch_prefix"
+  if [[ $torch_cuda == 0 ]]; then
+    # The wheel's CPU half through a config of ours, generated per build folder.
+    abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null | tail -n1)
+    nvidia_libs=$(cd "$torch_prefix/.." && pwd -P)/nvidia
+    nvidia_libs=$(find "$nvidia_libs" -maxdepth 3 -name 'libcudart.so*' -printf '%h\n' 2>/dev/null | head -n1)
+    want_torch_dir=$build/torch-cpu
+    mkdir -p "$want_torch_dir"
+    for f in TorchConfig TorchConfigVersion; do
+      sed -e "s|@TORCH_WHEEL@|$torch_prefix|g" -e "s|@TORCH_VERSION@|${have%%+*}|g" -e "s|@CXX11_ABI@|${abi:-1}|g" \
+          -e "s|@NVIDIA_LIBS@|${nvidia_libs:-$torch_prefix/lib}|g" "$repo/cmake/torch-wheel-cpu/$f.cmake.in" >"$want_torch_dir/$f.cmake"
+    done
+    want_torch_dir=$(cd "$want_torch_dir" && pwd -P)
+    say "LibTorch: no CUDA toolkit (or SMP_TORCH_CUDA=0): the wheel's CPU libraries alone, through $want_torch_dir"
+  fi
 elif [[ $torch_kind == dir ]]; then
   torch_prefix=$(cd "$torch_dir/../../.." && pwd -P)  # what TorchConfig.cmake takes as its prefix
   want_torch_dir=$torch_dir
@@ -180,7 +209,7 @@ if [[ -n $want_torch_dir ]]; then
   # Debian's /usr/lib libtorch.so when libtorch-dev is installed.
   torch_args=(-DTorch_DIR="$want_torch_dir" -DCMAKE_PREFIX_PATH="$torch_prefix;$torch_prefix/share/cmake")
   # A CUDA LibTorch's CMake files look for the CUDA toolkit (nvcc) at configure time.
-  if compgen -G "$torch_prefix/lib/libtorch_cuda.so*" >/dev/null && ! command -v nvcc >/dev/null; then
+  if [[ ${torch_cuda:-} != 0 ]] && compgen -G "$torch_prefix/lib/libtorch_cuda.so*" >/dev/null && ! command -v nvcc >/dev/null; then
     if [[ -x /usr/local/cuda/bin/nvcc ]]; then
       export PATH=/usr/local/cuda/bin:$PATH
     else
@@ -258,6 +287,11 @@ if [[ ! -f $build/CMakeCache.txt || ${#fresh[@]} -gt 0 ]]; then
     [[ $(readlink -f "$found") == "$torch_prefix"/* ]] ||
       die "configure picked the libtorch '$found', not the one in $torch_prefix/lib (is another LibTorch on CMAKE_PREFIX_PATH?)"
   fi
+fi
+# The fault points only tests switch on (CMakeLists.txt, SMP_TEST_FAULTS).
+if [[ -n ${SMP_TEST_FAULTS:-} && $(cache_value SMP_TEST_FAULTS) != "$SMP_TEST_FAULTS" ]]; then
+  say "configuring $build with SMP_TEST_FAULTS=$SMP_TEST_FAULTS"
+  cmake -DSMP_TEST_FAULTS="$SMP_TEST_FAULTS" "$build" </dev/null >/dev/null
 fi
 say "building with $jobs jobs"
 cmake --build "$build" -j "$jobs" </dev/null

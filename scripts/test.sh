@@ -20,4 +20,6 @@ fi
 build=${SMP_BUILD_DIR:-$default_build}
 
 bash "$repo/scripts/setup.sh" --no-job
-exec ctest --test-dir "$build" --output-on-failure -j "${SMP_TEST_JOBS:-2}" "$@"
+# The JUnit file keeps each test's output (CI's summary reads skip reasons from it).
+exec ctest --test-dir "$build" --output-on-failure -j "${SMP_TEST_JOBS:-2}" \
+  --output-junit "$build/Testing/ctest-results.xml" "$@"
