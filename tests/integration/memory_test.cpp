@@ -293,31 +293,12 @@ TEST(MemoryEstimate, EveryBenchmarkLayoutWithinTenPercent) {
     ASSERT_TRUE(job.summary.is_object()) << job.output;
     // What a rank holds at its peak depends on timing wherever communication
     // is in flight with its buffers: ZeRO-3's gradient reductions, pipeline
-    // receives posted ahead, tp all-reduces, when a busy machine (ctest -j2
-    // beside an 8-rank job) delays them. Seen: pp2 x tp2 rank 3 at -14% once,
-    // its tp peer at -3%; rank 2 at -12% while rank 0 held the most. Outside
-    // the bound, the job is measured once more and each rank's smaller
-    // measurement counts (both are printed): a rank short of the estimate in
-    // both runs still fails.
+    // receives posted ahead, tp all-reduces. A busy machine (ctest -j2 beside
+    // an 8-rank job) delays them: pp2 x tp2 rank 3 was seen at -14% so. The
+    // test therefore runs alone (RUN_SERIAL, tests/integration/CMakeLists.txt)
+    // and each rank is measured once: no second try, no smaller-of-two.
     std::vector<double> measured;
     for (int r = 0; r < nproc; ++r) measured.push_back(job.summary["memory_bytes"]["total"][r].get<double>());
-    auto outside = [&] {
-      const int per = nproc / job.summary["layout"]["pp"].get<int>();
-      for (int r = 0; r < nproc; ++r)
-        if (std::abs(estimate["per_pp_rank"][r / per]["total"].get<double>() / measured[r] - 1) > tolerance)
-          return true;
-      return false;
-    };
-    if (outside()) {
-      JobResult again = run_ok(nproc, with(sets, {"train.steps=2", "run.dump_parameters=false"}));
-      ASSERT_TRUE(again.summary.is_object()) << again.output;
-      for (int r = 0; r < nproc; ++r) {
-        const double second = again.summary["memory_bytes"]["total"][r].get<double>();
-        std::printf("[ estimate ] %-30s rank %d measured again (timing): %.0f, then %.0f\n", name.c_str(), r,
-                    measured[r], second);
-        measured[r] = std::min(measured[r], second);
-      }
-    }
     const auto& shape = job.summary["layout"];
     // The default placement (pp,dp,tp) puts pp slowest: rank r is on stage r / (world / pp).
     ASSERT_EQ(shape["placement"].get<std::string>().rfind("pp", 0), 0u) << shape.dump();
