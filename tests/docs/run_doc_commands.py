@@ -184,8 +184,9 @@ RULES = [
          tag="fuzzing", why="builds build-fuzz/ with clang under ASan + UBSan (many minutes on 2 cores), then fuzzes "
                             "every harness for 20 s or more, and writes bench/results/fuzz.json into the repository; "
                             "fuzz_replay_test (label core) replays the seeds and regressions through the same harnesses"),
-    Rule("skip", r"^bash scripts/tsan\.sh( --at \S+| --ci)?$", file=r"^docs/fuzzing\.md$", tag="sanitizer",
-         why="builds build-tsan/ with clang under ThreadSanitizer (minutes on 2 cores); CI runs it after the fuzzers"),
+    Rule("skip", r"^bash scripts/tsan\.sh( --at \S+| --ci| --break \S+)?$", file=r"^docs/fuzzing\.md$", tag="sanitizer",
+         why="builds build-tsan/ with clang under ThreadSanitizer (minutes on 2 cores); CI runs it after the fuzzers "
+             "(--break: a copy of the sources with one synchronisation removed, which must make TSan report)"),
     # Generic rules: the tools, as written or with fewer steps.
     Rule("run", r"^build/bin/smp-launch (?!.*(--worker|--estimate-memory| -- )).*--config ", subs=steps(STEPS),
          why="a training job: 2 steps"),
