@@ -22,7 +22,7 @@
 #   SMP_TORCH_CUDA   with SMP_TORCH=pip: auto (default) builds with CUDA where the
 #                    toolkit (nvcc) is, else on the wheel's CPU libraries alone
 #                    (LibTorch 2.x on the CPU, no SMP_WITH_CUDA; default build
-#                    folder <repo>/build-pip-cpu); 0 forces the latter
+#                    folder <repo>/build-pip-cpu); 0 forces the latter, 1 the former
 #   SMP_TEST_FAULTS  ON (default) or OFF: compile the fault points only the
 #                    injected-fault tests switch on (OFF: a release build; CI's leg 2)
 #   Torch_DIR        a LibTorch's CMake folder (<prefix>/share/cmake/Torch): build
@@ -68,9 +68,9 @@ elif [[ $torch_kind == pip ]]; then
   # its CPU libraries alone can be built against (cmake/torch-wheel-cpu/).
   torch_cuda=${SMP_TORCH_CUDA:-auto}
   case $torch_cuda in
-    0) ;;
+    0|1) ;;
     auto) if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then torch_cuda=1; else torch_cuda=0; fi ;;
-    *) die "SMP_TORCH_CUDA='$torch_cuda': expected 'auto' or '0'" ;;
+    *) die "SMP_TORCH_CUDA='$torch_cuda': expected 'auto', '0' or '1'" ;;
   esac
   default_build=$repo/build-pip
   [[ $torch_cuda == 0 ]] && default_build=$repo/build-pip-cpu
