@@ -33,16 +33,18 @@ set -euo pipefail
 # what only repeats leg 1's arithmetic or tests smp's own tools: the adapters'
 # learning tests, job-error messages, all but a few multi-rank equivalence
 # runs (cp and the Llama layouts too), the planner's calibration, the KV
-# cache's layouts, the checkpoint crash loop, restarts, errors, tool and resharding runs,
-# the launcher's options, the prepared-data formats and the memory-estimate
-# runs; it keeps checkpoint resume and precision (fp16 runs on the CPU only
-# with LibTorch 2), ZeRO + pp + tp on 8 ranks, the out-of-tree SDK build (the
-# installed CMake package finding pip's torch) and InjectedFaults (here: that
-# SMP_TEST_FAULT is refused; leg 1 injects the faults). Also left out: the
-# network partition, the GPU check's dry run (a script and Python over the
-# same binaries; leg 1 runs it) and the documented commands. An exclusion
-# list: new tests run in both legs.
-ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|NetworkPartition|GpuCheck)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd|ContextParallel|LlamaArch)|^Plan\.Calibrate|^Generate\.TheKvCache')
+# cache's layouts, greedy generation against transformers (a reference check
+# leg 1 runs), activation checkpointing's equalities, the checkpoint crash
+# loop, restarts, errors, tool and resharding runs, the launcher's options,
+# the prepared-data formats and the memory-estimate runs; it keeps checkpoint
+# resume and precision (fp16 runs on the CPU only with LibTorch 2), ZeRO + pp
+# + tp on 8 ranks, the out-of-tree SDK build (the installed CMake package
+# finding pip's torch) and InjectedFaults (here: that SMP_TEST_FAULT is
+# refused; leg 1 injects the faults). Also left out: the network partition,
+# the GPU check's dry run (a script and Python over the same binaries; leg 1
+# runs it) and the documented commands. An exclusion list: new tests run in
+# both legs.
+ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|RobertaEquivalence|TowersEquivalence|NcfEquivalence|ContextEquivalence|ExpertsEquivalence|OptimizerEquivalence|CheckpointCrash|CheckpointReshard|CheckpointRestart|CheckpointErrors|CheckpointTool|LaunchTest|PreparedData|MemoryEstimate|NetworkPartition|GpuCheck)\.|^Docs\.EveryShellCommandRuns$|^MoeEquivalence\.CapacityDrops|^GptEquivalence\.(Pipeline|ShardedDataParallel$|TensorAndDataParallel|PaddedVocabulary|MaskedLoss|TheTutorials|SequenceParallel|PlainSgd|ContextParallel|LlamaArch)|^Plan\.Calibrate|^Generate\.(TheKvCache|GreedyEquals)|^ActivationCheckpointing\.')
 # ---------------------------------------------------------------------------
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
