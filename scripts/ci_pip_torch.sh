@@ -23,7 +23,8 @@
 # Any build, check or test failure exits non-zero.
 #
 # Environment: SMP_TORCH_VERSION (default 2.11.0), SMP_BUILD_DIR (default
-# <repo>/build-pip), SMP_JOBS (see setup.sh), SMP_TEST_JOBS (default 2).
+# <repo>/build-pip, or <repo>/build-pip-cpu without CUDA), SMP_TORCH_CUDA
+# (auto, 0 or 1; see setup.sh), SMP_JOBS (see setup.sh), SMP_TEST_JOBS (default 2).
 set -euo pipefail
 
 # ---------------------------------------------------------------------------
@@ -50,9 +51,6 @@ ctest_subset=(-E '^(Bert|Roberta|EncoderAdapters|Ncf|JobErrors|BertEquivalence|R
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export SMP_TORCH=pip
 export SMP_TORCH_VERSION=${SMP_TORCH_VERSION:-2.11.0}
-[[ -n ${SMP_BUILD_DIR:-} ]] && SMP_BUILD_DIR_SET=1
-export SMP_BUILD_DIR=${SMP_BUILD_DIR:-$repo/build-pip}
-build=$SMP_BUILD_DIR
 
 say() { echo "ci-leg2: $*"; }
 die() { echo "ci-leg2: error: $*" >&2; exit 1; }
@@ -87,11 +85,11 @@ if [[ $cuda == auto ]]; then
   if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=1; else cuda=0; fi
 fi
 export SMP_TORCH_CUDA=$cuda
-if [[ $cuda == 0 ]]; then
+if ((!cuda)); then
   say "no CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin) or SMP_TORCH_CUDA=0: building on the wheel's CPU libraries alone"
-  [[ -n ${SMP_BUILD_DIR_SET:-} ]] || export SMP_BUILD_DIR=$repo/build-pip-cpu
-  build=$SMP_BUILD_DIR
 fi
+export SMP_BUILD_DIR=${SMP_BUILD_DIR:-$repo/build-pip$( ((cuda)) || echo -cpu)}
+build=$SMP_BUILD_DIR
 
 # ---- 2. Install (if needed), configure, build ----------------------------
 # A release build: without the fault points only tests switch on (leg 1 runs

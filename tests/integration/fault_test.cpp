@@ -50,8 +50,10 @@ struct Job {
   std::string plugin = gpt_plugin(), config = gpt_config();
   std::vector<std::string> sets;
 };
+// Plain SGD: the update is the gradient times lr, so parameters show its scale.
+const std::vector<std::string> kSgd = {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"};
 Job gpt() { return {}; }
-Job gpt_sgd() { return {gpt_plugin(), gpt_config(), {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"}}; }
+Job gpt_sgd() { return {gpt_plugin(), gpt_config(), kSgd}; }
 
 // The serial run of `job` and its noise run (run_reference), once per job.
 const Reference& reference(const Job& job) {
@@ -210,8 +212,7 @@ TEST(InjectedFaults, AWrongZero3GatherOffsetIsCaught) {
 // its expert-data-parallel group (of size 1 at dp 2 x ep 2). Plain SGD, as in
 // OptimizerEquivalence.PlainSgdUnderExpertContextAndEncoderLayouts.
 TEST(InjectedFaults, AnExpertGradientOverTheWrongGroupIsCaught) {
-  const Job moe{plugin_path("moe"), source_path("tests/integration/data/moe-equiv.toml"),
-                {"train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=0"}};
+  const Job moe{plugin_path("moe"), source_path("tests/integration/data/moe-equiv.toml"), kSgd};
   const std::string problems = caught("expert_grad_wrong_group", 2, {"parallel.dp=2", "parallel.ep=2"}, moe);
   EXPECT_NE(problems.find("gradient norm"), std::string::npos) << problems;
 }

@@ -42,8 +42,8 @@ struct SequenceSplit {
   // The global positions of the `local` tokens this rank holds (int64, on `device`).
   Tensor positions(int64_t local, const at::Device& device) const {
     static const bool fault = smp_test_faults::fault("cp_position_offset");  // tests only: ranks > 0 one off
-    if (fault && rank > 0) return (context_parallel_positions(local * size, size, rank, key) - 1).to(device);
-    return context_parallel_positions(local * size, size, rank, key).to(device);
+    const Tensor p = context_parallel_positions(local * size, size, rank, key);
+    return (fault && rank > 0 ? p - 1 : p).to(device);
   }
 
   // The all-to-all form gives each rank heads / cp of the query heads and of

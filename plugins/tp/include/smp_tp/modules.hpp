@@ -94,9 +94,9 @@ struct Tp {
   Tensor enter(const Tensor& x) const {
     if (!sp) return smp::sdk::copy_to_region(x, comm);
     check_seq(x, false);
-    if (fault_sp_gather())  // every rank's part one place along: rank r's positions hold rank r+1's
-      return smp::sdk::gather_from_sequence(x, comm, 1).roll(-x.size(1), 1);
-    return smp::sdk::gather_from_sequence(x, comm, 1);
+    const Tensor gathered = smp::sdk::gather_from_sequence(x, comm, 1);
+    // sp_gather (tests only): every rank's part one place along, rank r's positions holding rank r+1's.
+    return fault_sp_gather() ? gathered.roll(-x.size(1), 1) : gathered;
   }
   // Out of a row-parallel region: g (all-reduce fwd, identity bwd), or under SP the
   // reduce-scatter along the sequence (all-gather bwd).
