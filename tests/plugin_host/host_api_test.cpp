@@ -8,6 +8,9 @@
 
 #include "comm/process_groups.h"
 #include "plugin/host_api.h"
+#include "plugin/module_instance.h"
+
+#include <smp/sdk/in_process.hpp>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -15,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -488,6 +492,56 @@ TEST_F(PluginModule, PluginErrorsComeBackAsErrorsNotCrashes) {
   } catch (const smp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("parse"), std::string::npos) << e.what();
   }
+}
+
+// A module whose forward fails the way its config says: LibTorch's own
+// exception, the program's own, a deliberate smp::sdk::Error, or a host
+// function's failure passed on.
+struct Failing : smp::sdk::Module {
+  std::string how;
+  Failing(const smp::sdk::Json& config, const smp::sdk::ModuleContext&) : how(config.value("how", "")) {}
+  std::vector<at::Tensor> forward(const smp::sdk::Call& call) override {
+    const at::Tensor& x = call.inputs.at(0);
+    if (how == "libtorch") return {at::nll_loss(at::log_softmax(x, 1), at::full({x.size(0)}, 7, at::kLong))};
+    if (how == "own") throw std::runtime_error("the program's own failure");
+    if (how == "sdk") throw smp::sdk::Error(SMP_ERR_UNSUPPORTED, "a deliberate refusal");
+    smp_tensor* h = nullptr;
+    smp::sdk::check(smp::sdk::host().tensor_from_dlpack(nullptr, &h));  // the host's own failure
+    return {x};
+  }
+};
+
+// Issue 54: a plugin's own exception (a program's in-process module above all)
+// reaches the program with its message and its type, as the plugin's; INTERNAL
+// stays for failures inside smp, and a deliberate error keeps its code.
+TEST(HostApi, APluginsOwnExceptionKeepsItsMessageAndTypeNotInternal) {
+  smp::PluginRegistry reg;
+  reg.load_source(smp::sdk::InProcessPlugin(
+      std::move(smp::sdk::PluginBuilder("mine", "1.0").module<Failing>("mine_failing"))));
+  auto message = [&](const std::string& how) -> std::string {
+    const std::string key = "head", config = R"({"how": ")" + how + R"("})";
+    smp::ModuleInstance m(reg.module_kind("mine_failing"), "mine", key, config, smp::module_context(key, 1, nullptr, "{}"));
+    try {
+      m.call("loss", "forward", {at::randn({2, 3})}, 1, false, 0);
+    } catch (const smp::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string libtorch = message("libtorch");
+  EXPECT_NE(libtorch.find("plugin 'mine'"), std::string::npos) << libtorch;
+  EXPECT_NE(libtorch.find("node 'loss', forward: Target 7 is out of bounds. (c10::IndexError, thrown by plugin code)"),
+            std::string::npos) << libtorch;
+  EXPECT_EQ(libtorch.find("INTERNAL"), std::string::npos) << libtorch;
+  const std::string own = message("own");
+  EXPECT_NE(own.find("forward: the program's own failure (std::runtime_error, thrown by plugin code)"),
+            std::string::npos) << own;
+  EXPECT_EQ(own.find("INTERNAL"), std::string::npos) << own;
+  const std::string sdk = message("sdk");
+  EXPECT_NE(sdk.find("a deliberate refusal (UNSUPPORTED)"), std::string::npos) << sdk;
+  const std::string host = message("host");
+  EXPECT_NE(host.find("(INTERNAL)"), std::string::npos) << host;
+  EXPECT_EQ(host.find("thrown by plugin code"), std::string::npos) << host;
 }
 
 TEST(HostApi, MeshAxesAndCommunicatorsThroughTheTable) {

@@ -561,7 +561,13 @@ const at::Tensor& tensor_of(const smp_tensor* t) {
 
 std::string consume_error(smp_error* err) {
   if (!err) return "";
-  std::string msg = err->message + " (" + code_name(err->code) + ")";
+  // A plugin's own exception names its type already (sdk::kPluginExceptionMark):
+  // it is the plugin's, not an internal error of smp's.
+  const std::string& m = err->message;
+  const std::string mark = sdk::kPluginExceptionMark;
+  const bool plugins_own = err->code == SMP_ERR_INTERNAL && m.size() >= mark.size() &&
+                           m.compare(m.size() - mark.size(), mark.size(), mark) == 0;
+  std::string msg = plugins_own ? m : m + " (" + code_name(err->code) + ")";
   delete err;
   return msg;
 }

@@ -42,7 +42,8 @@ class InProcessPlugin {
         if (!detail::has_required_extensions(s->builder, host, error)) return nullptr;
         return s->descriptor;
       } catch (const std::exception& e) {
-        if (error && verdict == HostCheck::Accept) *error = host->error_create(SMP_ERR_INTERNAL, e.what());
+        if (error && verdict == HostCheck::Accept)
+          *error = host->error_create(SMP_ERR_INTERNAL, plugin_exception_message(e).c_str());
         return nullptr;
       }
     };

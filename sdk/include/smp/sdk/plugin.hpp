@@ -387,7 +387,8 @@ inline bool has_required_extensions(const PluginBuilder& b, const smp_host_api* 
         return nullptr;                                                                          \
       return smp_plugin_descriptor_instance;                                                     \
     } catch (const std::exception& e) {                                                          \
-      if (error && verdict == HostCheck::Accept) *error = host->error_create(SMP_ERR_INTERNAL, e.what()); \
+      if (error && verdict == HostCheck::Accept)                                                 \
+        *error = host->error_create(SMP_ERR_INTERNAL, ::smp::sdk::plugin_exception_message(e).c_str()); \
       return nullptr;                                                                            \
     }                                                                                            \
   }
