@@ -67,16 +67,24 @@ ProgramBatch::ProgramBatch(const Batch& batch, const std::vector<std::string>& g
   if (rules.rows >= 0 && rows_ != rules.rows)
     throw Error(where + ": the batch has " + std::to_string(rows_) + " samples; this rank's share of the global batch "
                 "is " + std::to_string(rules.rows) + " (train.batch_size / parallel.dp; or pass the whole global batch)");
-  if (rows_ == 0 || rows_ % microbatches_ != 0)
+  if (rules.uneven && rows_ < microbatches_)
+    throw Error(where + ": the batch's " + std::to_string(rows_) + " samples are fewer than parallel.microbatches = " +
+                std::to_string(microbatches_) + " (each microbatch needs at least one)");
+  if (!rules.uneven && (rows_ == 0 || rows_ % microbatches_ != 0))
     throw Error(where + ": the batch's " + std::to_string(rows_) + " samples do not split into parallel.microbatches = " +
                 std::to_string(microbatches_) + " equal microbatches");
 }
 
+std::pair<int64_t, int64_t> microbatch_rows(int64_t rows, int microbatches, int mb) {
+  const int64_t per = rows / microbatches, extra = rows % microbatches;
+  return {mb * per + std::min<int64_t>(mb, extra), per + (mb < extra ? 1 : 0)};
+}
+
 std::vector<at::Tensor> ProgramBatch::microbatch(smp_split, int64_t, int mb) const {
-  const int64_t per = rows_ / microbatches_;
+  const auto [first, count] = microbatch_rows(rows_, microbatches_, mb);
   std::vector<at::Tensor> out(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)
-    if (inputs_[i].defined()) out[i] = inputs_[i].narrow(0, mb * per, per);
+    if (inputs_[i].defined()) out[i] = inputs_[i].narrow(0, first, count);
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace smp {
@@ -45,21 +46,25 @@ struct InputSpec {
 };
 
 // A batch of the program's tensors, checked and cut into microbatches along
-// dimension 0 (views, no copies).
+// dimension 0 (views, no copies), evenly or, for forward, unevenly.
 class ProgramBatch final : public DataSource {
  public:
   struct Rules {
     int microbatches = 1;
     int64_t rows = -1;           // the rows it must have; -1: any positive multiple of microbatches
     bool allow_missing = false;  // forward only: inputs may be left out
+    // Forward only: any rows >= microbatches, cut like torch.tensor_split (and
+    // torch.distributed.pipelining): sizes differ by at most one, the larger first.
+    bool uneven = false;
     const std::vector<InputSpec>* spec = nullptr;  // dtypes and ranks to match (null: none yet)
     c10::Device device = c10::Device(c10::kCPU);   // the rank's device (CPU tensors are moved there)
     std::string where;           // "rank 3: train_step" for messages
   };
   // Throws smp::Error naming the input and `rules.where` for an input the
   // graph lacks, a missing one, an undefined or 0-d tensor, a row count that
-  // is not `rows` (or not a multiple of microbatches), rows that differ between
-  // inputs, another device, or a dtype / rank other than the spec's.
+  // is not `rows` (or not a multiple of microbatches; under `uneven`, fewer
+  // than microbatches), rows that differ between inputs, another device, or a
+  // dtype / rank other than the spec's.
   ProgramBatch(const Batch& batch, const std::vector<std::string>& graph_inputs, const Rules& rules);
   std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
   // The inputs' dtypes and ranks (for the spec later batches must match).
@@ -71,5 +76,9 @@ class ProgramBatch final : public DataSource {
   int microbatches_ = 1;
   int64_t rows_ = 0;
 };
+
+// Microbatch `mb` of `rows` samples cut into `microbatches` (torch.tensor_split's
+// sizes): its first sample and its number of samples.
+std::pair<int64_t, int64_t> microbatch_rows(int64_t rows, int microbatches, int mb);
 
 }  // namespace smp

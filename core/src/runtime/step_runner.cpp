@@ -105,6 +105,7 @@ ProgramBatch StepRunner::program_batch(const Batch& batch, const std::string& ca
   rules.microbatches = model_.microbatches();
   rules.rows = rows;
   rules.allow_missing = allow_missing;
+  rules.uneven = call == "forward";  // a training step's microbatches stay equal (train.batch_size's rule)
   rules.spec = spec_.empty() ? nullptr : &spec_;
   rules.device = context_.device();
   rules.where = "rank " + std::to_string(context_.mesh().rank()) + ": " + call;

@@ -1,0 +1,68 @@
+// A program driving its Runtime, through smp-launch (program_runtime_worker.cpp),
+// on issue 54's smaller points: forward() splits a batch that does not divide
+// by parallel.microbatches (1 rank and pp 2, equal to the plain model).
+#include "proc_util.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Job {
+  smp_test::Result run;
+  std::string dir;
+};
+
+Job launch(int nproc, const std::vector<std::string>& worker_args) {
+  Job j;
+  j.dir = smp_test::temp_dir("program-runtime");
+  std::vector<std::string> argv = {SMP_LAUNCH_BIN, "--nproc-per-node", std::to_string(nproc), "--master-port",
+                                   std::to_string(smp_test::free_port()), "--kill-timeout", "3", "--tee", "--worker",
+                                   SMP_PROGRAM_RUNTIME_WORKER, "--dir", j.dir};
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  j.run = smp_test::run(argv, 240);
+  return j;
+}
+
+// "rank R forward N rows: M rows, gap G" for every rank: M == N and G tiny.
+void expect_forward(const std::string& output, int ranks, int64_t rows) {
+  const std::regex line("rank ([0-9]+) forward " + std::to_string(rows) + " rows: ([0-9]+) rows, gap ([^\\s]+)");
+  int seen = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+    ++seen;
+    EXPECT_EQ(std::stoll((*it)[2]), rows) << it->str();
+    EXPECT_LT(std::stod((*it)[3]), 1e-6) << it->str();
+  }
+  EXPECT_EQ(seen, ranks) << "forward of " << rows << " rows:\n" << output;
+}
+
+// Issue 54: forward refused 3 samples under 2 microbatches. Now a batch is cut
+// like torch.tensor_split (2 + 1; 5 under 4: 2 + 1 + 1 + 1) and the outputs
+// put together in order; fewer samples than microbatches is refused by name.
+TEST(ProgramRuntime, ForwardSplitsABatchThatDoesNotDivideByTheMicrobatches) {
+  const Job one = launch(1, {"--set", "parallel.microbatches=2", "--forward-rows", "3", "--forward-rows", "1",
+                             "--steps", "1"});
+  ASSERT_EQ(one.run.exit_code, 0) << one.run.output;
+  expect_forward(one.run.output, 1, 3);
+  EXPECT_TRUE(smp_test::contains(one.run.output, "rank 0 forward 1 rows refused: rank 0: forward: the batch's 1 "
+                                                 "samples are fewer than parallel.microbatches = 2"))
+      << one.run.output;
+  EXPECT_TRUE(smp_test::contains(one.run.output, "rank 0 done")) << one.run.output;
+
+  const Job four = launch(1, {"--set", "parallel.microbatches=4", "--forward-rows", "5", "--forward-rows", "7"});
+  ASSERT_EQ(four.run.exit_code, 0) << four.run.output;
+  expect_forward(four.run.output, 1, 5);
+  expect_forward(four.run.output, 1, 7);
+
+  // Through a pipeline: each stage gets microbatches of 2 and 1 samples.
+  const Job pp = launch(2, {"--set", "parallel.pp=2", "--set", "parallel.microbatches=2", "--forward-rows", "3",
+                            "--forward-rows", "5", "--steps", "1"});
+  ASSERT_EQ(pp.run.exit_code, 0) << pp.run.output;
+  expect_forward(pp.run.output, 2, 3);
+  expect_forward(pp.run.output, 2, 5);
+}
+
+}  // namespace
