@@ -13,12 +13,14 @@ using smp::sdk::Error;
 
 AdamW::AdamW(const smp::sdk::OptimizerSetup& s)
     : params_(s.params), decay_(s.weight_decay), weight_decay_(s.weight_decay_rate) {
-  smp::sdk::expect_optimizer_keys(s, {"beta1", "beta2", "eps", "kernels"});
+  smp::sdk::expect_optimizer_keys(s, {"beta1", "beta2", "eps", "l2", "kernels"});
   kernels_ = kernels_of(smp::sdk::optimizer_get<std::string>(s, "kernels", "auto"));
   check_fused_available(kernels_, params_, SMP_OPTIM_HAS_FUSED_ADAMW, "AdamW", "2.0");
   beta1_ = smp::sdk::optimizer_get(s, "beta1", 0.9);
   beta2_ = smp::sdk::optimizer_get(s, "beta2", 0.95);
   eps_ = smp::sdk::optimizer_get(s, "eps", 1e-8);
+  l2_ = smp::sdk::optimizer_get(s, "l2", 0.0);
+  if (!(l2_ >= 0)) throw Error("optimizer.l2: expected a number >= 0, got " + std::to_string(l2_));
   if (!(beta1_ >= 0 && beta1_ < 1) || !(beta2_ >= 0 && beta2_ < 1))
     throw Error("optimizer.beta1 / beta2: expected numbers in [0, 1), got " + std::to_string(beta1_) + " / " +
                 std::to_string(beta2_));
@@ -32,7 +34,7 @@ AdamW::AdamW(const smp::sdk::OptimizerSetup& s)
 namespace {
 
 struct Coefficients {
-  float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, inv_bc2, eps, step_size, grad_scale;
+  float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, inv_bc2, eps, step_size, grad_scale, l2;
 };
 
 // One pass per element. Built for AVX2+FMA and for the baseline ISA; the
@@ -44,7 +46,7 @@ __attribute__((target_clones("avx2,fma", "default")))
 void adamw_fp32(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
                 Coefficients c) {
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * c.grad_scale;
+    const float gi = g[i] * c.grad_scale + c.l2 * p[i];  // Adam's coupled weight decay (l2), 0 for AdamW
     const float mi = c.beta1 * m[i] + c.one_minus_beta1 * gi;
     const float vi = c.beta2 * v[i] + c.one_minus_beta2 * gi * gi;
     m[i] = mi;
@@ -81,13 +83,14 @@ void AdamW::step(const smp::sdk::OptimizerUpdate& u) {
                            static_cast<float>(beta2_),         static_cast<float>(1.0 - beta1_),
                            static_cast<float>(1.0 - beta2_),   static_cast<float>(1.0 / bc2),
                            static_cast<float>(eps_),           static_cast<float>(lr / bc1),
-                           static_cast<float>(u.grad_scale)};
+                           static_cast<float>(u.grad_scale),   static_cast<float>(l2_)};
       adamw_fp32(p.data_ptr<float>(), g.data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
                  exp_avg_sq_[i].data_ptr<float>(), p.numel(), c);
       continue;
     }
     at::Tensor gs = g.to(p.scalar_type());  // a 16-bit gradient of an fp32 master
     if (u.grad_scale != 1.0) gs = gs.mul(u.grad_scale);
+    if (l2_ > 0) gs = gs.add(p, l2_);
     if (decay != 1.0) p.mul_(decay);
     exp_avg_[i].mul_(beta1_).add_(gs, 1.0 - beta1_);
     exp_avg_sq_[i].mul_(beta2_).addcmul_(gs, gs, 1.0 - beta2_);
@@ -101,9 +104,10 @@ void AdamW::step(const smp::sdk::OptimizerUpdate& u) {
   for (const Group& group : multi_tensor_groups(multi, params, decay_)) {
     const std::vector<at::Tensor> p = pick(params, group.index), m = pick(exp_avg_, group.index),
                                   v = pick(exp_avg_sq_, group.index);
-    const std::vector<at::Tensor> g = scaled_gradients(u.grads, group.index, p[0].scalar_type(), u.grad_scale);
+    std::vector<at::Tensor> g = scaled_gradients(u.grads, group.index, p[0].scalar_type(), u.grad_scale);
     const bool decayed = weight_decay_ > 0 && group.decay;
-    if (group.kernels == Kernels::Fused) {
+    if (l2_ > 0) g = at::_foreach_add(g, p, l2_);  // the fused AdamW kernel has no coupled decay: the formula below
+    if (group.kernels == Kernels::Fused && l2_ == 0) {
 #if SMP_OPTIM_HAS_FUSED_ADAMW
       // One pass: p, g, m, v read, p, m, v written. The kernel takes the step
       // count as a float tensor per parameter, on their device (one, shared).

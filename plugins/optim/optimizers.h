@@ -1,7 +1,9 @@
 // The standard optimizers, over the tensors the core hands over (parameters,
 // fp32 masters or ZeRO shard segments): every update is elementwise per tensor.
 // Weight decay is decoupled (AdamW, SGDW: p <- p (1 - lr wd)) and applies to
-// the tensors the core marks (matrices).
+// the tensors the core marks (train.weight_decay_on). [optimizer] key l2: the
+// coupled form (torch.optim.SGD's and Adam's weight_decay), l2 p added to
+// every parameter's gradient before the update.
 #pragma once
 
 #include <smp/sdk/optimizer.hpp>
@@ -26,7 +28,7 @@ class AdamW : public smp::sdk::Optimizer {
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
-  double beta1_, beta2_, eps_, weight_decay_;
+  double beta1_, beta2_, eps_, weight_decay_, l2_ = 0;
   Kernels kernels_ = Kernels::Auto;
 };
 
@@ -43,7 +45,7 @@ class Sgd : public smp::sdk::Optimizer {
  private:
   std::vector<at::Tensor> params_, momentum_buffer_;
   std::vector<bool> decay_;
-  double momentum_, dampening_, weight_decay_;
+  double momentum_, dampening_, weight_decay_, l2_ = 0;
   bool nesterov_;
   Kernels kernels_ = Kernels::Auto;
 };

@@ -8,11 +8,13 @@ namespace smp_optim {
 using smp::sdk::Error;
 
 Sgd::Sgd(const smp::sdk::OptimizerSetup& s) : params_(s.params), decay_(s.weight_decay), weight_decay_(s.weight_decay_rate) {
-  smp::sdk::expect_optimizer_keys(s, {"momentum", "dampening", "nesterov", "kernels"});
+  smp::sdk::expect_optimizer_keys(s, {"momentum", "dampening", "nesterov", "l2", "kernels"});
   kernels_ = kernels_of(smp::sdk::optimizer_get<std::string>(s, "kernels", "auto"));
   momentum_ = smp::sdk::optimizer_get(s, "momentum", 0.0);
   dampening_ = smp::sdk::optimizer_get(s, "dampening", 0.0);
   nesterov_ = smp::sdk::optimizer_get(s, "nesterov", false);
+  l2_ = smp::sdk::optimizer_get(s, "l2", 0.0);
+  if (!(l2_ >= 0)) throw Error("optimizer.l2: expected a number >= 0, got " + std::to_string(l2_));
   if (!(momentum_ >= 0)) throw Error("optimizer.momentum: expected a number >= 0, got " + std::to_string(momentum_));
   if (nesterov_ && (momentum_ <= 0 || dampening_ != 0))
     throw Error("optimizer.nesterov = true needs optimizer.momentum > 0 and optimizer.dampening = 0");
@@ -35,11 +37,12 @@ void Sgd::step(const smp::sdk::OptimizerUpdate& u) {
       continue;
     }
     if (weight_decay_ > 0 && decay_.at(i)) p.mul_(1.0 - u.lr * weight_decay_);
-    if (momentum_ == 0) {  // p -= lr (scale g): one pass, the scale folded into the step size
+    if (momentum_ == 0 && l2_ == 0) {  // p -= lr (scale g): one pass, the scale folded into the step size
       p.add_(grad.scalar_type() == p.scalar_type() ? grad : grad.to(p.scalar_type()), -u.lr * u.grad_scale);
       continue;
     }
     at::Tensor g = grad.to(p.scalar_type()).mul(u.grad_scale);
+    if (l2_ > 0) g.add_(p, l2_);  // torch.optim.SGD's weight_decay: on the gradient, every parameter
     if (momentum_ > 0) {
       at::Tensor& buf = momentum_buffer_[i];
       if (u.step == 1)
@@ -54,16 +57,21 @@ void Sgd::step(const smp::sdk::OptimizerUpdate& u) {
   for (const Group& group : multi_tensor_groups(multi, params_, decay_)) {
     const std::vector<at::Tensor> p = pick(params_, group.index);
     if (weight_decay_ > 0 && group.decay) at::_foreach_mul_(p, 1.0 - u.lr * weight_decay_);  // decoupled
-    if (momentum_ == 0) {  // as above: the scale folded into the step size
+    if (momentum_ == 0 && l2_ == 0) {  // as above: the scale folded into the step size
       at::_foreach_add_(p, scaled_gradients(u.grads, group.index, p[0].scalar_type(), 1.0), -u.lr * u.grad_scale);
       continue;
     }
     std::vector<at::Tensor> g = scaled_gradients(u.grads, group.index, p[0].scalar_type(), u.grad_scale);
+    if (l2_ > 0 && group.kernels != Kernels::Fused) g = at::_foreach_add(g, p, l2_);  // a copy: .grad is read only
+    if (momentum_ == 0) {
+      at::_foreach_add_(p, g, -u.lr);
+      continue;
+    }
     const std::vector<at::Tensor> buf = pick(momentum_buffer_, group.index);
     if (group.kernels == Kernels::Fused) {
 #if SMP_OPTIM_HAS_FUSED_SGD
       // One pass: p, g, buf read, p, buf written (the first step buf = g).
-      at::_fused_sgd_(p, g, buf, /*weight_decay=*/0.0, momentum_, u.lr, dampening_, nesterov_, /*maximize=*/false,
+      at::_fused_sgd_(p, g, buf, /*weight_decay=*/l2_, momentum_, u.lr, dampening_, nesterov_, /*maximize=*/false,
                       /*is_first_step=*/u.step == 1);
       continue;
 #endif
@@ -75,7 +83,7 @@ void Sgd::step(const smp::sdk::OptimizerUpdate& u) {
       at::_foreach_add_(buf, g, 1.0 - dampening_);
     }
     if (nesterov_) {
-      if (u.grad_scale == 1.0) g = at::_foreach_mul(g, 1.0);  // g + momentum buf into a copy: .grad is read only
+      if (u.grad_scale == 1.0 && l2_ == 0) g = at::_foreach_mul(g, 1.0);  // g + momentum buf into a copy: .grad is read only
       at::_foreach_add_(g, buf, momentum_);
       at::_foreach_add_(p, g, -u.lr);
     } else {

@@ -344,21 +344,66 @@ TEST(ProgramModel, CheckpointResumesBitForBit) {
 }
 
 // A program driving the Runtime gets run.checkpoint_every and run.resume
-// acted on: a 2-step run saves step-2, a 4-step run in the same run.dir
-// resumes from it (auto), and its steps 3 and 4 are the uninterrupted run's.
+// acted on: a 2-step run saves step-2, a 4-step run in the same run.dir that
+// asks (run.resume = "auto") resumes from it, says so as a warning with the
+// step, and its steps 3 and 4 are the uninterrupted run's.
 TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
   const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
   const Job first = launch(1, {"--steps", "2", "--set", "run.checkpoint_every=2", "--set", "run.dir=" + run_dir,
                                "--set", "parallel.microbatches=2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(fs::exists(fs::path(run_dir) / "checkpoints/step-00000002")) << first.output;
-  const Job second = launch(1, {"--set", "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
+  const Job second =
+      launch(1, {"--set", "run.dir=" + run_dir, "--set", "run.resume=auto", "--set", "parallel.microbatches=2"});
   ASSERT_EQ(second.exit_code, 0) << second.output;
   const auto resumed = second.ranks.at(0)["losses"].get<std::vector<double>>();
   const auto full = serial().ranks.at(0)["losses"].get<std::vector<double>>();
   ASSERT_EQ(resumed.size(), 2u) << second.output;
   EXPECT_EQ(resumed[0], full.at(2));
   EXPECT_EQ(resumed[1], full.at(3));
+  EXPECT_EQ(second.ranks.at(0)["resumed_from"].get<int>(), 2);
+  EXPECT_NE(second.output.find("[warning] resumed from"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("2 steps are done"), std::string::npos) << second.output;
+}
+
+// The same two runs without asking: the second is a run of its own. It
+// trains all 4 steps from the start (the serial run's losses) although the
+// first left a checkpoint in the folder.
+TEST(ProgramModel, ARunStartedTwiceInOneFolderDoesNotResumeUnlessAsked) {
+  const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
+  const Job first = launch(1, {"--steps", "2", "--set", "run.checkpoint_every=2", "--set", "run.dir=" + run_dir,
+                               "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_TRUE(fs::exists(fs::path(run_dir) / "checkpoints/step-00000002")) << first.output;
+  const Job second = launch(1, {"--set", "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(second.ranks.at(0)["resumed_from"].get<int>(), 0);
+  EXPECT_EQ(second.ranks.at(0)["losses"], serial().ranks.at(0)["losses"]) << second.output;
+  EXPECT_EQ(second.output.find("resumed from"), std::string::npos) << second.output;
+}
+
+// After training, the program's own modules (every rank's whole model, the
+// stages another pipeline rank ran and ZeRO-3's released parameters
+// included) give the serial model's outputs once smp::gather_into_modules
+// has run: the program calls net->forward itself.
+TEST(ProgramModel, TheProgramsOwnModulesGiveTheSerialModelsOutputsAfterTraining) {
+  const Job one = launch(1, {"--own-forward", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto want = one.ranks.at(0)["own_scores"].get<std::vector<double>>();
+  ASSERT_EQ(want.size(), 32u);  // 8 held-out samples x 4 classes
+  // Serial: the module smp ran is the program's; its outputs are smp's forward's.
+  EXPECT_LT(worst_gap(want, scores(one)), 1e-6);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"parallel.pp=2", "parallel.microbatches=2"},
+        std::vector<std::string>{"parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}}) {
+    std::vector<std::string> args = sets(layout);
+    args.push_back("--own-forward");
+    const Job r = launch(2, args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.ranks.size(), 2u) << r.output;
+    for (const auto& rank : r.ranks)
+      EXPECT_LT(worst_gap(rank["own_scores"].get<std::vector<double>>(), want), 1e-5) << layout[0] << "\n" << r.output;
+  }
 }
 
 // Under run.resume = "auto" rank 0 picks the checkpoint and every rank loads

@@ -12,7 +12,7 @@
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
 #include <smp/smp.h>
-#include <smp/sdk/torch_module.hpp>
+#include <smp/torch.h>
 
 #include <torch/torch.h>
 
@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
-       vector_loss = false, norm_model = false, sometimes_model = false;
+       vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -138,6 +139,8 @@ int main(int argc, char** argv) {
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
   app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
+  app.add_flag("--own-forward", own_forward,
+               "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
   app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     // of its own stages (counted below through weak pointers).
     std::vector<std::weak_ptr<torch::nn::Module>> children;
     std::unique_ptr<smp::Runtime> rt;
+    std::optional<std::pair<torch::nn::Sequential, smp::sdk::TorchModel>> kept;  // --own-forward
     {
       torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
       torch::nn::Sequential net;
@@ -202,6 +206,7 @@ int main(int argc, char** argv) {
       const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
       const auto [x0, y0] = global_batch(0);
       rt = smp::Runtime::create(cfg, env, {model.plugin()}, {{"x", x0}, {"y", y0}});
+      if (own_forward) kept.emplace(net, model);
     }
     int alive = 0;
     for (const auto& c : children) alive += c.expired() ? 0 : 1;
@@ -277,6 +282,12 @@ int main(int argc, char** argv) {
     for (const auto& p : rt->gather_parameters())
       params[p.name] = {{"v", values(p.tensor)}, {"shape", p.tensor.sizes().vec()}, {"shard_dim", p.shard_dim}};
     result["params"] = params;
+    if (kept) {  // the program's own modules, called by the program: the whole held-out batch on every rank
+      smp::gather_into_modules(*rt, kept->second);
+      torch::NoGradGuard no_grad;
+      kept->first->eval();
+      result["own_scores"] = values(kept->first->forward(global_batch(50).first));
+    }
     result["tp_rank"] = rt->mesh().coord(smp::Axis::TP);
     std::ofstream(out_dir + "/rank-" + std::to_string(env.rank) + ".json") << result.dump();
     rt->shutdown();

@@ -13,14 +13,25 @@
 #pragma GCC visibility push(default)
 namespace smp {
 
+// An override and how messages name it: smp-launch's command line says
+// "--set a.b=c", a program's own argument or smp::Options just "a.b=c".
+struct ConfigOverride {
+  std::string key_value;        // "a.b=value"
+  std::string label = "--set ";  // put before key_value in messages
+};
+
 class Config {
  public:
   // Reads `path` (TOML), applies `overrides` ("a.b=value", value parsed as a
   // TOML value, else taken as a string) in order, validates. Throws smp::Error.
   static Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+  // The same with overrides that say how messages name them (smp::Options).
+  static Config load_labelled(const std::string& path, const std::vector<ConfigOverride>& overrides);
   // Same from a string; `origin_name` stands for the file name in messages.
   static Config from_string(const std::string& toml, const std::string& origin_name,
                             const std::vector<std::string>& overrides = {});
+  static Config from_string_labelled(const std::string& toml, const std::string& origin_name,
+                                     const std::vector<ConfigOverride>& overrides);
 
   // The value or the schema default. Works for schema keys ("train.steps") and
   // for keys of the free-form tables ("model.hidden", which must be present).

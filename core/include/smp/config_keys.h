@@ -84,7 +84,10 @@
     "linear warm-up steps before the cosine decay")                                                                \
   X(optimizer, "train.optimizer", std::string, None, "adamw", Default,                                             \
     "an optimizer kind of a loaded plugin (smp_optim: adamw, sgd); its own settings in [optimizer]")               \
-  X(weight_decay, "train.weight_decay", double, NonNegativeReal, 0.1, Default, "decoupled weight decay, on matrices") \
+  X(weight_decay, "train.weight_decay", double, NonNegativeReal, 0.1, Default,                                    \
+    "decoupled weight decay (p <- p (1 - lr wd)), on the tensors train.weight_decay_on names")                     \
+  X(weight_decay_on, "train.weight_decay_on", std::string, DecayOn, "matrices", Default,                            \
+    "matrices: parameters of 2 or more dimensions (GPT-style); all: every parameter (torch.optim.AdamW's)")        \
   X(beta1, "train.beta1", double, UnitInterval, 0.9, Default, "AdamW's beta1 (refused with another optimizer)")    \
   X(beta2, "train.beta2", double, UnitInterval, 0.95, Default, "AdamW's beta2 (refused with another optimizer)")   \
   X(eps, "train.eps", double, PositiveReal, 1e-8, Default, "AdamW's epsilon (refused with another optimizer)")     \

@@ -1,8 +1,8 @@
-// The public embedding API: build a training runtime from a config and run steps.
+// The public embedding API: build a training runtime from options and run steps.
 //
-//   smp::Config config = smp::Config::load("job.toml", {"train.steps=5"});
-//   auto rt = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {"gpt.so"});
-//   for (int i = 0; i < 5; ++i) auto r = rt->train_step();
+//   smp::Options options = smp::Options::load("job.toml").args({"train.steps=5"});
+//   auto rt = smp::Runtime::create(options, smp::ProcessEnv::from_environment(), {"gpt.so"});
+//   for (int64_t i = rt->steps_done(); i < 5; ++i) auto r = rt->train_step();
 //   double val = rt->evaluate(2);
 //
 // Data flow inside create(): config -> rendezvous + mesh -> communicators ->
@@ -14,6 +14,7 @@
 #include <smp/config.h>
 #include <smp/job_config.h>
 #include <smp/model_graph.h>
+#include <smp/options.h>
 #include <smp/peak_flops.h>
 #include <smp/plugin_source.h>
 #include <smp/process_env.h>
@@ -44,7 +45,8 @@ struct RuntimeOptions {
   // without cost hints over pp (after a warm-up call). Empty: the adapter's.
   Batch example;
   // Who runs the steps. false (a program): the runtime itself acts on
-  // run.resume / run.init_from (at create), run.checkpoint_every and
+  // run.resume / run.init_from (at create; a checkpoint is resumed only when
+  // the program asks: run.resume or run.checkpoint_dir given), run.checkpoint_every and
   // train.val_every (in train_step), and refuses the keys only the training
   // loop acts on (run.trace, run.profile_ops, run.dump_parameters,
   // run.exit_after_steps, run.hang_timeout_s) when they ask for something.
@@ -66,6 +68,9 @@ class Runtime {
                                          const std::vector<PluginSource>& plugins, const Batch& example);
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
                                          const std::vector<PluginSource>& plugins, const RuntimeOptions& options);
+  // From options made in code (smp/options.h): what a program uses.
+  static std::unique_ptr<Runtime> create(const Options& options, const ProcessEnv& env,
+                                         const std::vector<PluginSource>& plugins);
   // The memory manager's per-rank estimate for the configured layout on
   // world_size ranks (smp-launch --estimate-memory): plugins, graph, tp rules,
   // partition and schedule only; no rendezvous, no module is created. Bytes per
@@ -143,7 +148,11 @@ class Runtime {
   // tp or ep shard on the rank that holds it. The sum over the ranks is the
   // model's parameter count.
   int64_t parameter_count() const;
+  // Steps taken, counting those of a resumed checkpoint: where a program's loop starts.
   int64_t steps_done() const;
+  // The checkpoint this runtime resumed at create (a warning line says so on
+  // rank 0), and its step; an empty folder when it started afresh.
+  ResumePoint resumed() const;
   // The most bytes (CPU allocator, this thread) that creating this rank's
   // modules and laying out their parameters held at once: the whole parameters
   // without ZeRO-3, about this rank's dp shard with it (deferred init).
@@ -178,6 +187,13 @@ class Runtime {
   // ZeRO-3: frees what gather_parameters() gathered now rather than at the
   // next step (what FSDP's summon_full_params does on leaving); else a no-op.
   void release_parameters();
+
+  // The model's parameters and buffers whole, by the names of the program's
+  // module tree ("net.0.proj.weight"), sorted: tp/ep shards, ZeRO ranges and
+  // other pipeline ranks' stages put together, on every rank, in the compute
+  // dtype, on this rank's device (FSDP's full state dict). Collective over
+  // the world; holds the whole model on each rank while it runs.
+  std::vector<std::pair<std::string, at::Tensor>> model_state_dict();
 
   // Everything this rank holds between steps, as slices of global tensors
   // (see StateEntry), in a fixed order; tensors are views of the live state.

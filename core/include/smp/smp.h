@@ -17,6 +17,7 @@
 #include <smp/logging.h>
 #include <smp/mesh.h>
 #include <smp/model_graph.h>
+#include <smp/options.h>
 #include <smp/plugin_registry.h>
 #include <smp/process_env.h>
 #include <smp/runtime.h>

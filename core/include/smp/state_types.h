@@ -93,6 +93,14 @@ struct MemoryAccount {
   }
 };
 
+// Where a runtime resumed (Runtime::resumed): the checkpoint folder and the
+// steps it had taken, the next step's index; an empty folder when it did not.
+struct ResumePoint {
+  std::string folder;
+  int64_t step = 0;
+  explicit operator bool() const { return !folder.empty(); }
+};
+
 struct StepResult {
   int64_t step = 0;         // 0-based index of the step just taken
   double loss = 0;          // mean training loss over the global batch (same on every rank)

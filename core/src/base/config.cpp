@@ -28,7 +28,7 @@ enum class Type { Int, Double, Bool, String, StringArray, IntArray, AxisSizes, A
 // What a value must satisfy beyond its type.
 enum class Rule { None, Positive, NonNegative, PositiveReal, NonNegativeReal, UnitInterval, ShmMiB, BucketMiB,
                   PositiveSeconds, NonNegativeSeconds,
-                  Schedule, Placement, Device, Precision, CudaBackend, P2pSemantics, ZeroStage, ShardName, LayoutMode, CpMode };
+                  Schedule, Placement, Device, Precision, CudaBackend, P2pSemantics, ZeroStage, ShardName, LayoutMode, CpMode, DecayOn };
 
 enum class Presence { Default, Derived };
 
@@ -162,6 +162,7 @@ const char* expectation(Type t, Rule r) {
     case Rule::Device: return "expected one of \"auto\", \"cpu\", \"cuda\"";
     case Rule::LayoutMode: return "expected one of \"manual\", \"auto\", \"planned\"";
     case Rule::CpMode: return "expected one of \"ring\", \"alltoall\"";
+    case Rule::DecayOn: return "expected one of \"matrices\", \"all\"";
     case Rule::Precision: return "expected one of \"fp32\", \"bf16\", \"fp16\"";
     case Rule::CudaBackend: return "expected one of \"auto\", \"nccl\", \"gloo\"";
     case Rule::P2pSemantics: return "expected one of \"buffered\", \"rendezvous\"";
@@ -293,6 +294,9 @@ bool meets_rule(Rule rule, json& v) {
       break;
     case Rule::CpMode:
       if (!one_of(v, {"ring", "alltoall"})) return false;
+      break;
+    case Rule::DecayOn:
+      if (!one_of(v, {"matrices", "all"})) return false;
       break;
     case Rule::Precision:
       if (!one_of(v, {"fp32", "bf16", "fp16"})) return false;
@@ -426,12 +430,13 @@ std::string describe_parse_error(const std::string& origin, const toml::parse_er
   return os.str();
 }
 
-// One --set "a.b=value"; set_by[key] = the argument, for messages.
-void apply_override(const std::string& arg, json& values, json& set_by) {
-  const std::string origin = "--set " + arg;
+// One override "a.b=value"; set_by[key] = the argument as messages name it.
+void apply_override(const ConfigOverride& o, json& values, json& set_by) {
+  const std::string& arg = o.key_value;
+  const std::string origin = o.label + arg;
   auto eq = arg.find('=');
   if (eq == std::string::npos)
-    throw Error(origin + ": malformed override, expected key=value (e.g. --set train.steps=5)");
+    throw Error(origin + ": malformed override, expected key=value (e.g. " + o.label + "train.steps=5)");
   std::string key = trim(arg.substr(0, eq));
   std::string text = trim(arg.substr(eq + 1));
   if (key.empty()) throw Error(origin + ": malformed override, the key before '=' is empty");
@@ -478,7 +483,7 @@ void apply_override(const std::string& arg, json& values, json& set_by) {
   if (parts.size() >= 2) set_by[parts[0] + "." + parts[1]] = origin;
   if (parts.size() < 2) {
     if (is_free_table(table) || is_schema_table(table))
-      throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. --set " + table + ".<key>=value");
+      throw Error(origin + ": '" + key + "' is a table; set one of its keys, e.g. " + o.label + table + ".<key>=value");
     unknown_key(origin, key);
   }
   if (is_free_table(table) || is_plugin_table_name(table)) {
@@ -509,7 +514,7 @@ void apply_override(const std::string& arg, json& values, json& set_by) {
   values[table][parts[1]] = check_value(origin, *spec, node);
 }
 
-void build(const std::string& origin, const toml::table& doc, const std::vector<std::string>& overrides,
+void build(const std::string& origin, const toml::table& doc, const std::vector<ConfigOverride>& overrides,
            json& values, json& set_by) {
   merge_document(origin, doc, values);
   for (const auto& o : overrides) apply_override(o, values, set_by);
@@ -521,17 +526,30 @@ void build(const std::string& origin, const toml::table& doc, const std::vector<
 // (smp/sdk/input_file.hpp): a regular file of at most kMaxConfigBytes (a named
 // pipe is refused, not waited on); its nesting is bounded by from_string.
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<ConfigOverride> labelled;
+  for (const std::string& o : overrides) labelled.push_back({o, "--set "});
+  return load_labelled(path, labelled);
+}
+
+Config Config::load_labelled(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   std::string text;
   try {
     text = input::read_file(path, path, input::kMaxConfigBytes);
   } catch (const input::Error& e) {
     throw Error(e.what());
   }
-  return from_string(text, path, overrides);
+  return from_string_labelled(text, path, overrides);
 }
 
 Config Config::from_string(const std::string& text, const std::string& origin_name,
                            const std::vector<std::string>& overrides) {
+  std::vector<ConfigOverride> labelled;
+  for (const std::string& o : overrides) labelled.push_back({o, "--set "});
+  return from_string_labelled(text, origin_name, labelled);
+}
+
+Config Config::from_string_labelled(const std::string& text, const std::string& origin_name,
+                                    const std::vector<ConfigOverride>& overrides) {
   toml::table doc;
   try {
     input::check_toml_nesting(text, origin_name);

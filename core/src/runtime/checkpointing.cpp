@@ -187,6 +187,20 @@ std::string Checkpointing::resume() {
   return folder;
 }
 
+ResumePoint Checkpointing::resume_if_asked(bool asked) {
+  ResumePoint r;
+  r.folder = resume_checkpoint(asked ? job_.run.resume : "never");
+  if (r.folder.empty()) {
+    if (!job_.run.init_from.empty()) init_from(job_.run.init_from);
+    return r;
+  }
+  r.step = state_.steps();
+  if (context_.mesh().rank() == 0)
+    spdlog::warn("resumed from {} (run.resume = \"{}\"): {} steps are done; the program's loop goes on from "
+                 "Runtime::steps_done() = {}", r.folder, job_.run.resume, r.step, r.step);
+  return r;
+}
+
 std::string Checkpointing::resume_checkpoint(const std::string& mode) {
   if (mode == "never") return "";
   // Rank 0 picks the checkpoint; every rank loads that one.

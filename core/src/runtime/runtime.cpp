@@ -13,7 +13,6 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
-#include "memory/memory_model.h"
 #include "optim/mixed_precision.h"
 #include "runtime/checkpointing.h"
 #include "runtime/data_source.h"
@@ -23,6 +22,7 @@
 #include "runtime/parallel_context.h"
 #include "runtime/step_runner.h"
 #include "runtime/train_state.h"
+#include "runtime/whole_model.h"
 
 #include <spdlog/spdlog.h>
 
@@ -43,6 +43,7 @@ struct Runtime::Impl {
   std::unique_ptr<StepRunner> steps;
   std::unique_ptr<Checkpointing> checkpoints;  // last: waits for its pending save first
   bool program_driven = true;  // not run_training: the runtime acts on the loop's keys itself
+  ResumePoint resumed;         // what create() resumed, for the program
   StepResult step(const Batch* batch);
 };
 
@@ -101,46 +102,18 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
   token = static_cast<uint64_t>(rt->gather_world(static_cast<double>(token)).at(0));
   s.checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
-  if (s.program_driven) s.checkpoints->resume();  // run.resume, run.init_from (run_training does its own)
+  // run_training resumes by itself; a program only when it asks (a run
+  // started twice in one folder is two runs, not one continued).
+  if (s.program_driven)
+    s.resumed = s.checkpoints->resume_if_asked(s.config.has("run.resume") || s.config.has("run.checkpoint_dir"));
   return rt;
 }
 
-nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std::vector<PluginSource>& plugins) {
-  config.resolve_layout(world_size);
-  const JobConfig job = JobConfig::from(config);
-  const auto context = ParallelContext::offline(job, world_size);
-  ModelBuilder model(job, context->mesh(), plugins);
-  model.plan(nullptr);
-  const MemoryModelOptions o = model.memory_options();
-  nlohmann::json ranks = nlohmann::json::array();
-  double worst = 0;
-  for (const RankMemory& m : smp::estimate_memory(model.graph(), model.stage_plan(), model.schedule(), o)) {
-    ranks.push_back(to_json(m));
-    worst = std::max(worst, m.total());
-  }
-  const ParallelConfig& par = job.parallel;
-  nlohmann::json out;
-  out["layout"] = {{"pp", par.pp}, {"tp", par.tp}, {"dp", par.dp}, {"world", world_size},
-                   {"microbatches", par.microbatches}, {"schedule", par.schedule}};
-  out["memory"] = {{"zero", job.memory.zero},
-                   {"checkpointed_nodes", std::count(o.checkpoint.begin(), o.checkpoint.end(), true)},
-                   {"precision", to_string(job.train.precision)}};
-  out["per_pp_rank"] = ranks;
-  out["max_total_bytes"] = worst;
-  return out;
-}
-
-nlohmann::json Runtime::describe_model(Config config, int world_size, const std::vector<PluginSource>& plugins) {
-  config.resolve_layout(world_size);
-  const JobConfig job = JobConfig::from(config);
-  const auto context = ParallelContext::offline(job, world_size);
-  const ModelBuilder model(job, context->mesh(), plugins);
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const GraphNode& n : model.graph().nodes)
-    nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
-  return {{"nodes", nodes},
-          {"throughput_unit", model.graph().throughput_unit},
-          {"throughput_per_sample", model.graph().throughput_per_sample}};
+std::unique_ptr<Runtime> Runtime::create(const Options& options, const ProcessEnv& env,
+                                         const std::vector<PluginSource>& plugins) {
+  RuntimeOptions o;
+  o.example = options.example();
+  return create(options.config(), env, plugins, o);
 }
 
 StepResult Runtime::train_step() { return impl_->step(nullptr); }
@@ -170,6 +143,7 @@ Batch Runtime::decode(const Batch& inputs, const DecodePositions& positions, con
 std::vector<std::pair<std::string, double>> Runtime::validation_metrics() const { return impl_->steps->last_metrics(); }
 
 int64_t Runtime::steps_done() const { return impl_->state->steps(); }
+ResumePoint Runtime::resumed() const { return impl_->resumed; }
 int64_t Runtime::parameter_init_peak() const { return impl_->state->parameter_init_peak(); }
 std::string Runtime::device() const { return impl_->context->device().str(); }
 std::string Runtime::precision() const { return to_string(impl_->job.train.precision); }
@@ -213,6 +187,9 @@ std::vector<ParameterView> Runtime::gather_parameters() {
 }
 void Runtime::release_parameters() { impl_->state->release_parameters(); }
 std::vector<StateEntry> Runtime::state_entries() const { return impl_->state->entries(); }
+std::vector<std::pair<std::string, at::Tensor>> Runtime::model_state_dict() {
+  return whole_model(impl_->state->entries(), impl_->context->comm(Axis::World), impl_->context->device());
+}
 void Runtime::load_state(const std::vector<StateEntry>& entries) {
   impl_->checkpoints->writer().wait_for_snapshot();
   impl_->state->load(entries);

@@ -275,7 +275,7 @@ void TrainState::make_optimizer_over(const std::vector<at::Tensor>& all, std::ve
                                      const std::vector<std::shared_ptr<const sdk::InitSpec>>& inits) {
   std::vector<bool> decay;
   if (job_.memory.zero == 0) {
-    for (const auto& p : all) decay.push_back(p.dim() >= 2);
+    for (const auto& p : all) decay.push_back(job_.train.weight_decay_on == "all" || p.dim() >= 2);
     make_optimizer(masters_ ? masters_->masters() : all, decay);
     return;
   }
@@ -289,7 +289,7 @@ void TrainState::make_optimizer_over(const std::vector<at::Tensor>& all, std::ve
     parameter_init_peak_ = std::max(parameter_init_peak_, created_bytes_ + sharding.peak());
   }
   for (const ShardSegment& seg : shard_segments(sync_->layout())) {
-    decay.push_back(all[seg.param].dim() >= 2);
+    decay.push_back(job_.train.weight_decay_on == "all" || all[seg.param].dim() >= 2);
     segment_counted_.push_back(norm_counted_[seg.param]);
   }
   make_optimizer(sharded_->optimizer_params(), decay);

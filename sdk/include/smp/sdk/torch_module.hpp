@@ -281,6 +281,34 @@ class TorchModel {
 
   const std::string& name() const { return name_; }
 
+  // Copies whole tensors named as smp names them (Runtime::model_state_dict:
+  // "<node>.<parameter>", the node of a Sequential's child "<prefix>.<i>")
+  // into the program's own modules: every parameter and buffer of every node,
+  // so they compute what the trained model computes. A name missing from
+  // `whole` or a shape that differs from the module's (a module holding the
+  // SDK's tensor-parallel layers keeps its shard) is refused naming it.
+  void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& whole) const {
+    std::map<std::string, at::Tensor> by_name(whole.begin(), whole.end());
+    torch::NoGradGuard no_grad;
+    for (const auto& n : nodes_) {
+      if (!n->module || (!n->shared_key.empty() && n->shared_key != n->name)) continue;
+      auto copy = [&](const std::string& local, at::Tensor target) {
+        const std::string name = n->name + "." + local;
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw Error("TorchModel '" + name_ + "': load_state_dict: no tensor named '" + name + "'");
+        if (it->second.sizes() != target.sizes())
+          throw Error("TorchModel '" + name_ + "': load_state_dict: '" + name + "' is " +
+                      c10::str(it->second.sizes()) + " whole, the module holds " + c10::str(target.sizes()) +
+                      " (a tensor-parallel shard keeps its own values)");
+        target.copy_(it->second);
+      };
+      for (const auto& item : n->module->named_parameters(/*recurse=*/true)) copy(item.key(), item.value());
+      for (const auto& item : n->module->named_buffers(/*recurse=*/true))
+        if (item.value().defined()) copy(item.key(), item.value());
+    }
+  }
+
  private:
   using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
   struct NodeSpec {
