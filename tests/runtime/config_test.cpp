@@ -301,7 +301,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 69);  // every key of the reference
+  EXPECT_EQ(fields, 70);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 
