@@ -187,7 +187,9 @@ int main(int argc, char** argv) {
     }
     // The checkpoint's parameters into this layout; nothing trained, nothing resumed.
     std::vector<std::string> sets = overrides;
-    for (const std::string s : {"run.resume=\"never\"", "run.dump_parameters=false", "parallel.microbatches=1"})
+    // No log files: generating is not a run of the job's (its run.dir is the training run's).
+    for (const std::string s :
+         {"run.resume=\"never\"", "run.dump_parameters=false", "parallel.microbatches=1", "run.log_to_file=false"})
       sets.push_back(s);
     sets.push_back("run.init_from=\"" + checkpoint + "\"");
     smp::Config config = smp::Config::load(config_path, sets);

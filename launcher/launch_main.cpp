@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
                "pin each local rank to its own cores (--threads-per-rank each, default an even split)");
   app.add_option("--kill-timeout", o.kill_timeout_s, "seconds between SIGTERM and SIGKILL when stopping (default 30)")
       ->check(CLI::Range(0.0, 1e6));  // made milliseconds: bounded so that cannot overflow (NaN: checked below)
-  app.add_option("--log-dir", o.log_dir, "write each captured rank's output to <dir>/rank-R.out");
+  app.add_option("--log-dir", o.log_dir,
+                 "write each rank's output (stdout and stderr) to <dir>/rank-R.out; rank 0's is still shown, on stdout");
   app.add_flag("--tee", o.tee, "also echo every rank's output, prefixed with [rank R]");
   app.add_option("--worker", o.worker, "the worker executable (default: smp-worker next to smp-launch)");
   bool estimate = false;

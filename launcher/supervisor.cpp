@@ -133,7 +133,8 @@ struct Rank {
   int global = 0, local = 0;
   pid_t pid = -1;
   bool running = false;
-  int out_fd = -1;  // read end of its stdout+stderr pipe; -1 for rank 0 (terminal)
+  int out_fd = -1;  // read end of its stdout+stderr pipe; -1 for rank 0 (terminal) without --log-dir
+  bool echo = false;  // rank 0 under --log-dir: what it prints is copied to the launcher's stdout as it comes
   std::string partial;
   std::deque<std::string> lines;
   int log_fd = -1;
@@ -282,15 +283,19 @@ class Supervisor {
   bool spawn(Rank& r, int attempt) {
     int fds[2] = {-1, -1};
     // Rank 0 of the job keeps the terminal; every other rank is captured.
+    // Under --log-dir rank 0 is captured as well, into its file and, as it
+    // comes, to the launcher's stdout (its stdin stays the terminal's).
     const bool to_terminal = r.global == 0;
-    if (!to_terminal) {
+    const bool captured = !to_terminal || !o_.log_dir.empty();
+    r.echo = to_terminal && captured;
+    if (captured) {
       if (::pipe(fds) != 0) {
         say(std::string("pipe: ") + std::strerror(errno));
         return false;
       }
       set_cloexec_nonblock(fds[0], true);
     }
-    if (!o_.log_dir.empty() && !to_terminal) {
+    if (!o_.log_dir.empty()) {
       std::string path = o_.log_dir + "/rank-" + std::to_string(r.global) + ".out";
       r.log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (r.log_fd < 0) say("cannot open " + path + ": " + std::strerror(errno));
@@ -348,10 +353,12 @@ class Supervisor {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       if (!core_sets_.empty()) ::sched_setaffinity(0, sizeof(cpu_set_t), &core_sets_[r.local]);
-      if (!to_terminal) {
+      if (captured) {
         ::dup2(fds[1], STDOUT_FILENO);
         ::dup2(fds[1], STDERR_FILENO);
         ::close(fds[1]);
+      }
+      if (!to_terminal) {
         int devnull = ::open("/dev/null", O_RDONLY);
         if (devnull >= 0) ::dup2(devnull, STDIN_FILENO), ::close(devnull);
       }
@@ -363,7 +370,7 @@ class Supervisor {
     }
     ::setpgid(pid, pid);  // also here, so kill(-pid) works at once
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
-    if (!to_terminal) {
+    if (captured) {
       ::close(fds[1]);
       r.out_fd = fds[0];
     }
@@ -581,6 +588,10 @@ class Supervisor {
           ssize_t ignored = ::write(r.log_fd, buf, static_cast<size_t>(n));
           (void)ignored;
         }
+        if (r.echo) {
+          ssize_t ignored = ::write(STDOUT_FILENO, buf, static_cast<size_t>(n));
+          (void)ignored;
+        }
         r.partial.append(buf, static_cast<size_t>(n));
         size_t start = 0, nl;
         while ((nl = r.partial.find('\n', start)) != std::string::npos) {
@@ -607,7 +618,7 @@ class Supervisor {
   }
 
   void add_line(Rank& r, const std::string& line) {
-    if (o_.tee) {
+    if (o_.tee && !r.echo) {  // rank 0's lines are shown as they are
       std::string s = "[rank " + std::to_string(r.global) + "] " + line + "\n";
       ssize_t ignored = ::write(STDOUT_FILENO, s.data(), s.size());
       (void)ignored;

@@ -4,11 +4,14 @@
 #include <smp/process_env.h>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "base/runtime_logging.h"
 #include "proc_util.h"
 
 #include <cstdlib>
+#include <iostream>
 
 namespace {
 
@@ -113,6 +116,50 @@ TEST(LoggingTest, PerRankFileWithRankTagAndReinit) {
   EXPECT_TRUE(smp_test::read_file(smp::logging::log_file_path(dir, 1)).empty());
   smp::logging::init(0, 1, "", true, true);
   spdlog::info("console only");
+}
+
+// Issue 54: a runtime the program drives logs per rank as smp-worker's do.
+// init_for_runtime replaces spdlog's stock logger only: not a logger init()
+// set up (smp-worker's), nor the program's own; a runtime with another folder
+// sets it up again. Run in a fresh process (what was set up is process-wide).
+TEST(LoggingTest, ARuntimeSetsUpLoggingUnlessTheProcessHasItsOwn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto check = [] {
+    bool ok = true;
+    auto expect = [&](bool c, const std::string& what) {
+      if (!c) std::cerr << "FAILED: " << what << std::endl, ok = false;
+    };
+    const std::string a = smp_test::temp_dir("log-a"), b = smp_test::temp_dir("log-b"),
+                      c = smp_test::temp_dir("log-c"), d = smp_test::temp_dir("log-d");
+    namespace lg = smp::logging;
+    expect(spdlog::default_logger()->name().empty(), "spdlog's stock logger at first");
+    lg::init_for_runtime(1, 2, a, true);
+    spdlog::info("runtime a");
+    spdlog::default_logger()->flush();
+    expect(smp_test::contains(smp_test::read_file(a + "/logs/rank-1.log"), "[rank 1] [info] runtime a"),
+           "rank 1's file under folder a");
+    const auto first = spdlog::default_logger();
+    lg::init_for_runtime(1, 2, a, true);
+    expect(spdlog::default_logger() == first, "the same runtime again keeps the logger");
+    lg::init_for_runtime(1, 2, b, true);
+    spdlog::info("runtime b");
+    spdlog::default_logger()->flush();
+    expect(smp_test::contains(smp_test::read_file(b + "/logs/rank-1.log"), "runtime b"), "a second folder");
+    // The program's own logger stays.
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("program", std::make_shared<spdlog::sinks::null_sink_mt>()));
+    lg::init_for_runtime(0, 1, c, true);
+    expect(spdlog::default_logger()->name() == "program", "the program's logger is kept");
+    expect(smp_test::read_file(c + "/logs/rank-0.log").empty(), "no file beside the program's logger");
+    // smp::logging::init's (smp-worker's) stays.
+    lg::init(0, 1, "", false, true);
+    const auto worker = spdlog::default_logger();
+    lg::init_for_runtime(0, 1, d, true);
+    expect(spdlog::default_logger() == worker, "init()'s logger is kept");
+    expect(smp_test::read_file(d + "/logs/rank-0.log").empty(), "no file beside init()'s logger");
+    std::cerr << (ok ? "all as expected" : "not as expected") << std::endl;
+    std::exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(check(), ::testing::ExitedWithCode(0), "all as expected");
 }
 
 }  // namespace

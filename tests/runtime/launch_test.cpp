@@ -61,6 +61,24 @@ TEST(LaunchTest, KilledRankStopsTheJob) {
   EXPECT_EQ(::stat((logs + "/rank-1.out").c_str(), &st), 0);
 }
 
+// Issue 54: --log-dir kept rank 1's output only (rank 0 held the terminal, not
+// a file). Every rank now has its file; rank 0's output is also shown.
+TEST(LaunchTest, LogDirKeepsEveryRanksOutputAndStillShowsRankZeros) {
+  const int port = smp_test::free_port();
+  const std::string logs = smp_test::temp_dir("logs");
+  auto r = smp_test::run(launch_comm_worker(3, port, {"--mode", "check", "--timeout-ms", "30000"},
+                                            {"--kill-timeout", "3", "--log-dir", logs}),
+                         100);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string text = smp_test::read_file(logs + "/rank-" + std::to_string(rank) + ".out");
+    EXPECT_TRUE(smp_test::contains(text, "rank " + std::to_string(rank) + ": all checks passed"))
+        << "rank-" << rank << ".out:\n" << text;
+  }
+  EXPECT_TRUE(smp_test::contains(r.output, "rank 0: all checks passed")) << r.output;
+  EXPECT_FALSE(smp_test::contains(r.output, "rank 1: all checks passed")) << r.output;  // captured, not shown
+}
+
 // A collective one rank skips: the others get an smp::Error naming the axis,
 // the op and the ranks within about the timeout; the launcher exits non-zero.
 TEST(LaunchTest, CollectiveTimeoutNamesAxisOpAndRanks) {

@@ -1,16 +1,21 @@
 // A program driving its Runtime, through smp-launch (program_runtime_worker.cpp),
 // on issue 54's smaller points: forward() splits a batch that does not divide
 // by parallel.microbatches (1 rank and pp 2, equal to the plain model); a
-// ZeRO-3 run prints none of LibTorch's allocator warnings.
+// ZeRO-3 run prints none of LibTorch's allocator warnings; the program's
+// runtime writes each rank's log file under run.log_to_file.
 #include "proc_util.h"
 
 #include <gtest/gtest.h>
+
+#include <boost/filesystem.hpp>
 
 #include <regex>
 #include <string>
 #include <vector>
 
 namespace {
+
+namespace fs = boost::filesystem;
 
 struct Job {
   smp_test::Result run;
@@ -76,6 +81,23 @@ TEST(ProgramRuntime, AZero3RunPrintsNoneOfLibTorchsAllocatorWarnings) {
   EXPECT_TRUE(smp_test::contains(j.run.output, "rank 0 step 2 loss")) << j.run.output;
   EXPECT_FALSE(smp_test::contains(j.run.output, "Memory block of unknown size")) << j.run.output;
   EXPECT_FALSE(smp_test::contains(j.run.output, "CPUAllocator")) << j.run.output;
+}
+
+// Issue 54: program-driven runs wrote no log files. With run.log_to_file (the
+// default) each rank writes <run.dir>/logs/rank-<r>.log, as smp-worker's do;
+// run.log_to_file = false writes none.
+TEST(ProgramRuntime, EachRankWritesItsLogFile) {
+  const Job j = launch(2, {"--set", "parallel.dp=2", "--steps", "1"});
+  ASSERT_EQ(j.run.exit_code, 0) << j.run.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string path = j.dir + "/logs/rank-" + std::to_string(rank) + ".log";
+    const std::string text = smp_test::read_file(path);
+    EXPECT_TRUE(smp_test::contains(text, "[rank " + std::to_string(rank) + "] [")) << path << ":\n" << text;
+  }
+  EXPECT_TRUE(smp_test::contains(smp_test::read_file(j.dir + "/logs/rank-0.log"), "stage 0 (rank 0"));
+  const Job off = launch(2, {"--set", "parallel.dp=2", "--set", "run.log_to_file=false", "--steps", "1"});
+  ASSERT_EQ(off.run.exit_code, 0) << off.run.output;
+  EXPECT_FALSE(fs::exists(off.dir + "/logs")) << off.run.output;
 }
 
 }  // namespace

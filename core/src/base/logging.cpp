@@ -2,11 +2,14 @@
 #include <smp/error.h>
 #include <smp/logging.h>
 
+#include "base/runtime_logging.h"
+
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,15 +34,19 @@ spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback) {
   return fallback;
 }
 
-}  // namespace
-
-std::string log_file_path(const std::string& run_dir, int rank) {
-  if (run_dir.empty()) return "";
-  return (boost::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+// Who set up the default logger last: nobody (spdlog's stock one, or the
+// program's own), init() (smp-worker, a program), or init_for_runtime.
+struct Setup {
+  std::mutex mu;
+  enum { None, Explicit, ForRuntime } by = None;
+  std::string runtime_key;  // rank, folder and log_to_file of the last init_for_runtime
+};
+Setup& setup() {
+  static Setup s;
+  return s;
 }
 
-void init(int rank, int world, const std::string& run_dir, bool log_to_file, bool console) {
-  (void)world;
+void install(int rank, const std::string& run_dir, bool log_to_file, bool console) {
   std::vector<spdlog::sink_ptr> sinks;
   // One stderr sink: info and above on the console rank, errors only elsewhere.
   auto err_sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
@@ -63,6 +70,35 @@ void init(int rank, int world, const std::string& run_dir, bool log_to_file, boo
   // set_default_logger replaces (and unregisters) the previous default logger.
   spdlog::drop("smp");
   spdlog::set_default_logger(logger);
+}
+
+}  // namespace
+
+std::string log_file_path(const std::string& run_dir, int rank) {
+  if (run_dir.empty()) return "";
+  return (boost::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+}
+
+void init(int rank, int world, const std::string& run_dir, bool log_to_file, bool console) {
+  (void)world;
+  Setup& st = setup();
+  std::lock_guard<std::mutex> lock(st.mu);
+  install(rank, run_dir, log_to_file, console);
+  st.by = Setup::Explicit;
+}
+
+void init_for_runtime(int rank, int world, const std::string& run_dir, bool log_to_file) {
+  (void)world;
+  Setup& st = setup();
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.by == Setup::Explicit) return;
+  const std::string name = spdlog::default_logger() ? spdlog::default_logger()->name() : "";
+  if (!name.empty() && name != "smp") return;  // the program's own logger
+  const std::string key = std::to_string(rank) + "\n" + run_dir + "\n" + (log_to_file ? "1" : "0");
+  if (st.by == Setup::ForRuntime && st.runtime_key == key && name == "smp") return;
+  install(rank, run_dir, log_to_file, rank == 0);
+  st.by = Setup::ForRuntime;
+  st.runtime_key = key;
 }
 
 }  // namespace smp::logging

@@ -4,6 +4,7 @@
 
 #include "base/axis_names.h"
 #include "base/device.h"
+#include "base/runtime_logging.h"
 #include "base/test_faults.h"
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
@@ -45,6 +46,8 @@ ParallelContext::~ParallelContext() = default;
 
 std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, const ProcessEnv& env) {
   check_test_fault_setting();  // refused before anything starts (a release build, an unknown name)
+  // A program's runtime logs per rank (run.log_to_file) as smp-worker's does.
+  logging::init_for_runtime(env.rank, env.world_size, job.run.dir, job.run.log_to_file);
   std::unique_ptr<ParallelContext> c(new ParallelContext());
   c->env_ = env;
   // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).
