@@ -39,7 +39,7 @@ spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback) {
 struct Setup {
   std::mutex mu;
   enum { None, Explicit, ForRuntime } by = None;
-  std::string runtime_key;  // rank, folder and log_to_file of the last init_for_runtime
+  std::string runtime_key;  // rank and log file folder of the last init_for_runtime
 };
 Setup& setup() {
   static Setup s;
@@ -94,7 +94,8 @@ void init_for_runtime(int rank, int world, const std::string& run_dir, bool log_
   if (st.by == Setup::Explicit) return;
   const std::string name = spdlog::default_logger() ? spdlog::default_logger()->name() : "";
   if (!name.empty() && name != "smp") return;  // the program's own logger
-  const std::string key = std::to_string(rank) + "\n" + run_dir + "\n" + (log_to_file ? "1" : "0");
+  // The folder matters only with a file: runtimes in a row without one keep the logger.
+  const std::string key = std::to_string(rank) + (log_to_file && !run_dir.empty() ? "\n" + run_dir : "");
   if (st.by == Setup::ForRuntime && st.runtime_key == key && name == "smp") return;
   install(rank, run_dir, log_to_file, rank == 0);
   st.by = Setup::ForRuntime;
