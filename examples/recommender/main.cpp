@@ -71,16 +71,14 @@ int main(int argc, char** argv) {
     model.input("users").input("items").input("liked").node("tower", tower, {"users", "items"}, {"logit"}).loss(
         "loss", [](auto logit, auto liked) { return torch::binary_cross_entropy_with_logits(logit, liked); },
         {"logit", "liked"});
-    std::vector<std::string> settings = {"train.optimizer=adamw", "train.lr=0.03", "train.min_lr=0.03",
-                                         "train.weight_decay=0", "train.batch_size=" + std::to_string(kBatch),
-                                         "train.steps=" + std::to_string(steps)};
-    settings.insert(settings.end(), argv + (argc > 1 ? 2 : 1), argv + argc);
     const World world(42);
     const auto example = world.pairs(kBatch, 0);
-    auto runtime = smp::Runtime::create(smp::Config::from_string("", "recommender", settings),
-                                        smp::ProcessEnv::from_environment(), {model.plugin()},
-                                        {{"users", example[0]}, {"items", example[1]}, {"liked", example[2]}});
-    for (int step = 0; step < steps; ++step) {
+    smp::Options options;
+    options.optimizer(torch::optim::AdamWOptions(0.03).weight_decay(0)).batch_size(kBatch).steps(steps)
+        .example({{"users", example[0]}, {"items", example[1]}, {"liked", example[2]}})
+        .args(argc, argv, argc > 1 ? 2 : 1);  // the program's key=value arguments
+    auto runtime = smp::Runtime::create(options, smp::ProcessEnv::from_environment(), {model.plugin()});
+    for (int64_t step = runtime->steps_done(); step < steps; ++step) {
       const auto b = world.pairs(kBatch, 1000 + static_cast<uint64_t>(step));  // the global batch
       const smp::StepResult r = runtime->train_step({{"users", b[0]}, {"items", b[1]}, {"liked", b[2]}});
       if (step % 50 == 0 || step + 1 == steps) std::cout << "step " << step << " loss " << r.loss << "\n";

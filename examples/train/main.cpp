@@ -14,11 +14,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::vector<std::string> overrides(argv + 3, argv + argc);
-    smp::Config config = smp::Config::load(argv[2], overrides);
-    auto runtime = smp::Runtime::create(config, smp::ProcessEnv::from_environment(), {argv[1]});
+    const smp::Options options = smp::Options::load(argv[2]).args(argc, argv, 3);  // the file, then key=value
+    auto runtime = smp::Runtime::create(options, smp::ProcessEnv::from_environment(), {argv[1]});
     const int64_t steps = runtime->config().get_int("train.steps");
-    for (int64_t i = 0; i < steps; ++i) {
+    for (int64_t i = runtime->steps_done(); i < steps; ++i) {  // a resumed run goes on where it stopped
       smp::StepResult r = runtime->train_step();
       std::cout << "step " << r.step + 1 << " loss " << r.loss << " (" << r.seconds * 1000 << " ms)\n";
     }

@@ -11,11 +11,12 @@
 // What differs from a job file's defaults, because a LibTorch program does not
 // expect it: an optimizer given here has LibTorch's defaults, a constant
 // learning rate (its lr; a scheduler in the program calls
-// Runtime::set_learning_rate) and no gradient clipping, unless the program
-// sets those keys (before or after); and a runtime made from Options never
-// resumes a checkpoint unless the program asks (run.resume, or the
-// run.checkpoint_dir it names). Every value is checked by the schema when the
-// runtime is made, and a message names the key=value at fault.
+// Runtime::set_learning_rate) and no gradient clipping, unless a key says
+// otherwise (set before or after, or in the file); options made in code
+// without an optimizer have LibTorch's AdamW, options from a job file its
+// settings. A program's runtime resumes a checkpoint only when the program
+// asks (run.resume, or a run.checkpoint_dir it names). Every value is checked
+// by the schema when the runtime is made; a message names the key=value.
 #pragma once
 
 #include <smp/batch.h>

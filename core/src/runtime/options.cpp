@@ -140,25 +140,27 @@ Options& Options::example(Batch batch) {
   return *this;
 }
 
-// The optimizer's keys first (LibTorch's AdamW when none was given), then
-// what the program set, then its arguments; a constant learning rate and no
-// clipping unless one of them (or the file) sets those keys.
+// The optimizer's keys first, then what the program set, then its
+// arguments. Options made in code start from LibTorch's AdamW; a job file's
+// own settings and defaults stand unless an optimizer is given here. Given
+// here, the optimizer implies a constant learning rate and no clipping
+// unless a key (the file's included) says otherwise.
 Config Options::config() const {
   auto make = [this](const std::vector<ConfigOverride>& overrides) {
     return path_.empty() ? Config::from_string_labelled(toml_, origin_, overrides)
                          : Config::load_labelled(path_, overrides);
   };
-  std::vector<ConfigOverride> all;
-  if (optimizer_.empty()) {
+  const bool from_file = !path_.empty() || !toml_.empty();
+  std::vector<ConfigOverride> all = optimizer_;
+  if (optimizer_.empty() && !from_file) {
     Options adamw;
     adamw.optimizer(torch::optim::AdamWOptions());
     all = adamw.optimizer_;
-  } else {
-    all = optimizer_;
   }
   all.insert(all.end(), keys_.begin(), keys_.end());
   all.insert(all.end(), args_.begin(), args_.end());
   const Config given = make(all);
+  if (from_file && optimizer_.empty()) return given;
   std::vector<ConfigOverride> implied;
   if (!given.has("train.grad_clip")) implied.push_back(key("train.grad_clip", "0.0"));
   if (!given.has("train.min_lr")) implied.push_back(key("train.min_lr", number(given.get_double("train.lr"))));
