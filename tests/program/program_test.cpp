@@ -462,6 +462,19 @@ TEST(ProgramModel, AdapterFedEqualsProgramFed) {
   }
 }
 
+// A model handed over as one node cannot be pipelined: pp 2 would put it on
+// one stage and the loss alone on the other. The run still equals serial;
+// rank 0 says so as a warning naming the stage and what to do.
+TEST(ProgramModel, APartitionThatLeavesAStageOnlyTheLossIsReported) {
+  const Job r = launch(2, {"--one-node", "--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[warning] partition: stage 1 holds only the loss node 'loss': the pipeline runs about "
+                          "serially"), std::string::npos) << r.output;
+  const Job split = launch(2, {"--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_EQ(split.output.find("partition: stage"), std::string::npos) << split.output;
+}
+
 // A loss that is not a scalar is refused, naming it.
 TEST(ProgramModel, ALossThatIsNotAScalarIsRefused) {
   const Job r = launch(1, {"--vector-loss"});
@@ -504,7 +517,7 @@ TEST(ProgramModel, BadBatchesAreRefusedAndTheRuntimeStaysUsable) {
       {"rows", "batch input 'y' has 1 samples (dimension 0), input 'x' has 8"},
       {"throws", "node 'loss'"},
       {"device", "batch input 'x' is on meta; this rank computes on cpu"},
-      {"forward rows", "rank 0: forward: the batch's 3 samples do not split into parallel.microbatches = 2"},
+      {"forward rows", "rank 0: forward: the batch's 1 samples are fewer than parallel.microbatches = 2"},
       {"forward without targets", "output 'loss:loss' of node 'loss' was not computed: it needs graph input 'y'"},
       // A program's own kinds declare nothing about decoding (ABI 2.7): refused by node.
       {"decode", "rank 0: decode: node 'net"},

@@ -101,6 +101,14 @@ struct SometimesBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(SometimesBlock);
 
+// The whole model as one module (a Sequential's forward is a template, which AnyModule cannot call).
+struct OneNodeImpl : torch::nn::Module {
+  explicit OneNodeImpl(torch::nn::Sequential n) : net(register_module("net", std::move(n))) {}
+  torch::Tensor forward(torch::Tensor x) { return net->forward(x); }
+  torch::nn::Sequential net;
+};
+TORCH_MODULE(OneNode);
+
 // The global batch of a step, the same on every rank; each dp rank takes its rows.
 std::pair<torch::Tensor, torch::Tensor> global_batch(int64_t step) {
   auto gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
@@ -123,7 +131,7 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
-       vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false;
+       vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -139,6 +147,7 @@ int main(int argc, char** argv) {
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
   app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
+  app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
   app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
@@ -179,6 +188,8 @@ int main(int argc, char** argv) {
                      {"h" + std::to_string(i)});
         model.node("proj_out", proj, {"h3"}, {"h4"}).node("head", *(net->begin() + 4), {"h4"}, {"logits"});
         model.loss("loss", cross_entropy, {"logits", "y"});
+      } else if (one_node) {
+        model.input("x").input("y").node("net", OneNode(net), {"x"}, {"logits"}).loss("loss", cross_entropy, {"logits", "y"});
       } else if (vector_loss) {  // a loss that forgets to reduce: refused at the first step
         model.input("x").input("y").sequential("net", net, "x", "logits").loss(
             "loss",
@@ -234,7 +245,7 @@ int main(int argc, char** argv) {
       refused("throws", {{"x", share(x)}, {"y", share(y) + 100}});  // class ids out of range: cross_entropy throws
       refused("device", {{"x", share(x).to(at::kMeta)}, {"y", share(y)}});
       try {
-        rt->forward({{"x", x.narrow(0, 0, 3)}}, {"logits"});
+        rt->forward({{"x", x.narrow(0, 0, 1)}}, {"logits"});
         std::cout << "accepted: forward rows\n";
       } catch (const smp::Error& e) {
         std::cout << "refused forward rows: " << e.what() << "\n";

@@ -5,6 +5,7 @@
 #include "comm/communicator.h"
 #include "graph/parallel_rules.h"
 #include "graph/profiler.h"
+#include "graph/stage_balance.h"
 #include "memory/activation_checkpoint.h"
 #include "optim/mixed_precision.h"
 #include "plugin/graph_builder.h"
@@ -225,6 +226,8 @@ void ModelBuilder::plan(Rendezvous* rendezvous, const DataSource* example) {
   }
   plan_ = StagePlan::build(graph_, stages, pp, chunks);
   plan_.costs = costs;
+  const std::string unbalanced = stage_balance_warning(graph_, plan_);
+  if (!unbalanced.empty() && mesh_.rank() == 0) spdlog::warn("partition: {}", unbalanced);
   if (mesh_.rank() == 0)
     for (int st = 0; st < num_stages; ++st)
       spdlog::info("stage {} (rank {}, chunk {}): {} nodes, first '{}', last '{}'", st, plan_.rank_of(st),
