@@ -76,6 +76,16 @@ struct NormBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(NormBlock);
 
+// The same block with smp's SyncBatchNorm: the statistics of the whole batch across dp.
+struct SyncNormBlockImpl : torch::nn::Module {
+  explicit SyncNormBlockImpl(int64_t d)
+      : fc(register_module("fc", torch::nn::Linear(d, d))), bn(register_module("bn", smp::sdk::SyncBatchNorm(d))) {}
+  torch::Tensor forward(torch::Tensor x) { return x + torch::relu(bn->forward(fc->forward(x))); }
+  torch::nn::Linear fc;
+  smp::sdk::SyncBatchNorm bn;
+};
+TORCH_MODULE(SyncNormBlock);
+
 // A block with a side layer only some samples take: a microbatch none of whose
 // samples takes it leaves the side layer's parameters without a gradient in
 // that backward pass, while the block's other parameters get theirs (what a
@@ -131,7 +141,8 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
-       vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false;
+       vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
+       sync_norm = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -147,6 +158,7 @@ int main(int argc, char** argv) {
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
   app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
+  app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
   app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
@@ -171,6 +183,8 @@ int main(int argc, char** argv) {
           net->push_back(SometimesBlock(kDim));
         else if (norm_model && i == 0)
           net->push_back(NormBlock(kDim));
+        else if (sync_norm && i == 0)
+          net->push_back(SyncNormBlock(kDim));
         else
           net->push_back(GatedBlock(kDim));
       }

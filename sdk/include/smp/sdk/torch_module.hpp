@@ -24,6 +24,7 @@
 
 #include <smp/sdk/in_process.hpp>
 #include <smp/sdk/module.hpp>
+#include <smp/sdk/sync_batch_norm.hpp>
 #include <smp/sdk/torch_parallel.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>

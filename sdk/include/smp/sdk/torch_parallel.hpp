@@ -157,10 +157,11 @@ inline std::map<std::string, Param> bind_placed(torch::nn::Module& root, const M
   return placed;
 }
 
-// Whether `root` holds a PlacedModule (its node is split over tp).
+// Whether `root` holds a PlacedModule that splits a parameter (its node is
+// split over tp); one that only binds to a group (SyncBatchNorm) does not count.
 inline bool holds_placed(torch::nn::Module& root) {
   for (const auto& m : root.modules(/*include_self=*/true))
-    if (dynamic_cast<PlacedModule*>(m.get())) return true;
+    if (auto* p = dynamic_cast<PlacedModule*>(m.get()); p && !p->placements().empty()) return true;
   return false;
 }
 
