@@ -106,6 +106,9 @@ class TcpStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override {
     return guarded([&] { return store_->add(key, delta); });
   }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    guarded([&] { store_->setTimeout(timeout); });
+  }
   const c10::intrusive_ptr<c10d::Store>& raw() const { return store_; }
 
   // One Gloo device per process and rendezvous, shared by every communicator.

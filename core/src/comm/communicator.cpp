@@ -656,9 +656,12 @@ class C10dCommunicator final : public Communicator {
 
 class C10dRendezvous final : public Rendezvous {
  public:
-  C10dRendezvous(std::shared_ptr<c10d_compat::Store> store, std::string addr, int port, int rank, int world,
-                 std::chrono::milliseconds timeout)
-      : store_(std::move(store)), addr_(std::move(addr)), port_(port), rank_(rank), world_(world), timeout_(timeout) {}
+  // `ns`: the prefix of every key this rendezvous writes ("smp/<generation>/"),
+  // apart from those of the other rendezvous over the same store (see connect()).
+  C10dRendezvous(std::shared_ptr<c10d_compat::Store> store, std::string ns, std::string addr, int port, int rank,
+                 int world, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), ns_(std::move(ns)), addr_(std::move(addr)), port_(port), rank_(rank), world_(world),
+        timeout_(timeout) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -701,7 +704,7 @@ class C10dRendezvous final : public Rendezvous {
       try {
         // Every member must agree on the membership; group rank 0 publishes it.
         const std::string members = join(global_ranks);
-        const std::string key = "smp/meta/" + name;
+        const std::string key = ns_ + "meta/" + name;
         if (me == 0) {
           store_->set(key, members);
         } else {
@@ -713,20 +716,20 @@ class C10dRendezvous final : public Rendezvous {
         c10d_compat::BackendOptions bo;
         bo.timeout = options.timeout;
         bo.master_addr = addr_;
-        backend = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/", me, n, bo);
+        backend = c10d_compat::make_backend(*store_, ns_ + "comm/" + name + "/", me, n, bo);
         if (options.cuda && use_nccl(name, what, me, global_ranks, options)) {
           bo.cuda = true;
           bo.cuda_device = options.cuda_device;
-          nccl = c10d_compat::make_backend(*store_, "smp/comm/" + name + "/nccl/", me, n, bo);
+          nccl = c10d_compat::make_backend(*store_, ns_ + "comm/" + name + "/nccl/", me, n, bo);
         }
         if (options.shm_slot_bytes > 0)
-          shm = ShmCollectives::create(store_, "smp/comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
+          shm = ShmCollectives::create(store_, ns_ + "comm/" + name + "/shm/", me, n, options.shm_slot_bytes,
                                      options.timeout);
         // Every member on this host (what ShmCollectives::create found): sends
         // and receives of CPU tensors through shared memory too. Outboxes are
         // made on first use, so groups that never send cost nothing.
         if (shm)
-          mailbox = ShmMailbox::create(store_, "smp/comm/" + name + "/p2p/", me, n, options.shm_slot_bytes,
+          mailbox = ShmMailbox::create(store_, ns_ + "comm/" + name + "/p2p/", me, n, options.shm_slot_bytes,
                                        options.timeout);
       } catch (const c10d_compat::Failure& f) {
         throw Error("rendezvous: creating " + what + " failed on world rank " + std::to_string(rank_) +
@@ -750,7 +753,7 @@ class C10dRendezvous final : public Rendezvous {
     if (!c10d_compat::has_nccl())
       throw Error("rendezvous: " + what + ": CUDA tensors need NCCL, but this LibTorch (" +
                   c10d_compat::torch_version() + ") was built without it (comm.cuda_backend = \"gloo\" avoids it)");
-    const std::string prefix = "smp/dev/" + name + "/";
+    const std::string prefix = ns_ + "dev/" + name + "/";
     store_->set(prefix + std::to_string(me), options.device_key);
     std::map<std::string, int> first;
     for (size_t i = 0; i < global_ranks.size(); ++i) {
@@ -768,7 +771,7 @@ class C10dRendezvous final : public Rendezvous {
 
   void set(const std::string& key, const std::string& value) override {
     try {
-      store_->set("smp/kv/" + key, value);
+      store_->set(ns_ + "kv/" + key, value);
     } catch (const c10d_compat::Failure& f) {
       throw Error("rendezvous: set('" + key + "') on " + addr_ + ":" + std::to_string(port_) + " failed: " + f.what());
     }
@@ -776,11 +779,11 @@ class C10dRendezvous final : public Rendezvous {
 
   void shutdown(std::chrono::milliseconds timeout) override {
     try {
-      store_->add("smp/shutdown", 1);
+      store_->add(ns_ + "shutdown", 1);
       if (rank_ != 0) return;
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       int64_t n = 0;
-      while ((n = store_->add("smp/shutdown", 0)) < world_) {
+      while ((n = store_->add(ns_ + "shutdown", 0)) < world_) {
         if (std::chrono::steady_clock::now() >= deadline) {
           spdlog::warn("rendezvous shutdown: only {} of {} ranks finished within {} ms; closing the store anyway", n,
                        world_, timeout.count());
@@ -795,7 +798,7 @@ class C10dRendezvous final : public Rendezvous {
 
   std::string get(const std::string& key) override {
     try {
-      return store_->get("smp/kv/" + key);
+      return store_->get(ns_ + "kv/" + key);
     } catch (const c10d_compat::Failure& f) {
       throw Error("rendezvous: get('" + key + "') on " + addr_ + ":" + std::to_string(port_) + " failed" +
                   (f.timed_out() ? " (timed out after " + std::to_string(timeout_.count()) + " ms)" : "") + ": " +
@@ -805,12 +808,46 @@ class C10dRendezvous final : public Rendezvous {
 
  private:
   std::shared_ptr<c10d_compat::Store> store_;
+  std::string ns_;
   std::string addr_;
   int port_, rank_, world_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::set<std::string> names_;
 };
+
+// The store of a job's endpoint (master address and port) as this rank sees
+// it: world rank 0 hosts the server, the others are clients. A process may join
+// the same job again and again (one Runtime after another): every rendezvous of
+// a process over one endpoint shares one store, made by the first and kept
+// for the process's life, and writes its keys under its own generation.
+//
+// Made anew for each, a later rendezvous failed now and then (issue 54): world
+// rank 0 closes its server only when its runtime is destroyed, after its
+// shutdown() has waited for every rank, so a rank that left first and joined
+// again connected to the previous runtime's server (still listening on the
+// port), read that runtime's keys (a group's members, Gloo's addresses of
+// groups that no longer listen: "connect [127.0.0.1]:35721: Connection
+// refused") or lost its connection when the server closed ("Connection reset by
+// peer"), while rank 0's new server waited for it. One server, and keys the
+// previous runtimes never wrote, rule both out. The ranks agree on the
+// generation by counting: every rank joins the same runtimes in the same order.
+struct EndpointStore {
+  std::mutex mu;  // held while the store is made (the server waits there for every rank)
+  std::shared_ptr<c10d_compat::Store> store;
+  int joins = 0;  // rendezvous made over it
+};
+
+std::shared_ptr<EndpointStore> endpoint_store(const std::string& key) {
+  // Destroyed at exit (rank 0's server closes then), after the process's last
+  // runtime waited in shutdown() for every rank.
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<EndpointStore>> stores;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& s = stores[key];
+  if (!s) s = std::make_shared<EndpointStore>();
+  return s;
+}
 
 }  // namespace
 
@@ -822,9 +859,20 @@ std::shared_ptr<Rendezvous> Rendezvous::connect(const std::string& master_addr, 
   if (master_port < 1 || master_port > 65535)
     throw Error("rendezvous: invalid master port " + std::to_string(master_port));
   const auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<c10d_compat::Store> store;
+  // A world of one has no other rank to mix runtimes up: its store lives and
+  // dies with its rendezvous (and a second one on the same port is refused).
+  std::shared_ptr<EndpointStore> shared;
+  std::unique_lock<std::mutex> lock;
+  if (world_size > 1) {
+    shared = endpoint_store(where + "/" + std::to_string(rank) + "/" + std::to_string(world_size));
+    lock = std::unique_lock<std::mutex>(shared->mu);
+  }
+  std::shared_ptr<c10d_compat::Store> store = shared ? shared->store : nullptr;
   try {
-    store = c10d_compat::connect_tcp_store(master_addr, master_port, rank == 0, world_size, timeout);
+    if (store)
+      store->set_timeout(timeout);  // this runtime's run.timeout_s
+    else
+      store = c10d_compat::connect_tcp_store(master_addr, master_port, rank == 0, world_size, timeout);
   } catch (const c10d_compat::Failure& f) {
     std::string msg = f.what();
     std::string hint;
@@ -837,9 +885,15 @@ std::shared_ptr<Rendezvous> Rendezvous::connect(const std::string& master_addr, 
     throw Error("rendezvous at " + where + " failed on world rank " + std::to_string(rank) + " of " +
                 std::to_string(world_size) + (rank == 0 ? " (hosting the store)" : "") + hint + ": " + msg);
   }
-  spdlog::debug("rendezvous at {} ({} ranks) done in {} ms", where, world_size,
+  int generation = 0;
+  if (shared) {
+    shared->store = store;
+    generation = shared->joins++;
+  }
+  spdlog::debug("rendezvous at {} ({} ranks, generation {}) done in {} ms", where, world_size, generation,
                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
-  return std::make_shared<C10dRendezvous>(std::move(store), master_addr, master_port, rank, world_size, timeout);
+  return std::make_shared<C10dRendezvous>(std::move(store), "smp/" + std::to_string(generation) + "/", master_addr,
+                                          master_port, rank, world_size, timeout);
 }
 
 const char* to_string(ReduceOp op) {

@@ -118,6 +118,10 @@ struct CommOptions {
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
+  // In a world of more than one rank, every rendezvous a process makes on one
+  // endpoint (address, port, rank, world size) shares one store, kept for the
+  // process's life, each under keys of its own: a program may create runtimes
+  // one after another (every rank the same ones, in the same order).
   static std::shared_ptr<Rendezvous> connect(const std::string& master_addr, int master_port, int rank,
                                              int world_size, std::chrono::milliseconds timeout);
   virtual int rank() const = 0;
