@@ -122,6 +122,14 @@ const Job& serial_sometimes_model() {
   static const Job r = launch(1, {"--sometimes-model", "--set", "parallel.microbatches=2"});
   return r;
 }
+const Job& serial_plan_model() {
+  static const Job r = launch(1, {"--plan-model", "--set", "parallel.microbatches=2"});
+  return r;
+}
+const Job& serial_plan_lm() {
+  static const Job r = launch(1, {"--plan-lm", "--set", "parallel.microbatches=2"});
+  return r;
+}
 const Job& serial_tp_model() {
   static const Job r = launch(1, {"--tp-model", "--set", "parallel.microbatches=2"});
   return r;
@@ -135,6 +143,8 @@ void expect_like(const Job& one, int nproc, const std::vector<std::string>& over
 void expect_serial(int nproc, const std::vector<std::string>& overrides, const std::string& model = "",
                    size_t parameters_at_least = 10) {
   const Job& one = model == "--tp-model"     ? serial_tp_model()
+                   : model == "--plan-model" ? serial_plan_model()
+                   : model == "--plan-lm"    ? serial_plan_lm()
                    : model == "--tied-model" ? serial_tied_model()
                    : model == "--norm-model" ? serial_norm_model()
                    : model == "--sometimes-model" ? serial_sometimes_model()
@@ -261,6 +271,38 @@ TEST(ProgramModel, TensorParallelLayersInsideTheProgramsModulesEqualSerial) {
 
 TEST(ProgramModel, TensorParallelByPipelineEqualsSerial) {
   expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, "--tp-model");
+}
+
+// The same model written with unmodified torch::nn::Linear layers and split
+// by a plan (parallelize: "*.up" colwise, "*.down" rowwise) equals its serial
+// run at tp 2, tp 2 x pp 2 and tp 2 x dp 2 under ZeRO-3, through LibTorch's
+// addmm (2-D) and matmul (3-D) paths.
+TEST(ProgramModel, APlanOnUnmodifiedLinearLayersAtTensorParallelOfTwoEqualsSerial) {
+  expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, "--plan-model");
+}
+TEST(ProgramModel, APlanByPipelineAndByZero3DataParallelEqualsSerial) {
+  expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, "--plan-model");
+  expect_serial(4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--plan-model");
+}
+
+// The plan's vocabulary-parallel embedding (an unmodified torch::nn::Embedding,
+// its table split by rows) and a colwise head whose logits are gathered for
+// the loss, with the blocks above: tp 2 and tp 2 x dp 2 (ZeRO-3) equal serial.
+TEST(ProgramModel, APlanWithAVocabularyParallelEmbeddingAndAGatheredHeadEqualsSerial) {
+  expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, "--plan-lm");
+  expect_serial(4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--plan-lm");
+}
+
+// A module that reshapes a colwise layer's output by the whole model's count
+// is refused at tp 2 with a message saying what to do (it runs at tp 1).
+TEST(ProgramModel, AReshapeByTheWholeHeadCountUnderAPlanIsExplained) {
+  const Job one = launch(1, {"--plan-whole-heads", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const Job r = launch(2, {"--plan-whole-heads", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("node 'net.1' has tensor-parallel layers (parallelize): a colwise layer's output holds this "
+                          "rank's share of its features"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("view({B, T, -1, head_dim})"), std::string::npos) << r.output;
 }
 
 // BatchNorm's running statistics (torch buffers) of one rank's run, by name.

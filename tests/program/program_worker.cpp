@@ -65,6 +65,38 @@ struct TpBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(TpBlock);
 
+// TpBlock written with unmodified torch::nn::Linear layers, split over tp by
+// a plan (parallelize). `tokens` > 1 runs the layers on [B, tokens, d / tokens]
+// (LibTorch's matmul path) instead of [B, d] (its addmm path).
+// whole_heads: a reshape of up's output by the whole model's count (a bug under tp).
+struct PlanBlockImpl : torch::nn::Module {
+  PlanBlockImpl(int64_t d, int64_t tokens, bool whole_heads = false)
+      : tokens(tokens), whole_heads(whole_heads), up(register_module("up", torch::nn::Linear(d / tokens, 2 * d))),
+        down(register_module("down", torch::nn::Linear(2 * d, d / tokens))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor in = tokens > 1 ? x.view({x.size(0), tokens, -1}) : x;
+    torch::Tensor h = up->forward(in);
+    if (whole_heads) h = h.view({x.size(0), tokens, 2, x.size(1)}).flatten(2);
+    torch::Tensor y = x + down->forward(torch::relu(h)).reshape(x.sizes());
+    std::vector<torch::Tensor> rows;
+    for (int64_t i = 0; i < y.size(0); ++i) rows.push_back(y[i].mean().item<float>() > 0.1f ? y[i] * 0.5 : y[i]);
+    return torch::stack(rows);
+  }
+  int64_t tokens;
+  bool whole_heads;
+  torch::nn::Linear up, down;
+};
+TORCH_MODULE(PlanBlock);
+
+// Tokens from the inputs (their magnitudes), embedded and averaged: the
+// table is split by vocabulary rows under a plan.
+struct TokenEmbedImpl : torch::nn::Module {
+  explicit TokenEmbedImpl(int64_t d) : emb(register_module("emb", torch::nn::Embedding(16, d))) {}
+  torch::Tensor forward(torch::Tensor x) { return emb->forward((x.abs() * 4).to(torch::kLong).clamp_max(15)).mean(1); }
+  torch::nn::Embedding emb;
+};
+TORCH_MODULE(TokenEmbed);
+
 // A block with state it updates itself: BatchNorm's running statistics
 // (buffers), used in place of the batch's statistics in eval mode.
 struct NormBlockImpl : torch::nn::Module {
@@ -142,7 +174,7 @@ int main(int argc, char** argv) {
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
        vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
-       sync_norm = false;
+       sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -158,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
   app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
+  app.add_flag("--plan-model", plan_model, "blocks of unmodified Linear layers, split over tp by a plan");
+  app.add_flag("--plan-lm", plan_lm, "--plan-model with a vocabulary-parallel embedding and a gathered head");
+  app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
   app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
   app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--own-forward", own_forward,
@@ -175,10 +210,16 @@ int main(int argc, char** argv) {
     {
       torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
       torch::nn::Sequential net;
-      net->push_back(torch::nn::Linear(kDim, kDim));
+      plan_model = plan_model || plan_lm || plan_whole_heads;
+      if (plan_lm)
+        net->push_back(TokenEmbed(kDim));
+      else
+        net->push_back(torch::nn::Linear(kDim, kDim));
       for (int i = 0; i < 3; ++i) {
         if (tp_model)
           net->push_back(TpBlock(kDim));
+        else if (plan_model)
+          net->push_back(PlanBlock(kDim, i == 0 ? 1 : 2, plan_whole_heads));
         else if (sometimes_model)
           net->push_back(SometimesBlock(kDim));
         else if (norm_model && i == 0)
@@ -190,6 +231,11 @@ int main(int argc, char** argv) {
       }
       net->push_back(torch::nn::Linear(kDim, kClasses));
       for (const auto& c : net->children()) children.push_back(c);
+      if (plan_model)  // the model's source unchanged: the plan names its layers
+        smp::sdk::parallelize(*net, {{"*.up", smp::sdk::TpStyle::Colwise}, {"*.down", smp::sdk::TpStyle::Rowwise}});
+      if (plan_lm)
+        smp::sdk::parallelize(*net, {{"0.emb", smp::sdk::TpStyle::VocabEmbedding},
+                                     {"4", smp::sdk::TpStyle::ColwiseGathered}});
 
       smp::sdk::TorchModel model("gated");
       auto cross_entropy = [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); };

@@ -18,6 +18,10 @@
 
 namespace smp {
 
+// Tensor parallelism by a plan on the program's unmodified layers (smp/sdk/tp_plan.hpp).
+using sdk::parallelize;
+using sdk::TpStyle;
+
 // The program's own modules (those `model` was built from) made to hold the
 // runtime's current whole parameters and buffers, on every rank: a pipeline
 // rank's copies of the stages it does not run are stale otherwise, and under

@@ -25,6 +25,7 @@
 #include <smp/sdk/in_process.hpp>
 #include <smp/sdk/module.hpp>
 #include <smp/sdk/sync_batch_norm.hpp>
+#include <smp/sdk/tp_plan.hpp>
 #include <smp/sdk/torch_parallel.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -110,13 +111,25 @@ class TorchModule : public Module {
   TorchModule(std::shared_ptr<torch::nn::Module> module, torch::nn::AnyModule callable, const ModuleContext& ctx)
       : module_(std::move(module)), callable_(std::move(callable)), node_(ctx.node_name) {
     placed_ = bind_placed(*module_, ctx);
+    const std::map<std::string, Param> planned = bind_plan(*module_, ctx);  // parallelize()'s layers
+    planned_ = ctx.tp_size > 1 && !planned.empty();
+    placed_.insert(planned.begin(), planned.end());
   }
 
   std::vector<at::Tensor> forward(const Call& call) override {
     module_->train(call.training);
     SeededGenerator seeded(call.rng_seed);
-    torch::nn::AnyValue out = detail::call_any(callable_, call.inputs);
-    return detail::tensors_of(out, node_);
+    PlanScope plan(planned_);
+    try {
+      torch::nn::AnyValue out = detail::call_any(callable_, call.inputs);
+      return detail::tensors_of(out, node_);
+    } catch (const std::exception& e) {  // c10::Error, or what AnyModule makes of it
+      const std::string what = e.what();
+      if (!planned_ || what.find("is invalid for input of size") == std::string::npos) throw;
+      throw Error("node '" + node_ + "' has tensor-parallel layers (parallelize): a colwise layer's output holds "
+                  "this rank's share of its features, so a reshape with the whole model's head count fails; take "
+                  "the count from the size (view({B, T, -1, head_dim})). LibTorch: " + what.substr(0, what.find('\n')));
+    }
   }
 
   std::vector<Param> parameters() override {
@@ -146,6 +159,7 @@ class TorchModule : public Module {
   torch::nn::AnyModule callable_;
   std::string node_;
   std::map<std::string, Param> placed_;  // tensor-parallel layers' parameters, by full name
+  bool planned_ = false;                 // holds parallelize()'s layers, split over tp > 1
 };
 
 // A kind from a module class M: M(const Json& config) when it has that
@@ -255,7 +269,8 @@ class TorchModel {
     for (const auto& n : nodes_) {
       if (!n->shared_key.empty() && n->shared_key != n->name) continue;  // a shared module's kind is its first node's
       // A node holding tensor-parallel layers is split over tp: a rule says so (the kind splits itself).
-      if (n->module && holds_placed(*n->module)) b.rule("tp", name_ + "/" + n->name, name_ + "/" + n->name);
+      if (n->module && (holds_placed(*n->module) || holds_planned(*n->module)))
+        b.rule("tp", name_ + "/" + n->name, name_ + "/" + n->name);
       // Weak: once the runtime is made, the program may drop its model, and the
       // modules of the stages this rank does not run go with it.
       std::weak_ptr<const NodeSpec> weak = n;

@@ -1,0 +1,294 @@
+// Tensor parallelism by a plan on a program's unmodified layers, as DTensor's
+// parallelize_module: module names or patterns mapped to styles, applied to
+// the program's own torch::nn::Linear and torch::nn::Embedding.
+//
+//   smp::sdk::parallelize(*net, {{"*.attn.q", smp::sdk::TpStyle::Colwise}, {"*.attn.o", smp::sdk::TpStyle::Rowwise},
+//                                {"0", smp::sdk::TpStyle::VocabEmbedding}});
+//
+// When smp creates the node holding a planned layer (TorchModel, tp > 1), the
+// layer keeps this rank's shard of its weights (Megatron's split: colwise by
+// output features, rowwise by input features, the embedding by vocabulary
+// rows) and tells the core where they live, so gradient sync, the norm, ZeRO
+// and checkpoints treat it like smp's own tp layers. The layer's own code is
+// not changed: while smp runs the node, LibTorch's dispatcher hands the ops a
+// planned weight takes part in (linear, its weight's transpose and the
+// addmm/matmul that use it, embedding) to smp, which adds Megatron's f and g:
+// a colwise layer's input enters the tensor-parallel region (its gradient is
+// summed over tp), a rowwise layer's partial outputs are summed over tp before
+// its bias, a vocabulary-parallel embedding looks up the rows it holds and
+// sums over tp. A colwise layer's output holds this rank's share of the
+// features: a module that reshapes it must take the head count from the size
+// (view({B, T, -1, head_dim})); a reshape with the whole count is refused
+// naming the node and saying so.
+//
+// The interception uses c10's TESTING_ONLY_GenericMode dispatch key, a mode
+// key above autograd present in LibTorch 1.13 to 2.x and unused by LibTorch
+// itself: the only C++ way to act on calls inside an unmodified module (the
+// C++ frontend has no forward hooks). It is on only while a planned node runs.
+#pragma once
+
+#include <smp/sdk/collectives.hpp>
+#include <smp/sdk/module.hpp>
+#include <smp/sdk/torch_parallel.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace smp::sdk {
+
+// Colwise: the output stays split along its last dimension (for a rowwise
+// layer next). ColwiseGathered: the output gathered whole on every tp rank (a
+// head whose logits a loss reads); its bias stays whole. Rowwise: the input
+// split along its last dimension, the output summed over tp. VocabEmbedding:
+// the table split by vocabulary rows.
+enum class TpStyle { Colwise, ColwiseGathered, Rowwise, VocabEmbedding };
+
+namespace tp_plan_detail {
+
+constexpr c10::DispatchKey kModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+// A planned weight once its node is bound: how ops on it run.
+struct Planned {
+  TpStyle style;
+  Comm comm;
+  int64_t vocab_start = 0, vocab_rows = 0;  // VocabEmbedding: the rows this rank holds
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<const torch::nn::Module*, TpStyle> modules;   // marked by parallelize()
+  std::map<const c10::TensorImpl*, Planned> weights;     // bound: weight tensors by identity
+};
+inline Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// The transposes of planned weights taken while the node runs, kept alive
+// (so no other tensor reuses their address) until the node's call ends.
+struct Transposed {
+  at::Tensor tensor;
+  Planned planned;
+};
+inline std::vector<Transposed>& transposed() {
+  thread_local std::vector<Transposed> t;
+  return t;
+}
+
+inline const Planned* weight_of(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.weights.find(t.unsafeGetTensorImpl());
+  return it == r.weights.end() ? nullptr : &it->second;
+}
+inline const Planned* transposed_of(const at::Tensor& t) {
+  for (const auto& e : transposed())
+    if (e.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return &e.planned;
+  return nullptr;
+}
+
+// The ops below run with the mode key excluded: what they call dispatches as usual.
+struct Normal {
+  c10::impl::ExcludeDispatchKeyGuard guard{kModeKey};
+};
+
+inline at::Tensor rowwise_sum(const at::Tensor& partial, const Planned& p) { return reduce_from_region(partial, p.comm); }
+inline at::Tensor gathered(const at::Tensor& y, const Planned& p) { return gather_from_region(y, p.comm, y.dim() - 1); }
+
+inline at::Tensor t_op(const at::Tensor& self) {
+  Normal n;
+  at::Tensor out = at::t(self);
+  if (const Planned* p = weight_of(self)) transposed().push_back({out, *p});
+  return out;
+}
+
+inline at::Tensor addmm_op(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                           const c10::Scalar& beta, const c10::Scalar& alpha) {
+  Normal n;
+  const Planned* p = transposed_of(mat2);
+  if (!p) return at::addmm(self, mat1, mat2, beta, alpha);
+  if (p->style == TpStyle::Colwise) return at::addmm(self, copy_to_region(mat1, p->comm), mat2, beta, alpha);
+  if (p->style == TpStyle::ColwiseGathered) {  // the whole bias after the gather
+    at::Tensor y = gathered(at::mm(copy_to_region(mat1, p->comm), mat2) * alpha, *p);
+    return self.defined() ? y + self * beta : y;
+  }
+  at::Tensor sum = rowwise_sum(at::mm(mat1, mat2) * alpha, *p);  // the bias once, after the sum over tp
+  return self.defined() ? sum + self * beta : sum;
+}
+
+inline at::Tensor matmul_op(const at::Tensor& self, const at::Tensor& other) {
+  Normal n;
+  const Planned* p = transposed_of(other);
+  if (!p) return at::matmul(self, other);
+  if (p->style == TpStyle::Colwise) return at::matmul(copy_to_region(self, p->comm), other);
+  if (p->style == TpStyle::ColwiseGathered) return gathered(at::matmul(copy_to_region(self, p->comm), other), *p);
+  return rowwise_sum(at::matmul(self, other), *p);
+}
+
+inline at::Tensor linear_op(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  Normal n;
+  const Planned* p = weight_of(weight);
+  if (!p) return at::linear(input, weight, bias);
+  if (p->style == TpStyle::Colwise) return at::linear(copy_to_region(input, p->comm), weight, bias);
+  if (p->style == TpStyle::ColwiseGathered) {
+    at::Tensor y = gathered(at::linear(copy_to_region(input, p->comm), weight), *p);
+    return bias && bias->defined() ? y + *bias : y;
+  }
+  at::Tensor sum = rowwise_sum(at::linear(input, weight), *p);
+  return bias && bias->defined() ? sum + *bias : sum;
+}
+
+inline at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& indices, int64_t padding_idx,
+                               bool scale_grad_by_freq, bool sparse) {
+  Normal n;
+  const Planned* p = weight_of(weight);
+  if (!p) return at::embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse);
+  // Megatron's VocabParallelEmbedding: the rows this rank holds, zeros for the others, summed over tp.
+  at::Tensor local = indices - p->vocab_start;
+  at::Tensor outside = (local < 0).logical_or(local >= p->vocab_rows);
+  at::Tensor rows = at::embedding(weight, local.masked_fill(outside, 0), -1, scale_grad_by_freq, sparse);
+  return reduce_from_region(rows.masked_fill(outside.unsqueeze(-1), 0), p->comm);
+}
+
+// Registered once per process: every other op falls through to LibTorch's kernels.
+inline void register_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static torch::Library fallthrough(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
+    fallthrough.fallback(torch::CppFunction::makeFallthrough());
+    static torch::Library aten(torch::Library::IMPL, "aten", kModeKey, __FILE__, __LINE__);
+    aten.impl("t", TORCH_FN(t_op));
+    aten.impl("addmm", TORCH_FN(addmm_op));
+    aten.impl("matmul", TORCH_FN(matmul_op));
+    aten.impl("linear", TORCH_FN(linear_op));
+    aten.impl("embedding", TORCH_FN(embedding_op));
+  });
+}
+
+// Whether a pattern ("blocks.*.attn.q": '*' is one name component) matches a module path.
+inline bool matches(const std::string& pattern, const std::string& path) {
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+      if (c == '.')
+        out.emplace_back();
+      else
+        out.back().push_back(c);
+    }
+    return out;
+  };
+  const auto p = split(pattern), n = split(path);
+  if (p.size() != n.size()) return false;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != "*" && p[i] != n[i]) return false;
+  return true;
+}
+
+}  // namespace tp_plan_detail
+
+// Marks the layers of `root` the plan names (patterns over
+// root.named_modules() paths) with their styles; smp splits them when it
+// creates their nodes at tp > 1. Colwise and Rowwise take a torch::nn::Linear,
+// VocabEmbedding a torch::nn::Embedding. Throws naming a pattern that matches
+// nothing or a layer of another type.
+inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std::string, TpStyle>>& plan) {
+  using namespace tp_plan_detail;
+  const auto modules = root.named_modules("", /*include_self=*/false);
+  for (const auto& [pattern, style] : plan) {
+    int found = 0;
+    for (const auto& item : modules) {
+      if (!matches(pattern, item.key())) continue;
+      const bool linear = dynamic_cast<torch::nn::LinearImpl*>(item.value().get()) != nullptr;
+      const bool embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()) != nullptr;
+      if ((style == TpStyle::VocabEmbedding && !embedding) || (style != TpStyle::VocabEmbedding && !linear))
+        throw Error("parallelize: '" + item.key() + "' (pattern '" + pattern + "') is not a torch::nn::" +
+                    (style == TpStyle::VocabEmbedding ? "Embedding" : "Linear") + ", which its style needs");
+      Registry& r = registry();
+      std::lock_guard<std::mutex> lock(r.mutex);
+      r.modules[item.value().get()] = style;
+      ++found;
+    }
+    if (found == 0) throw Error("parallelize: pattern '" + pattern + "' matches no module of the model");
+  }
+}
+
+// The planned layers inside `root` (a node's module), split for ctx's tp
+// group: their parameters' placements by full name. Nothing at tp = 1.
+inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const ModuleContext& ctx) {
+  using namespace tp_plan_detail;
+  std::map<std::string, Param> placed;
+  Registry& r = registry();
+  for (const auto& item : root.named_modules("", /*include_self=*/true)) {
+    TpStyle style;
+    {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      auto it = r.modules.find(item.value().get());
+      if (it == r.modules.end()) continue;
+      style = it->second;
+    }
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    const std::string what = "node '" + ctx.node_name + "': planned layer '" + item.key() + "'";
+    auto own = item.value()->named_parameters(/*recurse=*/false);
+    at::Tensor weight = own["weight"];  // shares the module's tensor: set_data below changes the module's
+    at::Tensor* bias = own.find("bias");
+    Param w;
+    w.shard_dim = style == TpStyle::Rowwise ? 1 : 0;
+    placed[prefix + "weight"] = w;
+    if (bias && bias->defined() && style == TpStyle::Colwise) placed[prefix + "bias"] = w;
+    if (ctx.tp_size == 1) continue;
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.weights.count(weight.unsafeGetTensorImpl())) continue;  // the same module created again (a shared node)
+    const int64_t rows = weight.size(0);
+    detail::keep_shard(weight, w.shard_dim, ctx.tp_rank, ctx.tp_size, what + " weight");
+    if (bias && bias->defined() && style == TpStyle::Colwise)
+      detail::keep_shard(*bias, 0, ctx.tp_rank, ctx.tp_size, what + " bias");
+    Planned p{style, ctx.tp, 0, 0};
+    if (style == TpStyle::VocabEmbedding) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
+    r.weights[weight.unsafeGetTensorImpl()] = p;
+  }
+  if (!placed.empty()) register_kernels();
+  return placed;
+}
+
+// Whether `root` holds a planned layer (its node is split over tp).
+inline bool holds_planned(torch::nn::Module& root) {
+  using namespace tp_plan_detail;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& m : root.modules(/*include_self=*/true))
+    if (r.modules.count(m.get())) return true;
+  return false;
+}
+
+// While a node with planned layers runs: smp's kernels see its ops.
+class PlanScope {
+ public:
+  explicit PlanScope(bool active) : active_(active) {
+    if (active_) guard_ = std::make_unique<c10::impl::IncludeDispatchKeyGuard>(tp_plan_detail::kModeKey);
+  }
+  ~PlanScope() {
+    guard_.reset();
+    if (active_) tp_plan_detail::transposed().clear();
+  }
+  PlanScope(const PlanScope&) = delete;
+  PlanScope& operator=(const PlanScope&) = delete;
+
+ private:
+  bool active_;
+  std::unique_ptr<c10::impl::IncludeDispatchKeyGuard> guard_;
+};
+
+}  // namespace smp::sdk
