@@ -27,7 +27,9 @@ using sdk::TpStyle;
 // rank's copies of the stages it does not run are stale otherwise, and under
 // ZeRO-3 a module smp runs has no storage between steps (gather_parameters
 // gives it back until the next step). Collective over the world; call it
-// after training, or whenever the program calls its modules itself.
+// after training, or whenever the program calls its modules itself. Layers a
+// plan split over tp (parallelize) become whole for the program, and smp
+// does not train them after that: call it once training is done.
 inline void gather_into_modules(Runtime& runtime, const sdk::TorchModel& model) {
   runtime.gather_parameters();
   model.load_state_dict(runtime.model_state_dict());

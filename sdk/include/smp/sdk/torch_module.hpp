@@ -119,6 +119,9 @@ class TorchModule : public Module {
   std::vector<at::Tensor> forward(const Call& call) override {
     module_->train(call.training);
     SeededGenerator seeded(call.rng_seed);
+    if (planned_ && plan_released(*module_))
+      throw Error("node '" + node_ + "': its tensor-parallel layers were made whole for the program "
+                  "(smp::gather_into_modules / smp::Model::gather); smp does not train them after that");
     PlanScope plan(planned_);
     try {
       torch::nn::AnyValue out = detail::call_any(callable_, call.inputs);
@@ -308,11 +311,12 @@ class TorchModel {
     torch::NoGradGuard no_grad;
     for (const auto& n : nodes_) {
       if (!n->module || (!n->shared_key.empty() && n->shared_key != n->name)) continue;
-      auto copy = [&](const std::string& local, at::Tensor target) {
+      auto copy = [&](const std::string& local, at::Tensor target) {  // shares the module's tensor
         const std::string name = n->name + "." + local;
         auto it = by_name.find(name);
         if (it == by_name.end())
           throw Error("TorchModel '" + name_ + "': load_state_dict: no tensor named '" + name + "'");
+        if (it->second.sizes() != target.sizes() && take_whole(target, it->second)) return;  // a plan's shard
         if (it->second.sizes() != target.sizes())
           throw Error("TorchModel '" + name_ + "': load_state_dict: '" + name + "' is " +
                       c10::str(it->second.sizes()) + " whole, the module holds " + c10::str(target.sizes()) +

@@ -70,6 +70,8 @@ struct Registry {
   std::mutex mutex;
   std::map<const torch::nn::Module*, TpStyle> modules;   // marked by parallelize()
   std::map<const c10::TensorImpl*, Planned> weights;     // bound: weight tensors by identity
+  std::map<const c10::TensorImpl*, bool> shards;         // every parameter kept as a shard (weights, colwise biases)
+  std::map<const c10::TensorImpl*, bool> released;       // made whole again by take_whole()
 };
 inline Registry& registry() {
   static Registry r;
@@ -115,18 +117,21 @@ inline at::Tensor t_op(const at::Tensor& self) {
   return out;
 }
 
+// alpha mat1 mat2 (+ beta self), with no pass for a factor of 1 (F::linear's case).
+inline at::Tensor scaled(const at::Tensor& t, const c10::Scalar& factor) {
+  return factor.isIntegral(false) && factor.toLong() == 1 ? t : t * factor;
+}
+
 inline at::Tensor addmm_op(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                            const c10::Scalar& beta, const c10::Scalar& alpha) {
   Normal n;
   const Planned* p = transposed_of(mat2);
   if (!p) return at::addmm(self, mat1, mat2, beta, alpha);
   if (p->style == TpStyle::Colwise) return at::addmm(self, copy_to_region(mat1, p->comm), mat2, beta, alpha);
-  if (p->style == TpStyle::ColwiseGathered) {  // the whole bias after the gather
-    at::Tensor y = gathered(at::mm(copy_to_region(mat1, p->comm), mat2) * alpha, *p);
-    return self.defined() ? y + self * beta : y;
-  }
-  at::Tensor sum = rowwise_sum(at::mm(mat1, mat2) * alpha, *p);  // the bias once, after the sum over tp
-  return self.defined() ? sum + self * beta : sum;
+  at::Tensor y = p->style == TpStyle::ColwiseGathered ? gathered(at::mm(copy_to_region(mat1, p->comm), mat2), *p)
+                                                      : rowwise_sum(at::mm(mat1, mat2), *p);
+  y = scaled(y, alpha);
+  return self.defined() ? y + scaled(self, beta) : y;  // the bias once, after the sum or the gather
 }
 
 inline at::Tensor matmul_op(const at::Tensor& self, const at::Tensor& other) {
@@ -253,14 +258,44 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
     if (r.weights.count(weight.unsafeGetTensorImpl())) continue;  // the same module created again (a shared node)
     const int64_t rows = weight.size(0);
     detail::keep_shard(weight, w.shard_dim, ctx.tp_rank, ctx.tp_size, what + " weight");
-    if (bias && bias->defined() && style == TpStyle::Colwise)
+    r.shards[weight.unsafeGetTensorImpl()] = true;
+    if (bias && bias->defined() && style == TpStyle::Colwise) {
       detail::keep_shard(*bias, 0, ctx.tp_rank, ctx.tp_size, what + " bias");
+      r.shards[bias->unsafeGetTensorImpl()] = true;
+    }
     Planned p{style, ctx.tp, 0, 0};
     if (style == TpStyle::VocabEmbedding) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
     r.weights[weight.unsafeGetTensorImpl()] = p;
   }
   if (!placed.empty()) register_kernels();
   return placed;
+}
+
+// The program takes its model back whole (smp::gather_into_modules): a
+// parameter smp keeps as a shard becomes `whole`, and smp stops splitting
+// its layer (a later step on it is refused). False for any other tensor.
+inline bool take_whole(at::Tensor& param, const at::Tensor& whole) {
+  using namespace tp_plan_detail;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const c10::TensorImpl* impl = param.unsafeGetTensorImpl();
+  if (!r.shards.count(impl)) return false;
+  param.set_data(whole.detach().to(param.device(), param.scalar_type()).clone());
+  r.shards.erase(impl);
+  r.weights.erase(impl);
+  r.released[impl] = true;
+  return true;
+}
+
+// Whether one of `root`'s planned parameters was taken whole (take_whole).
+inline bool plan_released(torch::nn::Module& root) {
+  using namespace tp_plan_detail;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.released.empty()) return false;
+  for (const auto& p : root.parameters(/*recurse=*/true))
+    if (r.released.count(p.unsafeGetTensorImpl())) return true;
+  return false;
 }
 
 // Whether `root` holds a planned layer (its node is split over tp).

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Tensor parallelism by a plan on unmodified layers against the same model
+written with the SDK's tp layers (issue 54): tp 2 under smp-launch, one
+thread per rank, bench/tp_plan_worker.cpp (4 blocks of d 256 -> 1024 -> 256,
+batch 32, SGD). Interleaved pairs in alternating order; per pair the
+throughput ratio sdk_seconds / plan_seconds (goal >= 0.97). Times are the
+worker's own "train seconds" (the loop after the first step, not start-up).
+
+  python3 bench/tp_plan_bench.py --build build --pairs 10 --steps 200 --out bench/results/tp-plan.json
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+
+from program_bench import finish, loadavg, source_commit, start
+from validity import Validity
+
+
+def run(build, kinds, steps):
+    d = tempfile.mkdtemp(prefix="smp-tp-plan-bench-")
+    cmd = [os.path.join(build, "bin", "smp-launch"), "--nproc-per-node", "2", "--threads-per-rank", "1",
+           "--master-port", "0", "--worker", os.path.join(build, "bin", "tp_plan_worker"), "--", "--kinds", kinds,
+           "--steps", str(steps), "parallel.tp=2", "run.threads=1", "run.log_to_file=false", f"run.dir={d}"]
+    return finish(start(cmd), f"tp_plan_worker --kinds {kinds}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    load_start = loadavg()
+    run(build, "sdk", 5), run(build, "plan", 5)  # warm the page cache
+    validity = Validity()
+    pairs = []
+    for k in range(a.pairs):
+        s_run = lambda: validity.measure("sdk layers", k + 1, lambda: run(build, "sdk", a.steps))
+        p_run = lambda: validity.measure("plan", k + 1, lambda: run(build, "plan", a.steps))
+        if k % 2 == 0:
+            s, p = s_run(), p_run()
+        else:
+            p, s = p_run(), s_run()
+        pairs.append({"sdk_seconds": s, "plan_seconds": p, "plan_over_sdk_throughput": s / p})
+        print(f"pair {k + 1}: sdk {s:.3f} s, plan {p:.3f} s, throughput ratio {s / p:.3f}", flush=True)
+    ratios = [p["plan_over_sdk_throughput"] for p in pairs]
+    result = {
+        "benchmark": "tp 2: a plan on unmodified torch::nn::Linear layers against the SDK's tp layers",
+        "commit": source_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_at_start": load_start,
+                    "load_at_end": loadavg()},
+        "method": (f"{a.steps} steps of bench/tp_plan_worker.cpp (4 MLP blocks 256 -> 1024 -> 256, batch 32, SGD) "
+                   "at tp 2 under smp-launch, one thread per rank; the worker's 'train seconds' (after the first "
+                   f"step). {a.pairs} interleaved pairs, order alternating; ratio = sdk seconds / plan seconds; "
+                   "median of the per-pair ratios. Not run on a GPU."),
+        "pairs": pairs,
+        "ratios": ratios,
+        "plan_over_sdk_throughput_median": statistics.median(ratios),
+        "goal": 0.97,
+        "validity": validity.json(),
+    }
+    print(f"plan / sdk throughput, median {result['plan_over_sdk_throughput_median']:.3f}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
