@@ -62,7 +62,9 @@ void Sgd::step(const smp::sdk::OptimizerUpdate& u) {
       continue;
     }
     std::vector<at::Tensor> g = scaled_gradients(u.grads, group.index, p[0].scalar_type(), u.grad_scale);
-    if (l2_ > 0 && group.kernels != Kernels::Fused) g = at::_foreach_add(g, p, l2_);  // a copy: .grad is read only
+    // The fused kernel (with momentum) adds l2 itself; every other path here adds it.
+    const bool fused = group.kernels == Kernels::Fused && momentum_ > 0;
+    if (l2_ > 0 && !fused) g = at::_foreach_add(g, p, l2_);  // a copy: .grad is read only
     if (momentum_ == 0) {
       at::_foreach_add_(p, g, -u.lr);
       continue;

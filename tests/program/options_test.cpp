@@ -61,6 +61,15 @@ TEST(ProgramOptions, SgdWithMomentumAndWeightDecayEqualsThePlainProgramBitForBit
   EXPECT_EQ(worst_gap(r.result), 0.0) << r.process.output;
 }
 
+// Options without an option class, the optimizer named by key: accepted
+// (no AdamW keys forced on it), and with the rate constant and no clipping
+// implied it is the plain SGD program bit for bit.
+TEST(ProgramOptions, AnOptimizerNamedByKeyIsTheOneUsed) {
+  const WorkerRun r = run("by-key");
+  ASSERT_EQ(r.process.exit_code, 0) << r.process.output;
+  EXPECT_EQ(worst_gap(r.result), 0.0) << r.process.output;
+}
+
 // smp's Adam kernel rounds in another order than LibTorch's: measured gap
 // 2.4e-7 over losses and parameters (Adam and AdamW, 6 steps), a few float
 // ulps of values about 1; the bound is 2e-6.

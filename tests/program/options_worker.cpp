@@ -3,7 +3,7 @@
 // the same model (same seed), the same batches, torch::optim's own optimizer
 // in a plain loop. Prints both runs' losses and final parameters as JSON.
 //
-//   options_worker --optimizer sgd|sgd-momentum|adam|adamw|amsgrad --out F [key=value ...]
+//   options_worker --optimizer sgd|sgd-momentum|by-key|adam|adamw|amsgrad --out F [key=value ...]
 #include <smp/torch.h>
 #include <torch/torch.h>
 
@@ -59,6 +59,11 @@ Choice choose(const std::string& name, torch::nn::Module& net, smp::Options& opt
     torch::optim::SGDOptions o = torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2);
     c.plain = std::make_unique<torch::optim::SGD>(net.parameters(), o);
     options.optimizer(o);
+    c.lr = o.lr();
+  } else if (name == "by-key") {  // no option class: the optimizer named by its keys
+    torch::optim::SGDOptions o(0.05);
+    c.plain = std::make_unique<torch::optim::SGD>(net.parameters(), o);
+    options.set("train.optimizer", "sgd").set("train.lr", 0.05).set("train.weight_decay", 0.0);
     c.lr = o.lr();
   } else if (name == "adam" || name == "amsgrad") {
     torch::optim::AdamOptions o = torch::optim::AdamOptions(1e-2).weight_decay(1e-2).amsgrad(name == "amsgrad");

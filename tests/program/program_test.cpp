@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <sys/wait.h>
 #include <vector>
 
@@ -291,6 +292,27 @@ TEST(ProgramModel, APlanByPipelineAndByZero3DataParallelEqualsSerial) {
 TEST(ProgramModel, APlanWithAVocabularyParallelEmbeddingAndAGatheredHeadEqualsSerial) {
   expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, "--plan-lm");
   expect_serial(4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--plan-lm");
+}
+
+// The plan really splits: at tp 2 each rank holds half of every planned
+// weight, along the style's dimension (a plan ignored would leave them whole
+// and still equal serial).
+TEST(ProgramModel, APlanSplitsEachPlannedWeightAlongItsStylesDimension) {
+  const Job r = launch(2, {"--plan-lm", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.ranks.size(), 2u) << r.output;
+  const std::vector<std::tuple<std::string, int, std::vector<int64_t>>> want = {
+      {"net.0.emb.weight", 0, {8, 8}},  // 16 vocabulary rows
+      {"net.1.up.weight", 0, {8, 8}},   {"net.1.up.bias", 0, {8}},      {"net.1.down.weight", 1, {8, 8}},
+      {"net.2.up.weight", 0, {8, 4}},   {"net.2.down.weight", 1, {4, 8}}, {"net.4.weight", 0, {2, 8}},
+      {"net.4.bias", -1, {4}},  // the gathered head's bias stays whole
+  };
+  for (const auto& rank : r.ranks)
+    for (const auto& [name, dim, shape] : want) {
+      ASSERT_TRUE(rank["params"].contains(name)) << name;
+      EXPECT_EQ(rank["params"][name]["shard_dim"].get<int>(), dim) << name;
+      EXPECT_EQ(rank["params"][name]["shape"].get<std::vector<int64_t>>(), shape) << name;
+    }
 }
 
 // A module that reshapes a colwise layer's output by the whole model's count

@@ -127,7 +127,7 @@ TEST(Sgd, UnknownAndContradictoryKeysAreRefusedByName) {
     FAIL() << "an unknown key was accepted";
   } catch (const smp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("optimizer.momentun: unknown key for the sgd optimizer (known: momentum, "
-                                         "dampening, nesterov, kernels)"),
+                                         "dampening, nesterov, l2, kernels)"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("optimizer 'sgd' (plugin 'smp_optim') create"), std::string::npos) << e.what();

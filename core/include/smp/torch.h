@@ -62,19 +62,10 @@ class Model {
   Model(sdk::TorchModel model, Options options) : model_(std::move(model)), options_(std::move(options)) {}
 
   // Makes the runtime now (every rank): `example` as Options::example.
-  Runtime& create(const Batch& example = {}) {
-    if (runtime_) return *runtime_;
-    Options o = options_;
-    if (!example.empty()) {
-      o.example(example);
-      if (!options_.config().has("train.batch_size")) o.batch_size(example.begin()->second.size(0));
-    }
-    runtime_ = Runtime::create(o, ProcessEnv::from_environment(), {model_.plugin()});
-    return *runtime_;
-  }
+  Runtime& create(const Batch& example = {}) { return make(example, false); }
   Runtime& runtime() { return create(); }
 
-  StepResult train_step(const Batch& batch) { return create(batch).train_step(batch); }
+  StepResult train_step(const Batch& batch) { return make(batch, true).train_step(batch); }
   double evaluate(const Batch& batch) { return create(batch).evaluate(batch); }
   Batch forward(const Batch& inputs, const std::vector<std::string>& outputs) {
     return create(inputs).forward(inputs, outputs);
@@ -86,6 +77,19 @@ class Model {
   const sdk::TorchModel& graph() const { return model_; }
 
  private:
+  // A training batch sets train.batch_size (its rows) unless the options do.
+  Runtime& make(const Batch& example, bool training) {
+    if (runtime_) return *runtime_;
+    Options o = options_;
+    if (!example.empty()) {
+      o.example(example);
+      if (training && !options_.config().has("train.batch_size"))
+        o.batch_size(example.begin()->second.dim() > 0 ? example.begin()->second.size(0) : 1);
+    }
+    runtime_ = Runtime::create(o, ProcessEnv::from_environment(), {model_.plugin()});
+    return *runtime_;
+  }
+
   template <class Loss>
   static at::Tensor call(Loss& loss, const at::Tensor& output, const at::Tensor& target) {
     if constexpr (std::is_invocable_v<Loss&, at::Tensor, at::Tensor>)

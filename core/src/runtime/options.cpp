@@ -152,13 +152,14 @@ Config Options::config() const {
   };
   const bool from_file = !path_.empty() || !toml_.empty();
   std::vector<ConfigOverride> all = optimizer_;
-  if (optimizer_.empty() && !from_file) {
-    Options adamw;
-    adamw.optimizer(torch::optim::AdamWOptions());
-    all = adamw.optimizer_;
-  }
   all.insert(all.end(), keys_.begin(), keys_.end());
   all.insert(all.end(), args_.begin(), args_.end());
+  // LibTorch's AdamW unless the program names another optimizer by key.
+  if (optimizer_.empty() && !from_file && make(all).get_string("train.optimizer") == "adamw") {
+    Options adamw;
+    adamw.optimizer(torch::optim::AdamWOptions());
+    all.insert(all.begin(), adamw.optimizer_.begin(), adamw.optimizer_.end());
+  }
   const Config given = make(all);
   if (from_file && optimizer_.empty()) return given;
   std::vector<ConfigOverride> implied;

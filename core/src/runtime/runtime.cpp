@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <random>
 
@@ -104,8 +105,12 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   s.checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
   // run_training resumes by itself; a program only when it asks (a run
   // started twice in one folder is two runs, not one continued).
+  // A rank smp-launch restarted (--max-restarts) asks by being restarted.
+  const char* restarts = std::getenv("SMP_RESTART_COUNT");
+  const bool restarted = restarts && std::string(restarts) != "0" && *restarts;
   if (s.program_driven)
-    s.resumed = s.checkpoints->resume_if_asked(s.config.has("run.resume") || s.config.has("run.checkpoint_dir"));
+    s.resumed = s.checkpoints->resume_if_asked(restarted || s.config.has("run.resume") ||
+                                               s.config.has("run.checkpoint_dir"));
   return rt;
 }
 

@@ -46,8 +46,10 @@ class SyncBatchNormImpl : public torch::nn::Module, public PlacedModule {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    if (!is_training() || dp_size_ == 1)
+    if (!is_training() || dp_size_ == 1) {
+      if (is_training()) num_batches_tracked.add_(1);  // as torch::nn::BatchNorm's forward does
       return at::batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum_, eps_, false);
+    }
     std::vector<int64_t> dims{0}, shape(static_cast<size_t>(x.dim()), 1);
     for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
     shape[1] = x.size(1);

@@ -113,7 +113,12 @@ inline at::Tensor gathered(const at::Tensor& y, const Planned& p) { return gathe
 inline at::Tensor t_op(const at::Tensor& self) {
   Normal n;
   at::Tensor out = at::t(self);
-  if (const Planned* p = weight_of(self)) transposed().push_back({out, *p});
+  if (const Planned* p = weight_of(self)) {
+    if (p->style == TpStyle::VocabEmbedding)
+      throw Error("a vocabulary-parallel embedding's table used as a linear layer's weight (a tied head) is not "
+                  "supported by a plan yet: plan the head as its own layer, or leave the embedding unplanned");
+    transposed().push_back({out, *p});
+  }
   return out;
 }
 
@@ -221,6 +226,12 @@ inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std
       if ((style == TpStyle::VocabEmbedding && !embedding) || (style != TpStyle::VocabEmbedding && !linear))
         throw Error("parallelize: '" + item.key() + "' (pattern '" + pattern + "') is not a torch::nn::" +
                     (style == TpStyle::VocabEmbedding ? "Embedding" : "Linear") + ", which its style needs");
+      if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()); e && style == TpStyle::VocabEmbedding) {
+        const auto& o = e->options;
+        if (o.padding_idx() || o.max_norm() || o.scale_grad_by_freq() || o.sparse())
+          throw Error("parallelize: '" + item.key() + "': a vocabulary-parallel embedding with padding_idx, max_norm, "
+                      "scale_grad_by_freq or sparse is not supported yet");
+      }
       Registry& r = registry();
       std::lock_guard<std::mutex> lock(r.mutex);
       r.modules[item.value().get()] = style;
