@@ -64,6 +64,7 @@ struct Planned {
   TpStyle style;
   Comm comm;
   int64_t vocab_start = 0, vocab_rows = 0;  // VocabEmbedding: the rows this rank holds
+  int tp_size = 1;
 };
 
 struct Registry {
@@ -266,7 +267,15 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
     if (bias && bias->defined() && style == TpStyle::Colwise) placed[prefix + "bias"] = w;
     if (ctx.tp_size == 1) continue;
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (r.weights.count(weight.unsafeGetTensorImpl())) continue;  // the same module created again (a shared node)
+    // Split already: the same module created again (a shared node, or the
+    // next runtime over the same model): its ops go to this context's group.
+    if (auto it = r.weights.find(weight.unsafeGetTensorImpl()); it != r.weights.end()) {
+      if (it->second.tp_size != ctx.tp_size)
+        throw Error(what + " is already split for tp = " + std::to_string(it->second.tp_size) + ", not " +
+                    std::to_string(ctx.tp_size));
+      it->second.comm = ctx.tp;
+      continue;
+    }
     const int64_t rows = weight.size(0);
     detail::keep_shard(weight, w.shard_dim, ctx.tp_rank, ctx.tp_size, what + " weight");
     r.shards[weight.unsafeGetTensorImpl()] = true;
@@ -274,7 +283,7 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
       detail::keep_shard(*bias, 0, ctx.tp_rank, ctx.tp_size, what + " bias");
       r.shards[bias->unsafeGetTensorImpl()] = true;
     }
-    Planned p{style, ctx.tp, 0, 0};
+    Planned p{style, ctx.tp, 0, 0, ctx.tp_size};
     if (style == TpStyle::VocabEmbedding) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
     r.weights[weight.unsafeGetTensorImpl()] = p;
   }
