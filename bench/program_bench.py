@@ -100,13 +100,8 @@ def main():
     smp_one(build, 5), plain(build, 5)  # warm the page cache and the allocator paths
     validity = Validity()
     pairs = []
-    for k in range(a.pairs):
-        p_run = lambda: validity.measure("plain", k + 1, lambda: plain(build, a.steps))
-        s_run = lambda: validity.measure("smp 1 rank", k + 1, lambda: smp_one(build, a.steps))
-        if k % 2 == 0:
-            p, s = p_run(), s_run()
-        else:
-            s, p = s_run(), p_run()
+    for k, p, s in validity.alternating_pairs(a.pairs, "plain", lambda: plain(build, a.steps),
+                                              "smp 1 rank", lambda: smp_one(build, a.steps)):
         pairs.append({"plain_seconds": p, "smp_seconds": s, "smp_over_plain_throughput": p / s})
         print(f"pair {k + 1}: plain {p:.3f} s, smp {s:.3f} s, throughput ratio {p / s:.3f}", flush=True)
     rounds = []

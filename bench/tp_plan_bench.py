@@ -41,13 +41,8 @@ def main():
     run(build, "sdk", 5), run(build, "plan", 5)  # warm the page cache
     validity = Validity()
     pairs = []
-    for k in range(a.pairs):
-        s_run = lambda: validity.measure("sdk layers", k + 1, lambda: run(build, "sdk", a.steps))
-        p_run = lambda: validity.measure("plan", k + 1, lambda: run(build, "plan", a.steps))
-        if k % 2 == 0:
-            s, p = s_run(), p_run()
-        else:
-            p, s = p_run(), s_run()
+    for k, s, p in validity.alternating_pairs(a.pairs, "sdk layers", lambda: run(build, "sdk", a.steps),
+                                              "plan", lambda: run(build, "plan", a.steps)):
         pairs.append({"sdk_seconds": s, "plan_seconds": p, "plan_over_sdk_throughput": s / p})
         print(f"pair {k + 1}: sdk {s:.3f} s, plan {p:.3f} s, throughput ratio {s / p:.3f}", flush=True)
     ratios = [p["plan_over_sdk_throughput"] for p in pairs]

@@ -71,5 +71,17 @@ class Validity:
             if busy <= self.quiet_cores or kept:
                 return value
 
+    def alternating_pairs(self, n, a_label, a, b_label, b):
+        """n pairs (a(), b()), each value measured under the rule, a first in even pairs and b first in odd
+        ones (so neither side always runs on the warmer machine); yields (index, a value, b value)."""
+        for k in range(n):
+            run_a = lambda: self.measure(a_label, k + 1, a)
+            run_b = lambda: self.measure(b_label, k + 1, b)
+            if k % 2 == 0:
+                va, vb = run_a(), run_b()
+            else:
+                vb, va = run_b(), run_a()
+            yield k, va, vb
+
     def json(self):
         return {"rule": RULE, "quiet_cores": self.quiet_cores, "invalid_attempts": self.invalid_attempts}

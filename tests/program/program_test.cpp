@@ -107,34 +107,19 @@ std::vector<double> scores(const Job& r) {
   return out;
 }
 
-const Job& serial() {
-  static const Job r = launch(1, sets({"parallel.microbatches=2"}));
-  return r;
+// The serial run of the worker's model `model` (a flag such as "--tp-model";
+// "" for the default one) with 2 microbatches, launched once per model.
+const Job& serial_of(const std::string& model) {
+  static std::map<std::string, Job> runs;
+  auto it = runs.find(model);
+  if (it == runs.end()) {
+    std::vector<std::string> args = sets({"parallel.microbatches=2"});
+    if (!model.empty()) args.push_back(model);
+    it = runs.emplace(model, launch(1, args)).first;
+  }
+  return it->second;
 }
-const Job& serial_tied_model() {
-  static const Job r = launch(1, {"--tied-model", "--set", "parallel.microbatches=2"});
-  return r;
-}
-const Job& serial_norm_model() {
-  static const Job r = launch(1, {"--norm-model", "--set", "parallel.microbatches=2"});
-  return r;
-}
-const Job& serial_sometimes_model() {
-  static const Job r = launch(1, {"--sometimes-model", "--set", "parallel.microbatches=2"});
-  return r;
-}
-const Job& serial_plan_model() {
-  static const Job r = launch(1, {"--plan-model", "--set", "parallel.microbatches=2"});
-  return r;
-}
-const Job& serial_plan_lm() {
-  static const Job r = launch(1, {"--plan-lm", "--set", "parallel.microbatches=2"});
-  return r;
-}
-const Job& serial_tp_model() {
-  static const Job r = launch(1, {"--tp-model", "--set", "parallel.microbatches=2"});
-  return r;
-}
+const Job& serial() { return serial_of(""); }
 
 // Measured: losses and norms agree to ~1e-7 relative, parameters to ~1e-7 absolute
 // (sums in another order); the bounds are a few times that.
@@ -143,13 +128,7 @@ void expect_like(const Job& one, int nproc, const std::vector<std::string>& over
 
 void expect_serial(int nproc, const std::vector<std::string>& overrides, const std::string& model = "",
                    size_t parameters_at_least = 10) {
-  const Job& one = model == "--tp-model"     ? serial_tp_model()
-                   : model == "--plan-model" ? serial_plan_model()
-                   : model == "--plan-lm"    ? serial_plan_lm()
-                   : model == "--tied-model" ? serial_tied_model()
-                   : model == "--norm-model" ? serial_norm_model()
-                   : model == "--sometimes-model" ? serial_sometimes_model()
-                                             : serial();
+  const Job& one = serial_of(model);
   expect_like(one, nproc, overrides, model, parameters_at_least, 1e-6);
 }
 
@@ -254,7 +233,7 @@ TEST(ProgramModel, Bf16Zero1DataParallelTracksSerialBf16) {
 // One Linear at both ends of the graph: its nodes share one module, on two
 // stages under pp 2 (a tied group sums their gradients).
 TEST(ProgramModel, TiedModuleOnTwoStagesEqualsSerial) {
-  const Job& one = serial_tied_model();
+  const Job& one = serial_of("--tied-model");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_TRUE(one.ranks.at(0)["params"].contains("proj_in.weight")) << one.ranks.at(0)["params"].dump().substr(0, 400);
   EXPECT_FALSE(one.ranks.at(0)["params"].contains("proj_out.weight"));
@@ -345,7 +324,7 @@ double largest(const std::vector<double>& v) {
 // (compared with the parameters) are on the stage that updates them, and the
 // partitioner's cost profile, which calls the module, leaves them as they were.
 TEST(ProgramModel, BatchNormBuffersUnderPipelineEqualSerial) {
-  const Job& one = serial_norm_model();
+  const Job& one = serial_of("--norm-model");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto b = buffers_of(one.ranks.at(0));
   ASSERT_EQ(b.size(), 2u) << "running_mean and running_var of net.1.bn";

@@ -98,25 +98,17 @@ struct TokenEmbedImpl : torch::nn::Module {
 TORCH_MODULE(TokenEmbed);
 
 // A block with state it updates itself: BatchNorm's running statistics
-// (buffers), used in place of the batch's statistics in eval mode.
+// (buffers), used in place of the batch's statistics in eval mode. Norm is
+// torch::nn::BatchNorm1d, or smp's SyncBatchNorm (the whole batch's
+// statistics across dp).
+template <class Norm>
 struct NormBlockImpl : torch::nn::Module {
   explicit NormBlockImpl(int64_t d)
-      : fc(register_module("fc", torch::nn::Linear(d, d))), bn(register_module("bn", torch::nn::BatchNorm1d(d))) {}
+      : fc(register_module("fc", torch::nn::Linear(d, d))), bn(register_module("bn", Norm(d))) {}
   torch::Tensor forward(torch::Tensor x) { return x + torch::relu(bn->forward(fc->forward(x))); }
   torch::nn::Linear fc;
-  torch::nn::BatchNorm1d bn;
+  Norm bn;
 };
-TORCH_MODULE(NormBlock);
-
-// The same block with smp's SyncBatchNorm: the statistics of the whole batch across dp.
-struct SyncNormBlockImpl : torch::nn::Module {
-  explicit SyncNormBlockImpl(int64_t d)
-      : fc(register_module("fc", torch::nn::Linear(d, d))), bn(register_module("bn", smp::sdk::SyncBatchNorm(d))) {}
-  torch::Tensor forward(torch::Tensor x) { return x + torch::relu(bn->forward(fc->forward(x))); }
-  torch::nn::Linear fc;
-  smp::sdk::SyncBatchNorm bn;
-};
-TORCH_MODULE(SyncNormBlock);
 
 // A block with a side layer only some samples take: a microbatch none of whose
 // samples takes it leaves the side layer's parameters without a gradient in
@@ -223,9 +215,9 @@ int main(int argc, char** argv) {
         else if (sometimes_model)
           net->push_back(SometimesBlock(kDim));
         else if (norm_model && i == 0)
-          net->push_back(NormBlock(kDim));
+          net->push_back(std::make_shared<NormBlockImpl<torch::nn::BatchNorm1d>>(kDim));
         else if (sync_norm && i == 0)
-          net->push_back(SyncNormBlock(kDim));
+          net->push_back(std::make_shared<NormBlockImpl<smp::sdk::SyncBatchNorm>>(kDim));
         else
           net->push_back(GatedBlock(kDim));
       }

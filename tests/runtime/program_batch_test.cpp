@@ -1,6 +1,7 @@
 // ProgramBatch cuts a program's batch into microbatches: a training step's
 // evenly (train.batch_size's rule), forward's like torch.tensor_split when the
 // rows do not divide (issue 54: forward refused 3 samples under 2 microbatches).
+#include "error_of.h"
 #include "runtime/data_source.h"
 
 #include <smp/error.h>
@@ -54,27 +55,18 @@ TEST(ProgramBatch, ForwardCutsUnevenBatchesLikeTensorSplit) {
 }
 
 TEST(ProgramBatch, ForwardRefusesFewerSamplesThanMicrobatches) {
-  try {
-    batch_of(1, 2, true);
-    FAIL() << "1 sample under 2 microbatches was accepted";
-  } catch (const smp::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 0: forward: the batch's 1 samples are fewer than parallel.microbatches "
-                                         "= 2 (each microbatch needs at least one)"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string e = smp_test::error_of<smp::Error>([] { batch_of(1, 2, true); });
+  EXPECT_NE(e.find("rank 0: forward: the batch's 1 samples are fewer than parallel.microbatches = 2 (each microbatch "
+                   "needs at least one)"),
+            std::string::npos)
+      << (e.empty() ? "1 sample under 2 microbatches was accepted" : e);
 }
 
 TEST(ProgramBatch, ATrainingStepStillNeedsEqualMicrobatches) {
-  try {
-    batch_of(3, 2, false);
-    FAIL() << "3 samples under 2 microbatches were accepted for training";
-  } catch (const smp::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the batch's 3 samples do not split into parallel.microbatches = 2 equal "
-                                         "microbatches"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string e = smp_test::error_of<smp::Error>([] { batch_of(3, 2, false); });
+  EXPECT_NE(e.find("the batch's 3 samples do not split into parallel.microbatches = 2 equal microbatches"),
+            std::string::npos)
+      << (e.empty() ? "3 samples under 2 microbatches were accepted for training" : e);
   const smp::ProgramBatch even = batch_of(4, 2, false);
   EXPECT_EQ(even.microbatch(SMP_SPLIT_TRAIN, 0, 1).at(1)[0].item<int64_t>(), 2);
 }
