@@ -133,6 +133,19 @@ inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
+#ifdef SMP_BIN_DIR
+// smp-launch running `worker` with `worker_args` on nproc ranks of one node,
+// on a port that was free a moment ago (a caller retries when another program
+// took it meanwhile: "Address already in use" in the output).
+inline Result smp_launch(int nproc, const std::string& worker, const std::vector<std::string>& worker_args,
+                         double timeout_s = 600) {
+  std::vector<std::string> argv = {std::string(SMP_BIN_DIR) + "/smp-launch", "--nproc-per-node", std::to_string(nproc),
+                                   "--master-port", std::to_string(free_port()), "--worker", worker, "--"};
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return run(argv, timeout_s);
+}
+#endif
+
 #if defined(SMP_LAUNCH_BIN) && defined(SMP_COMM_WORKER)
 // smp-launch running the comm test worker on one node: its own options
 // (launcher_args) first, then what goes to every worker.

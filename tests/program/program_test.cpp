@@ -16,14 +16,11 @@
 #include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
-#include <sys/wait.h>
 #include <vector>
 
 namespace {
@@ -36,24 +33,17 @@ struct Job {
   std::vector<nlohmann::json> ranks;
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 Job launch(int nproc, const std::vector<std::string>& worker_args) {
   Job r;
   r.dir = (fs::temp_directory_path() / fs::unique_path("smp-program-%%%%-%%%%")).string();
   fs::create_directories(r.dir);
+  std::vector<std::string> args = {"--out", r.dir};
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
   for (int attempt = 0; attempt < 3; ++attempt) {
-    std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node " + std::to_string(nproc) +
-                      " --master-port " + std::to_string(smp_test::free_port()) + " --worker " +
-                      quote(SMP_PROGRAM_WORKER) + " -- --out " + quote(r.dir);
-    for (const auto& a : worker_args) cmd += " " + quote(a);
-    cmd += " 2>&1";
-    r.output.clear();
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-    const int status = pipe ? pclose(pipe) : -1;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const smp_test::Result launched = smp_test::smp_launch(nproc, SMP_PROGRAM_WORKER, args);
+    r.output = launched.output;
+    r.exit_code = launched.exit_code;
     if (r.exit_code == 0 || r.output.find("Address already in use") == std::string::npos) break;
   }
   for (int rank = 0; rank < nproc; ++rank) {

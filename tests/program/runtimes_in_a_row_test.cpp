@@ -10,17 +10,13 @@
 
 #include <boost/filesystem.hpp>
 
-#include <array>
-#include <cstdio>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 namespace {
 
 namespace fs = boost::filesystem;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 struct Job {
   int exit_code = -1;
@@ -33,17 +29,11 @@ Job launch(const std::vector<std::string>& worker_args) {
   const std::string dir = (fs::temp_directory_path() / fs::unique_path("smp-in-a-row-%%%%-%%%%")).string();
   fs::create_directories(dir);
   for (int attempt = 0; attempt < 3; ++attempt) {
-    std::string cmd = quote(std::string(SMP_BIN_DIR) + "/smp-launch") + " --nproc-per-node 2 --master-port " +
-                      std::to_string(smp_test::free_port()) + " --worker " + quote(SMP_RUNTIMES_IN_A_ROW_WORKER) +
-                      " -- --out " + quote(dir);
-    for (const auto& a : worker_args) cmd += " " + quote(a);
-    cmd += " 2>&1";
-    r.output.clear();
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (pipe && fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-    const int status = pipe ? pclose(pipe) : -1;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::vector<std::string> args = {"--out", dir};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    const smp_test::Result launched = smp_test::smp_launch(2, SMP_RUNTIMES_IN_A_ROW_WORKER, args);
+    r.output = launched.output;
+    r.exit_code = launched.exit_code;
     // Only the first runtime's store may meet a port another program took
     // after free_port() looked (a race of the test's, not of smp's).
     const bool port_taken = smp_test::contains(r.output, "runtime 0: error") &&
