@@ -260,7 +260,52 @@ TEST(ProgramModel, APlanByPipelineAndByZero3DataParallelEqualsSerial) {
 // the loss, with the blocks above: tp 2 and tp 2 x dp 2 (ZeRO-3) equal serial.
 TEST(ProgramModel, APlanWithAVocabularyParallelEmbeddingAndAGatheredHeadEqualsSerial) {
   expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, "--plan-lm");
+  expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, "--plan-lm");
   expect_serial(4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--plan-lm");
+}
+
+// Sequence parallelism by a plan on the unmodified model (--plan-lm-sp): the
+// embedding reduce-scatters its sum over tp along the sequence
+// (VocabEmbeddingToSequence), each block's LayerNorm runs on this rank's
+// tokens (SequenceParallel), its colwise layer all-gathers the sequence first
+// (ColwiseFromSequence), its rowwise layer reduce-scatters (RowwiseToSequence),
+// and the head gathers the sequence, then the logits. One block works on
+// [T * B, d] (seq_dim 0, LibTorch's addmm path), the others on [B, T, d]
+// (matmul). tp 2, tp 2 x pp 2 and tp 2 x dp 2 (ZeRO-3) equal serial: 23
+// parameters, the norms' and the rowwise biases' gradients summed over tp.
+// Measured: losses within 6e-8, norms 8.4e-8, parameters 1.2e-7.
+TEST(ProgramModel, APlanWithSequenceParallelismEqualsSerial) {
+  expect_serial(2, {"parallel.tp=2", "parallel.microbatches=2"}, "--plan-lm-sp", 23);
+  expect_serial(4, {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=2"}, "--plan-lm-sp", 23);
+  expect_serial(4, {"parallel.tp=2", "parallel.dp=2", "parallel.zero=3", "parallel.microbatches=2"}, "--plan-lm-sp",
+                23);
+}
+
+// Under sequence parallelism each rank's norms see T / tp = 4 of the 8
+// tokens (the serial run's see 8). Left unplanned, a norm still runs on a
+// rank's tokens but its gradients are not summed over tp: the run departs
+// from serial (the check above can fail). A sequence length that does not
+// divide by tp is refused naming the layer.
+TEST(ProgramModel, UnderSequenceParallelismEachRankNormalisesItsShareOfTheTokens) {
+  const Job& one = serial_of("--plan-lm-sp");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(one.ranks.at(0)["norm_tokens"].get<int>(), 8);
+  const Job r = launch(2, {"--plan-lm-sp", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.ranks.size(), 2u) << r.output;
+  for (const auto& rank : r.ranks) EXPECT_EQ(rank["norm_tokens"].get<int>(), 4);
+  const Job unsummed =
+      launch(2, {"--plan-lm-sp", "--sp-unsummed", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(unsummed.exit_code, 0) << unsummed.output;
+  const auto a = unsummed.ranks.at(0)["losses"].get<std::vector<double>>(),
+             b = one.ranks.at(0)["losses"].get<std::vector<double>>();
+  EXPECT_GT(std::abs(a.back() - b.back()), 1e-3) << "norms without their tp sum should depart from serial";
+  const Job odd = launch(2, {"--plan-lm-sp", "--sp-tokens", "7", "--set", "parallel.tp=2", "--set",
+                             "parallel.microbatches=2"});
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_TRUE(smp_test::contains(odd.output, "node 'net.0': planned layer 'emb' (VocabEmbeddingToSequence): sequence "
+                                             "length 7 (dimension 1 of [4, 7, 8]) does not divide by tp = 2"))
+      << odd.output;
 }
 
 // The plan really splits: at tp 2 each rank holds half of every planned

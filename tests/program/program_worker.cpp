@@ -7,7 +7,7 @@
 //   program_worker --out DIR [--steps N] [--set key=value ...] [--save-at K --save DIR] [--load DIR]
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
 //                  [--adapter-fed] [--vector-loss] [--norm-model] [--sometimes-model]
-//                  [--checkpoint-dir-per-rank BASE]
+//                  [--checkpoint-dir-per-rank BASE] [--plan-lm-sp [--sp-tokens N] [--sp-unsummed]]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -98,6 +98,66 @@ struct TokenEmbedImpl : torch::nn::Module {
 TORCH_MODULE(TokenEmbed);
 
 // A block with state it updates itself: BatchNorm's running statistics
+// Sequence parallelism by a plan (--plan-lm-sp): tokens embedded without
+// pooling, [B, T, d]; each block a LayerNorm on the tokens (SequenceParallel:
+// this rank's T / tp of them), a colwise layer whose input is the whole
+// sequence (ColwiseFromSequence), a causal mean over the tokens (it needs them
+// all), and a rowwise layer whose output is this rank's tokens again
+// (RowwiseToSequence). seq_first: the block works on [T, B, d] flattened to
+// [T * B, d], Megatron's layout (seq_dim 0, LibTorch's addmm path).
+int64_t g_norm_tokens = -1;  // the tokens a batch-first block's norm saw last (a shape check)
+
+struct SeqEmbedImpl : torch::nn::Module {
+  SeqEmbedImpl(int64_t d, int64_t tokens) : tokens(tokens), emb(register_module("emb", torch::nn::Embedding(16, d))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    return emb->forward((x.narrow(1, 0, tokens).abs() * 4).to(torch::kLong).clamp_max(15));
+  }
+  int64_t tokens;
+  torch::nn::Embedding emb;
+};
+TORCH_MODULE(SeqEmbed);
+
+torch::Tensor causal_mean(const torch::Tensor& h, int64_t dim) {
+  std::vector<int64_t> shape(static_cast<size_t>(h.dim()), 1);
+  shape[static_cast<size_t>(dim)] = h.size(dim);
+  return h.cumsum(dim) / torch::arange(1, h.size(dim) + 1, h.options()).view(shape);
+}
+
+struct SpBlockImpl : torch::nn::Module {
+  SpBlockImpl(int64_t d, bool seq_first)
+      : seq_first(seq_first), norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        up(register_module("up", torch::nn::Linear(d, 2 * d))), down(register_module("down", torch::nn::Linear(2 * d, d))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    if (!seq_first) {
+      g_norm_tokens = x.size(1);
+      torch::Tensor h = torch::relu(up->forward(norm->forward(x)));
+      return x + down->forward(h + causal_mean(h, 1));
+    }
+    const torch::Tensor t = x.transpose(0, 1).contiguous();  // [T, B, d]
+    const int64_t b = t.size(1);
+    torch::Tensor h = torch::relu(up->forward(norm->forward(t.flatten(0, 1))));  // [T * B, 2d]
+    h = h.view({-1, b, h.size(1)});
+    h = (h + causal_mean(h, 0)).flatten(0, 1);
+    return x + down->forward(h).view(t.sizes()).transpose(0, 1);
+  }
+  bool seq_first;
+  torch::nn::LayerNorm norm;
+  torch::nn::Linear up, down;
+};
+TORCH_MODULE(SpBlock);
+
+// The head: a norm on the tokens, then logits per token gathered whole
+// (ColwiseGatheredFromSequence), averaged over the tokens.
+struct SpHeadImpl : torch::nn::Module {
+  SpHeadImpl(int64_t d, int64_t classes)
+      : norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        proj(register_module("proj", torch::nn::Linear(d, classes))) {}
+  torch::Tensor forward(torch::Tensor x) { return proj->forward(norm->forward(x)).mean(1); }
+  torch::nn::LayerNorm norm;
+  torch::nn::Linear proj;
+};
+TORCH_MODULE(SpHead);
+
 // (buffers), used in place of the batch's statistics in eval mode. Norm is
 // torch::nn::BatchNorm1d, or smp's SyncBatchNorm (the whole batch's
 // statistics across dp).
@@ -166,7 +226,9 @@ int main(int argc, char** argv) {
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
        vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
-       sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false;
+       sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false, plan_lm_sp = false,
+       sp_unsummed = false;
+  int64_t sp_tokens = kDim;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -187,6 +249,11 @@ int main(int argc, char** argv) {
   app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
   app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
   app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
+  app.add_flag("--plan-lm-sp", plan_lm_sp,
+               "a vocabulary-parallel embedding, LayerNorm blocks and a head under sequence parallelism, by a plan");
+  app.add_option("--sp-tokens", sp_tokens, "--plan-lm-sp: the tokens of each sample (8)");
+  app.add_flag("--sp-unsummed", sp_unsummed,
+               "--plan-lm-sp without planning the norms: their gradients left per rank's tokens (a bug, for the test)");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
   app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
@@ -208,7 +275,11 @@ int main(int argc, char** argv) {
       else
         net->push_back(torch::nn::Linear(kDim, kDim));
       for (int i = 0; i < 3; ++i) {
-        if (tp_model)
+      else if (plan_lm_sp)
+        net->push_back(SeqEmbed(kDim, sp_tokens));
+        if (plan_lm_sp)
+          net->push_back(SpBlock(kDim, i == 0));
+        else if (tp_model)
           net->push_back(TpBlock(kDim));
         else if (plan_model)
           net->push_back(PlanBlock(kDim, i == 0 ? 1 : 2, plan_whole_heads));
@@ -221,7 +292,10 @@ int main(int argc, char** argv) {
         else
           net->push_back(GatedBlock(kDim));
       }
-      net->push_back(torch::nn::Linear(kDim, kClasses));
+      if (plan_lm_sp)
+        net->push_back(SpHead(kDim, kClasses));
+      else
+        net->push_back(torch::nn::Linear(kDim, kClasses));
       for (const auto& c : net->children()) children.push_back(c);
       if (plan_model)  // the model's source unchanged: the plan names its layers
         smp::sdk::parallelize(*net, {{"*.up", smp::sdk::TpStyle::Colwise}, {"*.down", smp::sdk::TpStyle::Rowwise}});
@@ -231,6 +305,18 @@ int main(int argc, char** argv) {
 
       smp::sdk::TorchModel model("gated");
       auto cross_entropy = [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); };
+      if (plan_lm_sp) {
+        using smp::sdk::TpStyle;
+        std::vector<std::pair<std::string, smp::sdk::PlanStyle>> plan = {
+            {"0.emb", TpStyle::VocabEmbeddingToSequence},
+            {"1.up", {TpStyle::ColwiseFromSequence, 0}},  // [T * B, d]: the sequence is dimension 0
+            {"1.down", {TpStyle::RowwiseToSequence, 0}},
+            {"2.up", TpStyle::ColwiseFromSequence},  {"3.up", TpStyle::ColwiseFromSequence},
+            {"2.down", TpStyle::RowwiseToSequence},  {"3.down", TpStyle::RowwiseToSequence},
+            {"4.proj", TpStyle::ColwiseGatheredFromSequence}};
+        if (!sp_unsummed) plan.insert(plan.end(), {{"*.norm", TpStyle::SequenceParallel}});
+        smp::sdk::parallelize(*net, plan);
+      }
       if (tied_model) {
         // One Linear at both ends of the model (tied weights, on two stages under pp).
         torch::nn::Linear proj(kDim, kDim);
@@ -360,3 +446,4 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+    result["norm_tokens"] = g_norm_tokens;

@@ -21,6 +21,25 @@
 // (view({B, T, -1, head_dim})); a reshape with the whole count is refused
 // naming the node and saying so.
 //
+// Sequence parallelism (Megatron-LM's; DTensor's SequenceParallel with
+// ColwiseParallel(input_layouts=Shard(1)) and RowwiseParallel(output_layouts=
+// Shard(1))): the activations between tensor-parallel regions stay split along
+// the sequence (token) dimension, seq_dim of the style (default 1: torch's [b,
+// s, h]; Megatron's [s, b, h] is 0). The region is entered by
+// VocabEmbeddingToSequence (the embedding's sum over tp reduce-scattered along
+// the sequence) or RowwiseToSequence, runs per-token modules on this rank's
+// T / tp tokens (SequenceParallel: LayerNorm, an activation, any module with
+// parameters that acts on each token alone; their parameters' gradients are
+// partial sums over tp, summed over tp by the core), all-gathers the sequence
+// before a ColwiseFromSequence layer (backward: reduce-scatter), reduce-scatters
+// a RowwiseToSequence layer's partial outputs along the sequence instead of
+// all-reducing them (backward: all-gather), and leaves through
+// ColwiseGatheredFromSequence (a head: the sequence gathered, then the
+// features). A sequence length that does not divide by tp is refused naming
+// the layer. Dropout under SequenceParallel draws its mask for this rank's
+// tokens only: the masks differ from the serial run's (smp_tp's dist_dropout
+// slices the whole mask; a plan cannot see a parameterless module's call).
+//
 // The interception uses c10's TESTING_ONLY_GenericMode dispatch key, a mode
 // key above autograd present in LibTorch 1.13 to 2.x and unused by LibTorch
 // itself: the only C++ way to act on calls inside an unmodified module (the
@@ -53,11 +72,57 @@ namespace smp::sdk {
 // head whose logits a loss reads); its bias stays whole. Rowwise: the input
 // split along its last dimension, the output summed over tp. VocabEmbedding:
 // the table split by vocabulary rows.
-enum class TpStyle { Colwise, ColwiseGathered, Rowwise, VocabEmbedding };
+// Sequence parallelism (the input or output split along the sequence, seq_dim):
+// ColwiseFromSequence / ColwiseGatheredFromSequence: as Colwise /
+// ColwiseGathered, the sequence-split input all-gathered first.
+// RowwiseToSequence / VocabEmbeddingToSequence: as Rowwise / VocabEmbedding,
+// the sum over tp reduce-scattered along the sequence. SequenceParallel: any
+// module acting per token (LayerNorm), run on this rank's tokens as it is;
+// its parameters stay whole, their gradients summed over tp.
+enum class TpStyle {
+  Colwise,
+  ColwiseGathered,
+  Rowwise,
+  VocabEmbedding,
+  SequenceParallel,
+  ColwiseFromSequence,
+  ColwiseGatheredFromSequence,
+  RowwiseToSequence,
+  VocabEmbeddingToSequence,
+};
+
+// A plan's entry: the style, and for the sequence-parallel styles the
+// activations' sequence dimension (1: [b, s, h]; 0: [s, b, h]).
+struct PlanStyle {
+  PlanStyle(TpStyle style, int64_t seq_dim = 1) : style(style), seq_dim(seq_dim) {}  // NOLINT: implicit on purpose
+  TpStyle style;
+  int64_t seq_dim;
+};
 
 namespace tp_plan_detail {
 
 constexpr c10::DispatchKey kModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+inline bool colwise(TpStyle s) { return s == TpStyle::Colwise || s == TpStyle::ColwiseFromSequence; }
+inline bool gathered_head(TpStyle s) { return s == TpStyle::ColwiseGathered || s == TpStyle::ColwiseGatheredFromSequence; }
+inline bool rowwise(TpStyle s) { return s == TpStyle::Rowwise || s == TpStyle::RowwiseToSequence; }
+inline bool embedding(TpStyle s) { return s == TpStyle::VocabEmbedding || s == TpStyle::VocabEmbeddingToSequence; }
+inline bool from_sequence(TpStyle s) { return s == TpStyle::ColwiseFromSequence || s == TpStyle::ColwiseGatheredFromSequence; }
+inline bool to_sequence(TpStyle s) { return s == TpStyle::RowwiseToSequence || s == TpStyle::VocabEmbeddingToSequence; }
+inline const char* style_name(TpStyle s) {
+  switch (s) {
+    case TpStyle::Colwise: return "Colwise";
+    case TpStyle::ColwiseGathered: return "ColwiseGathered";
+    case TpStyle::Rowwise: return "Rowwise";
+    case TpStyle::VocabEmbedding: return "VocabEmbedding";
+    case TpStyle::SequenceParallel: return "SequenceParallel";
+    case TpStyle::ColwiseFromSequence: return "ColwiseFromSequence";
+    case TpStyle::ColwiseGatheredFromSequence: return "ColwiseGatheredFromSequence";
+    case TpStyle::RowwiseToSequence: return "RowwiseToSequence";
+    case TpStyle::VocabEmbeddingToSequence: return "VocabEmbeddingToSequence";
+  }
+  return "?";
+}
 
 // A planned weight once its node is bound: how ops on it run.
 struct Planned {
@@ -65,11 +130,13 @@ struct Planned {
   Comm comm;
   int64_t vocab_start = 0, vocab_rows = 0;  // VocabEmbedding: the rows this rank holds
   int tp_size = 1;
+  int64_t seq_dim = 1;  // the sequence-parallel styles: the activations' sequence dimension
+  std::string what;     // "node 'net.1': planned layer 'up'", for refusals
 };
 
 struct Registry {
   std::mutex mutex;
-  std::map<const torch::nn::Module*, TpStyle> modules;   // marked by parallelize()
+  std::map<const torch::nn::Module*, PlanStyle> modules;  // marked by parallelize()
   std::map<const c10::TensorImpl*, Planned> weights;     // bound: weight tensors by identity
   std::map<const c10::TensorImpl*, bool> shards;         // every parameter kept as a shard (weights, colwise biases)
   std::map<const c10::TensorImpl*, bool> released;       // made whole again by take_whole()
@@ -108,14 +175,40 @@ struct Normal {
   c10::impl::ExcludeDispatchKeyGuard guard{kModeKey};
 };
 
-inline at::Tensor rowwise_sum(const at::Tensor& partial, const Planned& p) { return reduce_from_region(partial, p.comm); }
 inline at::Tensor gathered(const at::Tensor& y, const Planned& p) { return gather_from_region(y, p.comm, y.dim() - 1); }
+
+// The sequence dimension of an activation whose last dimension is its features.
+inline void check_sequence(const at::Tensor& x, const Planned& p, const char* which) {
+  if (p.seq_dim >= x.dim() - 1)
+    throw Error(p.what + " (" + style_name(p.style) + ", seq_dim " + std::to_string(p.seq_dim) + "): its " + which +
+                " " + c10::str(x.sizes()) + " has no sequence dimension " + std::to_string(p.seq_dim) +
+                " before its features");
+}
+// Into a colwise layer: f (the gradient summed over tp), or under sequence
+// parallelism the sequence all-gathered (the gradient reduce-scattered).
+inline at::Tensor enter(const at::Tensor& x, const Planned& p) {
+  if (!from_sequence(p.style)) return copy_to_region(x, p.comm);
+  check_sequence(x, p, "input");
+  return gather_from_sequence(x, p.comm, p.seq_dim);
+}
+// Out of a rowwise layer or the embedding: g (the partial outputs summed over
+// tp), or under sequence parallelism reduce-scattered along the sequence.
+inline at::Tensor leave(const at::Tensor& partial, const Planned& p) {
+  if (!to_sequence(p.style)) return reduce_from_region(partial, p.comm);
+  check_sequence(partial, p, "output");
+  const int64_t n = partial.size(p.seq_dim);
+  if (n % p.tp_size != 0)
+    throw Error(p.what + " (" + style_name(p.style) + "): sequence length " + std::to_string(n) + " (dimension " +
+                std::to_string(p.seq_dim) + " of " + c10::str(partial.sizes()) + ") does not divide by tp = " +
+                std::to_string(p.tp_size) + ": sequence parallelism splits each sequence into tp equal parts");
+  return reduce_scatter_to_sequence(partial, p.comm, p.seq_dim);
+}
 
 inline at::Tensor t_op(const at::Tensor& self) {
   Normal n;
   at::Tensor out = at::t(self);
   if (const Planned* p = weight_of(self)) {
-    if (p->style == TpStyle::VocabEmbedding)
+    if (embedding(p->style))
       throw Error("a vocabulary-parallel embedding's table used as a linear layer's weight (a tied head) is not "
                   "supported by a plan yet: plan the head as its own layer, or leave the embedding unplanned");
     transposed().push_back({out, *p});
@@ -133,9 +226,8 @@ inline at::Tensor addmm_op(const at::Tensor& self, const at::Tensor& mat1, const
   Normal n;
   const Planned* p = transposed_of(mat2);
   if (!p) return at::addmm(self, mat1, mat2, beta, alpha);
-  if (p->style == TpStyle::Colwise) return at::addmm(self, copy_to_region(mat1, p->comm), mat2, beta, alpha);
-  at::Tensor y = p->style == TpStyle::ColwiseGathered ? gathered(at::mm(copy_to_region(mat1, p->comm), mat2), *p)
-                                                      : rowwise_sum(at::mm(mat1, mat2), *p);
+  if (colwise(p->style)) return at::addmm(self, enter(mat1, *p), mat2, beta, alpha);
+  at::Tensor y = gathered_head(p->style) ? gathered(at::mm(enter(mat1, *p), mat2), *p) : leave(at::mm(mat1, mat2), *p);
   y = scaled(y, alpha);
   return self.defined() ? y + scaled(self, beta) : y;  // the bias once, after the sum or the gather
 }
@@ -144,21 +236,21 @@ inline at::Tensor matmul_op(const at::Tensor& self, const at::Tensor& other) {
   Normal n;
   const Planned* p = transposed_of(other);
   if (!p) return at::matmul(self, other);
-  if (p->style == TpStyle::Colwise) return at::matmul(copy_to_region(self, p->comm), other);
-  if (p->style == TpStyle::ColwiseGathered) return gathered(at::matmul(copy_to_region(self, p->comm), other), *p);
-  return rowwise_sum(at::matmul(self, other), *p);
+  if (colwise(p->style)) return at::matmul(enter(self, *p), other);
+  if (gathered_head(p->style)) return gathered(at::matmul(enter(self, *p), other), *p);
+  return leave(at::matmul(self, other), *p);
 }
 
 inline at::Tensor linear_op(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   Normal n;
   const Planned* p = weight_of(weight);
   if (!p) return at::linear(input, weight, bias);
-  if (p->style == TpStyle::Colwise) return at::linear(copy_to_region(input, p->comm), weight, bias);
-  if (p->style == TpStyle::ColwiseGathered) {
-    at::Tensor y = gathered(at::linear(copy_to_region(input, p->comm), weight), *p);
+  if (colwise(p->style)) return at::linear(enter(input, *p), weight, bias);
+  if (gathered_head(p->style)) {
+    at::Tensor y = gathered(at::linear(enter(input, *p), weight), *p);
     return bias && bias->defined() ? y + *bias : y;
   }
-  at::Tensor sum = rowwise_sum(at::linear(input, weight), *p);
+  at::Tensor sum = leave(at::linear(input, weight), *p);
   return bias && bias->defined() ? sum + *bias : sum;
 }
 
@@ -171,7 +263,7 @@ inline at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& indic
   at::Tensor local = indices - p->vocab_start;
   at::Tensor outside = (local < 0).logical_or(local >= p->vocab_rows);
   at::Tensor rows = at::embedding(weight, local.masked_fill(outside, 0), -1, scale_grad_by_freq, sparse);
-  return reduce_from_region(rows.masked_fill(outside.unsqueeze(-1), 0), p->comm);
+  return leave(rows.masked_fill(outside.unsqueeze(-1), 0), *p);
 }
 
 // Registered once per process: every other op falls through to LibTorch's kernels.
@@ -212,22 +304,27 @@ inline bool matches(const std::string& pattern, const std::string& path) {
 
 // Marks the layers of `root` the plan names (patterns over
 // root.named_modules() paths) with their styles; smp splits them when it
-// creates their nodes at tp > 1. Colwise and Rowwise take a torch::nn::Linear,
-// VocabEmbedding a torch::nn::Embedding. Throws naming a pattern that matches
-// nothing or a layer of another type.
-inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std::string, TpStyle>>& plan) {
+// creates their nodes at tp > 1. The colwise and rowwise styles take a
+// torch::nn::Linear, the embedding styles a torch::nn::Embedding,
+// SequenceParallel any module. Throws naming a pattern that matches nothing,
+// a layer of another type or a negative seq_dim.
+inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std::string, PlanStyle>>& plan) {
   using namespace tp_plan_detail;
   const auto modules = root.named_modules("", /*include_self=*/false);
-  for (const auto& [pattern, style] : plan) {
+  for (const auto& [pattern, planned] : plan) {
+    const TpStyle style = planned.style;
+    if (planned.seq_dim < 0)
+      throw Error("parallelize: pattern '" + pattern + "': seq_dim " + std::to_string(planned.seq_dim) +
+                  " (the sequence dimension counts from 0: 1 for [b, s, h], 0 for [s, b, h])");
     int found = 0;
     for (const auto& item : modules) {
       if (!matches(pattern, item.key())) continue;
       const bool linear = dynamic_cast<torch::nn::LinearImpl*>(item.value().get()) != nullptr;
-      const bool embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()) != nullptr;
-      if ((style == TpStyle::VocabEmbedding && !embedding) || (style != TpStyle::VocabEmbedding && !linear))
+      const bool is_embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()) != nullptr;
+      if (style != TpStyle::SequenceParallel && ((embedding(style) && !is_embedding) || (!embedding(style) && !linear)))
         throw Error("parallelize: '" + item.key() + "' (pattern '" + pattern + "') is not a torch::nn::" +
-                    (style == TpStyle::VocabEmbedding ? "Embedding" : "Linear") + ", which its style needs");
-      if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()); e && style == TpStyle::VocabEmbedding) {
+                    (embedding(style) ? "Embedding" : "Linear") + ", which its style " + style_name(style) + " needs");
+      if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(item.value().get()); e && embedding(style)) {
         const auto& o = e->options;
         if (o.padding_idx() || o.max_norm() || o.scale_grad_by_freq() || o.sparse())
           throw Error("parallelize: '" + item.key() + "': a vocabulary-parallel embedding with padding_idx, max_norm, "
@@ -235,7 +332,7 @@ inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std
       }
       Registry& r = registry();
       std::lock_guard<std::mutex> lock(r.mutex);
-      r.modules[item.value().get()] = style;
+      r.modules.insert_or_assign(item.value().get(), planned);
       ++found;
     }
     if (found == 0) throw Error("parallelize: pattern '" + pattern + "' matches no module of the model");
@@ -250,21 +347,36 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
   Registry& r = registry();
   for (const auto& item : root.named_modules("", /*include_self=*/true)) {
     TpStyle style;
+    int64_t seq_dim = 1;
     {
       std::lock_guard<std::mutex> lock(r.mutex);
       auto it = r.modules.find(item.value().get());
       if (it == r.modules.end()) continue;
-      style = it->second;
+      style = it->second.style;
+      seq_dim = it->second.seq_dim;
     }
     const std::string prefix = item.key().empty() ? "" : item.key() + ".";
     const std::string what = "node '" + ctx.node_name + "': planned layer '" + item.key() + "'";
+    if (style == TpStyle::SequenceParallel) {
+      // Whole on every tp rank, each rank computing on its own tokens: the
+      // gradients are partial sums over tp (the core sums them, Placement::partial_grad).
+      Param partial;
+      partial.tp_grad_sum = true;
+      for (const auto& p : item.value()->named_parameters(/*recurse=*/true)) placed[prefix + p.key()] = partial;
+      continue;
+    }
     auto own = item.value()->named_parameters(/*recurse=*/false);
     at::Tensor weight = own["weight"];  // shares the module's tensor: set_data below changes the module's
     at::Tensor* bias = own.find("bias");
     Param w;
-    w.shard_dim = style == TpStyle::Rowwise ? 1 : 0;
+    w.shard_dim = rowwise(style) ? 1 : 0;
     placed[prefix + "weight"] = w;
-    if (bias && bias->defined() && style == TpStyle::Colwise) placed[prefix + "bias"] = w;
+    if (bias && bias->defined() && colwise(style)) placed[prefix + "bias"] = w;
+    if (bias && bias->defined() && style == TpStyle::RowwiseToSequence) {
+      Param partial;  // added to this rank's tokens only: its gradient a partial sum over tp, as Megatron's
+      partial.tp_grad_sum = true;
+      placed[prefix + "bias"] = partial;
+    }
     if (ctx.tp_size == 1) continue;
     std::lock_guard<std::mutex> lock(r.mutex);
     // Split already: the same module created again (a shared node, or the
@@ -279,12 +391,12 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
     const int64_t rows = weight.size(0);
     detail::keep_shard(weight, w.shard_dim, ctx.tp_rank, ctx.tp_size, what + " weight");
     r.shards[weight.unsafeGetTensorImpl()] = true;
-    if (bias && bias->defined() && style == TpStyle::Colwise) {
+    if (bias && bias->defined() && colwise(style)) {
       detail::keep_shard(*bias, 0, ctx.tp_rank, ctx.tp_size, what + " bias");
       r.shards[bias->unsafeGetTensorImpl()] = true;
     }
-    Planned p{style, ctx.tp, 0, 0, ctx.tp_size};
-    if (style == TpStyle::VocabEmbedding) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
+    Planned p{style, ctx.tp, 0, 0, ctx.tp_size, seq_dim, what};
+    if (embedding(style)) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
     r.weights[weight.unsafeGetTensorImpl()] = p;
   }
   if (!placed.empty()) register_kernels();
