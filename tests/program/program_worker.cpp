@@ -8,6 +8,7 @@
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
 //                  [--adapter-fed] [--vector-loss] [--norm-model] [--sometimes-model]
 //                  [--checkpoint-dir-per-rank BASE] [--plan-lm-sp [--sp-tokens N] [--sp-unsummed]]
+//                  [--then-set key=value ...]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -221,7 +222,7 @@ nlohmann::json values(const torch::Tensor& t) {
 int main(int argc, char** argv) {
   CLI::App app{"program_worker"};
   std::string out_dir, save_dir, load_dir, per_rank_dir;
-  std::vector<std::string> overrides;
+  std::vector<std::string> overrides, then_sets, config_kept;
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
@@ -256,6 +257,9 @@ int main(int argc, char** argv) {
                "--plan-lm-sp without planning the norms: their gradients left per rank's tokens (a bug, for the test)");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
+  app.add_option("--then-set", then_sets,
+                 "after training: gather, then a second runtime over the same model with these key=value "
+                 "overrides trains `steps` more steps (gathering once midway), and gathers twice");
   app.add_option("--checkpoint-dir-per-rank", per_rank_dir, "run.checkpoint_dir = BASE/rank-<r> (node-local folders)");
   CLI11_PARSE(app, argc, argv);
   const smp::ProcessEnv env = smp::ProcessEnv::from_environment();
@@ -355,7 +359,8 @@ int main(int argc, char** argv) {
       const smp::Config cfg = smp::Config::from_string("", "program_worker", config);
       const auto [x0, y0] = global_batch(0);
       rt = smp::Runtime::create(cfg, env, {model.plugin()}, {{"x", x0}, {"y", y0}});
-      if (own_forward) kept.emplace(net, model);
+      if (own_forward || !then_sets.empty()) kept.emplace(net, model);
+      config_kept = config;
     }
     int alive = 0;
     for (const auto& c : children) alive += c.expired() ? 0 : 1;
@@ -447,3 +452,35 @@ int main(int argc, char** argv) {
   }
 }
     result["norm_tokens"] = g_norm_tokens;
+    if (!then_sets.empty()) {
+      // A second runtime, made after the first is gone, over the same model
+      // (its planned layers made whole by the gather above): it trains on from
+      // the first one's values, at its own layout.
+      rt->shutdown();
+      rt.reset();
+      std::vector<std::string> again = config_kept;
+      again.insert(again.end(), then_sets.begin(), then_sets.end());
+      const auto [x0, y0] = global_batch(0);
+      rt = smp::Runtime::create(smp::Config::from_string("", "program_worker", again), env, {kept->second.plugin()},
+                                {{"x", x0}, {"y", y0}});
+      const int dp2 = rt->mesh().size(smp::Axis::DP), dp2_rank = rt->mesh().coord(smp::Axis::DP);
+      auto share2 = [&](const torch::Tensor& t) { return t.narrow(0, dp2_rank * (kBatch / dp2), kBatch / dp2); };
+      for (int64_t s = steps; s < 2 * steps; ++s) {
+        if (s == steps + steps / 2) smp::gather_into_modules(*rt, kept->second);  // midway: whole, then split again
+        const auto [x, y] = global_batch(s);
+        const smp::StepResult r = rt->train_step({{"x", share2(x)}, {"y", share2(y)}});
+        result["losses"].push_back(r.loss);
+        result["grad_norms"].push_back(r.grad_norm);
+      }
+      nlohmann::json params2 = nlohmann::json::object();
+      for (const auto& p : rt->gather_parameters())
+        params2[p.name] = {{"v", values(p.tensor)}, {"shape", p.tensor.sizes().vec()}, {"shard_dim", p.shard_dim}};
+      result["params"] = params2;
+      smp::gather_into_modules(*rt, kept->second);
+      smp::gather_into_modules(*rt, kept->second);  // twice: the second reads the shards the runtime describes
+      torch::NoGradGuard no_grad;
+      kept->first->eval();
+      result["own_scores"] = values(kept->first->forward(global_batch(50).first));
+      result["tp_rank"] = rt->mesh().coord(smp::Axis::TP);
+      result["dp_rank"] = dp2_rank;
+    }

@@ -28,9 +28,11 @@ using sdk::TpStyle;
 // ZeRO-3 a module smp runs has no storage between steps (gather_parameters
 // gives it back until the next step). Collective over the world; call it
 // after training, or whenever the program calls its modules itself. Layers a
-// plan split over tp (parallelize) become whole for the program, and smp
-// does not train them after that: call it once training is done.
+// plan split over tp (parallelize) become whole for the program; smp splits
+// them again when it next runs their node or gathers, and a runtime made
+// later over the same model splits them for its own layout.
 inline void gather_into_modules(Runtime& runtime, const sdk::TorchModel& model) {
+  model.reshard_planned();  // a second gather: the runtime reads the shards it describes
   runtime.gather_parameters();
   model.load_state_dict(runtime.model_state_dict());
 }

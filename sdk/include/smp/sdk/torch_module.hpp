@@ -119,9 +119,7 @@ class TorchModule : public Module {
   std::vector<at::Tensor> forward(const Call& call) override {
     module_->train(call.training);
     SeededGenerator seeded(call.rng_seed);
-    if (planned_ && plan_released(*module_))
-      throw Error("node '" + node_ + "': its tensor-parallel layers were made whole for the program "
-                  "(smp::gather_into_modules / smp::Model::gather); smp does not train them after that");
+    if (planned_) plan_reshard(*module_);  // made whole for the program (gather_into_modules): split again
     PlanScope plan(planned_);
     try {
       torch::nn::AnyValue out = detail::call_any(callable_, call.inputs);
@@ -299,6 +297,15 @@ class TorchModel {
   }
 
   const std::string& name() const { return name_; }
+
+  // Splits again the layers a plan split over tp that an earlier
+  // load_state_dict made whole (tp_plan.hpp's plan_reshard), so that the
+  // runtime reads the shards it describes: smp::gather_into_modules calls it
+  // before it gathers.
+  void reshard_planned() const {
+    for (const auto& n : nodes_)
+      if (n->module) plan_reshard(*n->module);
+  }
 
   // Copies whole tensors named as smp names them (Runtime::model_state_dict:
   // "<node>.<parameter>", the node of a Sequential's child "<prefix>.<i>")

@@ -61,6 +61,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,17 +135,94 @@ struct Planned {
   std::string what;     // "node 'net.1': planned layer 'up'", for refusals
 };
 
+// How a parameter smp keeps as a shard is split (to split it again after
+// take_whole made it whole for the program).
+struct Shard {
+  int64_t dim = 0;
+  int rank = 0, size = 1;
+  std::vector<int64_t> sizes;  // the shard's
+  std::string what;
+};
+
+// Entries by tensor identity, each holding its tensor weakly: while the
+// entry lives the TensorImpl's memory stays allocated (intrusive_ptr frees
+// it only once the weak count is 0), so no new tensor can take its address;
+// an entry whose tensor has died reads as absent and is dropped.
+template <class V>
+class ByTensor {
+ public:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  V* find(const at::Tensor& t) {
+    if (!t.defined()) return nullptr;
+    auto it = map_.find(t.unsafeGetTensorImpl());
+    if (it == map_.end()) return nullptr;
+    if (it->second.first.expired()) {
+      map_.erase(it);
+      return nullptr;
+    }
+    return &it->second.second;
+  }
+  void put(const at::Tensor& t, V v) {
+    map_.insert_or_assign(t.unsafeGetTensorImpl(), std::make_pair(Weak(t.getIntrusivePtr()), std::move(v)));
+  }
+  void erase(const at::Tensor& t) { map_.erase(t.unsafeGetTensorImpl()); }
+  bool empty() const { return map_.empty(); }
+  void sweep() {
+    for (auto it = map_.begin(); it != map_.end();) it = it->second.first.expired() ? map_.erase(it) : std::next(it);
+  }
+
+ private:
+  std::map<const c10::TensorImpl*, std::pair<Weak, V>> map_;
+};
+
+// A parameter take_whole() made whole: how to split it again, and the
+// weight's ops while it was split.
+struct Released {
+  Shard shard;
+  bool weight = false;
+  Planned planned;
+  at::Tensor grad;  // the shard's .grad (a view of the runtime's gradient bucket), put back with the shard
+};
+
 struct Registry {
   std::mutex mutex;
-  std::map<const torch::nn::Module*, PlanStyle> modules;  // marked by parallelize()
-  std::map<const c10::TensorImpl*, Planned> weights;     // bound: weight tensors by identity
-  std::map<const c10::TensorImpl*, bool> shards;         // every parameter kept as a shard (weights, colwise biases)
-  std::map<const c10::TensorImpl*, bool> released;       // made whole again by take_whole()
+  // Marked by parallelize(), held weakly: a module freed and another made at
+  // its address is not taken for the planned one.
+  std::map<const torch::nn::Module*, std::pair<std::weak_ptr<torch::nn::Module>, PlanStyle>> modules;
+  ByTensor<Planned> weights;    // bound: weight tensors, how ops on them run
+  ByTensor<Shard> shards;       // every parameter kept as a shard (weights, colwise biases)
+  ByTensor<Released> released;  // made whole again by take_whole()
+
+  const PlanStyle* module(const torch::nn::Module* m) {
+    auto it = modules.find(m);
+    if (it == modules.end()) return nullptr;
+    if (it->second.first.expired()) {
+      modules.erase(it);
+      return nullptr;
+    }
+    return &it->second.second;
+  }
+  void sweep() {
+    for (auto it = modules.begin(); it != modules.end();) it = it->second.first.expired() ? modules.erase(it) : std::next(it);
+    weights.sweep();
+    shards.sweep();
+    released.sweep();
+  }
 };
-inline Registry& registry() {
+// One registry per process, shared by every shared object that includes this
+// header: a function of default visibility in a versioned namespace, so its
+// static is one (GNU unique) object across the plugins a process loads, even
+// when they are built with hidden visibility (a later layout of Registry
+// gets another namespace and its own object). A program's executable shares
+// it with them only when it exports its symbols (-rdynamic, CMake's
+// ENABLE_EXPORTS); otherwise the program's plans and a plugin's live in two
+// registries, and the first of them to run a planned node owns the kernels.
+inline namespace registry_v2 {
+__attribute__((visibility("default"))) inline Registry& registry() {
   static Registry r;
   return r;
 }
+}  // namespace registry_v2
 
 // The transposes of planned weights taken while the node runs, kept alive
 // (so no other tensor reuses their address) until the node's call ends.
@@ -157,12 +235,13 @@ inline std::vector<Transposed>& transposed() {
   return t;
 }
 
-inline const Planned* weight_of(const at::Tensor& t) {
-  if (!t.defined()) return nullptr;
+// A copy, taken under the lock: the entry may go (take_whole) while the op runs.
+inline std::optional<Planned> weight_of(const at::Tensor& t) {
+  if (!t.defined()) return std::nullopt;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.weights.find(t.unsafeGetTensorImpl());
-  return it == r.weights.end() ? nullptr : &it->second;
+  const Planned* p = r.weights.find(t);
+  return p ? std::optional<Planned>(*p) : std::nullopt;
 }
 inline const Planned* transposed_of(const at::Tensor& t) {
   for (const auto& e : transposed())
@@ -207,7 +286,7 @@ inline at::Tensor leave(const at::Tensor& partial, const Planned& p) {
 inline at::Tensor t_op(const at::Tensor& self) {
   Normal n;
   at::Tensor out = at::t(self);
-  if (const Planned* p = weight_of(self)) {
+  if (const std::optional<Planned> p = weight_of(self)) {
     if (embedding(p->style))
       throw Error("a vocabulary-parallel embedding's table used as a linear layer's weight (a tied head) is not "
                   "supported by a plan yet: plan the head as its own layer, or leave the embedding unplanned");
@@ -243,7 +322,7 @@ inline at::Tensor matmul_op(const at::Tensor& self, const at::Tensor& other) {
 
 inline at::Tensor linear_op(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   Normal n;
-  const Planned* p = weight_of(weight);
+  const std::optional<Planned> p = weight_of(weight);
   if (!p) return at::linear(input, weight, bias);
   if (colwise(p->style)) return at::linear(enter(input, *p), weight, bias);
   if (gathered_head(p->style)) {
@@ -257,7 +336,7 @@ inline at::Tensor linear_op(const at::Tensor& input, const at::Tensor& weight, c
 inline at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& indices, int64_t padding_idx,
                                bool scale_grad_by_freq, bool sparse) {
   Normal n;
-  const Planned* p = weight_of(weight);
+  const std::optional<Planned> p = weight_of(weight);
   if (!p) return at::embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse);
   // Megatron's VocabParallelEmbedding: the rows this rank holds, zeros for the others, summed over tp.
   at::Tensor local = indices - p->vocab_start;
@@ -266,10 +345,14 @@ inline at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& indic
   return leave(rows.masked_fill(outside.unsqueeze(-1), 0), *p);
 }
 
-// Registered once per process: every other op falls through to LibTorch's kernels.
+// Registered once per process: every other op falls through to LibTorch's
+// kernels. A fallback already there was registered by another shared object
+// including this header (its kernels read the same registry, above);
+// registering a second one would throw.
 inline void register_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
+    if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(kModeKey)) return;
     static torch::Library fallthrough(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
     fallthrough.fallback(torch::CppFunction::makeFallthrough());
     static torch::Library aten(torch::Library::IMPL, "aten", kModeKey, __FILE__, __LINE__);
@@ -332,7 +415,8 @@ inline void parallelize(torch::nn::Module& root, const std::vector<std::pair<std
       }
       Registry& r = registry();
       std::lock_guard<std::mutex> lock(r.mutex);
-      r.modules.insert_or_assign(item.value().get(), planned);
+      r.sweep();
+      r.modules.insert_or_assign(item.value().get(), std::make_pair(std::weak_ptr<torch::nn::Module>(item.value()), planned));
       ++found;
     }
     if (found == 0) throw Error("parallelize: pattern '" + pattern + "' matches no module of the model");
@@ -350,10 +434,10 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
     int64_t seq_dim = 1;
     {
       std::lock_guard<std::mutex> lock(r.mutex);
-      auto it = r.modules.find(item.value().get());
-      if (it == r.modules.end()) continue;
-      style = it->second.style;
-      seq_dim = it->second.seq_dim;
+      const PlanStyle* marked = r.module(item.value().get());
+      if (!marked) continue;
+      style = marked->style;
+      seq_dim = marked->seq_dim;
     }
     const std::string prefix = item.key().empty() ? "" : item.key() + ".";
     const std::string what = "node '" + ctx.node_name + "': planned layer '" + item.key() + "'";
@@ -377,57 +461,81 @@ inline std::map<std::string, Param> bind_plan(torch::nn::Module& root, const Mod
       partial.tp_grad_sum = true;
       placed[prefix + "bias"] = partial;
     }
-    if (ctx.tp_size == 1) continue;
     std::lock_guard<std::mutex> lock(r.mutex);
-    // Split already: the same module created again (a shared node, or the
-    // next runtime over the same model): its ops go to this context's group.
-    if (auto it = r.weights.find(weight.unsafeGetTensorImpl()); it != r.weights.end()) {
-      if (it->second.tp_size != ctx.tp_size)
-        throw Error(what + " is already split for tp = " + std::to_string(it->second.tp_size) + ", not " +
-                    std::to_string(ctx.tp_size));
-      it->second.comm = ctx.tp;
+    // Split already by an earlier runtime over the same model, or the same
+    // module created again (a shared node): its ops go to this context's
+    // group, if the shard is this rank's. Made whole again (take_whole): split afresh.
+    if (const Shard* held = r.shards.find(weight)) {
+      if (held->size != ctx.tp_size || held->rank != ctx.tp_rank)
+        throw Error(what + " holds tp rank " + std::to_string(held->rank) + "'s shard of tp = " +
+                    std::to_string(held->size) + " from an earlier runtime, and this one is tp rank " +
+                    std::to_string(ctx.tp_rank) + " of " + std::to_string(ctx.tp_size) +
+                    ": call smp::gather_into_modules (smp::Model::gather) with the earlier runtime first, which "
+                    "makes the layers whole again");
+      if (Planned* p = r.weights.find(weight)) p->comm = ctx.tp;
       continue;
     }
+    r.released.erase(weight);
+    if (bias && bias->defined()) r.released.erase(*bias);
+    if (ctx.tp_size == 1) continue;
     const int64_t rows = weight.size(0);
-    detail::keep_shard(weight, w.shard_dim, ctx.tp_rank, ctx.tp_size, what + " weight");
-    r.shards[weight.unsafeGetTensorImpl()] = true;
-    if (bias && bias->defined() && colwise(style)) {
-      detail::keep_shard(*bias, 0, ctx.tp_rank, ctx.tp_size, what + " bias");
-      r.shards[bias->unsafeGetTensorImpl()] = true;
-    }
+    auto split = [&](at::Tensor& t, int64_t dim, const std::string& which) {
+      detail::keep_shard(t, dim, ctx.tp_rank, ctx.tp_size, what + " " + which);
+      if (t.grad().defined() && t.grad().sizes() != t.sizes()) t.mutable_grad() = at::Tensor();  // an earlier runtime's
+      r.shards.put(t, Shard{dim, ctx.tp_rank, ctx.tp_size, t.sizes().vec(), what + " " + which});
+    };
+    split(weight, w.shard_dim, "weight");
+    if (bias && bias->defined() && colwise(style)) split(*bias, 0, "bias");
     Planned p{style, ctx.tp, 0, 0, ctx.tp_size, seq_dim, what};
     if (embedding(style)) p.vocab_rows = rows / ctx.tp_size, p.vocab_start = ctx.tp_rank * p.vocab_rows;
-    r.weights[weight.unsafeGetTensorImpl()] = p;
+    r.weights.put(weight, p);
   }
   if (!placed.empty()) register_kernels();
   return placed;
 }
 
 // The program takes its model back whole (smp::gather_into_modules): a
-// parameter smp keeps as a shard becomes `whole`, and smp stops splitting
-// its layer (a later step on it is refused). False for any other tensor.
+// parameter smp keeps as a shard becomes `whole`, until plan_reshard()
+// splits it again (the runtime's next use of its node, or the next gather).
+// False for any other tensor.
 inline bool take_whole(at::Tensor& param, const at::Tensor& whole) {
   using namespace tp_plan_detail;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  const c10::TensorImpl* impl = param.unsafeGetTensorImpl();
-  if (!r.shards.count(impl)) return false;
+  const Shard* shard = r.shards.find(param);
+  if (!shard) return false;
+  Released released{*shard, false, Planned{TpStyle::Colwise}, param.grad()};
+  if (const Planned* p = r.weights.find(param)) released.weight = true, released.planned = *p;
+  param.mutable_grad() = at::Tensor();  // a shard's gradient: not the whole parameter's
   param.set_data(whole.detach().to(param.device(), param.scalar_type()).clone());
-  r.shards.erase(impl);
-  r.weights.erase(impl);
-  r.released[impl] = true;
+  r.shards.erase(param);
+  r.weights.erase(param);
+  r.released.put(param, std::move(released));
   return true;
 }
 
-// Whether one of `root`'s planned parameters was taken whole (take_whole).
-inline bool plan_released(torch::nn::Module& root) {
+// `root`'s planned parameters that take_whole() made whole are split again
+// as they were, from their current values, so that the runtime holding them
+// sees the shards it describes (a parameter the runtime has already put
+// back to a shard's size, as ZeRO-3 does when it gathers, is taken as it is).
+inline void plan_reshard(torch::nn::Module& root) {
   using namespace tp_plan_detail;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.released.empty()) return false;
-  for (const auto& p : root.parameters(/*recurse=*/true))
-    if (r.released.count(p.unsafeGetTensorImpl())) return true;
-  return false;
+  if (r.released.empty()) return;
+  for (at::Tensor p : root.parameters(/*recurse=*/true)) {
+    const Released* rel = r.released.find(p);
+    if (!rel) continue;
+    const Released kept = *rel;
+    if (p.sizes().vec() != kept.shard.sizes) {
+      torch::NoGradGuard no_grad;
+      detail::keep_shard(p, kept.shard.dim, kept.shard.rank, kept.shard.size, kept.shard.what);
+    }
+    if (!p.grad().defined() && kept.grad.defined() && kept.grad.sizes() == p.sizes()) p.mutable_grad() = kept.grad;
+    r.released.erase(p);
+    r.shards.put(p, kept.shard);
+    if (kept.weight) r.weights.put(p, kept.planned);
+  }
 }
 
 // Whether `root` holds a planned layer (its node is split over tp).
@@ -436,7 +544,7 @@ inline bool holds_planned(torch::nn::Module& root) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& m : root.modules(/*include_self=*/true))
-    if (r.modules.count(m.get())) return true;
+    if (r.module(m.get())) return true;
   return false;
 }
 
