@@ -153,11 +153,16 @@ int main(int argc, char** argv) {
     smp::ProcessEnv env = smp::ProcessEnv::from_environment();
     rank = env.rank;
     smp::Config config = smp::Config::load(config_path, overrides);
+    // A job continues in its folder: smp-worker asks for run.resume's default
+    // ("auto") where the job says nothing (a program's runtime resumes only
+    // when asked).
+    if (!config.has("run.resume")) {
+      overrides.push_back("run.resume=auto");
+      config = smp::Config::load(config_path, overrides);
+    }
     smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
                        env.rank == 0);
-    smp::RuntimeOptions options;
-    options.training_loop = true;  // run_training acts on the loop's keys
-    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()}, options);
+    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()});
     smp::run_training(*runtime);
     runtime->shutdown();
     return 0;

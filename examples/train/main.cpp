@@ -3,7 +3,8 @@
 //   smp_train <adapter plugin> <config.toml> [key=value ...]
 //
 // Runs in one process (or one rank when started by smp-launch / srun / mpirun):
-// builds the Runtime from the config, takes train.steps steps, evaluates.
+// builds the Runtime from the config, takes train.steps steps through an
+// smp::Trainer (which acts on the job's cadence keys), evaluates.
 #include <smp/smp.h>
 
 #include <iostream>
@@ -16,11 +17,14 @@ int main(int argc, char** argv) {
   try {
     const smp::Options options = smp::Options::load(argv[2]).args(argc, argv, 3);  // the file, then key=value
     auto runtime = smp::Runtime::create(options, smp::ProcessEnv::from_environment(), {argv[1]});
+    // The Trainer acts on the job's cadence keys (train.val_every, run.checkpoint_every, ...).
+    smp::Trainer trainer(*runtime);
     const int64_t steps = runtime->config().get_int("train.steps");
-    for (int64_t i = runtime->steps_done(); i < steps; ++i) {  // a resumed run goes on where it stopped
-      smp::StepResult r = runtime->train_step();
+    for (int64_t i = runtime->steps_done(); i < steps && !trainer.done(); ++i) {  // a resumed run goes on where it stopped
+      smp::StepResult r = trainer.step();
       std::cout << "step " << r.step + 1 << " loss " << r.loss << " (" << r.seconds * 1000 << " ms)\n";
     }
+    trainer.finish();  // the last checkpoint committed, summary.json written
     std::cout << "validation loss " << runtime->evaluate(1) << "\n";
     runtime->shutdown();
     return 0;

@@ -497,16 +497,22 @@ TEST(ProgramModel, CheckpointResumesBitForBit) {
   EXPECT_EQ(worst_gap(scores(full), scores(resumed)), 0.0);
 }
 
-// A program driving the Runtime gets run.checkpoint_every and run.resume
-// acted on: a 2-step run saves step-2, a 4-step run in the same run.dir that
-// asks (run.resume = "auto") resumes from it, says so as a warning with the
-// step, and its steps 3 and 4 are the uninterrupted run's.
-TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
+// A program stepping through smp::Trainer gets run.checkpoint_every acted
+// on, and the runtime acts on run.resume: a 2-step run saves step-2 and its
+// summary, a 4-step run in the same run.dir that asks (run.resume = "auto")
+// resumes from it, says so as a warning with the step, and its steps 3 and 4
+// are the uninterrupted run's.
+TEST(ProgramModel, CheckpointEveryActsThroughTheTrainerAndResumeThroughTheRuntime) {
   const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
-  const Job first = launch(1, {"--steps", "2", "--set", "run.checkpoint_every=2", "--set", "run.dir=" + run_dir,
-                               "--set", "parallel.microbatches=2"});
+  const Job first = launch(1, {"--trainer", "--steps", "2", "--set", "run.checkpoint_every=2", "--set",
+                               "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(fs::exists(fs::path(run_dir) / "checkpoints/step-00000002")) << first.output;
+  std::ifstream summary_file(run_dir + "/summary.json");
+  ASSERT_TRUE(summary_file) << first.output;
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["losses"], first.ranks.at(0)["losses"]);
+  EXPECT_EQ(summary["checkpoints"]["saved"].size(), 1u);
   const Job second =
       launch(1, {"--set", "run.dir=" + run_dir, "--set", "run.resume=auto", "--set", "parallel.microbatches=2"});
   ASSERT_EQ(second.exit_code, 0) << second.output;
@@ -525,8 +531,8 @@ TEST(ProgramModel, CheckpointEveryAndResumeActThroughTheApi) {
 // first left a checkpoint in the folder.
 TEST(ProgramModel, ARunStartedTwiceInOneFolderDoesNotResumeUnlessAsked) {
   const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
-  const Job first = launch(1, {"--steps", "2", "--set", "run.checkpoint_every=2", "--set", "run.dir=" + run_dir,
-                               "--set", "parallel.microbatches=2"});
+  const Job first = launch(1, {"--trainer", "--steps", "2", "--set", "run.checkpoint_every=2", "--set",
+                               "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   ASSERT_TRUE(fs::exists(fs::path(run_dir) / "checkpoints/step-00000002")) << first.output;
   const Job second = launch(1, {"--set", "run.dir=" + run_dir, "--set", "parallel.microbatches=2"});
@@ -569,7 +575,7 @@ TEST(ProgramModel, EveryRankResumesTheCheckpointRankZeroChose) {
   const fs::path base = fs::temp_directory_path() / fs::unique_path("smp-program-resume-%%%%");
   const std::vector<std::string> layout = {"--set", "parallel.dp=2", "--set", "parallel.microbatches=2",
                                            "--set", "run.timeout_s=30"};
-  std::vector<std::string> first_args = {"--steps", "4", "--set", "run.checkpoint_every=2", "--set",
+  std::vector<std::string> first_args = {"--trainer", "--steps", "4", "--set", "run.checkpoint_every=2", "--set",
                                          "run.checkpoint_dir=" + (base / "shared").string()};
   first_args.insert(first_args.end(), layout.begin(), layout.end());
   const Job first = launch(2, first_args);
@@ -640,12 +646,21 @@ TEST(ProgramModel, ALossThatIsNotAScalarIsRefused) {
   EXPECT_TRUE(smp_test::contains(r.output, "the loss 'loss:loss' is not a scalar (shape [8])")) << r.output;
 }
 
-// A key only the training loop acts on is refused, not ignored.
-TEST(ProgramModel, LoopOnlyKeysAreRefused) {
-  const Job r = launch(1, sets({"run.trace=true"}));
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(smp_test::contains(r.output, "--set run.trace=true: run.trace is acted on only by the training loop"))
-      << r.output;
+// A key only the training loop (smp::Trainer) acts on is refused, not
+// ignored, when the program steps the Runtime itself; through a Trainer it acts.
+TEST(ProgramModel, TrainerKeysAreRefusedWithoutATrainer) {
+  for (const char* key : {"run.trace=true", "run.checkpoint_every=2", "train.val_every=1"}) {
+    const Job r = launch(1, sets({key}));
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    const std::string name = std::string(key).substr(0, std::string(key).find('='));
+    EXPECT_TRUE(smp_test::contains(r.output, "--set " + std::string(key) + ": " + name +
+                                                 " is acted on only by the training loop (smp::Trainer"))
+        << r.output;
+  }
+  const std::string run_dir = (fs::temp_directory_path() / fs::unique_path("smp-program-run-%%%%")).string();
+  const Job traced = launch(1, {"--trainer", "--steps", "2", "--set", "run.trace=true", "--set", "run.dir=" + run_dir});
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  EXPECT_TRUE(fs::exists(fs::path(run_dir) / "trace/rank-0.json")) << traced.output;
 }
 
 // Replicas built from differently seeded models are refused, naming the parameter.

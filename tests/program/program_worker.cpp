@@ -14,6 +14,7 @@
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
 #include <smp/smp.h>
 #include <smp/torch.h>
+#include <smp/training.h>
 
 #include <torch/torch.h>
 
@@ -98,7 +99,6 @@ struct TokenEmbedImpl : torch::nn::Module {
 };
 TORCH_MODULE(TokenEmbed);
 
-// A block with state it updates itself: BatchNorm's running statistics
 // Sequence parallelism by a plan (--plan-lm-sp): tokens embedded without
 // pooling, [B, T, d]; each block a LayerNorm on the tokens (SequenceParallel:
 // this rank's T / tp of them), a colwise layer whose input is the whole
@@ -159,6 +159,7 @@ struct SpHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(SpHead);
 
+// A block with state it updates itself: BatchNorm's running statistics
 // (buffers), used in place of the batch's statistics in eval mode. Norm is
 // torch::nn::BatchNorm1d, or smp's SyncBatchNorm (the whole batch's
 // statistics across dp).
@@ -226,6 +227,7 @@ int main(int argc, char** argv) {
   int steps = 4, save_at = -1;
   double set_lr = -1;
   bool bad_inputs = false, seed_per_rank = false, tp_model = false, tied_model = false, adapter_fed = false,
+       through_trainer = false,
        vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
        sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false, plan_lm_sp = false,
        sp_unsummed = false;
@@ -242,19 +244,20 @@ int main(int argc, char** argv) {
   app.add_flag("--tp-model", tp_model, "blocks of the SDK's column- and row-parallel layers");
   app.add_flag("--tied-model", tied_model, "named nodes, one Linear used at both ends");
   app.add_flag("--adapter-fed", adapter_fed, "the same data through TorchModel::batches and train_step()");
+  app.add_flag("--trainer", through_trainer, "step through smp::Trainer (the cadence keys act), then finish()");
   app.add_flag("--vector-loss", vector_loss, "a loss that is not reduced to a scalar");
   app.add_flag("--norm-model", norm_model, "the first block a BatchNorm one (buffers)");
   app.add_flag("--sometimes-model", sometimes_model, "blocks with a layer some microbatches leave without a gradient");
   app.add_flag("--plan-model", plan_model, "blocks of unmodified Linear layers, split over tp by a plan");
   app.add_flag("--plan-lm", plan_lm, "--plan-model with a vocabulary-parallel embedding and a gathered head");
-  app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
-  app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
-  app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--plan-lm-sp", plan_lm_sp,
                "a vocabulary-parallel embedding, LayerNorm blocks and a head under sequence parallelism, by a plan");
   app.add_option("--sp-tokens", sp_tokens, "--plan-lm-sp: the tokens of each sample (8)");
   app.add_flag("--sp-unsummed", sp_unsummed,
                "--plan-lm-sp without planning the norms: their gradients left per rank's tokens (a bug, for the test)");
+  app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
+  app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
+  app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
   app.add_option("--then-set", then_sets,
@@ -276,11 +279,11 @@ int main(int argc, char** argv) {
       plan_model = plan_model || plan_lm || plan_whole_heads;
       if (plan_lm)
         net->push_back(TokenEmbed(kDim));
+      else if (plan_lm_sp)
+        net->push_back(SeqEmbed(kDim, sp_tokens));
       else
         net->push_back(torch::nn::Linear(kDim, kDim));
       for (int i = 0; i < 3; ++i) {
-      else if (plan_lm_sp)
-        net->push_back(SeqEmbed(kDim, sp_tokens));
         if (plan_lm_sp)
           net->push_back(SpBlock(kDim, i == 0));
         else if (tp_model)
@@ -306,9 +309,6 @@ int main(int argc, char** argv) {
       if (plan_lm)
         smp::sdk::parallelize(*net, {{"0.emb", smp::sdk::TpStyle::VocabEmbedding},
                                      {"4", smp::sdk::TpStyle::ColwiseGathered}});
-
-      smp::sdk::TorchModel model("gated");
-      auto cross_entropy = [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); };
       if (plan_lm_sp) {
         using smp::sdk::TpStyle;
         std::vector<std::pair<std::string, smp::sdk::PlanStyle>> plan = {
@@ -321,6 +321,9 @@ int main(int argc, char** argv) {
         if (!sp_unsummed) plan.insert(plan.end(), {{"*.norm", TpStyle::SequenceParallel}});
         smp::sdk::parallelize(*net, plan);
       }
+
+      smp::sdk::TorchModel model("gated");
+      auto cross_entropy = [](at::Tensor logits, at::Tensor y) { return torch::nn::functional::cross_entropy(logits, y); };
       if (tied_model) {
         // One Linear at both ends of the model (tied weights, on two stages under pp).
         torch::nn::Linear proj(kDim, kDim);
@@ -412,7 +415,9 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    if (!load_dir.empty()) rt->load(load_dir);
+    if (!load_dir.empty()) rt->checkpoints().load(load_dir);
+    std::optional<smp::Trainer> trainer;
+    if (through_trainer) trainer.emplace(*rt);
     nlohmann::json result;
     result["losses"] = nlohmann::json::array();
     result["grad_norms"] = nlohmann::json::array();
@@ -421,12 +426,15 @@ int main(int argc, char** argv) {
     result["resumed_from"] = rt->steps_done();
     for (int64_t s = rt->steps_done(); s < steps; ++s) {
       const auto [x, y] = global_batch(s);
-      const smp::StepResult r = adapter_fed ? rt->train_step() : rt->train_step({{"x", share(x)}, {"y", share(y)}});
+      const smp::Batch batch = {{"x", share(x)}, {"y", share(y)}};
+      const smp::StepResult r = trainer ? (adapter_fed ? trainer->step() : trainer->step(batch))
+                                        : (adapter_fed ? rt->train_step() : rt->train_step(batch));
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
       result["lrs"].push_back(r.lr);
-      if (save_at == s + 1) rt->save(save_dir);
+      if (save_at == s + 1) rt->checkpoints().save(save_dir);
     }
+    if (trainer) trainer->finish();
     result["eval"] = rt->evaluate({{"x", share(global_batch(99).first)}, {"y", share(global_batch(99).second)}});
     // Forward only, without the targets: the scores of new inputs (this rank's share).
     const smp::Batch scored = rt->forward({{"x", share(global_batch(50).first)}}, {"logits"});
@@ -443,14 +451,6 @@ int main(int argc, char** argv) {
       result["own_scores"] = values(kept->first->forward(global_batch(50).first));
     }
     result["tp_rank"] = rt->mesh().coord(smp::Axis::TP);
-    std::ofstream(out_dir + "/rank-" + std::to_string(env.rank) + ".json") << result.dump();
-    rt->shutdown();
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "rank " << env.rank << ": error: " << e.what() << "\n";
-    return 1;
-  }
-}
     result["norm_tokens"] = g_norm_tokens;
     if (!then_sets.empty()) {
       // A second runtime, made after the first is gone, over the same model
@@ -484,3 +484,11 @@ int main(int argc, char** argv) {
       result["tp_rank"] = rt->mesh().coord(smp::Axis::TP);
       result["dp_rank"] = dp2_rank;
     }
+    std::ofstream(out_dir + "/rank-" + std::to_string(env.rank) + ".json") << result.dump();
+    rt->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << env.rank << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

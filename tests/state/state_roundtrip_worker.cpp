@@ -63,27 +63,27 @@ int main(int argc, char** argv) {
   try {
     auto a = create(0);
     for (int i = 0; i < steps; ++i) a->train_step();
-    const std::vector<smp::StateEntry> saved = copy_of(a->state_entries());
-    if (!through_disk.empty()) a->save(through_disk);
+    const std::vector<smp::StateEntry> saved = copy_of(a->checkpoints().entries());
+    if (!through_disk.empty()) a->checkpoints().save(through_disk);
     size_t sliced = 0;
     for (const auto& e : saved) sliced += e.flat_begin >= 0 || e.global_shape != e.block_shape;
     const smp::StepResult ra = a->train_step();
-    const std::vector<smp::StateEntry> after_a = copy_of(a->state_entries());
+    const std::vector<smp::StateEntry> after_a = copy_of(a->checkpoints().entries());
 
     auto b = create(1);
     b->gather_parameters();  // ZeRO-3: gathered copies of the old values must not outlive the load
-    if (through_disk.empty()) b->load_state(saved);
-    else b->load(through_disk);
+    if (through_disk.empty()) b->checkpoints().load_entries(saved);
+    else b->checkpoints().load(through_disk);
     if (b->steps_done() != steps) throw smp::Error("runtime B is at step " + std::to_string(b->steps_done()));
     const smp::StepResult rb = b->train_step();
-    const std::string diff = first_difference(after_a, b->state_entries());
+    const std::string diff = first_difference(after_a, b->checkpoints().entries());
     const bool identical = same(ra.loss, rb.loss) && same(ra.grad_norm, rb.grad_norm) && diff.empty();
     if (!identical)
       std::printf("rank %d: state round trip DIFFERS: loss %.17g / %.17g, grad norm %.17g / %.17g, first entry %s\n",
                   env.rank, ra.loss, rb.loss, ra.grad_norm, rb.grad_norm, diff.empty() ? "-" : diff.c_str());
     auto c = create(2);
     const smp::StepResult rc = c->train_step();
-    const bool control_differs = !same(rc.loss, ra.loss) || !first_difference(after_a, c->state_entries()).empty();
+    const bool control_differs = !same(rc.loss, ra.loss) || !first_difference(after_a, c->checkpoints().entries()).empty();
     // Every rank's verdict, so rank 0 (whose output smp-launch shows) speaks for all.
     const std::vector<double> verdicts = a->gather_world(identical ? (control_differs ? 1.0 : 2.0) : 0.0);
     const std::vector<double> counts = a->gather_world(static_cast<double>(saved.size()));

@@ -93,7 +93,7 @@
   X(eps, "train.eps", double, PositiveReal, 1e-8, Default, "AdamW's epsilon (refused with another optimizer)")     \
   X(grad_clip, "train.grad_clip", double, NonNegativeReal, 1.0, Default, "global gradient-norm clipping; 0 = off") \
   X(val_every, "train.val_every", int64_t, NonNegative, 0, Default,                                                \
-    "validate every n steps (and at the end); 0 = at the end")                                                     \
+    "smp::Trainer: validate every n steps (and at the end); 0 = at the end")                                                     \
   X(val_batches, "train.val_batches", int64_t, NonNegative, 2, Default,                                            \
     "global batches per validation; 0 = no validation")                                                           \
   X(log_every, "train.log_every", int64_t, Positive, 1, Default, "a progress line every n steps (rank 0)")          \
@@ -126,18 +126,18 @@
   X(devices, "run.devices", DeviceList, None, DeviceList{}, Default,                                               \
     "with run.device = cuda: the GPU of each local rank (entries may repeat: ranks sharing a GPU)")                \
   X(dump_parameters, "run.dump_parameters", bool, None, false, Default,                                            \
-    "each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end and to "               \
+    "smp::Trainer: each rank writes its parameter shards to <run.dir>/parameters/rank-<r>.json at the end and to "               \
     "parameters-initial/ before the first step (small models)")                                                    \
   X(trace, "run.trace", bool, None, false, Default,                                                                \
-    "each rank writes a Chrome / Perfetto trace of the run.trace_steps steps to <run.dir>/trace/")                 \
+    "smp::Trainer: each rank writes a Chrome / Perfetto trace of the run.trace_steps steps to <run.dir>/trace/")                 \
   X(trace_steps, "run.trace_steps", Ints, None, (Ints{1, 3}), Default,                                             \
     "[from, to], training steps (1-based, inclusive) that run.trace and run.profile_ops record")                   \
   X(trace_merge, "run.trace_merge", bool, None, false, Default,                                                    \
     "rank 0 also writes <run.dir>/trace.json, a track per rank")                                                   \
   X(profile_ops, "run.profile_ops", bool, None, false, Default,                                                    \
-    "every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json")            \
+    "smp::Trainer: every ATen op and autograd node of the traced steps by name, to <run.dir>/ops/rank-<r>.json")            \
   X(checkpoint_every, "run.checkpoint_every", int64_t, NonNegative, 0, Default,                                   \
-    "save a checkpoint every n steps and after the last one; 0 = never")                                           \
+    "smp::Trainer: save a checkpoint every n steps and after the last one; 0 = never")                                           \
   X(checkpoint_dir, "run.checkpoint_dir", std::string, None, "", Default,                                         \
     "where checkpoints go (one folder per step and a `latest` pointer); \"\" = <run.dir>/checkpoints")             \
   X(keep_checkpoints, "run.keep_checkpoints", int, NonNegative, 3, Default,                                       \
@@ -145,17 +145,26 @@
   X(checkpoint_async, "run.checkpoint_async", bool, None, true, Default,                                          \
     "write checkpoints in the background: the step waits only while the state is copied to host memory")           \
   X(exit_after_steps, "run.exit_after_steps", int64_t, NonNegative, 0, Default,                                  \
-    "stop once this run has taken n steps (saving a checkpoint first when run.checkpoint_every > 0), as "          \
+    "smp::Trainer: stop once this run has taken n steps (saving a checkpoint first when run.checkpoint_every > 0), as "          \
     "Megatron's --exit-interval: the schedule still spans train.steps; 0 = run to train.steps")                    \
   X(hang_timeout_s, "run.hang_timeout_s", double, NonNegativeSeconds, 0.0, Default,                                 \
-    "under smp-launch: a rank that completes no step (or load, save, validation) for this long is reported "       \
+    "smp::Trainer, under smp-launch: a rank that completes no step (or load, save, validation) for this long is reported "       \
     "with its last lines and treated as failed (restarted with --max-restarts); 0 = never")                        \
   X(resume, "run.resume", std::string, None, "auto", Default,                                                     \
     "auto: continue from the newest checkpoint in run.checkpoint_dir when there is one; never; latest: that "      \
-    "one, an error when there is none; or a checkpoint folder (any layout)")                                       \
+    "one, an error when there is none; or a checkpoint folder (any layout). A runtime resumes at create only "     \
+    "when asked: this key or run.checkpoint_dir given (smp-worker gives \"auto\"), or a restarted rank")                                       \
   X(init_from, "run.init_from", std::string, None, "", Default,                                                   \
     "a checkpoint folder (e.g. from smp-checkpoint import) whose parameters start a run that does not resume; "    \
     "its optimizer state and step are not used")
+
+// The keys only the training loop (smp::Trainer, which smp-worker runs) acts
+// on: a Runtime stepped without a Trainer refuses, at its first step, such a
+// key that asks for something (a value other than 0 / false), naming it,
+// rather than ignore it.
+#define SMP_TRAINER_KEYS(K)                                                                                         \
+  K("run.checkpoint_every") K("train.val_every") K("run.trace") K("run.profile_ops") K("run.dump_parameters")      \
+  K("run.exit_after_steps") K("run.hang_timeout_s")
 
 #define SMP_COMM_KEYS(X)                                                                                            \
   X(shm_mb, "comm.shm_mb", double, ShmMiB, 16.0, Default,                                                 \

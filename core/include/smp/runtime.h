@@ -4,6 +4,13 @@
 //   auto rt = smp::Runtime::create(options, smp::ProcessEnv::from_environment(), {"gpt.so"});
 //   for (int64_t i = rt->steps_done(); i < 5; ++i) auto r = rt->train_step();
 //   double val = rt->evaluate(2);
+//   rt->checkpoints().save("runs/a/step-5");
+//
+// Three parts, by what a program does with them: the Runtime trains and runs
+// the model (this header); its Checkpointer (smp/checkpointer.h) saves, loads
+// and resumes; smp::Trainer (smp/training.h) is the one loop that acts on the
+// cadence keys (run.checkpoint_every, train.val_every, run.trace,
+// run.exit_after_steps, ...), its summary and progress lines.
 //
 // Data flow inside create(): config -> rendezvous + mesh -> communicators ->
 // plugins -> model graph -> TP rules -> costs -> partition -> local modules ->
@@ -11,6 +18,7 @@
 #pragma once
 
 #include <smp/batch.h>
+#include <smp/checkpointer.h>
 #include <smp/config.h>
 #include <smp/job_config.h>
 #include <smp/model_graph.h>
@@ -36,6 +44,7 @@ namespace smp {
 
 class DeviceMesh;
 class PluginRegistry;
+class Trainer;
 
 // How a runtime is made (Runtime::create).
 struct RuntimeOptions {
@@ -44,21 +53,15 @@ struct RuntimeOptions {
   // data before the first step: the cost profile that partitions a graph
   // without cost hints over pp (after a warm-up call). Empty: the adapter's.
   Batch example;
-  // Who runs the steps. false (a program): the runtime itself acts on
-  // run.resume / run.init_from (at create; a checkpoint is resumed only when
-  // the program asks: run.resume or run.checkpoint_dir given), run.checkpoint_every and
-  // train.val_every (in train_step), and refuses the keys only the training
-  // loop acts on (run.trace, run.profile_ops, run.dump_parameters,
-  // run.exit_after_steps, run.hang_timeout_s) when they ask for something.
-  // true: smp::run_training drives it and acts on all of them.
-  bool training_loop = false;
 };
 
 class Runtime {
  public:
   // Joins the job (rendezvous), loads plugins (the adapter's first, then the
-  // standard layer/TP/partition plugins and config plugins.paths) and builds
-  // everything. A plugin is a file (path or name) or the program's own code
+  // standard layer/TP/partition plugins and config plugins.paths), builds
+  // everything, and resumes when asked (run.resume or run.checkpoint_dir
+  // given, or a rank smp-launch restarted: Checkpointer::resumed()), else
+  // applies run.init_from. A plugin is a file (path or name) or the program's own code
   // (PluginSource with an entry: smp::sdk::InProcessPlugin), checked alike.
   // Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
@@ -87,7 +90,10 @@ class Runtime {
   void shutdown();
   ~Runtime();
 
-  // One step on the adapter's next batch.
+  // One step on the adapter's next batch. The step only: the cadence keys
+  // are smp::Trainer's, and a runtime stepped without one refuses, at its
+  // first step, such a key that asks for something (run.checkpoint_every = 2
+  // would otherwise be ignored), naming it.
   StepResult train_step();
   // One step on the program's batch, one tensor per graph input: this rank's
   // data-parallel share of the global batch (train.batch_size / dp samples
@@ -150,9 +156,9 @@ class Runtime {
   int64_t parameter_count() const;
   // Steps taken, counting those of a resumed checkpoint: where a program's loop starts.
   int64_t steps_done() const;
-  // The checkpoint this runtime resumed at create (a warning line says so on
-  // rank 0), and its step; an empty folder when it started afresh.
-  ResumePoint resumed() const;
+  // Saving, loading and resuming this runtime's state.
+  Checkpointer& checkpoints();
+  const Checkpointer& checkpoints() const;
   // The most bytes (CPU allocator, this thread) that creating this rank's
   // modules and laying out their parameters held at once: the whole parameters
   // without ZeRO-3, about this rank's dp shard with it (deferred init).
@@ -195,49 +201,14 @@ class Runtime {
   // the world; holds the whole model on each rank while it runs.
   std::vector<std::pair<std::string, at::Tensor>> model_state_dict();
 
-  // Everything this rank holds between steps, as slices of global tensors
-  // (see StateEntry), in a fixed order; tensors are views of the live state.
-  std::vector<StateEntry> state_entries() const;
-  // Copies entries taken from a runtime of the same job and layout (this
-  // rank's, cloned) into this one: the next step is the one that runtime
-  // would have taken. Throws naming the first entry missing, extra or unlike.
-  void load_state(const std::vector<StateEntry>& entries);
-  // Checkpoints (docs/checkpoints.md): a folder of per-rank safetensors shards
-  // and a manifest, readable by any layout.
-  //   save: writes the folder `path` (replacing one of that name only once the
-  //     new one is complete); every rank calls it; returns when it is committed
-  //     on rank 0 and this rank's part is written on the others.
-  //   load: a checkpoint folder, or a folder of them (its `latest`), saved by
-  //     any layout of the same model; the next step is the one after the saved
-  //     step. Every rank calls it. Throws naming the file and tensor at fault.
-  //   save_checkpoint: run.checkpoint_dir/step-<N> with `latest` updated and
-  //     the newest run.keep_checkpoints kept; with run.checkpoint_async the
-  //     step blocks only for host copies (the next save or
-  //     wait_for_checkpoint waits for the writing).
-  //   resume: what run.resume asks for; returns the folder loaded, "" if none
-  //     (then run.init_from, when given, sets the parameters).
-  //   init_from: the parameters (and fp32 masters) only, from a checkpoint
-  //     folder; the optimizer state and the step stay as they are.
-  void save(const std::string& path);
-  void load(const std::string& path);
-  void save_checkpoint();
-  void wait_for_checkpoint();
-  std::string resume();
-  void init_from(const std::string& path);
-  // Seconds the last save call blocked its caller (a background save's host
-  // copies are waited for in the next step instead) and took in all (known
-  // once it is waited for).
-  double checkpoint_blocking_seconds() const;
-  double checkpoint_total_seconds() const;
-  int64_t checkpoint_bytes() const;  // the last save's: all files on rank 0, this rank's elsewhere
-  std::string checkpoint_dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
-
   // Elementwise sum across the world of per-rank values (for summaries).
   std::vector<double> gather_world(double value);
   // Every rank's `values` (the same count on each), rank after rank.
   std::vector<std::vector<double>> gather_world(const std::vector<double>& values);
 
  private:
+  friend class Trainer;  // steps through step_for_trainer
+  StepResult step_for_trainer(const Batch* batch);
   struct Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

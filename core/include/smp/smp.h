@@ -10,6 +10,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/checkpointer.h>
 #include <smp/config.h>
 #include <smp/error.h>
 #include <smp/generation.h>

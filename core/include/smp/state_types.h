@@ -93,11 +93,13 @@ struct MemoryAccount {
   }
 };
 
-// Where a runtime resumed (Runtime::resumed): the checkpoint folder and the
-// steps it had taken, the next step's index; an empty folder when it did not.
+// Where a runtime resumed (Checkpointer::resumed): the checkpoint folder and
+// the steps it had taken, the next step's index, and the seconds the load
+// took; an empty folder when it did not.
 struct ResumePoint {
   std::string folder;
   int64_t step = 0;
+  double seconds = 0;
   explicit operator bool() const { return !folder.empty(); }
 };
 
@@ -117,8 +119,8 @@ struct StepResult {
   // gradients overflowed so the optimizer skipped it (the scale was then halved).
   double loss_scale = 1;
   bool skipped = false;
-  // train.val_every, when the program drives the runtime (not run_training):
-  // the validation loss evaluated after this step, NaN when it did not validate.
+  // train.val_every, in smp::Trainer's steps: the validation loss evaluated
+  // after this step, NaN when it did not validate.
   double validation_loss = std::numeric_limits<double>::quiet_NaN();
   StepPhases phases;
   MemoryAccount memory;

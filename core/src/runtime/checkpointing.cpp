@@ -17,6 +17,7 @@
 #include <boost/filesystem.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 
@@ -189,11 +190,13 @@ std::string Checkpointing::resume() {
 
 ResumePoint Checkpointing::resume_if_asked(bool asked) {
   ResumePoint r;
+  const auto start = std::chrono::steady_clock::now();
   r.folder = resume_checkpoint(asked ? job_.run.resume : "never");
   if (r.folder.empty()) {
     if (!job_.run.init_from.empty()) init_from(job_.run.init_from);
     return r;
   }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.step = state_.steps();
   if (context_.mesh().rank() == 0)
     spdlog::warn("resumed from {} (run.resume = \"{}\"): {} steps are done; the program's loop goes on from "

@@ -33,9 +33,9 @@ class Checkpointing {
   void save_step();  // <dir()>/step-<N>, `latest` updated, run.keep_checkpoints kept
   void load(const std::string& path);
   std::string resume();  // run.resume, then run.init_from when nothing was resumed
-  // A program's runtime at create: run.resume only when the program asked
-  // (`asked`: it gave run.resume or run.checkpoint_dir), said as a warning on
-  // rank 0 with the step; then run.init_from when nothing was resumed.
+  // A runtime at create: run.resume only when asked (run.resume or
+  // run.checkpoint_dir given, or a restarted rank), said as a warning on rank
+  // 0 with the step; then run.init_from when nothing was resumed.
   ResumePoint resume_if_asked(bool asked);
   void init_from(const std::string& path);
   std::string dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints

@@ -1,9 +1,10 @@
 // The composition root: a runtime is a parallel context, a model builder, a
-// train state, an optimizer step, a step runner and its checkpoints, made in
+// train state, an optimizer step, a step runner and its checkpointer, made in
 // that order and destroyed in the reverse one (a pending save is waited for
 // first, modules go before the plugins that made them, communicators last).
 #include <smp/runtime.h>
 
+#include <smp/config_keys.h>
 #include <smp/error.h>
 #include <smp/job_config.h>
 #include <smp/mesh.h>
@@ -14,9 +15,9 @@
 #include "comm/communicator.h"
 #include "comm/process_groups.h"
 #include "optim/mixed_precision.h"
+#include "runtime/checkpointer_impl.h"
 #include "runtime/checkpointing.h"
 #include "runtime/data_source.h"
-#include "runtime/loop_keys.h"
 #include "runtime/model_builder.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
@@ -42,10 +43,10 @@ struct Runtime::Impl {
   std::unique_ptr<TrainState> state;
   std::unique_ptr<OptimizerStep> update;
   std::unique_ptr<StepRunner> steps;
-  std::unique_ptr<Checkpointing> checkpoints;  // last: waits for its pending save first
-  bool program_driven = true;  // not run_training: the runtime acts on the loop's keys itself
-  ResumePoint resumed;         // what create() resumed, for the program
+  std::unique_ptr<Checkpointer> checkpoints;  // last: waits for its pending save first
+  bool checked_trainer_keys = false;
   StepResult step(const Batch* batch);
+  Checkpointing* saving = nullptr;  // the checkpointer's
 };
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -80,8 +81,6 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   config.resolve_layout(env.world_size);
   std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(std::move(config))));
   Impl& s = *rt->impl_;
-  s.program_driven = !options.training_loop;
-  if (s.program_driven) refuse_loop_only_keys(s.config, s.job);
   const Batch& example = options.example;
   s.context = ParallelContext::join(s.job, env);
   s.model = std::make_unique<ModelBuilder>(s.job, s.context->mesh(), plugins);
@@ -102,15 +101,18 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   uint64_t token = 0;
   if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
   token = static_cast<uint64_t>(rt->gather_world(static_cast<double>(token)).at(0));
-  s.checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
-  // run_training resumes by itself; a program only when it asks (a run
-  // started twice in one folder is two runs, not one continued).
-  // A rank smp-launch restarted (--max-restarts) asks by being restarted.
+  auto saving = std::make_unique<Checkpointer::Impl>();
+  saving->checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
+  saving->state = s.state.get();
+  s.saving = saving->checkpoints.get();
+  s.checkpoints.reset(new Checkpointer(std::move(saving)));
+  // Resumed only when asked (a run started twice in one folder is two runs,
+  // not one continued); smp-worker asks. A rank smp-launch restarted
+  // (--max-restarts) asks by being restarted.
   const char* restarts = std::getenv("SMP_RESTART_COUNT");
   const bool restarted = restarts && std::string(restarts) != "0" && *restarts;
-  if (s.program_driven)
-    s.resumed = s.checkpoints->resume_if_asked(restarted || s.config.has("run.resume") ||
-                                               s.config.has("run.checkpoint_dir"));
+  s.checkpoints->impl_->resumed = s.saving->resume_if_asked(restarted || s.config.has("run.resume") ||
+                                                             s.config.has("run.checkpoint_dir"));
   return rt;
 }
 
@@ -121,18 +123,37 @@ std::unique_ptr<Runtime> Runtime::create(const Options& options, const ProcessEn
   return create(options.config(), env, plugins, o);
 }
 
+namespace {
+
+// The keys only smp::Trainer acts on (config_keys.h), refused when one asks
+// for something and the program steps the runtime itself: otherwise ignored.
+void refuse_trainer_keys(const Config& config) {
+#define SMP_KEY_NAME(key) key,
+  const nlohmann::json all = config.to_json();
+  for (const char* key : {SMP_TRAINER_KEYS(SMP_KEY_NAME)}) {
+    const std::string k = key, table = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
+    const nlohmann::json& v = all.at(table).at(name);
+    if (config.has(k) && (v.is_boolean() ? v.get<bool>() : v.get<double>() != 0))
+      throw Error(config.origin_of(k) + ": " + k + " is acted on only by the training loop (smp::Trainer in "
+                  "smp/training.h, which smp-worker runs); this program steps the Runtime itself: step through "
+                  "smp::Trainer::step, or leave it unset");
+  }
+#undef SMP_KEY_NAME
+}
+
+}  // namespace
+
 StepResult Runtime::train_step() { return impl_->step(nullptr); }
 StepResult Runtime::train_step(const Batch& batch) { return impl_->step(&batch); }
+StepResult Runtime::step_for_trainer(const Batch* batch) {
+  impl_->checked_trainer_keys = true;
+  return impl_->step(batch);
+}
 
-// A program's step also does what run.checkpoint_every and train.val_every ask
-// (the training loop does them itself, with its logs and summary).
 StepResult Runtime::Impl::step(const Batch* batch) {
-  StepResult r = steps->train(*update, [this] { checkpoints->writer().wait_for_snapshot(); }, batch);
-  if (!program_driven) return r;
-  const int64_t done = r.step + 1;
-  if (job.train.val_every > 0 && done % job.train.val_every == 0) r.validation_loss = steps->evaluate(job.train.val_batches);
-  if (job.run.checkpoint_every > 0 && done % job.run.checkpoint_every == 0) checkpoints->save_step();
-  return r;
+  if (!checked_trainer_keys) refuse_trainer_keys(config);
+  checked_trainer_keys = true;
+  return steps->train(*update, [this] { saving->writer().wait_for_snapshot(); }, batch);
 }
 
 void Runtime::set_learning_rate(double lr) { impl_->update->set_lr(lr); }
@@ -148,7 +169,8 @@ Batch Runtime::decode(const Batch& inputs, const DecodePositions& positions, con
 std::vector<std::pair<std::string, double>> Runtime::validation_metrics() const { return impl_->steps->last_metrics(); }
 
 int64_t Runtime::steps_done() const { return impl_->state->steps(); }
-ResumePoint Runtime::resumed() const { return impl_->resumed; }
+Checkpointer& Runtime::checkpoints() { return *impl_->checkpoints; }
+const Checkpointer& Runtime::checkpoints() const { return *impl_->checkpoints; }
 int64_t Runtime::parameter_init_peak() const { return impl_->state->parameter_init_peak(); }
 std::string Runtime::device() const { return impl_->context->device().str(); }
 std::string Runtime::precision() const { return to_string(impl_->job.train.precision); }
@@ -191,26 +213,9 @@ std::vector<ParameterView> Runtime::gather_parameters() {
   return impl_->state->parameters();
 }
 void Runtime::release_parameters() { impl_->state->release_parameters(); }
-std::vector<StateEntry> Runtime::state_entries() const { return impl_->state->entries(); }
 std::vector<std::pair<std::string, at::Tensor>> Runtime::model_state_dict() {
   return whole_model(impl_->state->entries(), impl_->context->comm(Axis::World), impl_->context->device());
 }
-void Runtime::load_state(const std::vector<StateEntry>& entries) {
-  impl_->checkpoints->writer().wait_for_snapshot();
-  impl_->state->load(entries);
-}
-
-void Runtime::save(const std::string& path) { impl_->checkpoints->save(path); }
-void Runtime::load(const std::string& path) { impl_->checkpoints->load(path); }
-void Runtime::save_checkpoint() { impl_->checkpoints->save_step(); }
-std::string Runtime::resume() { return impl_->checkpoints->resume(); }
-void Runtime::init_from(const std::string& path) { impl_->checkpoints->init_from(path); }
-std::string Runtime::checkpoint_dir() const { return impl_->checkpoints->dir(); }
-void Runtime::wait_for_checkpoint() { impl_->checkpoints->writer().wait(); }
-double Runtime::checkpoint_blocking_seconds() const { return impl_->checkpoints->writer().last_blocking_seconds(); }
-double Runtime::checkpoint_total_seconds() const { return impl_->checkpoints->writer().last_total_seconds(); }
-int64_t Runtime::checkpoint_bytes() const { return impl_->checkpoints->writer().last_bytes(); }
-
 std::vector<std::vector<double>> Runtime::gather_world(const std::vector<double>& values) {
   const int world = impl_->context->mesh().world_size();
   const int64_t n = static_cast<int64_t>(values.size());

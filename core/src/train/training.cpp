@@ -358,43 +358,57 @@ void log_layout(const Runtime& rt, const PeakFlops& peaks, const std::string& ge
 
 }  // namespace
 
-nlohmann::json run_training(Runtime& rt) {
-  const JobConfig& job = rt.job();
+struct Trainer::Impl {
+  explicit Impl(Runtime& runtime);
+  void after_step(StepResult& r);
+  void validate(int64_t step, bool last);
+
+  Runtime& rt;
+  const JobConfig& job;
+  const bool rank0;
+  const int64_t steps, val_every, log_every, exit_after;
+  const int val_batches;
+  PeakFlops peaks;
+  double peak = 0, measured_peak = 0, parameters = 0;
+  std::string gemm;
+  RunRecord rec;
+  MetricsLog metrics;
+  std::unique_ptr<Heartbeat> heartbeat;
+  nlohmann::json checkpoints = nlohmann::json::array();
+  std::chrono::steady_clock::time_point start;
+  int64_t first_step = 0;
+  bool stopped = false;       // run.exit_after_steps
+  bool program_fed = false;   // a step took the program's batch: no adapter validation at the end
+};
+
+Trainer::Impl::Impl(Runtime& runtime)
+    : rt(runtime), job(runtime.job()), rank0(runtime.mesh().rank() == 0), steps(job.train.steps),
+      val_every(job.train.val_every), log_every(std::max<int64_t>(1, job.train.log_every)),
+      exit_after(job.run.exit_after_steps), val_batches(static_cast<int>(job.train.val_batches)),
+      metrics(rank0 ? (check_run_dir(job.run.dir), MetricsLog(job.run.dir)) : MetricsLog()) {
   const DeviceMesh& mesh = rt.mesh();
-  const bool rank0 = mesh.rank() == 0;
-  if (rank0) check_run_dir(job.run.dir);
-  const int64_t steps = job.train.steps, val_every = job.train.val_every;
-  const int val_batches = static_cast<int>(job.train.val_batches);
-  const int64_t log_every = std::max<int64_t>(1, job.train.log_every);
   trace::configure(job.run.trace, mesh.rank(),
                    fmt::format("rank {} (pp {}, dp {}, tp {})", mesh.rank(), mesh.coord(Axis::PP), mesh.coord(Axis::DP),
                                mesh.coord(Axis::TP)),
                    job.run.trace_first() - 1, job.run.trace_last() - 1);
   op_profile::configure(job.run.profile_ops, job.run.trace_first() - 1, job.run.trace_last() - 1);
-  const PeakFlops peaks = rt.measure_peaks();
+  peaks = rt.measure_peaks();
   // MFU against the datasheet's dense peak where smp knows the device, else the measured GEMM peak.
-  const double peak = peaks.mfu_peak() * mesh.world_size(), measured_peak = peaks.measured * mesh.world_size();
-  const std::string gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
+  peak = peaks.mfu_peak() * mesh.world_size(), measured_peak = peaks.measured * mesh.world_size();
+  gemm = rt.device() == "cpu" ? "fp32" : rt.precision();
   const std::vector<double> counts = rt.gather_world(static_cast<double>(rt.parameter_count()));
-  const double parameters = std::accumulate(counts.begin(), counts.end(), 0.0);
+  parameters = std::accumulate(counts.begin(), counts.end(), 0.0);
   if (rank0) log_layout(rt, peaks, gemm, parameters);
-  RunRecord rec;
-  MetricsLog metrics = rank0 ? MetricsLog(job.run.dir) : MetricsLog();
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
-  Heartbeat heartbeat(job.run.hang_timeout_s);
-  const auto load_start = std::chrono::steady_clock::now();
-  const std::string resumed = rt.resume();
-  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  heartbeat.beat();
-  if (!resumed.empty()) {
-    metrics.write({{"event", "resume"}, {"checkpoint", resumed}, {"step", rt.steps_done()}});
+  heartbeat = std::make_unique<Heartbeat>(job.run.hang_timeout_s);
+  const ResumePoint resumed = rt.checkpoints().resumed();  // at create, when asked (smp-worker asks)
+  if (resumed) {
+    metrics.write({{"event", "resume"}, {"checkpoint", resumed.folder}, {"step", rt.steps_done()}});
     if (rank0 && rt.steps_done() >= steps)
       spdlog::info("the checkpoint is at step {}, train.steps = {}: nothing left to train", rt.steps_done(), steps);
   }
-  const int64_t checkpoint_every = job.run.checkpoint_every;
-  nlohmann::json checkpoints = nlohmann::json::array();
   // The parameters before this run's first step too: tests compare what each
   // layout's training changed (p - p0), not only where it ended. Before the
   // counters start: the gather is not the training's communication.
@@ -403,72 +417,110 @@ nlohmann::json run_training(Runtime& rt) {
     rt.release_parameters();  // as the first step would find them without the dump
   }
   rt.reset_comm_stats();
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t first_step = rt.steps_done(), exit_after = job.run.exit_after_steps;
-  while (rt.steps_done() < steps) {
-    StepResult r = rt.train_step();
-    heartbeat.beat();
-    rec.add(r, steps);
-    const bool exiting = exit_after > 0 && r.step + 1 - first_step >= exit_after && r.step + 1 < steps;
-    if (checkpoint_every > 0 && ((r.step + 1) % checkpoint_every == 0 || r.step + 1 == steps || exiting)) {
-      rt.save_checkpoint();
-      heartbeat.beat();
-      checkpoints.push_back({{"step", r.step + 1}, {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
-      metrics.write({{"event", "checkpoint"}, {"step", r.step + 1}, {"dir", rt.checkpoint_dir()},
-                     {"blocking_seconds", rt.checkpoint_blocking_seconds()}});
-    }
-    if (r.skipped && rank0)
-      spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", r.step + 1,
-                   r.loss_scale);
-    const double items_s = rt.items_per_step() / r.seconds;
-    const double flops = rt.flops_per_step() / r.seconds;
-    if (rank0 && ((r.step + 1) % log_every == 0 || r.step + 1 == steps)) {
-      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      double eta = elapsed / (r.step + 1) * (steps - r.step - 1);
-      spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | "
-                   "mem {}B (p {} g {} o {} step {}: act {} send {}) | {:.0f} ms | eta {:.0f}s",
-                   r.step + 1, steps, r.loss, r.lr, r.grad_norm, human(items_s), rt.throughput_unit(), flops / 1e12,
-                   100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
-                   human(r.memory.optimizer_state), human(r.memory.step_peak), human(r.memory.activations),
-                   human(r.memory.send_buffers), 1000 * r.seconds, eta);
-      if (!r.metrics.empty()) {
-        std::string line;
-        for (const auto& [name, value] : r.metrics) line += fmt::format("{}{} {:.4g}", line.empty() ? "" : " | ", name, value);
-        spdlog::info("step {}/{} metrics | {}", r.step + 1, steps, line);
-      }
-      nlohmann::json entry{{"event", "step"}, {"step", r.step + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                           {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
-                           {"mfu_measured_peak", flops / measured_peak},
-                           {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
-                           {"loss_scale", r.loss_scale}};
-      for (const auto& [name, value] : r.metrics) entry[name] = value;
-      metrics.write(entry);
-    }
-    if (val_every > 0 && (r.step + 1) % val_every == 0 && r.step + 1 < steps) {
-      double v = rt.evaluate(val_batches);
-      heartbeat.beat();
-      rec.val_losses.push_back(validation_entry(rt, r.step + 1, v));
-      if (rank0) spdlog::info("validation at step {}: loss {:.4f}{}", r.step + 1, v, metrics_text(rt));
-      metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
-    }
-    if (exiting) {
-      if (rank0) spdlog::info("run.exit_after_steps = {}: stopping at step {} of {}", exit_after, r.step + 1, steps);
-      break;
-    }
+  start = std::chrono::steady_clock::now();
+  first_step = rt.steps_done();
+}
+
+void Trainer::Impl::validate(int64_t step, bool last) {
+  const double v = rt.evaluate(val_batches);
+  heartbeat->beat();
+  rec.val_losses.push_back(validation_entry(rt, step, v));
+  if (last) rec.val_loss = v;
+  if (rank0) {
+    if (last) spdlog::info("validation loss {:.4f}{}", v, metrics_text(rt));
+    else spdlog::info("validation at step {}: loss {:.4f}{}", step, v, metrics_text(rt));
   }
-  if (val_batches > 0) {
-    rec.val_loss = rt.evaluate(val_batches);
-    rec.val_losses.push_back(validation_entry(rt, rt.steps_done(), rec.val_loss));
-    if (rank0) spdlog::info("validation loss {:.4f}{}", rec.val_loss, metrics_text(rt));
-    metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
+  metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
+}
+
+void Trainer::Impl::after_step(StepResult& r) {
+  heartbeat->beat();
+  rec.add(r, steps);
+  const int64_t done = r.step + 1;
+  const bool exiting = exit_after > 0 && done - first_step >= exit_after && done < steps;
+  const int64_t checkpoint_every = job.run.checkpoint_every;
+  if (checkpoint_every > 0 && (done % checkpoint_every == 0 || done == steps || exiting)) {
+    Checkpointer& ckpt = rt.checkpoints();
+    ckpt.save_step();
+    heartbeat->beat();
+    checkpoints.push_back({{"step", done}, {"blocking_seconds", ckpt.blocking_seconds()}});
+    metrics.write({{"event", "checkpoint"}, {"step", done}, {"dir", ckpt.dir()},
+                   {"blocking_seconds", ckpt.blocking_seconds()}});
   }
-  rt.wait_for_checkpoint();  // the last save is committed before the run reports
-  nlohmann::json summary = make_summary(rt, rec, peaks, gemm, parameters);
-  summary["checkpoints"] = {{"dir", rt.checkpoint_dir()},       {"saved", checkpoints},
-                            {"resumed_from", resumed},             {"load_seconds", load_seconds},
-                            {"last_bytes", rt.checkpoint_bytes()}, {"last_total_seconds", rt.checkpoint_total_seconds()}};
+  if (r.skipped && rank0)
+    spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", done, r.loss_scale);
+  const double items_s = rt.items_per_step() / r.seconds;
+  const double flops = rt.flops_per_step() / r.seconds;
+  if (rank0 && (done % log_every == 0 || done == steps)) {
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double eta = elapsed / static_cast<double>(std::max<int64_t>(1, done - first_step)) * static_cast<double>(steps - done);
+    spdlog::info("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} {}/s | {:.4f} TFLOP/s | MFU {:.1f}% | "
+                 "mem {}B (p {} g {} o {} step {}: act {} send {}) | {:.0f} ms | eta {:.0f}s",
+                 done, steps, r.loss, r.lr, r.grad_norm, human(items_s), rt.throughput_unit(), flops / 1e12,
+                 100 * flops / peak, human(r.memory.total()), human(r.memory.parameters), human(r.memory.gradients),
+                 human(r.memory.optimizer_state), human(r.memory.step_peak), human(r.memory.activations),
+                 human(r.memory.send_buffers), 1000 * r.seconds, std::max(0.0, eta));
+    if (!r.metrics.empty()) {
+      std::string line;
+      for (const auto& [name, value] : r.metrics) line += fmt::format("{}{} {:.4g}", line.empty() ? "" : " | ", name, value);
+      spdlog::info("step {}/{} metrics | {}", done, steps, line);
+    }
+    nlohmann::json entry{{"event", "step"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                         {"items_per_s", items_s}, {"flops_per_s", flops}, {"mfu", flops / peak},
+                         {"mfu_measured_peak", flops / measured_peak},
+                         {"memory_bytes", r.memory.total()}, {"step_seconds", r.seconds}, {"skipped", r.skipped},
+                         {"loss_scale", r.loss_scale}};
+    for (const auto& [name, value] : r.metrics) entry[name] = value;
+    metrics.write(entry);
+  }
+  if (val_every > 0 && done % val_every == 0 && done < steps) {
+    validate(done, false);
+    r.validation_loss = rec.val_losses.back()["loss"].get<double>();
+  }
+  if (exiting) {
+    if (rank0) spdlog::info("run.exit_after_steps = {}: stopping at step {} of {}", exit_after, done, steps);
+    stopped = true;
+  }
+}
+
+Trainer::Trainer(Runtime& runtime) : impl_(std::make_unique<Impl>(runtime)) {}
+Trainer::~Trainer() = default;
+
+StepResult Trainer::step() {
+  StepResult r = impl_->rt.step_for_trainer(nullptr);
+  impl_->after_step(r);
+  return r;
+}
+
+StepResult Trainer::step(const Batch& batch) {
+  StepResult r = impl_->rt.step_for_trainer(&batch);
+  impl_->program_fed = true;
+  impl_->after_step(r);
+  return r;
+}
+
+bool Trainer::done() const { return impl_->stopped || impl_->rt.steps_done() >= impl_->steps; }
+
+nlohmann::json Trainer::finish() {
+  Impl& s = *impl_;
+  Runtime& rt = s.rt;
+  if (s.val_batches > 0 && !s.program_fed) s.validate(rt.steps_done(), true);
+  Checkpointer& ckpt = rt.checkpoints();
+  ckpt.wait();  // the last save is committed before the run reports
+  nlohmann::json summary = make_summary(rt, s.rec, s.peaks, s.gemm, s.parameters);
+  const ResumePoint resumed = ckpt.resumed();
+  summary["checkpoints"] = {{"dir", ckpt.dir()},          {"saved", s.checkpoints},
+                            {"resumed_from", resumed.folder}, {"load_seconds", resumed.seconds},
+                            {"last_bytes", ckpt.bytes()}, {"last_total_seconds", ckpt.total_seconds()}};
   write_outputs(rt, summary);
   return summary;
 }
+
+nlohmann::json Trainer::run() {
+  while (!done()) step();
+  return finish();
+}
+
+nlohmann::json run_training(Runtime& rt) { return Trainer(rt).run(); }
 
 }  // namespace smp

@@ -252,8 +252,8 @@ class TorchModel {
   // Batches served by smp's own loop instead (an adapter's batch(): the
   // graph inputs of samples [first_sample, first_sample + num_samples) of the
   // global batch of `step`, for the train or validation split): then
-  // Runtime::train_step() and evaluate(n), train.val_every and
-  // smp::run_training work as with any adapter.
+  // Runtime::train_step() and evaluate(n), and smp::Trainer's steps and
+  // validation (train.val_every), work as with any adapter.
   using BatchFn = std::function<std::vector<at::Tensor>(const BatchRequest&)>;
   TorchModel& batches(BatchFn fn) {
     batches_ = std::move(fn);
@@ -392,8 +392,8 @@ class TorchModel {
     std::vector<at::Tensor> batch(const BatchRequest& request) override {
       if (d_->batches) return d_->batches(request);
       throw Error("model '" + d_->model + "' is fed by the program: pass its batches to Runtime::train_step(batch), "
-                  "evaluate(batch) or forward(batch, outputs) (train.val_every and evaluate(n) need an adapter's "
-                  "batches)");
+                  "evaluate(batch) or forward(batch, outputs) (smp::Trainer's validation and evaluate(n) need an "
+                  "adapter's batches: TorchModel::batches)");
     }
 
    private:
