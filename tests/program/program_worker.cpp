@@ -8,7 +8,7 @@
 //                  [--bad-inputs] [--seed-per-rank] [--tp-model] [--tied-model] [--set-lr LR]
 //                  [--adapter-fed] [--vector-loss] [--norm-model] [--sometimes-model]
 //                  [--checkpoint-dir-per-rank BASE] [--plan-lm-sp [--sp-tokens N] [--sp-unsummed]]
-//                  [--then-set key=value ...]
+//                  [--then-set key=value ...] [--converted-norm]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
        through_trainer = false,
        vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
        sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false, plan_lm_sp = false,
-       sp_unsummed = false;
+       sp_unsummed = false, converted_norm = false;
   int64_t sp_tokens = kDim;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
@@ -257,6 +257,8 @@ int main(int argc, char** argv) {
                "--plan-lm-sp without planning the norms: their gradients left per rank's tokens (a bug, for the test)");
   app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
   app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
+  app.add_flag("--converted-norm", converted_norm,
+               "--norm-model with its BatchNorm1d made to synchronise over dp by convert_sync_batchnorm");
   app.add_flag("--one-node", one_node, "the whole Sequential handed over as one node");
   app.add_flag("--own-forward", own_forward,
                "keep the model; after training smp::gather_into_modules, then the program's own net->forward");
@@ -277,6 +279,7 @@ int main(int argc, char** argv) {
       torch::manual_seed(seed_per_rank ? 7 + env.rank : 7);
       torch::nn::Sequential net;
       plan_model = plan_model || plan_lm || plan_whole_heads;
+      norm_model = norm_model || converted_norm;
       if (plan_lm)
         net->push_back(TokenEmbed(kDim));
       else if (plan_lm_sp)
@@ -304,6 +307,7 @@ int main(int argc, char** argv) {
       else
         net->push_back(torch::nn::Linear(kDim, kClasses));
       for (const auto& c : net->children()) children.push_back(c);
+      if (converted_norm && smp::convert_sync_batchnorm(*net) != 1) throw std::runtime_error("one BatchNorm to convert");
       if (plan_model)  // the model's source unchanged: the plan names its layers
         smp::sdk::parallelize(*net, {{"*.up", smp::sdk::TpStyle::Colwise}, {"*.down", smp::sdk::TpStyle::Rowwise}});
       if (plan_lm)

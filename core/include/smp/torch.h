@@ -21,6 +21,8 @@ namespace smp {
 // Tensor parallelism by a plan on the program's unmodified layers (smp/sdk/tp_plan.hpp).
 using sdk::parallelize;
 using sdk::TpStyle;
+// BatchNorm synchronised over dp without changing the model's source (smp/sdk/sync_batch_norm.hpp).
+using sdk::convert_sync_batchnorm;
 
 // The program's own modules (those `model` was built from) made to hold the
 // runtime's current whole parameters and buffers, on every rank: a pipeline

@@ -114,13 +114,14 @@ class TorchModule : public Module {
     const std::map<std::string, Param> planned = bind_plan(*module_, ctx);  // parallelize()'s layers
     planned_ = ctx.tp_size > 1 && !planned.empty();
     placed_.insert(planned.begin(), planned.end());
+    sync_norms_ = bind_converted_batch_norms(*module_, ctx);  // convert_sync_batchnorm()'s
   }
 
   std::vector<at::Tensor> forward(const Call& call) override {
     module_->train(call.training);
     SeededGenerator seeded(call.rng_seed);
     if (planned_) plan_reshard(*module_);  // made whole for the program (gather_into_modules): split again
-    PlanScope plan(planned_);
+    PlanScope plan(planned_ || sync_norms_);
     try {
       torch::nn::AnyValue out = detail::call_any(callable_, call.inputs);
       return detail::tensors_of(out, node_);
@@ -161,6 +162,7 @@ class TorchModule : public Module {
   std::string node_;
   std::map<std::string, Param> placed_;  // tensor-parallel layers' parameters, by full name
   bool planned_ = false;                 // holds parallelize()'s layers, split over tp > 1
+  bool sync_norms_ = false;              // holds convert_sync_batchnorm()'s modules
 };
 
 // A kind from a module class M: M(const Json& config) when it has that

@@ -40,13 +40,14 @@
 // tokens only: the masks differ from the serial run's (smp_tp's dist_dropout
 // slices the whole mask; a plan cannot see a parameterless module's call).
 //
-// The interception uses c10's TESTING_ONLY_GenericMode dispatch key, a mode
+// The interception uses c10's TESTING_ONLY_GenericMode dispatch key (mode_key.hpp, shared with converted BatchNorm), a mode
 // key above autograd present in LibTorch 1.13 to 2.x and unused by LibTorch
 // itself: the only C++ way to act on calls inside an unmodified module (the
 // C++ frontend has no forward hooks). It is on only while a planned node runs.
 #pragma once
 
 #include <smp/sdk/collectives.hpp>
+#include <smp/sdk/mode_key.hpp>
 #include <smp/sdk/module.hpp>
 #include <smp/sdk/torch_parallel.hpp>
 
@@ -102,7 +103,8 @@ struct PlanStyle {
 
 namespace tp_plan_detail {
 
-constexpr c10::DispatchKey kModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+using mode_key_detail::kModeKey;
+using mode_key_detail::Normal;
 
 inline bool colwise(TpStyle s) { return s == TpStyle::Colwise || s == TpStyle::ColwiseFromSequence; }
 inline bool gathered_head(TpStyle s) { return s == TpStyle::ColwiseGathered || s == TpStyle::ColwiseGatheredFromSequence; }
@@ -144,37 +146,6 @@ struct Shard {
   std::string what;
 };
 
-// Entries by tensor identity, each holding its tensor weakly: while the
-// entry lives the TensorImpl's memory stays allocated (intrusive_ptr frees
-// it only once the weak count is 0), so no new tensor can take its address;
-// an entry whose tensor has died reads as absent and is dropped.
-template <class V>
-class ByTensor {
- public:
-  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  V* find(const at::Tensor& t) {
-    if (!t.defined()) return nullptr;
-    auto it = map_.find(t.unsafeGetTensorImpl());
-    if (it == map_.end()) return nullptr;
-    if (it->second.first.expired()) {
-      map_.erase(it);
-      return nullptr;
-    }
-    return &it->second.second;
-  }
-  void put(const at::Tensor& t, V v) {
-    map_.insert_or_assign(t.unsafeGetTensorImpl(), std::make_pair(Weak(t.getIntrusivePtr()), std::move(v)));
-  }
-  void erase(const at::Tensor& t) { map_.erase(t.unsafeGetTensorImpl()); }
-  bool empty() const { return map_.empty(); }
-  void sweep() {
-    for (auto it = map_.begin(); it != map_.end();) it = it->second.first.expired() ? map_.erase(it) : std::next(it);
-  }
-
- private:
-  std::map<const c10::TensorImpl*, std::pair<Weak, V>> map_;
-};
-
 // A parameter take_whole() made whole: how to split it again, and the
 // weight's ops while it was split.
 struct Released {
@@ -189,9 +160,9 @@ struct Registry {
   // Marked by parallelize(), held weakly: a module freed and another made at
   // its address is not taken for the planned one.
   std::map<const torch::nn::Module*, std::pair<std::weak_ptr<torch::nn::Module>, PlanStyle>> modules;
-  ByTensor<Planned> weights;    // bound: weight tensors, how ops on them run
-  ByTensor<Shard> shards;       // every parameter kept as a shard (weights, colwise biases)
-  ByTensor<Released> released;  // made whole again by take_whole()
+  mode_key_detail::ByTensor<Planned> weights;    // bound: weight tensors, how ops on them run
+  mode_key_detail::ByTensor<Shard> shards;       // every parameter kept as a shard (weights, colwise biases)
+  mode_key_detail::ByTensor<Released> released;  // made whole again by take_whole()
 
   const PlanStyle* module(const torch::nn::Module* m) {
     auto it = modules.find(m);
@@ -249,10 +220,7 @@ inline const Planned* transposed_of(const at::Tensor& t) {
   return nullptr;
 }
 
-// The ops below run with the mode key excluded: what they call dispatches as usual.
-struct Normal {
-  c10::impl::ExcludeDispatchKeyGuard guard{kModeKey};
-};
+// The ops below run with the mode key excluded (Normal): what they call dispatches as usual.
 
 inline at::Tensor gathered(const at::Tensor& y, const Planned& p) { return gather_from_region(y, p.comm, y.dim() - 1); }
 
@@ -345,16 +313,13 @@ inline at::Tensor embedding_op(const at::Tensor& weight, const at::Tensor& indic
   return leave(rows.masked_fill(outside.unsqueeze(-1), 0), *p);
 }
 
-// Registered once per process: every other op falls through to LibTorch's
-// kernels. A fallback already there was registered by another shared object
-// including this header (its kernels read the same registry, above);
-// registering a second one would throw.
+// The plan's kernels, registered once per process (mode_key.hpp): every
+// other op falls through to LibTorch's kernels.
 inline void register_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(kModeKey)) return;
-    static torch::Library fallthrough(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
-    fallthrough.fallback(torch::CppFunction::makeFallthrough());
+    mode_key_detail::ensure_fallthrough();
+    if (mode_key_detail::has_kernel("linear")) return;  // another shared object's, over the same registry
     static torch::Library aten(torch::Library::IMPL, "aten", kModeKey, __FILE__, __LINE__);
     aten.impl("t", TORCH_FN(t_op));
     aten.impl("addmm", TORCH_FN(addmm_op));
@@ -548,14 +513,11 @@ inline bool holds_planned(torch::nn::Module& root) {
   return false;
 }
 
-// While a node with planned layers runs: smp's kernels see its ops.
+// While a node with planned layers (or converted BatchNorm, sync_batch_norm.hpp) runs: smp's kernels see its ops.
 class PlanScope {
  public:
-  explicit PlanScope(bool active) : active_(active) {
-    if (active_) guard_ = std::make_unique<c10::impl::IncludeDispatchKeyGuard>(tp_plan_detail::kModeKey);
-  }
+  explicit PlanScope(bool active) : active_(active), mode_(active) {}
   ~PlanScope() {
-    guard_.reset();
     if (active_) tp_plan_detail::transposed().clear();
   }
   PlanScope(const PlanScope&) = delete;
@@ -563,7 +525,7 @@ class PlanScope {
 
  private:
   bool active_;
-  std::unique_ptr<c10::impl::IncludeDispatchKeyGuard> guard_;
+  ModeScope mode_;
 };
 
 }  // namespace smp::sdk
