@@ -73,7 +73,7 @@ def main():
                     "load_at_end": loadavg()},
         "method": (f"{a.steps} steps of bench/tp_plan_worker.cpp (4 MLP blocks 256 -> 1024 -> 256, batch 32, SGD) "
                    "at tp 2 under smp-launch, one thread per rank; each run's median step seconds (steps after "
-                   f"the first, rank 0's). {a.pairs} interleaved pairs, order alternating; ratio = sdk median / "
+                   f"the first, the first rank line printed). {a.pairs} interleaved pairs, order alternating; ratio = sdk median / "
                    "plan median; median of the per-pair ratios. Loop seconds kept as loop_ratio. Not run on a GPU."),
         "pairs": pairs,
         "ratios": ratios,
