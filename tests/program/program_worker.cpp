@@ -9,12 +9,14 @@
 //                  [--adapter-fed] [--vector-loss] [--norm-model] [--sometimes-model]
 //                  [--checkpoint-dir-per-rank BASE] [--plan-lm-sp [--sp-tokens N] [--sp-unsummed]]
 //                  [--then-set key=value ...] [--converted-norm]
+//                  [--attn-model | --attn-sp-model [--sp-unsummed]] [--attn-heads N]
 //
 // Writes DIR/rank-<r>.json: losses, gradient norms, the parameters this rank
 // holds (gathered under ZeRO-3) and, on every rank, the forward-only scores.
 #include <smp/smp.h>
 #include <smp/torch.h>
 #include <smp/training.h>
+#include <smp/sdk/torch_attention.hpp>
 
 #include <torch/torch.h>
 
@@ -159,6 +161,65 @@ struct SpHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(SpHead);
 
+// A tiny decoder written with smp's torch modules (--attn-model): a
+// vocabulary-parallel embedding of tokens made from the inputs, [B, T, d];
+// blocks of a LayerNorm, ParallelSelfAttention and a residual, then a
+// LayerNorm, an MLP of Column/RowParallelLinear and a residual; a head of a
+// LayerNorm and a whole Linear on the mean over the tokens. sp
+// (--attn-sp-model): the same model under sequence parallelism, the
+// activations between the tensor-parallel regions split along the tokens
+// (the norms SequenceParallelLayerNorm, unless unsummed: plain LayerNorm, whose
+// gradients are then left per rank's tokens, a bug for the test).
+std::shared_ptr<torch::nn::LayerNormImpl> token_norm(int64_t d, bool sp, bool unsummed) {
+  if (sp && !unsummed) return std::make_shared<smp::sdk::SequenceParallelLayerNormImpl>(std::vector<int64_t>{d});
+  return std::make_shared<torch::nn::LayerNormImpl>(std::vector<int64_t>{d});
+}
+
+struct AttnEmbedImpl : torch::nn::Module {
+  AttnEmbedImpl(int64_t d, bool sp) : emb(register_module("emb", smp::sdk::VocabParallelEmbedding(16, d, sp))) {}
+  torch::Tensor forward(torch::Tensor x) { return emb->forward((x.abs() * 4).to(torch::kLong).clamp_max(15)); }
+  smp::sdk::VocabParallelEmbedding emb;
+};
+TORCH_MODULE(AttnEmbed);
+
+struct AttnBlockImpl : torch::nn::Module {
+  AttnBlockImpl(int64_t d, int64_t heads, bool sp, bool unsummed)
+      : norm1(register_module("norm1", token_norm(d, sp, unsummed))),
+        attn(register_module("attn", smp::sdk::ParallelSelfAttention(
+                                         smp::sdk::ParallelSelfAttentionOptions(d, heads).sequence_parallel(sp)))),
+        norm2(register_module("norm2", token_norm(d, sp, unsummed))),
+        up(register_module("up", smp::sdk::ColumnParallelLinear(d, 2 * d, true, false, sp))),
+        down(register_module("down", smp::sdk::RowParallelLinear(2 * d, d, true, true, sp))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    g_norm_tokens = x.size(1);
+    x = x + attn->forward(norm1->forward(x));
+    return x + down->forward(torch::gelu(up->forward(norm2->forward(x))));
+  }
+  std::shared_ptr<torch::nn::LayerNormImpl> norm1;
+  smp::sdk::ParallelSelfAttention attn;
+  std::shared_ptr<torch::nn::LayerNormImpl> norm2;
+  smp::sdk::ColumnParallelLinear up;
+  smp::sdk::RowParallelLinear down;
+};
+TORCH_MODULE(AttnBlock);
+
+struct AttnHeadImpl : torch::nn::Module {
+  AttnHeadImpl(int64_t d, int64_t classes, bool sp, bool unsummed)
+      : sp(sp), norm(register_module("norm", token_norm(d, sp, unsummed))),
+        gather(register_module("gather", smp::sdk::GatherFromSequence(1))),
+        proj(register_module("proj", torch::nn::Linear(d, classes))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor h = norm->forward(x);
+    if (sp) h = gather->forward(h);  // every tp rank computes the head whole
+    return proj->forward(h.mean(1));
+  }
+  bool sp;
+  std::shared_ptr<torch::nn::LayerNormImpl> norm;
+  smp::sdk::GatherFromSequence gather;
+  torch::nn::Linear proj;
+};
+TORCH_MODULE(AttnHead);
+
 // A block with state it updates itself: BatchNorm's running statistics
 // (buffers), used in place of the batch's statistics in eval mode. Norm is
 // torch::nn::BatchNorm1d, or smp's SyncBatchNorm (the whole batch's
@@ -230,8 +291,8 @@ int main(int argc, char** argv) {
        through_trainer = false,
        vector_loss = false, norm_model = false, sometimes_model = false, own_forward = false, one_node = false,
        sync_norm = false, plan_model = false, plan_lm = false, plan_whole_heads = false, plan_lm_sp = false,
-       sp_unsummed = false, converted_norm = false;
-  int64_t sp_tokens = kDim;
+       sp_unsummed = false, converted_norm = false, attn_model = false, attn_sp_model = false;
+  int64_t sp_tokens = kDim, attn_heads = 4;
   app.add_option("--out", out_dir)->required();
   app.add_option("--steps", steps);
   app.add_option("--set", overrides);
@@ -254,7 +315,13 @@ int main(int argc, char** argv) {
                "a vocabulary-parallel embedding, LayerNorm blocks and a head under sequence parallelism, by a plan");
   app.add_option("--sp-tokens", sp_tokens, "--plan-lm-sp: the tokens of each sample (8)");
   app.add_flag("--sp-unsummed", sp_unsummed,
-               "--plan-lm-sp without planning the norms: their gradients left per rank's tokens (a bug, for the test)");
+               "--plan-lm-sp without planning the norms, --attn-sp-model with plain LayerNorms: their gradients "
+               "left per rank's tokens (a bug, for the test)");
+  app.add_flag("--attn-model", attn_model,
+               "a decoder of smp's torch modules (VocabParallelEmbedding, ParallelSelfAttention, Column/Row linear)");
+  app.add_flag("--attn-sp-model", attn_sp_model,
+               "--attn-model under sequence parallelism (--sp-unsummed: plain LayerNorms)");
+  app.add_option("--attn-heads", attn_heads, "--attn-model's attention heads (4)");
   app.add_flag("--plan-whole-heads", plan_whole_heads, "--plan-model reshaping by the whole head count");
   app.add_flag("--sync-norm", sync_norm, "the first block a SyncBatchNorm one");
   app.add_flag("--converted-norm", converted_norm,
@@ -280,13 +347,18 @@ int main(int argc, char** argv) {
       torch::nn::Sequential net;
       plan_model = plan_model || plan_lm || plan_whole_heads;
       norm_model = norm_model || converted_norm;
-      if (plan_lm)
+      const bool attn = attn_model || attn_sp_model;
+      if (attn) {
+        net->push_back(AttnEmbed(kDim, attn_sp_model));
+        for (int i = 0; i < 2; ++i) net->push_back(AttnBlock(kDim, attn_heads, attn_sp_model, sp_unsummed));
+        net->push_back(AttnHead(kDim, kClasses, attn_sp_model, sp_unsummed));
+      } else if (plan_lm)
         net->push_back(TokenEmbed(kDim));
       else if (plan_lm_sp)
         net->push_back(SeqEmbed(kDim, sp_tokens));
       else
         net->push_back(torch::nn::Linear(kDim, kDim));
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < (attn ? 0 : 3); ++i) {
         if (plan_lm_sp)
           net->push_back(SpBlock(kDim, i == 0));
         else if (tp_model)
@@ -304,7 +376,7 @@ int main(int argc, char** argv) {
       }
       if (plan_lm_sp)
         net->push_back(SpHead(kDim, kClasses));
-      else
+      else if (!attn)
         net->push_back(torch::nn::Linear(kDim, kClasses));
       for (const auto& c : net->children()) children.push_back(c);
       if (converted_norm && smp::convert_sync_batchnorm(*net) != 1) throw std::runtime_error("one BatchNorm to convert");
