@@ -162,7 +162,10 @@ int main(int argc, char** argv) {
     }
     smp::logging::init(env.rank, env.world_size, config.get_string("run.dir"), config.get_bool("run.log_to_file"),
                        env.rank == 0);
-    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()});
+    // The Trainer resumes, once smp-launch's hang detection is armed.
+    smp::RuntimeOptions options;
+    options.resume_at_create = false;
+    auto runtime = smp::Runtime::create(config, env, {plugins.begin(), plugins.end()}, options);
     smp::run_training(*runtime);
     runtime->shutdown();
     return 0;

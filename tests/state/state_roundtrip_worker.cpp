@@ -5,7 +5,7 @@
 // state entry). Runtime C, fresh and loading nothing, must differ from A
 // after that step, so the check can fail. B and C join the job on the next
 // two ports after A's. With --through-disk DIR the copy goes through a
-// checkpoint instead: A saves it (Runtime::save), B loads it (Runtime::load).
+// checkpoint instead: A saves it (Checkpointer::save), B loads it (Checkpointer::load).
 #include <smp/config.h>
 #include <smp/error.h>
 #include <smp/process_env.h>

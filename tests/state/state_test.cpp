@@ -20,7 +20,7 @@ using smp::testing::plugin_path;
 using smp::testing::run_job;
 using smp::testing::source_path;
 
-// through_disk: the state goes through Runtime::save / Runtime::load in this folder.
+// through_disk: the state goes through Checkpointer::save / Checkpointer::load in this folder.
 void round_trip(int nproc, const std::vector<std::string>& overrides, const std::string& through_disk = "") {
   std::vector<std::string> launcher = {"--worker", SMP_STATE_WORKER};
   if (!through_disk.empty()) launcher.insert(launcher.end(), {"--through-disk", through_disk});
@@ -59,7 +59,7 @@ TEST(TrainStateRoundTrip, Zero2PipelineAndDataParallelBf16) {
   round_trip(4, {"parallel.pp=2", "parallel.dp=2", "parallel.zero=2", "train.precision=bf16"});
 }
 
-// The embedding API's checkpoints: Runtime::save, then Runtime::load in a fresh runtime.
+// The embedding API's checkpoints: Checkpointer::save, then Checkpointer::load in a fresh runtime.
 std::string fresh_folder() {
   return (boost::filesystem::temp_directory_path() / boost::filesystem::unique_path("smp-state-ckpt-%%%%-%%%%"))
       .string();

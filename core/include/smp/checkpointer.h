@@ -1,8 +1,9 @@
 // A runtime's checkpoints (docs/checkpoints.md): what a program saves, loads
 // and resumes, apart from what it trains (Runtime) and from the loop that
-// saves on a cadence (smp::Trainer). Every call is collective: every rank
-// makes it. A folder holds per-rank safetensors shards and a manifest,
-// readable by any layout of the same model.
+// saves on a cadence (smp::Trainer). Saving, loading and resuming are
+// collective: every rank makes the call. A folder holds per-rank
+// safetensors shards and a manifest, readable by any layout of the same
+// model.
 //
 //   smp::Checkpointer& ckpt = runtime->checkpoints();
 //   ckpt.save("runs/a/step-100");
@@ -47,10 +48,15 @@ class Checkpointer {
   // The parameters (and fp32 masters) only, from a checkpoint folder; the
   // optimizer state and the step stay as they are.
   void init_from(const std::string& path);
-  // The checkpoint the runtime resumed at create (a warning line says so on
-  // rank 0), its step and the seconds the load took; an empty folder when it
-  // started afresh. A runtime resumes at create only when asked: run.resume
-  // or run.checkpoint_dir given, or a rank smp-launch restarted.
+  // What Runtime::create does (unless RuntimeOptions::resume_at_create is
+  // false): resume as run.resume says when asked (run.resume or
+  // run.checkpoint_dir given, or a rank smp-launch restarted), said as a
+  // warning on rank 0, else apply run.init_from. Once: a later call returns
+  // what the first did.
+  ResumePoint resume_if_asked();
+  // The checkpoint resume_if_asked() resumed (at create, or when called),
+  // its step and the seconds the load took; an empty folder when it started
+  // afresh.
   ResumePoint resumed() const;
   std::string dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
 

@@ -53,6 +53,12 @@ struct RuntimeOptions {
   // data before the first step: the cost profile that partitions a graph
   // without cost hints over pp (after a warm-up call). Empty: the adapter's.
   Batch example;
+  // Whether create() resumes when asked (run.resume or run.checkpoint_dir
+  // given, or a restarted rank), else applies run.init_from. false: the
+  // caller does it with Checkpointer::resume_if_asked(), as smp-worker's
+  // Trainer does once smp-launch's hang detection is armed (a hang while
+  // loading is then caught).
+  bool resume_at_create = true;
 };
 
 class Runtime {
@@ -61,7 +67,7 @@ class Runtime {
   // standard layer/TP/partition plugins and config plugins.paths), builds
   // everything, and resumes when asked (run.resume or run.checkpoint_dir
   // given, or a rank smp-launch restarted: Checkpointer::resumed()), else
-  // applies run.init_from. A plugin is a file (path or name) or the program's own code
+  // applies run.init_from (RuntimeOptions::resume_at_create). A plugin is a file (path or name) or the program's own code
   // (PluginSource with an entry: smp::sdk::InProcessPlugin), checked alike.
   // Throws smp::Error naming the key, plugin, node or rank at fault.
   static std::unique_ptr<Runtime> create(Config config, const ProcessEnv& env,
@@ -209,6 +215,7 @@ class Runtime {
  private:
   friend class Trainer;  // steps through step_for_trainer
   StepResult step_for_trainer(const Batch* batch);
+  StepResult train_step_of(const Batch* batch);
   struct Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -46,7 +46,7 @@ struct StepPhases : PhaseSeconds {
   std::optional<PhaseSeconds> device;
 };
 
-// One slice of what a rank holds between steps (Runtime::state_entries): a
+// One slice of what a rank holds between steps (Checkpointer::entries): a
 // tensor of the train state as this rank holds it, and where it sits in the
 // global tensor that all ranks' slices make up. The block of this rank starts
 // at `offsets` of the global tensor and has block_shape (tp/ep shards: the

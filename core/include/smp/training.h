@@ -29,8 +29,9 @@ class Trainer {
  public:
   // Takes over the runtime's stepping: checks that run.dir can be written,
   // configures the trace and op profile, measures the peaks MFU is stated
-  // against, logs the layout on rank 0, notes where the runtime resumed
-  // (Checkpointer::resumed) and starts the hang heartbeat.
+  // against, logs the layout on rank 0, arms smp-launch's hang detection
+  // (run.hang_timeout_s; one per process) and resumes when asked if the
+  // runtime left that to it (Checkpointer::resume_if_asked).
   explicit Trainer(Runtime& runtime);
   ~Trainer();
   Trainer(const Trainer&) = delete;

@@ -8,6 +8,8 @@
 #include "runtime/checkpointing.h"
 #include "runtime/train_state.h"
 
+#include <cstdlib>
+
 namespace smp {
 
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -20,6 +22,17 @@ void Checkpointer::wait() { impl_->checkpoints->writer().wait(); }
 std::string Checkpointer::resume() { return impl_->checkpoints->resume(); }
 void Checkpointer::init_from(const std::string& path) { impl_->checkpoints->init_from(path); }
 ResumePoint Checkpointer::resumed() const { return impl_->resumed; }
+ResumePoint Checkpointer::resume_if_asked() {
+  if (impl_->resume_done) return impl_->resumed;
+  // Asked: run.resume or run.checkpoint_dir given (a run started twice in
+  // one folder is two runs, not one continued; smp-worker asks), or a rank
+  // smp-launch restarted (--max-restarts), which asks by being restarted.
+  const char* restarts = std::getenv("SMP_RESTART_COUNT");
+  const bool restarted = restarts && *restarts && std::string(restarts) != "0";
+  impl_->resumed = impl_->checkpoints->resume_if_asked(restarted || impl_->asked);
+  impl_->resume_done = true;
+  return impl_->resumed;
+}
 std::string Checkpointer::dir() const { return impl_->checkpoints->dir(); }
 double Checkpointer::blocking_seconds() const { return impl_->checkpoints->writer().last_blocking_seconds(); }
 double Checkpointer::total_seconds() const { return impl_->checkpoints->writer().last_total_seconds(); }

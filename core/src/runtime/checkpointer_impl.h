@@ -15,6 +15,8 @@ struct Checkpointer::Impl {
   std::unique_ptr<Checkpointing> checkpoints;  // waits for its pending save when it goes
   TrainState* state = nullptr;
   ResumePoint resumed;
+  bool asked = false;        // run.resume or run.checkpoint_dir given
+  bool resume_done = false;  // resume_if_asked() ran
 };
 
 }  // namespace smp

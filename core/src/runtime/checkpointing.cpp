@@ -199,8 +199,8 @@ ResumePoint Checkpointing::resume_if_asked(bool asked) {
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.step = state_.steps();
   if (context_.mesh().rank() == 0)
-    spdlog::warn("resumed from {} (run.resume = \"{}\"): {} steps are done; the program's loop goes on from "
-                 "Runtime::steps_done() = {}", r.folder, job_.run.resume, r.step, r.step);
+    spdlog::warn("resumed from {} (run.resume = \"{}\"): {} steps are done; training goes on from step {} "
+                 "(Runtime::steps_done() = {})", r.folder, job_.run.resume, r.step, r.step + 1, r.step);
   return r;
 }
 

@@ -28,7 +28,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <random>
 
@@ -44,7 +43,7 @@ struct Runtime::Impl {
   std::unique_ptr<OptimizerStep> update;
   std::unique_ptr<StepRunner> steps;
   std::unique_ptr<Checkpointer> checkpoints;  // last: waits for its pending save first
-  bool checked_trainer_keys = false;
+  bool checked_trainer_keys = false;  // at the first step the program took itself
   StepResult step(const Batch* batch);
   Checkpointing* saving = nullptr;  // the checkpointer's
 };
@@ -104,15 +103,10 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   auto saving = std::make_unique<Checkpointer::Impl>();
   saving->checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
   saving->state = s.state.get();
+  saving->asked = s.config.has("run.resume") || s.config.has("run.checkpoint_dir");
   s.saving = saving->checkpoints.get();
   s.checkpoints.reset(new Checkpointer(std::move(saving)));
-  // Resumed only when asked (a run started twice in one folder is two runs,
-  // not one continued); smp-worker asks. A rank smp-launch restarted
-  // (--max-restarts) asks by being restarted.
-  const char* restarts = std::getenv("SMP_RESTART_COUNT");
-  const bool restarted = restarts && std::string(restarts) != "0" && *restarts;
-  s.checkpoints->impl_->resumed = s.saving->resume_if_asked(restarted || s.config.has("run.resume") ||
-                                                             s.config.has("run.checkpoint_dir"));
+  if (options.resume_at_create) s.checkpoints->resume_if_asked();
   return rt;
 }
 
@@ -143,16 +137,19 @@ void refuse_trainer_keys(const Config& config) {
 
 }  // namespace
 
-StepResult Runtime::train_step() { return impl_->step(nullptr); }
-StepResult Runtime::train_step(const Batch& batch) { return impl_->step(&batch); }
-StepResult Runtime::step_for_trainer(const Batch* batch) {
+StepResult Runtime::train_step() { return train_step_of(nullptr); }
+StepResult Runtime::train_step(const Batch& batch) { return train_step_of(&batch); }
+StepResult Runtime::step_for_trainer(const Batch* batch) { return impl_->step(batch); }
+
+// A step the program takes itself, also after a Trainer's: the cadence keys
+// would go unheeded.
+StepResult Runtime::train_step_of(const Batch* batch) {
+  if (!impl_->checked_trainer_keys) refuse_trainer_keys(impl_->config);
   impl_->checked_trainer_keys = true;
   return impl_->step(batch);
 }
 
 StepResult Runtime::Impl::step(const Batch* batch) {
-  if (!checked_trainer_keys) refuse_trainer_keys(config);
-  checked_trainer_keys = true;
   return steps->train(*update, [this] { saving->writer().wait_for_snapshot(); }, batch);
 }
 

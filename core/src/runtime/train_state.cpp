@@ -480,7 +480,7 @@ void TrainState::load(const std::vector<StateEntry>& saved) {
     if (it == given.end()) throw Error("train state: entry '" + e.name + "' (" + describe(e) + ") is missing");
     if (!same_slice(e, *it->second))
       throw Error("train state: entry '" + e.name + "' is " + describe(*it->second) + ", this rank holds " +
-                  describe(e) + " (checkpoints load into any layout: Runtime::load)");
+                  describe(e) + " (checkpoints load into any layout: Checkpointer::load)");
   }
   for (const auto& e : saved)
     if (!mine.count(e.name)) throw Error("train state: entry '" + e.name + "' is not part of this rank's state");

@@ -24,8 +24,9 @@ Heartbeat::Heartbeat(double hang_timeout_s) {
   send(line);
 }
 
-Heartbeat::~Heartbeat() {
-  if (fd_ >= 0) ::close(fd_);
+Heartbeat& process_heartbeat(double hang_timeout_s) {
+  static Heartbeat heartbeat(hang_timeout_s);
+  return heartbeat;
 }
 
 void Heartbeat::beat() { send("beat\n"); }

@@ -10,7 +10,7 @@ namespace smp {
 class Heartbeat {
  public:
   explicit Heartbeat(double hang_timeout_s);
-  ~Heartbeat();
+  ~Heartbeat() = default;  // the inherited descriptor stays open: it is smp-launch's, for the process's life
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
   void beat();
@@ -19,5 +19,10 @@ class Heartbeat {
   void send(const char* line);
   int fd_ = -1;
 };
+
+// The process's one heartbeat, made by the first call (its timeout holds):
+// two Trainers in a row share it, and none closes the descriptor another
+// would then write to.
+Heartbeat& process_heartbeat(double hang_timeout_s);
 
 }  // namespace smp

@@ -373,7 +373,7 @@ struct Trainer::Impl {
   std::string gemm;
   RunRecord rec;
   MetricsLog metrics;
-  std::unique_ptr<Heartbeat> heartbeat;
+  Heartbeat* heartbeat = nullptr;  // the process's
   nlohmann::json checkpoints = nlohmann::json::array();
   std::chrono::steady_clock::time_point start;
   int64_t first_step = 0;
@@ -402,8 +402,12 @@ Trainer::Impl::Impl(Runtime& runtime)
   metrics.write({{"event", "start"}, {"time", iso_time_now()}, {"steps", steps}, {"world", mesh.world_size()},
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
-  heartbeat = std::make_unique<Heartbeat>(job.run.hang_timeout_s);
-  const ResumePoint resumed = rt.checkpoints().resumed();  // at create, when asked (smp-worker asks)
+  heartbeat = &process_heartbeat(job.run.hang_timeout_s);
+  // Resumed here once hang detection is armed, when the runtime left it to
+  // its caller (smp-worker: RuntimeOptions::resume_at_create = false); else
+  // what create() did.
+  const ResumePoint resumed = rt.checkpoints().resume_if_asked();
+  heartbeat->beat();
   if (resumed) {
     metrics.write({{"event", "resume"}, {"checkpoint", resumed.folder}, {"step", rt.steps_done()}});
     if (rank0 && rt.steps_done() >= steps)

@@ -110,11 +110,13 @@ class SyncBatchNormImpl : public torch::nn::Module, public PlacedModule {
     return sync_batch_norm(x, weight, bias, running_mean, running_var, momentum_, eps_, dp_);
   }
 
-  // A one-rank context (the partition's cost profile) leaves an earlier binding as it is.
+  // The partition's cost profile (a one-rank context, no mesh) leaves an
+  // earlier binding as it is; a runtime at dp 1 drops it (a communicator of
+  // a runtime gone must not be used).
   void bind(const ModuleContext& ctx) override {
-    if (ctx.axis_size("dp") == 1) return;
+    if (!ctx.mesh) return;
     dp_size_ = ctx.axis_size("dp");
-    dp_ = ctx.comm("dp");
+    dp_ = dp_size_ > 1 ? ctx.comm("dp") : Comm();
   }
   // Nothing split: its parameters are replicated, their gradients summed over dp as any.
   std::vector<std::pair<std::string, Param>> placements() const override { return {}; }
@@ -185,12 +187,15 @@ inline at::Tensor batch_norm_op(const at::Tensor& input, const c10::optional<at:
   auto get = [](const c10::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); };
   const at::Tensor key = running_mean && running_mean->defined() ? *running_mean : get(weight);
   std::optional<Bound> bound;
-  if (training && key.defined()) {
+  if (key.defined()) {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     if (const Bound* b = r.tensors.find(key)) bound = *b;
   }
-  if (bound && bound->dp_size > 1)
+  // Only converted BatchNorms are acted on: another one in the node (a
+  // tp-planned node's, say) runs as LibTorch runs it, at every tp.
+  if (!bound) return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  if (training && bound->dp_size > 1)
     return sync_batch_norm(input, get(weight), get(bias), get(running_mean), get(running_var), momentum, eps, bound->dp);
   if (input.scalar_type() != at::kBFloat16 && input.scalar_type() != at::kHalf)
     return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
@@ -243,8 +248,9 @@ inline int convert_sync_batchnorm(torch::nn::Module& root) {
 // The converted BatchNorm modules inside `root` (a node's module), bound to
 // ctx's dp group at dp > 1: whether the node holds some (smp acts on their
 // batch_norm calls: synchronised at dp > 1 in training, in fp32 for a 16-bit
-// input). A one-rank context (the partition's cost profile) leaves an
-// earlier binding as it is.
+// input). The partition's cost profile (a one-rank context, no mesh) leaves
+// an earlier binding as it is; a runtime at dp 1 binds it without a
+// communicator (one of a runtime gone must not be used).
 inline bool bind_converted_batch_norms(torch::nn::Module& root, const ModuleContext& ctx) {
   using namespace sync_norm_detail;
   const int dp = ctx.axis_size("dp");
@@ -254,7 +260,8 @@ inline bool bind_converted_batch_norms(torch::nn::Module& root, const ModuleCont
     std::lock_guard<std::mutex> lock(r.mutex);
     if (!r.marked(m.get())) continue;
     any = true;
-    if (dp > 1) r.tensors.put(key_of(*m), Bound{ctx.comm("dp"), dp});
+    if (!ctx.mesh) continue;
+    r.tensors.put(key_of(*m), Bound{dp > 1 ? ctx.comm("dp") : Comm(), dp});
   }
   if (any) register_kernels();
   return any;
