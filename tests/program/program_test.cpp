@@ -722,9 +722,13 @@ TEST(ProgramModel, APartitionThatLeavesAStageOnlyTheLossIsReported) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[warning] partition: stage 1 holds only the loss node 'loss': the pipeline runs about "
                           "serially"), std::string::npos) << r.output;
-  const Job split = launch(2, {"--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  // The same model split per child: no stage holds only the loss. (Not
+  // "no warning at all": the 90%-of-the-cost warning reads the timed
+  // profile, which on a busy machine put 91-93% on a stage of 2 of 6 like
+  // nodes.)
+  const Job split = launch(2, {"--plan-model", "--set", "parallel.pp=2", "--set", "parallel.microbatches=2"});
+  ASSERT_EQ(split.output.find("holds only the loss"), std::string::npos) << split.output;
   ASSERT_EQ(split.exit_code, 0) << split.output;
-  EXPECT_EQ(split.output.find("partition: stage"), std::string::npos) << split.output;
 }
 
 // A loss that is not a scalar is refused, naming it.
