@@ -284,25 +284,36 @@ TEST(ProgramModel, APlanWithSequenceParallelismEqualsSerial) {
                 23);
 }
 
+// Under sequence parallelism at tp 2 (`sp_flag`) each rank's norms see 4 of
+// the 8 tokens the serial run of `serial_flag` sees; with the norms'
+// gradients not summed over tp (--sp-unsummed) the run departs from serial.
+// Returns the tp 2 run.
+Job expect_tokens_split_and_unsummed_departs(const std::string& serial_flag, const std::string& sp_flag) {
+  const Job& one = serial_of(serial_flag);
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  if (one.ranks.empty()) return one;
+  EXPECT_EQ(one.ranks.at(0)["norm_tokens"].get<int>(), 8);
+  Job r = launch(2, {sp_flag, "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.ranks.size(), 2u) << r.output;
+  for (const auto& rank : r.ranks) EXPECT_EQ(rank["norm_tokens"].get<int>(), 4);
+  const Job unsummed = launch(2, {sp_flag, "--sp-unsummed", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
+  EXPECT_EQ(unsummed.exit_code, 0) << unsummed.output;
+  if (!unsummed.ranks.empty()) {
+    const auto a = unsummed.ranks.at(0)["losses"].get<std::vector<double>>(),
+               b = one.ranks.at(0)["losses"].get<std::vector<double>>();
+    EXPECT_GT(std::abs(a.back() - b.back()), 1e-3) << "norms without their tp sum should depart from serial";
+  }
+  return r;
+}
+
 // Under sequence parallelism each rank's norms see T / tp = 4 of the 8
 // tokens (the serial run's see 8). Left unplanned, a norm still runs on a
 // rank's tokens but its gradients are not summed over tp: the run departs
 // from serial (the check above can fail). A sequence length that does not
 // divide by tp is refused naming the layer.
 TEST(ProgramModel, UnderSequenceParallelismEachRankNormalisesItsShareOfTheTokens) {
-  const Job& one = serial_of("--plan-lm-sp");
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_EQ(one.ranks.at(0)["norm_tokens"].get<int>(), 8);
-  const Job r = launch(2, {"--plan-lm-sp", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(r.ranks.size(), 2u) << r.output;
-  for (const auto& rank : r.ranks) EXPECT_EQ(rank["norm_tokens"].get<int>(), 4);
-  const Job unsummed =
-      launch(2, {"--plan-lm-sp", "--sp-unsummed", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
-  ASSERT_EQ(unsummed.exit_code, 0) << unsummed.output;
-  const auto a = unsummed.ranks.at(0)["losses"].get<std::vector<double>>(),
-             b = one.ranks.at(0)["losses"].get<std::vector<double>>();
-  EXPECT_GT(std::abs(a.back() - b.back()), 1e-3) << "norms without their tp sum should depart from serial";
+  expect_tokens_split_and_unsummed_departs("--plan-lm-sp", "--plan-lm-sp");
   const Job odd = launch(2, {"--plan-lm-sp", "--sp-tokens", "7", "--set", "parallel.tp=2", "--set",
                              "parallel.microbatches=2"});
   EXPECT_NE(odd.exit_code, 0);
@@ -347,23 +358,11 @@ TEST(ProgramModel, SmpsAttentionModulesUnderSequenceParallelismEqualSerial) {
 // fail: 2.8e-3 in the last loss). Heads that do not divide by tp are refused
 // naming the module.
 TEST(ProgramModel, SmpsAttentionModulesSplitTheTokensAndRefuseHeadsThatDoNotDivide) {
-  const Job& one = serial_of("--attn-model");
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_EQ(one.ranks.at(0)["norm_tokens"].get<int>(), 8);
-  const Job r = launch(2, {"--attn-sp-model", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(r.ranks.size(), 2u) << r.output;
+  const Job r = expect_tokens_split_and_unsummed_departs("--attn-model", "--attn-sp-model");
   for (const auto& rank : r.ranks) {
-    EXPECT_EQ(rank["norm_tokens"].get<int>(), 4);
     EXPECT_EQ(rank["params"]["net.1.attn.q.weight"]["shape"].get<std::vector<int64_t>>(), (std::vector<int64_t>{4, 8}));
     EXPECT_EQ(rank["params"]["net.0.emb.weight"]["shape"].get<std::vector<int64_t>>(), (std::vector<int64_t>{8, 8}));
   }
-  const Job unsummed =
-      launch(2, {"--attn-sp-model", "--sp-unsummed", "--set", "parallel.tp=2", "--set", "parallel.microbatches=2"});
-  ASSERT_EQ(unsummed.exit_code, 0) << unsummed.output;
-  const auto a = unsummed.ranks.at(0)["losses"].get<std::vector<double>>(),
-             b = one.ranks.at(0)["losses"].get<std::vector<double>>();
-  EXPECT_GT(std::abs(a.back() - b.back()), 1e-3) << "norms without their tp sum should depart from serial";
   const Job odd = launch(2, {"--attn-model", "--attn-heads", "1", "--set", "parallel.tp=2", "--set",
                              "parallel.microbatches=2"});
   EXPECT_NE(odd.exit_code, 0);
