@@ -1,7 +1,7 @@
 // smp-report <run.dir>: (re)draws <run.dir>/report.html from <run.dir>/summary.json
-// (self-contained HTML with inline SVG charts; see core/src/train/run_report.h).
+// (self-contained HTML with inline SVG charts; see trainer/run_report.h).
 // Plain C++ over nlohmann::json: no LibTorch, starts at once.
-#include "train/run_report.h"
+#include "trainer/run_report.h"
 
 #include <smp/sdk/input_file.hpp>
 

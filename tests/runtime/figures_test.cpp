@@ -5,7 +5,7 @@
 // labelled by its basis either way. Also which GPU a rank takes.
 #include "base/datasheet_peaks.h"
 #include "base/device.h"
-#include "train/run_report.h"
+#include "trainer/run_report.h"
 
 #include <gtest/gtest.h>
 

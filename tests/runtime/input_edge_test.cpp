@@ -8,7 +8,7 @@
 #include <smp/generation.h>
 #include <smp/sdk/tokenizers.hpp>
 
-#include "train/run_report.h"
+#include "trainer/run_report.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "train/metrics_log.h"
+#include "metrics_log.h"
 
 #include <smp/error.h>
 

@@ -1,4 +1,4 @@
-#include "train/heartbeat.h"
+#include "heartbeat.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -5,9 +5,9 @@
 #include <smp/runtime.h>
 
 #include <smp/tracing.h>
-#include "train/heartbeat.h"
-#include "train/metrics_log.h"
-#include "train/run_report.h"
+#include "heartbeat.h"
+#include "metrics_log.h"
+#include "run_report.h"
 
 #include <ATen/ATen.h>
 #include <spdlog/fmt/fmt.h>

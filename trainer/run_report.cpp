@@ -1,4 +1,4 @@
-#include "train/run_report.h"
+#include "run_report.h"
 
 #include <smp/error.h>
 
