@@ -14,6 +14,7 @@ than --quiet-cores is run again (at most 3 times) and listed.
 --bench moe-ep: two ranks, bench/configs/moe-bench.toml, dp 2 with ep 2.
 --bench pp2: two ranks, gpt-bench.toml, pp 2 1F1B, batch 16, 4 and 8 microbatches.
 --bench dp2: two ranks, gpt-bench.toml, dp 2.
+--bench pp2dp2: four ranks, gpt-bench.toml, pp 2 x dp 2 1F1B, batch 16, 4 microbatches.
 
   bench/ab.py --a /tmp/old-plugins --b /tmp/new-plugins --label gelu \\
       --out bench/results/ab-gelu-kernel.json
@@ -36,6 +37,10 @@ BENCHES = {
             "common": ["parallel.pp=2", "parallel.schedule=1f1b", "train.batch_size=16", "train.val_batches=0",
                        "train.val_every=0"],
             "shapes": {"m4": ["parallel.microbatches=4"], "m8": ["parallel.microbatches=8"]}},
+    "pp2dp2": {"nproc": 4, "plugin": "gpt", "config": "gpt-bench.toml",
+               "common": ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=1f1b", "train.batch_size=16",
+                          "parallel.microbatches=4", "train.val_batches=0", "train.val_every=0"],
+               "shapes": {"pp 2 x dp 2": []}},
     "dp2": {"nproc": 2, "plugin": "gpt", "config": "gpt-bench.toml",
             "common": ["parallel.dp=2", "train.val_batches=0", "train.val_every=0"], "shapes": {"dp 2": []}},
 }

@@ -12,6 +12,7 @@
 #include "support/fuzz_target.h"
 
 #include <smp/error.h>
+#include <smp/abi.h>
 #include <smp/plugin_registry.h>
 
 #include <torch/version.h>

@@ -4,6 +4,7 @@
 // asked); tied nodes get one decision; an axis without rules changes nothing.
 // Also the loss declarations the graph validates (mean; sum with its count).
 #include "graph/parallel_rules.h"
+#include "plugin/plugin_tables.h"
 
 #include <smp/error.h>
 #include <smp/model_graph.h>
@@ -45,8 +46,8 @@ TEST_F(Rules, TpRulesSwapKindsAndTiedNodesStayOneModule) {
   EXPECT_EQ(g.nodes[2].kind, "relu");  // no rule: replicated
   EXPECT_EQ(g.nodes[3].kind, g.nodes[0].kind);
   EXPECT_EQ(g.nodes[4].kind, "vocab_parallel_cross_entropy");
-  ASSERT_NE(reg.rule("tp", "linear"), nullptr);
-  EXPECT_EQ(reg.rule("ep", "linear"), nullptr);
+  ASSERT_NE(smp::PluginTables(reg).rule("tp", "linear"), nullptr);
+  EXPECT_EQ(smp::PluginTables(reg).rule("ep", "linear"), nullptr);
 }
 
 TEST_F(Rules, AnAxisWithoutRulesChangesNothing) {

@@ -3,6 +3,7 @@
 // and report the loss sums; checked against the same computation written
 // directly in ATen, for a per-sample mean loss and for a masked sum.
 #include <smp/model_graph.h>
+#include "plugin/plugin_tables.h"
 #include <smp/plugin_registry.h>
 #include <smp/stage_plan.h>
 
@@ -40,7 +41,7 @@ Outcome run(smp::PluginRegistry& reg, bool masked_sum, int microbatches, const a
   std::map<std::string, std::shared_ptr<smp::ModuleInstance>> modules;
   const std::string none = "{}";
   for (const auto& n : g.nodes)
-    modules[n.name] = std::make_shared<smp::ModuleInstance>(reg.module_kind(n.kind), reg.provider(n.kind), n.name,
+    modules[n.name] = std::make_shared<smp::ModuleInstance>(smp::PluginTables(reg).module_kind(n.kind), reg.provider(n.kind), n.name,
                                                             n.config_json, smp::module_context(n.name, 7, nullptr, none));
   smp::LossNormalizer loss(g.loss_reduction, per_mb);
   smp::ExecutorSetup setup;

@@ -3,6 +3,7 @@
 // runs: its module kind makes a module whose parameter the core takes, and
 // whose forward computes; its rule of minor 0 counts as splitting everything.
 #include <smp/error.h>
+#include "plugin/plugin_tables.h"
 #include <smp/model_graph.h>
 #include <smp/plugin_registry.h>
 
@@ -33,17 +34,17 @@ TEST_F(Abi20Plugin, LoadsWithItsMinorAndTwoZeroStructSizes) {
   EXPECT_EQ(info->abi_minor, 0u);
   EXPECT_EQ(info->module_kinds, std::vector<std::string>{"abi20_scale"});
   EXPECT_EQ(info->rules, std::vector<std::string>{"tp:abi20_scale"});
-  const smp_module_kind* kind = reg.module_kind("abi20_scale");
+  const smp_module_kind* kind = smp::PluginTables(reg).module_kind("abi20_scale");
   ASSERT_NE(kind, nullptr);
   EXPECT_EQ(kind->struct_size, SMP_MODULE_KIND_STRUCT_SIZE_2_0);
-  const smp_rule* rule = reg.rule("tp", "abi20_scale");
+  const smp_rule* rule = smp::PluginTables(reg).rule("tp", "abi20_scale");
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->struct_size, SMP_RULE_STRUCT_SIZE_2_0);
 }
 
 TEST_F(Abi20Plugin, ItsModuleHasItsParameterAndComputes) {
   const std::string key = "scale";
-  smp::ModuleInstance m(reg.module_kind("abi20_scale"), info->name, key, "{}",
+  smp::ModuleInstance m(smp::PluginTables(reg).module_kind("abi20_scale"), info->name, key, "{}",
                         smp::module_context(key, 1, nullptr, "{}"));
   // The parameter, reported with a 2.0 smp_param_info and no placements.
   ASSERT_EQ(m.parameters().size(), 1u);

@@ -2,6 +2,7 @@
 // dtype/shape/strides), DLPack export/import without copies, and autograd
 // through a plugin module driven only through the ABI.
 #include <smp/error.h>
+#include "plugin/plugin_tables.h"
 #include <smp/mesh.h>
 #include <smp/plugin_registry.h>
 #include <smp/process_env.h>
@@ -327,7 +328,7 @@ class PluginModule : public ::testing::Test {
  protected:
   void SetUp() override {
     reg_.load(std::string(SMP_TEST_PLUGIN_DIR) + "/example_scale_intree.so");
-    kind_ = reg_.module_kind("example_scale");
+    kind_ = smp::PluginTables(reg_).module_kind("example_scale");
     ASSERT_NE(kind_, nullptr);
   }
   void TearDown() override {
@@ -520,7 +521,7 @@ TEST(HostApi, APluginsOwnExceptionKeepsItsMessageAndTypeNotInternal) {
       std::move(smp::sdk::PluginBuilder("mine", "1.0").module<Failing>("mine_failing"))));
   auto message = [&](const std::string& how) -> std::string {
     const std::string key = "head", config = R"({"how": ")" + how + R"("})";
-    smp::ModuleInstance m(reg.module_kind("mine_failing"), "mine", key, config, smp::module_context(key, 1, nullptr, "{}"));
+    smp::ModuleInstance m(smp::PluginTables(reg).module_kind("mine_failing"), "mine", key, config, smp::module_context(key, 1, nullptr, "{}"));
     try {
       m.call("loss", "forward", {at::randn({2, 3})}, 1, false, 0);
     } catch (const smp::Error& e) {

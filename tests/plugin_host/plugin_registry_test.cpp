@@ -2,6 +2,7 @@
 // an smp::Error naming the file and the versions at stake, and leaves the
 // registry exactly as it was (a good plugin still loads afterwards).
 #include <smp/error.h>
+#include "plugin/plugin_tables.h"
 #include <smp/plugin_registry.h>
 
 #include "plugin/host_api.h"
@@ -63,7 +64,7 @@ std::string expect_refused(smp::PluginRegistry& reg, const std::string& name, co
   for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "'" << n << "' missing from: " << message;
   EXPECT_TRUE(Snapshot(reg) == before) << "the refusal of " << name << " changed the registry";
   if (!absent_kind.empty()) {
-    EXPECT_EQ(reg.module_kind(absent_kind), nullptr) << absent_kind << " was registered by a refused plugin";
+    EXPECT_EQ(smp::PluginTables(reg).module_kind(absent_kind), nullptr) << absent_kind << " was registered by a refused plugin";
     EXPECT_EQ(reg.provider(absent_kind), "");
   }
   // A refusal is not remembered as a load: trying again refuses again.
@@ -71,7 +72,7 @@ std::string expect_refused(smp::PluginRegistry& reg, const std::string& name, co
   // And the registry still takes a good plugin.
   const auto& good = reg.load(plugin("good_c_plugin"));
   EXPECT_EQ(good.name, "good_c_plugin");
-  EXPECT_NE(reg.module_kind("good_c_kind"), nullptr);
+  EXPECT_NE(smp::PluginTables(reg).module_kind("good_c_kind"), nullptr);
   return message;
 }
 
@@ -90,7 +91,7 @@ TEST(PluginRegistry, LoadsAPluginWrittenInC) {
   ASSERT_EQ(reg.plugins().size(), 1u);
 
   // Its module kind works through the ABI: create, parameters, forward (an error), destroy.
-  const smp_module_kind* kind = reg.module_kind("good_c_kind");
+  const smp_module_kind* kind = smp::PluginTables(reg).module_kind("good_c_kind");
   ASSERT_NE(kind, nullptr);
   smp_module_context ctx{};
   ctx.struct_size = SMP_MODULE_CONTEXT_STRUCT_SIZE;
@@ -230,17 +231,17 @@ TEST(PluginRegistry, RefusesASecondPluginRegisteringTheSameKind) {
   smp::PluginRegistry reg;
   reg.load(plugin("dup_kind_a"));
   ASSERT_EQ(reg.provider("dup_kind"), "dup_kind_a");
-  const smp_module_kind* owner = reg.module_kind("dup_kind");
+  const smp_module_kind* owner = smp::PluginTables(reg).module_kind("dup_kind");
   expect_refused(reg, "dup_kind_b", {"module kind 'dup_kind'", "'dup_kind_a'", "'dup_kind_b'"},
                  "dup_kind_b_only");
   EXPECT_EQ(reg.provider("dup_kind"), "dup_kind_a");
-  EXPECT_EQ(reg.module_kind("dup_kind"), owner);
+  EXPECT_EQ(smp::PluginTables(reg).module_kind("dup_kind"), owner);
 }
 
 TEST(PluginRegistry, DuplicateKindIsRefusedWhicheverLoadsFirst) {
   smp::PluginRegistry reg;
   reg.load(plugin("dup_kind_b"));
-  EXPECT_NE(reg.module_kind("dup_kind_b_only"), nullptr);
+  EXPECT_NE(smp::PluginTables(reg).module_kind("dup_kind_b_only"), nullptr);
   expect_refused(reg, "dup_kind_a", {"module kind 'dup_kind'", "'dup_kind_b'"});
   EXPECT_EQ(reg.provider("dup_kind"), "dup_kind_b");
 }
@@ -361,7 +362,7 @@ TEST(PluginRegistry, APluginNeedingAMissingHostExtensionIsRefusedNamingIt) {
 TEST(PluginRegistry, APartialGradientOverDpIsRefusedNamingParameterAxisAndPlugin) {
   smp::PluginRegistry reg;
   reg.load(plugin("partial_on_dp"));
-  const smp_module_kind* kind = reg.module_kind("partial_on_dp_kind");
+  const smp_module_kind* kind = smp::PluginTables(reg).module_kind("partial_on_dp_kind");
   ASSERT_NE(kind, nullptr);
   const std::string key = "blocks.0.scale";
   try {

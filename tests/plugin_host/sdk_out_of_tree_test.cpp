@@ -4,6 +4,7 @@
 // (find_package(smp)), then load the plugin into the core and run its module
 // forward and backward, and run the programs under smp-launch.
 #include <smp/error.h>
+#include "plugin/plugin_tables.h"
 #include <smp/plugin_registry.h>
 
 #include "plugin/host_api.h"
@@ -111,7 +112,7 @@ TEST(SdkOutOfTree, InstallBuildAPluginAgainstItLoadItAndTrain) {
   EXPECT_EQ(info.name, "example_scale");
   EXPECT_EQ(info.version, "1.0.0");
   EXPECT_EQ(info.torch_version, smp::host_api()->torch_version);
-  const smp_module_kind* kind = reg.module_kind("example_scale");
+  const smp_module_kind* kind = smp::PluginTables(reg).module_kind("example_scale");
   ASSERT_NE(kind, nullptr);
 
   smp_module_context ctx{};

@@ -4,6 +4,7 @@
 // scores. Real ranks through smp-launch (program_worker.cpp); plus the
 // in-process plugin's ABI checks and the bad inputs.
 #include "proc_util.h"
+#include "plugin/plugin_tables.h"
 
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
@@ -810,7 +811,7 @@ TEST(InProcessPlugin, RegistersLikeAFile) {
   const smp::PluginInfo& info = registry.load_source(plugin);
   EXPECT_EQ(info.path, "in process: inproc");
   EXPECT_EQ(info.name, "inproc");
-  ASSERT_NE(registry.module_kind("inproc_scale"), nullptr);
+  ASSERT_TRUE(registry.has_module_kind("inproc_scale"));
   EXPECT_EQ(registry.provider("inproc_scale"), "inproc");
   // The same capability again, from another plugin: refused, like a file's.
   try {
@@ -830,7 +831,7 @@ TEST(InProcessPlugin, RegistersARuleForTheProgramsOwnKind) {
                                                                .module<Scale>("mine_scale")
                                                                .module<Scale>("mine_scale_tp")
                                                                .rule("tp", "mine_scale", "mine_scale_tp"))));
-  const smp_rule* r = registry.rule("tp", "mine_scale");
+  const smp_rule* r = smp::PluginTables(registry).rule("tp", "mine_scale");
   ASSERT_NE(r, nullptr);
   EXPECT_STREQ(r->dist_kind, "mine_scale_tp");
   EXPECT_EQ(registry.provider("tp rule", "mine_scale"), "mine");
@@ -906,7 +907,7 @@ TEST(InProcessPlugin, RefusedForAnotherAbiOrLibTorch) {
     } catch (const smp::Error& e) {
       EXPECT_TRUE(smp_test::contains(e.what(), "built against LibTorch 0.0.1")) << e.what();
     }
-    EXPECT_EQ(registry.module_kind("torch_scale"), nullptr);
+    EXPECT_FALSE(registry.has_module_kind("torch_scale"));
   }
 }
 

@@ -30,7 +30,7 @@ std::vector<int64_t> cut(int64_t rows, int microbatches) {
   std::vector<int64_t> sizes;
   int64_t next = 0;
   for (int mb = 0; mb < microbatches; ++mb) {
-    const std::vector<at::Tensor> in = b.microbatch(SMP_SPLIT_TRAIN, 0, mb);
+    const std::vector<at::Tensor> in = b.microbatch(smp::DataSplit::Train, 0, mb);
     EXPECT_EQ(in.at(0).size(0), in.at(1).size(0));
     for (int64_t i = 0; i < in.at(1).size(0); ++i) EXPECT_EQ(in.at(1)[i].item<int64_t>(), next++);  // in order, no gap
     sizes.push_back(in.at(1).size(0));
@@ -68,7 +68,7 @@ TEST(ProgramBatch, ATrainingStepStillNeedsEqualMicrobatches) {
             std::string::npos)
       << (e.empty() ? "3 samples under 2 microbatches were accepted for training" : e);
   const smp::ProgramBatch even = batch_of(4, 2, false);
-  EXPECT_EQ(even.microbatch(SMP_SPLIT_TRAIN, 0, 1).at(1)[0].item<int64_t>(), 2);
+  EXPECT_EQ(even.microbatch(smp::DataSplit::Train, 0, 1).at(1)[0].item<int64_t>(), 2);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <smp/plugin_registry.h>
+#include "plugin/plugin_tables.h"
 
 #include "plugin/optimizer_instance.h"
 
@@ -19,10 +20,10 @@ namespace smp_test {
 inline std::unique_ptr<smp::OptimizerInstance> make(const std::string& kind, const nlohmann::json& config,
                                                     const std::vector<at::Tensor>& params, double weight_decay) {
   static smp::PluginRegistry registry;
-  if (!registry.optimizer(kind)) registry.load("smp_optim");
+  if (!smp::PluginTables(registry).optimizer(kind)) registry.load("smp_optim");
   std::vector<bool> decay;
   for (const auto& p : params) decay.push_back(p.dim() >= 2);
-  return std::make_unique<smp::OptimizerInstance>(registry.optimizer(kind), "smp_optim", config.dump(), params, decay,
+  return std::make_unique<smp::OptimizerInstance>(smp::PluginTables(registry).optimizer(kind), "smp_optim", config.dump(), params, decay,
                                                   weight_decay);
 }
 

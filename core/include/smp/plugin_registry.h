@@ -1,7 +1,6 @@
 // Loads plugin shared objects through the ABI and indexes what they provide.
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/plugin_source.h>
 
 #include <nlohmann/json.hpp>
@@ -12,9 +11,21 @@
 #include <string>
 #include <vector>
 
+// The C tables a plugin registers (smp/abi.h), by name only: the registry keeps
+// them, and only the core's plugin layer (PluginTables, plugin/plugin_tables.h)
+// reads them; everything else goes through its C++ instances.
+struct smp_module_kind;
+struct smp_model_adapter;
+struct smp_partition_strategy;
+struct smp_optimizer_kind;
+struct smp_rule;
+struct smp_config_table;
+
 // Exported from libsmp_core (built with hidden visibility): the public API.
 #pragma GCC visibility push(default)
 namespace smp {
+
+class PluginTables;
 
 struct PluginInfo {
   std::string path;
@@ -71,12 +82,13 @@ class PluginRegistry {
   // The file a name resolves to; throws listing the folders searched.
   static std::string resolve(const std::string& path_or_name);
 
-  const smp_module_kind* module_kind(const std::string& kind) const;  // nullptr if unknown
-  const smp_model_adapter* adapter(const std::string& name) const;
-  const smp_partition_strategy* partitioner(const std::string& name) const;
-  const smp_optimizer_kind* optimizer(const std::string& name) const;  // nullptr if unknown
-  // The rule mapping `kind` on mesh axis `axis` ("tp", "ep"); nullptr if none.
-  const smp_rule* rule(const std::string& axis, const std::string& kind) const;
+  // Whether a loaded plugin provides each capability.
+  bool has_module_kind(const std::string& kind) const;
+  bool has_adapter(const std::string& name) const;
+  bool has_partitioner(const std::string& name) const;
+  bool has_optimizer(const std::string& name) const;
+  // Whether a rule maps `kind` on mesh axis `axis` ("tp", "ep").
+  bool has_rule(const std::string& axis, const std::string& kind) const;
   // The memory contract (SMP_EXTENSION_MEMORY, or the 2.1 fields of a plugin
   // without it): SMP_MEMORY_FEATURE_* bits of a kind (0 if unknown), and what a
   // rule splits (everything when it does not say).
@@ -103,6 +115,7 @@ class PluginRegistry {
   const std::deque<PluginInfo>& plugins() const { return infos_; }
 
  private:
+  friend class PluginTables;  // the C tables, for the plugin layer only
   struct Library;
   const PluginInfo* load(const std::string& path_or_name, bool unless_provided);
   const PluginInfo* admit(const smp_plugin_descriptor* d, const std::string& path, bool unless_provided);

@@ -2,12 +2,16 @@
 // SMP_PLUGIN_PATH or in the install), or a program's own code (in process).
 #pragma once
 
-#include <smp/abi.h>
-
 #include <functional>
 #include <string>
 #include <type_traits>
 #include <utility>
+
+// The C ABI's types (smp/abi.h) by name only: the public API passes an entry
+// point through, and only the core's plugin layer reads what it returns.
+struct smp_plugin_descriptor;
+struct smp_host_api;
+struct smp_error;
 
 // Exported from libsmp_core (built with hidden visibility): the public API.
 #pragma GCC visibility push(default)

@@ -3,13 +3,13 @@
 //   #include <smp/smp.h>
 //   smp::PluginRegistry plugins;
 //   plugins.load("nn");                      // by name or path
-//   const smp_module_kind* k = plugins.module_kind("linear");
+//   bool has = plugins.has_module_kind("linear");
 //
 // Everything here throws smp::Error with a message naming the file, key,
-// plugin or rank at fault.
+// plugin or rank at fault. The plugin ABI (smp/abi.h) is not part of it: a
+// plugin, in a file or in the program, includes the SDK (smp/sdk/plugin.hpp).
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/checkpointer.h>
 #include <smp/config.h>
 #include <smp/error.h>

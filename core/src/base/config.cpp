@@ -7,7 +7,7 @@
 #include "base/pipeline_limits.h"
 #include "base/table_names.h"
 
-#include <smp/sdk/toml_nesting.hpp>
+#include <smp/common/toml_nesting.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <smp/error.h>
-#include <smp/sdk/input_file.hpp>
+#include <smp/common/input_file.hpp>
 
 #include <nlohmann/json.hpp>
 

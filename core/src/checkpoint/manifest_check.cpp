@@ -4,7 +4,7 @@
 
 #include "checkpoint/safetensors.h"
 
-#include <smp/sdk/input_file.hpp>
+#include <smp/common/input_file.hpp>
 
 #include <boost/filesystem.hpp>
 #include <nlohmann/json.hpp>

@@ -4,7 +4,7 @@
 
 #include "base/json_depth.h"
 
-#include <smp/sdk/input_file.hpp>
+#include <smp/common/input_file.hpp>
 
 #include <smp/error.h>
 

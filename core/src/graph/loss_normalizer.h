@@ -34,9 +34,8 @@ class LossNormalizer {
 
   // The weight of a microbatch's loss value in the step's sum.
   double seed() const { return reduction_ == ModelGraph::LossReduction::Mean ? static_cast<double>(samples_) : 1.0; }
-  // The gradient fed to it: the weight times the fp16 loss scale (1 otherwise).
-  double backward_seed() const { return seed() * loss_scale_; }
-  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  // The gradient fed to it: the weight times the step's fp16 loss scale (1 otherwise).
+  double backward_seed(double loss_scale) const { return seed() * loss_scale; }
 
   // Adds one microbatch: its loss value and (Sum) its count value.
   void add(LossSums& sums, const at::Tensor& loss, const at::Tensor& count) const;
@@ -49,7 +48,6 @@ class LossNormalizer {
  private:
   ModelGraph::LossReduction reduction_;
   int64_t samples_;
-  double loss_scale_ = 1.0;
 };
 
 }  // namespace smp

@@ -3,7 +3,7 @@
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
 
-#include "plugin/host_api.h"
+#include "plugin/axis_rule.h"
 
 #include <spdlog/spdlog.h>
 
@@ -33,13 +33,14 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
     if (!node.shared_key.empty()) {
       auto it = decided.find(node.shared_key);
       if (it != decided.end()) {
-        const smp_rule* rule = registry.rule(axis, node.kind);
+        const auto rule = AxisRule::find(registry, axis, node.kind);
         node.kind = it->second;
-        if (rule && node.kind == rule->dist_kind) scale_hints(node, registry.memory_split(axis, rule->kind), axis_size);
+        if (rule && node.kind == rule->dist_kind())
+          scale_hints(node, registry.memory_split(axis, rule->kind()), axis_size);
         continue;
       }
     }
-    const smp_rule* rule = registry.rule(axis, node.kind);
+    const auto rule = AxisRule::find(registry, axis, node.kind);
     if (!rule && every_node)
       throw Error(key + " = " + std::to_string(axis_size) + ": node '" + node.name + "' (kind '" + node.kind +
                   "' of plugin '" + registry.provider(node.kind) + "') has no \"" + axis +
@@ -50,11 +51,10 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
         spdlog::debug("{}={}: no {} rule for module kind '{}': its nodes stay replicated", axis, axis_size, axis,
                       node.kind);
     } else {
-      std::string reason;
-      if (rule->check) reason = consume_error(rule->check(rule->state, node.config_json.c_str(), axis_size));
+      const std::string reason = rule->refusal(node.config_json, axis_size);
       if (reason.empty()) {
-        node.kind = rule->dist_kind;
-        scale_hints(node, registry.memory_split(axis, rule->kind), axis_size);
+        node.kind = rule->dist_kind();
+        scale_hints(node, registry.memory_split(axis, rule->kind()), axis_size);
         ++split;
       } else if (replicate_indivisible && !every_node) {
         spdlog::warn("node '{}' ({}): not split {} ways over {} ({}); replicated instead", node.name, node.kind,

@@ -28,10 +28,9 @@ std::vector<NodeCost> profile_costs(const ModelGraph& graph, const PluginRegistr
     auto& m = live[node.module_key()];
     if (!m) {
       // One rank (a null mesh): every axis has size 1.
-      static const std::string kNoParallel = "{}";
-      m = std::make_unique<ModuleInstance>(registry.module_kind(node.kind), registry.provider(node.kind),
-                                           node.module_key(), node.config_json,
-                                           module_context(node.module_key(), seed, nullptr, kNoParallel));
+      ModuleSetup setup;
+      setup.init_seed = seed;
+      m = std::make_unique<ModuleInstance>(registry, node.kind, node.module_key(), node.config_json, setup);
     }
     std::vector<at::Tensor> ins;
     for (const auto& v : node.inputs) {

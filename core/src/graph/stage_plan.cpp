@@ -3,7 +3,7 @@
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
 
-#include "plugin/host_api.h"
+#include "plugin/partition_strategy.h"
 
 #include <set>
 
@@ -102,51 +102,19 @@ bool costs_from_hints(const ModelGraph& graph, int64_t microbatch_samples, std::
 std::vector<int> run_partitioner(const PluginRegistry& registry, const std::string& strategy,
                                  const ModelGraph& graph, const std::vector<NodeCost>& costs, int num_stages,
                                  const nlohmann::json& options, bool tie_across_stages) {
-  const smp_partition_strategy* p = registry.partitioner(strategy);
-  if (!p) {
-    std::string known;
-    for (const auto& k : registry.partitioners()) known += (known.empty() ? "" : ", ") + k;
-    throw Error("parallel.partition: no partition strategy '" + strategy + "' is loaded (known: " +
-                (known.empty() ? "none" : known) + ")");
-  }
-  std::vector<smp_cost_node> nodes(graph.nodes.size());
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    nodes[i] = smp_cost_node{};
-    nodes[i].struct_size = SMP_COST_NODE_STRUCT_SIZE;
-    nodes[i].name = graph.nodes[i].name.c_str();
-    nodes[i].compute = costs[i].compute;
-    nodes[i].memory = costs[i].memory;
-    nodes[i].shared_key = graph.nodes[i].shared_key.empty() ? nullptr : graph.nodes[i].shared_key.c_str();
-  }
-  std::vector<int64_t> src, dst;
+  PartitionRequest req;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    req.nodes.push_back({graph.nodes[i].name, graph.nodes[i].shared_key, costs[i].compute, costs[i].memory});
   auto producers = graph.producers();
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     for (const auto& v : graph.nodes[i].inputs) {
       int p_i = producers.at(v);
-      if (p_i >= 0) {
-        src.push_back(p_i);
-        dst.push_back(static_cast<int64_t>(i));
-      }
+      if (p_i >= 0) req.edges.emplace_back(p_i, static_cast<int64_t>(i));
     }
-  smp_cost_graph g{};
-  g.struct_size = SMP_COST_GRAPH_STRUCT_SIZE;
-  g.nodes = nodes.data();
-  g.n_nodes = nodes.size();
-  g.edge_src = src.data();
-  g.edge_dst = dst.data();
-  g.n_edges = src.size();
-  std::vector<int32_t> stages(nodes.size(), -1);
-  std::string opts = options.dump();
-  smp_partition_request req{};
-  req.struct_size = SMP_PARTITION_REQUEST_STRUCT_SIZE;
-  req.graph = &g;
   req.num_stages = num_stages;
-  req.options_json = opts.c_str();
-  req.tie_across_stages = tie_across_stages ? 1 : 0;
-  req.stage_of_node = stages.data();
-  throw_if_error(p->partition(p->state, &req),
-                 "partition strategy '" + strategy + "' (plugin '" + registry.provider(strategy) + "')");
-  return std::vector<int>(stages.begin(), stages.end());
+  req.options_json = options.dump();
+  req.tie_across_stages = tie_across_stages;
+  return run_partition_strategy(registry, strategy, req);
 }
 
 }  // namespace smp

@@ -3,7 +3,7 @@
 #include <smp/error.h>
 #include <smp/model_graph.h>
 
-#include <smp/sdk/checkpoint.hpp>
+#include <smp/common/checkpoint.hpp>
 
 namespace smp {
 

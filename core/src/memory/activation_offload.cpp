@@ -2,7 +2,7 @@
 
 #include <smp/error.h>
 
-#include <smp/sdk/checkpoint.hpp>
+#include <smp/common/checkpoint.hpp>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

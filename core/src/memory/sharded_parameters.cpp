@@ -6,7 +6,7 @@
 
 #include "comm/communicator.h"
 
-#include <smp/sdk/init.hpp>
+#include <smp/common/init.hpp>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

@@ -98,10 +98,10 @@ void Executor::forward(Slot& slot, int64_t step, int mb, int chunk, bool trainin
     const uint64_t rng = derive_seed(setup_.seed, node.name, {step, mb});
     std::shared_ptr<ModuleInstance> module = setup_.modules->at(key);
     // The call, as a checkpointed node's backward repeats it (same seed, so the same dropout masks).
-    const smp_extension_base* extensions = call_extensions_;
-    ModuleCall call = [module, &node, training, rng, gather, extensions](const std::vector<at::Tensor>& in) {
+    const DecodePositions* decode = decode_;
+    ModuleCall call = [module, &node, training, rng, gather, decode](const std::vector<at::Tensor>& in) {
       if (gather) gather->acquire(node.module_key());
-      return module->call(node.name, node.method, in, node.outputs.size(), training, rng, extensions);
+      return module->call(node.name, node.method, in, node.outputs.size(), training, rng, decode);
     };
     const std::string* next = i + 1 < nodes.size() ? &g.nodes[nodes[i + 1]].module_key() : nullptr;
     if (gather) {
@@ -275,7 +275,7 @@ void Executor::backward(Slot& slot, bool input_part, bool weight_part) {
   std::map<std::string, at::Tensor> passthrough;  // received values sent on unchanged
   if (slot.loss.defined()) {
     roots.push_back(slot.loss);
-    grads.push_back(at::full({}, setup_.loss->backward_seed(), slot.loss.options().requires_grad(false)));
+    grads.push_back(at::full({}, setup_.loss->backward_seed(loss_scale_), slot.loss.options().requires_grad(false)));
   }
   for (const auto& [v, g] : slot.grads_in) {
     const at::Tensor& value = slot.env.at(v);
@@ -334,8 +334,9 @@ const std::unordered_map<const void*, std::string>& Executor::unit_of_parameter(
   return unit_of_parameter_;
 }
 
-ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool training) {
+ExecutorResult Executor::run(const Schedule& schedule, int64_t step, bool training, double loss_scale) {
   ExecutorResult result;
+  loss_scale_ = loss_scale;
   microbatches_ = schedule.microbatches;
   MemoryTracker memory;
   std::map<std::pair<int, int>, Slot> slots;

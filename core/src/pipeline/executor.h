@@ -78,7 +78,8 @@ class Executor {
   explicit Executor(ExecutorSetup setup);
   // Training: forward + backward for every microbatch; .grad accumulates the
   // gradient of the summed loss (see LossNormalizer). Evaluation: forwards only.
-  ExecutorResult run(const Schedule& schedule, int64_t step, bool training);
+  // loss_scale: the fp16 loss scale the backward seeds are multiplied by (1 otherwise).
+  ExecutorResult run(const Schedule& schedule, int64_t step, bool training, double loss_scale = 1.0);
   // Forward-only runs that keep graph values (Runtime::forward): while set, a
   // node whose inputs are not all there is skipped (an input the batch left
   // out, e.g. the targets), and every value in `values` this rank computes is
@@ -87,9 +88,8 @@ class Executor {
     capture_ = values;
     captured_ = sink;
   }
-  // Extensions every module call carries while set (a decoding run's
-  // SMP_EXTENSION_DECODE); null: none.
-  void call_extensions(const smp_extension_base* extensions) { call_extensions_ = extensions; }
+  // Where a decoding run's inputs lie, carried by every module call while set; null: not decoding.
+  void decode_positions(const DecodePositions* decode) { decode_ = decode; }
 
  private:
   struct Slot;  // one (microbatch, chunk) in flight
@@ -116,7 +116,8 @@ class Executor {
   std::vector<std::pair<std::shared_ptr<Work>, at::Tensor>> pending_sends_;
   const std::set<std::string>* capture_ = nullptr;
   std::map<std::string, std::map<int, at::Tensor>>* captured_ = nullptr;
-  const smp_extension_base* call_extensions_ = nullptr;
+  const DecodePositions* decode_ = nullptr;
+  double loss_scale_ = 1.0;  // of the run in progress
 };
 
 }  // namespace smp

@@ -5,7 +5,9 @@
 #include <smp/error.h>
 #include <smp/mesh.h>
 
-#include <smp/sdk/host.hpp>
+#include <smp/common/exceptions.hpp>
+
+#include "plugin/extension.h"
 
 #include "base/device.h"
 #include "base/struct_size.h"
@@ -78,10 +80,21 @@ smp_error* make_error(smp_error_code code, const std::string& msg) { return new 
 
 smp_error* error_create(smp_error_code code, const char* message);
 
+// A failure of the host table that carries its own ABI code; any other
+// exception of the core's reaches the plugin as SMP_ERR_INTERNAL.
+class CodedError : public Error {
+ public:
+  CodedError(smp_error_code code, const std::string& message) : Error(message), code_(code) {}
+  smp_error_code code() const { return code_; }
+
+ private:
+  smp_error_code code_;
+};
+
 // Runs f; exceptions become error objects (no C++ exception crosses into a plugin).
 template <class F>
 smp_error* guarded(F&& f) noexcept {
-  return sdk::guard_with(&error_create, "smp core", std::forward<F>(f));
+  return sdk::guard_exceptions<CodedError>(&error_create, SMP_ERR_INTERNAL, "smp core", std::forward<F>(f));
 }
 
 smp_dtype to_smp(at::ScalarType t) {
@@ -457,20 +470,12 @@ smp_error* mesh_axis_at(const smp_mesh* m, int32_t index, const char** name, int
 // The host's extensions, a chain: the mesh, communication, the graph.
 const smp_extension_base* host_extensions() {
   static const smp_graph_extension graph = [] {
-    smp_graph_extension e{};
-    e.base.struct_size = SMP_GRAPH_EXTENSION_STRUCT_SIZE;
-    e.base.type = SMP_EXTENSION_GRAPH;
-    e.base.version = 1;
-    e.base.next = nullptr;
+    auto e = make_extension<smp_graph_extension>(SMP_EXTENSION_GRAPH, SMP_GRAPH_EXTENSION_STRUCT_SIZE);
     e.split_sequence = &graph_split_sequence;
     return e;
   }();
   static const smp_comm_extension comm = [] {
-    smp_comm_extension e{};
-    e.base.struct_size = SMP_COMM_EXTENSION_STRUCT_SIZE;
-    e.base.type = SMP_EXTENSION_COMM;
-    e.base.version = 1;
-    e.base.next = &graph.base;
+    auto e = make_extension<smp_comm_extension>(SMP_EXTENSION_COMM, SMP_COMM_EXTENSION_STRUCT_SIZE, &graph.base);
     e.send = &ext_send;
     e.recv = &ext_recv;
     e.broadcast = &ext_broadcast;
@@ -479,11 +484,7 @@ const smp_extension_base* host_extensions() {
     return e;
   }();
   static const smp_mesh_extension mesh = [] {
-    smp_mesh_extension e{};
-    e.base.struct_size = SMP_MESH_EXTENSION_STRUCT_SIZE;
-    e.base.type = SMP_EXTENSION_MESH;
-    e.base.version = 1;
-    e.base.next = &comm.base;
+    auto e = make_extension<smp_mesh_extension>(SMP_EXTENSION_MESH, SMP_MESH_EXTENSION_STRUCT_SIZE, &comm.base);
     e.axis_count = &mesh_axis_count;
     e.axis_at = &mesh_axis_at;
     return e;

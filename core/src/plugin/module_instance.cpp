@@ -6,9 +6,11 @@
 #include <smp/error.h>
 
 #include "comm/process_groups.h"
+#include "plugin/extension.h"
 #include "plugin/host_api.h"
+#include "plugin/plugin_tables.h"
 
-#include <smp/sdk/init.hpp>
+#include <smp/common/init.hpp>
 
 namespace smp {
 
@@ -27,6 +29,45 @@ smp_module_context module_context(const std::string& key, uint64_t init_seed, sm
   ctx.extension_start = extensions;
   return ctx;
 }
+
+namespace {
+const smp_module_kind* known_kind(const PluginRegistry& registry, const std::string& kind, const std::string& key) {
+  const smp_module_kind* k = PluginTables(registry).module_kind(kind);
+  if (!k) throw Error("node '" + key + "': no loaded plugin provides module kind '" + kind + "'");
+  return k;
+}
+}  // namespace
+
+bool kind_defers_init(const PluginRegistry& registry, const std::string& kind) {
+  return (registry.memory_features(kind) & SMP_MEMORY_FEATURE_DEFERRED_INIT) != 0;
+}
+bool kind_recomputes_attention_core(const PluginRegistry& registry, const std::string& kind) {
+  return (registry.memory_features(kind) & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE) != 0;
+}
+
+bool kind_decodes(const PluginRegistry& registry, const std::string& kind, const std::string& method) {
+  return (registry.inference(kind, method).flags & (SMP_INFERENCE_POSITIONWISE | SMP_INFERENCE_DECODE)) != 0;
+}
+
+// A module context and the job-tables extension it points to, alive together
+// for the create call (a temporary of the delegating constructor's call).
+struct ModuleInstance::SetupContext {
+  smp_job_tables_extension tables;
+  smp_module_context context;
+  SetupContext(const std::string& key, const ModuleSetup& s)
+      : tables(make_extension<smp_job_tables_extension>(SMP_EXTENSION_JOB_TABLES, SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE)),
+        context() {
+    tables.tables_json = s.tables_json.c_str();
+    context = module_context(key, s.init_seed, s.mesh, s.parallel_json, s.device, s.memory_json.c_str(),
+                             s.tables_json.empty() ? nullptr : &tables.base);
+  }
+  SetupContext(const SetupContext&) = delete;
+};
+
+ModuleInstance::ModuleInstance(const PluginRegistry& registry, const std::string& kind, std::string key,
+                               const std::string& config_json, const ModuleSetup& setup)
+    : ModuleInstance(known_kind(registry, kind, key), registry.provider(kind), key, config_json,
+                     SetupContext(key, setup).context) {}
 
 std::string ModuleInstance::where(const std::string& node, const std::string& call) const {
   return "plugin '" + plugin_ + "', module kind '" + kind_name_ + "', node '" + node + "', " + call;
@@ -145,7 +186,7 @@ ModuleInstance::~ModuleInstance() {
 std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const std::string& method,
                                              const std::vector<at::Tensor>& inputs, size_t n_outputs,
                                              bool training, uint64_t rng_seed,
-                                             const smp_extension_base* extensions) {
+                                             const DecodePositions* decode) {
   std::vector<smp_tensor*> in;
   in.reserve(inputs.size());
   for (const auto& t : inputs) in.push_back(make_tensor_handle(t));
@@ -159,7 +200,14 @@ std::vector<at::Tensor> ModuleInstance::call(const std::string& node_name, const
   args.n_outputs = out.size();
   args.training = training ? 1 : 0;
   args.rng_seed = rng_seed;
-  args.extension_start = extensions;
+  // A decoding call says where its inputs lie in each sample (SMP_EXTENSION_DECODE).
+  auto positions = make_extension<smp_decode_extension>(SMP_EXTENSION_DECODE, SMP_DECODE_EXTENSION_STRUCT_SIZE);
+  if (decode) {
+    positions.start = decode->start.data();
+    positions.n_samples = decode->start.size();
+    positions.capacity = decode->capacity;
+    args.extension_start = &positions.base;
+  }
   // On a GPU the device's generator is seeded with the call's seed too (the
   // SDK's torch modules seed the CPU's): dropout is the same in every layout
   // and in a checkpointed node's recomputation.

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/batch.h>
+#include <smp/plugin_registry.h>
 
 #include "mesh/placement.h"
 
@@ -42,8 +44,30 @@ smp_module_context module_context(const std::string& key, uint64_t init_seed, sm
                                   const char* memory_json = "{}",
                                   const smp_extension_base* extensions = nullptr);
 
+// What a module is created with, in C++ terms (the plugin layer makes the
+// smp_module_context and its extensions from it).
+struct ModuleSetup {
+  uint64_t init_seed = 0;
+  smp_mesh* mesh = nullptr;  // the job's groups (ProcessGroups::handle); null: one rank
+  std::string parallel_json = "{}";
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string memory_json = "{}";  // what the memory manager asks of the module
+  std::string tables_json;         // the job's plugin tables (SMP_EXTENSION_JOB_TABLES); empty: none
+};
+
+// What a loaded kind declares it can do (its SMP_MEMORY_FEATURE_* bits).
+bool kind_defers_init(const PluginRegistry& registry, const std::string& kind);
+bool kind_recomputes_attention_core(const PluginRegistry& registry, const std::string& kind);
+// Whether its `method` can be fed one new position at a time: it works position
+// by position or keeps a KV cache (SMP_INFERENCE_POSITIONWISE / _DECODE).
+bool kind_decodes(const PluginRegistry& registry, const std::string& kind, const std::string& method);
+
 class ModuleInstance {
  public:
+  // A module of the loaded kind `kind`, from the plugin that provides it.
+  // Errors name the plugin, the kind and the node; an unknown kind is refused naming it.
+  ModuleInstance(const PluginRegistry& registry, const std::string& kind, std::string key,
+                 const std::string& config_json, const ModuleSetup& setup);
   // Errors name the plugin, the kind and the node.
   ModuleInstance(const smp_module_kind* kind, std::string plugin, std::string key, const std::string& config_json,
                  const smp_module_context& context);
@@ -53,13 +77,14 @@ class ModuleInstance {
 
   std::vector<at::Tensor> call(const std::string& node_name, const std::string& method,
                                const std::vector<at::Tensor>& inputs, size_t n_outputs, bool training,
-                               uint64_t rng_seed, const smp_extension_base* extensions = nullptr);
+                               uint64_t rng_seed, const DecodePositions* decode = nullptr);
 
   const std::vector<ModuleParameter>& parameters() const { return params_; }
   const std::string& key() const { return key_; }
   const std::string& kind_name() const { return kind_name_; }
 
  private:
+  struct SetupContext;
   std::string where(const std::string& node, const std::string& call) const;
   const smp_module_kind* kind_;
   std::string plugin_, key_, kind_name_;

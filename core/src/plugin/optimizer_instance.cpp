@@ -3,10 +3,25 @@
 #include <smp/error.h>
 
 #include "plugin/host_api.h"
+#include "plugin/plugin_tables.h"
 
 #include <cstdint>
 
 namespace smp {
+
+namespace {
+const smp_optimizer_kind* known_optimizer(const PluginRegistry& registry, const std::string& name) {
+  const smp_optimizer_kind* k = PluginTables(registry).optimizer(name);
+  if (!k) throw Error("no loaded plugin provides the optimizer '" + name + "'");
+  return k;
+}
+}  // namespace
+
+OptimizerInstance::OptimizerInstance(const PluginRegistry& registry, const std::string& name,
+                                     const std::string& config_json, const std::vector<at::Tensor>& params,
+                                     const std::vector<bool>& decay, double weight_decay_rate)
+    : OptimizerInstance(known_optimizer(registry, name), registry.provider("optimizer", name), config_json, params,
+                        decay, weight_decay_rate) {}
 
 OptimizerInstance::OptimizerInstance(const smp_optimizer_kind* kind, std::string plugin, const std::string& config_json,
                                      const std::vector<at::Tensor>& params, const std::vector<bool>& decay,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/plugin_registry.h>
 
 #include <ATen/core/Tensor.h>
 
@@ -15,6 +16,9 @@ class OptimizerInstance {
   // params: what it updates (see smp_optimizer_create_args); decay[i]:
   // whether params[i] is weight-decayed. Errors name the optimizer and plugin.
   OptimizerInstance(const smp_optimizer_kind* kind, std::string plugin, const std::string& config_json,
+                    const std::vector<at::Tensor>& params, const std::vector<bool>& decay, double weight_decay_rate);
+  // The loaded optimizer `name` (PluginRegistry::has_optimizer), from the plugin that provides it.
+  OptimizerInstance(const PluginRegistry& registry, const std::string& name, const std::string& config_json,
                     const std::vector<at::Tensor>& params, const std::vector<bool>& decay, double weight_decay_rate);
   ~OptimizerInstance();
   OptimizerInstance(const OptimizerInstance&) = delete;

@@ -1,4 +1,5 @@
 #include <smp/plugin_registry.h>
+#include "plugin/plugin_tables.h"
 
 #include "base/axis_names.h"
 #include "base/struct_size.h"
@@ -466,25 +467,30 @@ KindInference PluginRegistry::inference(const std::string& kind, const std::stri
   return out;
 }
 
-const smp_module_kind* PluginRegistry::module_kind(const std::string& k) const {
-  auto it = kinds_.find(k);
-  return it == kinds_.end() ? nullptr : it->second;
+namespace {
+template <class Map>
+typename Map::mapped_type find_in(const Map& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? nullptr : it->second;
 }
-const smp_model_adapter* PluginRegistry::adapter(const std::string& n) const {
-  auto it = adapters_.find(n);
-  return it == adapters_.end() ? nullptr : it->second;
+}  // namespace
+
+bool PluginRegistry::has_module_kind(const std::string& k) const { return kinds_.count(k) > 0; }
+bool PluginRegistry::has_adapter(const std::string& n) const { return adapters_.count(n) > 0; }
+bool PluginRegistry::has_partitioner(const std::string& n) const { return partitioners_.count(n) > 0; }
+bool PluginRegistry::has_optimizer(const std::string& n) const { return optimizers_.count(n) > 0; }
+bool PluginRegistry::has_rule(const std::string& axis, const std::string& k) const {
+  return rules_.count(axis + ":" + k) > 0;
 }
-const smp_partition_strategy* PluginRegistry::partitioner(const std::string& n) const {
-  auto it = partitioners_.find(n);
-  return it == partitioners_.end() ? nullptr : it->second;
+
+const smp_module_kind* PluginTables::module_kind(const std::string& k) const { return find_in(r_.kinds_, k); }
+const smp_model_adapter* PluginTables::adapter(const std::string& n) const { return find_in(r_.adapters_, n); }
+const smp_partition_strategy* PluginTables::partitioner(const std::string& n) const {
+  return find_in(r_.partitioners_, n);
 }
-const smp_optimizer_kind* PluginRegistry::optimizer(const std::string& n) const {
-  auto it = optimizers_.find(n);
-  return it == optimizers_.end() ? nullptr : it->second;
-}
-const smp_rule* PluginRegistry::rule(const std::string& axis, const std::string& k) const {
-  auto it = rules_.find(axis + ":" + k);
-  return it == rules_.end() ? nullptr : it->second;
+const smp_optimizer_kind* PluginTables::optimizer(const std::string& n) const { return find_in(r_.optimizers_, n); }
+const smp_rule* PluginTables::rule(const std::string& axis, const std::string& k) const {
+  return find_in(r_.rules_, axis + ":" + k);
 }
 uint32_t PluginRegistry::memory_features(const std::string& kind) const {
   auto it = features_.find(kind);

@@ -2,16 +2,28 @@
 
 #include <smp/error.h>
 
-#include "runtime/model_builder.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
 namespace smp {
 
-std::vector<at::Tensor> AdapterData::microbatch(smp_split split, int64_t step, int mb) const {
-  return model_.batch(split, step, mb);
+std::vector<at::Tensor> AdapterData::microbatch(DataSplit split, int64_t step, int mb) const {
+  const int64_t per_dp = global_batch_ / mesh_.dp();
+  const int64_t per_mb = per_dp / microbatches_;
+  BatchRequest req;
+  req.split = split;
+  req.step = step;
+  req.global_batch = global_batch_;
+  req.first_sample = mesh_.coord(Axis::DP) * per_dp + mb * per_mb;
+  req.num_samples = per_mb;
+  // The rank's coordinates on every dimension that splits data.
+  for (const Axis& a : mesh_.axes()) {
+    const AxisRole role = mesh_.role(a);
+    if (role == AxisRole::SplitsBatch || role == AxisRole::SplitsSequence)
+      req.axes.push_back({a.name(), role, mesh_.coord(a), mesh_.size(a)});
+  }
+  return adapter_.batch(req, n_inputs_);
 }
 
 namespace {
@@ -80,7 +92,7 @@ std::pair<int64_t, int64_t> microbatch_rows(int64_t rows, int microbatches, int 
   return {mb * per + std::min<int64_t>(mb, extra), per + (mb < extra ? 1 : 0)};
 }
 
-std::vector<at::Tensor> ProgramBatch::microbatch(smp_split, int64_t, int mb) const {
+std::vector<at::Tensor> ProgramBatch::microbatch(DataSplit, int64_t, int mb) const {
   const auto [first, count] = microbatch_rows(rows_, microbatches_, mb);
   std::vector<at::Tensor> out(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i)

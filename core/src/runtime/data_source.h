@@ -3,8 +3,10 @@
 // asks one of them for the graph inputs of each microbatch.
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/batch.h>
+#include <smp/mesh.h>
+
+#include "plugin/adapter_instance.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -17,24 +19,30 @@
 
 namespace smp {
 
-class ModelBuilder;
-
 class DataSource {
  public:
   virtual ~DataSource() = default;
   // The graph inputs of microbatch `mb` of `step`, in graph-input order (an
   // input the source lacks is an undefined tensor).
-  virtual std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const = 0;
+  virtual std::vector<at::Tensor> microbatch(DataSplit split, int64_t step, int mb) const = 0;
 };
 
-// The adapter's batches (ModelBuilder::batch).
+// The adapter's batches: each data-parallel rank reads its own share of the
+// global batch, addressed by (split, step, global sample index), so the data
+// does not depend on the layout.
 class AdapterData final : public DataSource {
  public:
-  explicit AdapterData(const ModelBuilder& model) : model_(model) {}
-  std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
+  AdapterData(const AdapterInstance& adapter, const DeviceMesh& mesh, size_t n_inputs, int64_t global_batch,
+              int microbatches)
+      : adapter_(adapter), mesh_(mesh), n_inputs_(n_inputs), global_batch_(global_batch), microbatches_(microbatches) {}
+  std::vector<at::Tensor> microbatch(DataSplit split, int64_t step, int mb) const override;
 
  private:
-  const ModelBuilder& model_;
+  const AdapterInstance& adapter_;
+  const DeviceMesh& mesh_;
+  size_t n_inputs_;
+  int64_t global_batch_;
+  int microbatches_;
 };
 
 // What a program batch's inputs must look like once one has been seen (the
@@ -66,7 +74,7 @@ class ProgramBatch final : public DataSource {
   // than microbatches), rows that differ between inputs, another device, or a
   // dtype / rank other than the spec's.
   ProgramBatch(const Batch& batch, const std::vector<std::string>& graph_inputs, const Rules& rules);
-  std::vector<at::Tensor> microbatch(smp_split split, int64_t step, int mb) const override;
+  std::vector<at::Tensor> microbatch(DataSplit split, int64_t step, int mb) const override;
   // The inputs' dtypes and ranks (for the spec later batches must match).
   std::vector<InputSpec> spec() const;
 

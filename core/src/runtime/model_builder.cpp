@@ -8,23 +8,13 @@
 #include "graph/stage_balance.h"
 #include "memory/activation_checkpoint.h"
 #include "optim/mixed_precision.h"
-#include "plugin/graph_builder.h"
-#include "plugin/host_api.h"
+#include "plugin/module_instance.h"
 #include "runtime/data_source.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 namespace smp {
-
-struct ModelBuilder::Adapter {
-  const smp_model_adapter* table = nullptr;
-  smp_adapter* instance = nullptr;
-  std::string name, plugin;
-  ~Adapter() {
-    if (instance) table->destroy(instance);
-  }
-};
 
 ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<PluginSource>& plugins)
     : job_(job), mesh_(mesh) {
@@ -40,8 +30,8 @@ ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const s
 
 ModelBuilder::~ModelBuilder() = default;
 
-const std::string& ModelBuilder::adapter_name() const { return adapter_->name; }
-const std::string& ModelBuilder::adapter_plugin() const { return adapter_->plugin; }
+const std::string& ModelBuilder::adapter_name() const { return adapter_->name(); }
+const std::string& ModelBuilder::adapter_plugin() const { return adapter_->plugin(); }
 
 // Rules per axis, in the mesh's order (tp, the job's axes, ep). A job's own
 // axis must split something: otherwise its ranks would only repeat each other.
@@ -74,8 +64,8 @@ void ModelBuilder::apply_rules() {
 void ModelBuilder::check_sequence_split(const Axis& a) {
   const int n = mesh_.size(a);
   const std::string key = "parallel." + std::string(a.name());
-  const std::string where = job_.origin + ": " + key + " = " + std::to_string(n) + ": adapter '" + adapter_->name +
-                            "' (plugin '" + adapter_->plugin + "')";
+  const std::string where = job_.origin + ": " + key + " = " + std::to_string(n) + ": adapter '" + adapter_->name() +
+                            "' (plugin '" + adapter_->plugin() + "')";
   if (graph_.sequence_dim < 0)
     throw Error(where + " does not cut its samples' sequences (its describe() does not call "
                 "GraphBuilder::split_sequence), so every rank of the axis would get whole sequences");
@@ -98,94 +88,24 @@ void ModelBuilder::load_plugins(const std::vector<PluginSource>& plugins) {
 }
 
 void ModelBuilder::create_adapter() {
-  std::string name = job_.adapter;
-  if (name.empty()) {
-    for (const auto& info : registry_.plugins())
-      if (!info.adapters.empty()) {
-        name = info.adapters.front();
-        break;
-      }
-  }
-  if (name.empty()) throw Error("no model adapter: pass --plugin <adapter.so> (none of the loaded plugins provides one)");
-  adapter_ = std::make_unique<Adapter>();
-  adapter_->table = registry_.adapter(name);
-  if (!adapter_->table) throw Error("model.adapter: no adapter named '" + name + "' is loaded");
-  adapter_->name = name;
-  adapter_->plugin = registry_.provider("adapter", name);
-  const std::string model_json = job_.model.dump(), parallel_json = job_.parallel_json.dump();
-  smp_adapter_context ctx{};
-  ctx.struct_size = SMP_ADAPTER_CONTEXT_STRUCT_SIZE;
-  ctx.seed = job_.train.seed;
-  ctx.parallel_json = parallel_json.c_str();
-  const std::string where = "adapter '" + name + "' (plugin '" + adapter_->plugin + "')";
-  throw_if_error(adapter_->table->create(adapter_->table->state, model_json.c_str(), &ctx, &adapter_->instance),
-                 where + " create from [model] of " + job_.origin);
-  GraphBuilder builder;
-  throw_if_error(adapter_->table->describe(adapter_->instance, builder.handle()), where + " describe");
-  graph_ = std::move(builder.graph());
-  graph_.validate(name);
+  adapter_ = std::make_unique<AdapterInstance>(registry_, job_.adapter, job_.model.dump(), job_.parallel_json.dump(),
+                                               job_.train.seed, job_.origin);
+  graph_ = adapter_->describe();
 }
 
 // Every node's kind is provided, and only kinds that can recompute an attention core are asked to.
 void ModelBuilder::check_kinds() const {
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const GraphNode& n = graph_.nodes[i];
-    const smp_module_kind* k = registry_.module_kind(n.kind);
-    if (!k) {
+    if (!registry_.has_module_kind(n.kind)) {
       std::string loaded;
       for (const auto& p : registry_.plugins()) loaded += (loaded.empty() ? "" : ", ") + p.name;
       throw Error("node '" + n.name + "': no loaded plugin provides module kind '" + n.kind + "' (loaded: " + loaded + ")");
     }
-    if (recompute_core_[i] && !(registry_.memory_features(n.kind) & SMP_MEMORY_FEATURE_RECOMPUTE_ATTENTION_CORE))
+    if (recompute_core_[i] && !kind_recomputes_attention_core(registry_, n.kind))
       throw Error(job_.origin + ": memory.checkpoint_attention_core: node '" + n.name + "' is of kind '" + n.kind +
                   "' (plugin '" + registry_.provider(n.kind) + "'), which cannot recompute an attention core");
   }
-}
-
-std::vector<at::Tensor> ModelBuilder::batch(smp_split split, int64_t step, int mb) const {
-  const int64_t per_dp = global_batch_ / mesh_.dp();
-  const int64_t per_mb = per_dp / microbatches_;
-  smp_batch_request req{};
-  req.struct_size = SMP_BATCH_REQUEST_STRUCT_SIZE;
-  req.split = split;
-  req.step = step;
-  req.global_batch = global_batch_;
-  req.first_sample = mesh_.coord(Axis::DP) * per_dp + mb * per_mb;
-  req.num_samples = per_mb;
-  // The rank's coordinates on every dimension that splits data.
-  std::vector<smp_axis_coord> coords;
-  for (const Axis& a : mesh_.axes()) {
-    const AxisRole role = mesh_.role(a);
-    if (role != AxisRole::SplitsBatch && role != AxisRole::SplitsSequence) continue;
-    smp_axis_coord c{};
-    c.struct_size = SMP_AXIS_COORD_STRUCT_SIZE;
-    c.axis = a.name();
-    c.flags = role_flag(role);
-    c.index = mesh_.coord(a);
-    c.size = mesh_.size(a);
-    coords.push_back(c);
-  }
-  smp_batch_axes_extension axes{};
-  axes.base.struct_size = SMP_BATCH_AXES_EXTENSION_STRUCT_SIZE;
-  axes.base.type = SMP_EXTENSION_BATCH_AXES;
-  axes.base.version = 1;
-  axes.axes = coords.data();
-  axes.n_axes = coords.size();
-  req.extension_start = &axes.base;
-  std::vector<smp_tensor*> out(graph_.inputs.size(), nullptr);
-  smp_error* err = adapter_->table->batch(adapter_->instance, &req, out.data(), out.size());
-  std::vector<at::Tensor> result;
-  for (auto* h : out)
-    if (h) {
-      result.push_back(tensor_of(h));
-      host_api()->tensor_release(h);
-    }
-  const std::string where = "adapter '" + std::string(adapter_->table->name) + "' (plugin '" + adapter_->plugin + "')";
-  throw_if_error(err, where + " batch");
-  if (result.size() != graph_.inputs.size())
-    throw Error(where + " batch returned " + std::to_string(result.size()) + " tensors for " +
-                std::to_string(graph_.inputs.size()) + " inputs");
-  return result;
 }
 
 void ModelBuilder::plan(Rendezvous* rendezvous, const DataSource* example) {
@@ -205,9 +125,9 @@ void ModelBuilder::plan(Rendezvous* rendezvous, const DataSource* example) {
       throw Error("--estimate-memory: the adapter gives no cost hints for every node, and without them the "
                   "partition needs a profile of the model, which the estimate does not run");
     if (!hinted && mesh_.rank() == 0) {
-      const AdapterData adapter_data(*this);
+      const AdapterData adapter_data(*adapter_, mesh_, graph_.inputs.size(), global_batch_, microbatches_);
       const DataSource& data = example ? *example : adapter_data;
-      costs = profile_costs(graph_, registry_, [&](int mb) { return data.microbatch(SMP_SPLIT_TRAIN, 0, mb); },
+      costs = profile_costs(graph_, registry_, [&](int mb) { return data.microbatch(DataSplit::Train, 0, mb); },
                             job_.train.seed);
       nlohmann::json j = nlohmann::json::array();
       for (auto& c : costs) j.push_back({c.compute, c.memory});

@@ -3,7 +3,6 @@
 // axis, the costs, the partition into stages and the schedules.
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/job_config.h>
 #include <smp/mesh.h>
 #include <smp/model_graph.h>
@@ -13,6 +12,7 @@
 
 #include "graph/loss_normalizer.h"
 #include "memory/memory_model.h"
+#include "plugin/adapter_instance.h"
 #include "schedule/schedule.h"
 
 #include <ATen/core/Tensor.h>
@@ -44,13 +44,12 @@ class ModelBuilder {
   // `example`'s microbatches when given (a program-fed model), else the adapter's.
   void plan(Rendezvous* rendezvous, const DataSource* example = nullptr);
 
-  // The inputs of microbatch `mb` of `step` for this rank's data coordinate.
-  std::vector<at::Tensor> batch(smp_split split, int64_t step, int mb) const;
   // The job as the memory model sees it (after plan()).
   MemoryModelOptions memory_options() const;
 
   const PluginRegistry& registry() const { return registry_; }
-  const std::string& adapter_name() const;    // the adapter the graph came from
+  const AdapterInstance& adapter() const { return *adapter_; }  // the adapter the graph came from
+  const std::string& adapter_name() const;
   const std::string& adapter_plugin() const;  // and the plugin that provides it
   const ModelGraph& graph() const { return graph_; }
   // The loaded plugins' tables of the job, checked by their owners, by name
@@ -59,14 +58,13 @@ class ModelBuilder {
   const StagePlan& stage_plan() const { return plan_; }
   const Schedule& schedule() const { return schedule_; }
   const Schedule& eval_schedule() const { return eval_schedule_; }
-  LossNormalizer& loss() const { return *loss_; }
+  const LossNormalizer& loss() const { return *loss_; }
   const std::vector<bool>& checkpointed() const { return checkpoint_; }        // per node: recomputed in backward
   const std::vector<bool>& recompute_core() const { return recompute_core_; }  // per node: its attention core only
   int microbatches() const { return microbatches_; }
   int64_t global_batch() const { return global_batch_; }
 
  private:
-  struct Adapter;
   void load_plugins(const std::vector<PluginSource>& plugins);
   void create_adapter();
   void apply_rules();
@@ -76,7 +74,7 @@ class ModelBuilder {
   const JobConfig& job_;
   const DeviceMesh& mesh_;
   PluginRegistry registry_;
-  std::unique_ptr<Adapter> adapter_;  // destroyed before the registry whose plugin made it
+  std::unique_ptr<AdapterInstance> adapter_;  // destroyed before the registry whose plugin made it
   ModelGraph graph_;
   nlohmann::json plugin_tables_ = nlohmann::json::object();
   StagePlan plan_;

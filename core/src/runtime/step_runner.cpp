@@ -13,6 +13,7 @@
 #include "memory/gradient_sync.h"
 #include "optim/mixed_precision.h"
 #include "pipeline/executor.h"
+#include "plugin/module_instance.h"
 #include "runtime/model_builder.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
@@ -42,7 +43,8 @@ std::vector<std::pair<std::string, double>> metric_values(const std::vector<Mode
 }  // namespace
 
 StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const ModelBuilder& model, TrainState& state)
-    : job_(job), context_(context), model_(model), state_(state), adapter_data_(model) {
+    : job_(job), context_(context), model_(model), state_(state), adapter_data_(model.adapter(), context.mesh(), model.graph().inputs.size(), model.global_batch(),
+                                                           model.microbatches()) {
   ExecutorSetup setup;
   setup.graph = &model.graph();
   setup.plan = &model.stage_plan();
@@ -61,7 +63,7 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
     setup.offload = offload_.get();
   }
   setup.batch = [this](int64_t step, int mb, bool training) {
-    return source_->microbatch(training ? SMP_SPLIT_TRAIN : SMP_SPLIT_VALIDATION, step, mb);
+    return source_->microbatch(training ? DataSplit::Train : DataSplit::Validation, step, mb);
   };
   executor_ = std::make_unique<Executor>(setup);
   clock_ = std::make_unique<PhaseClock>(context.device());
@@ -146,7 +148,6 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
   const c10::Device& device = context_.device();
   StepResult out;
   out.loss_scale = state_.scaler() ? state_.scaler()->scale() : 1.0;
-  model_.loss().set_loss_scale(out.loss_scale);
   const int64_t held_before = reset_device_peak(device);  // CUDA: the step's peak is counted above it
   trace::set_step(state_.steps());
   trace::Scope step_scope("step", "step " + std::to_string(state_.steps() + 1));
@@ -156,7 +157,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
   PhaseClock& phases = *clock_;
   phases.start();
   state_.sync().begin_step();
-  ExecutorResult r = executor_->run(model_.schedule(), state_.steps(), true);
+  ExecutorResult r = executor_->run(model_.schedule(), state_.steps(), true, out.loss_scale);
   out.phases.compute = phases.end("pipeline");
   state_.sync().finish_step();
   out.phases.grad_sync = phases.end("grad_sync");
@@ -270,8 +271,7 @@ void check_decodable(const ModelGraph& g, const PluginRegistry& registry, const 
   for (const GraphNode& n : g.nodes) {
     if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return known.count(v) > 0; }))
       continue;
-    const uint32_t flags = registry.inference(n.kind, method_of(n)).flags;
-    if (!(flags & (SMP_INFERENCE_POSITIONWISE | SMP_INFERENCE_DECODE)))
+    if (!kind_decodes(registry, n.kind, method_of(n)))
       throw Error(where + ": node '" + n.name + "' (kind '" + n.kind + "' of plugin '" + registry.provider("module kind", n.kind) +
                   "', method '" + method_of(n) + "') declares neither that it works position by position nor that it "
                   "keeps a KV cache (SMP_EXTENSION_INFERENCE), so it cannot be fed one new position at a time: "
@@ -322,7 +322,6 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
   const ModelGraph& g = model_.graph();
   const StagePlan& plan = model_.stage_plan();
   const std::string where = "rank " + std::to_string(context_.mesh().rank()) + (decode ? ": decode" : ": forward");
-  smp_decode_extension positions{};
   if (decode) {
     check_decodable(g, model_.registry(), inputs, where);
     if (model_.microbatches() != 1)
@@ -340,12 +339,6 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
         throw Error(where + ": sample " + std::to_string(i) + " at positions [" + std::to_string(decode->start[i]) +
                     ", " + std::to_string(decode->start[i] + seq) + ") lies outside the cache's capacity " +
                     std::to_string(decode->capacity));
-    positions.base.struct_size = SMP_DECODE_EXTENSION_STRUCT_SIZE;
-    positions.base.type = SMP_EXTENSION_DECODE;
-    positions.base.version = 1;
-    positions.start = decode->start.data();
-    positions.n_samples = decode->start.size();
-    positions.capacity = decode->capacity;
   }
   std::map<std::string, int> producer;  // graph value -> the node computing it
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -364,14 +357,14 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
   {
     UseSource use(source_, &fed);
     Capture keep(*executor_, wanted, captured);
-    executor_->call_extensions(decode ? &positions.base : nullptr);
+    executor_->decode_positions(decode);
     try {
       executor_->run(model_.eval_schedule(), 0, false);
     } catch (...) {
-      executor_->call_extensions(nullptr);
+      executor_->decode_positions(nullptr);
       throw;
     }
-    executor_->call_extensions(nullptr);
+    executor_->decode_positions(nullptr);
   }
   const DeviceMesh& mesh = context_.mesh();
   Batch out;

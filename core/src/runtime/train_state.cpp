@@ -73,11 +73,6 @@ void TrainState::create_modules() {
   const StagePlan& plan = model_.stage_plan();
   const int pp_rank = mesh.coord(Axis::PP);
   const std::string parallel_json = job_.parallel_json.dump(), tables_json = model_.plugin_tables().dump();
-  smp_job_tables_extension tables{};
-  tables.base.struct_size = SMP_JOB_TABLES_EXTENSION_STRUCT_SIZE;
-  tables.base.type = SMP_EXTENSION_JOB_TABLES;
-  tables.base.version = 1;
-  tables.tables_json = tables_json.c_str();
   std::set<std::string> recompute_core_keys;  // modules some node of which asks for attention-core recompute
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     if (model_.recompute_core()[i]) recompute_core_keys.insert(graph.nodes[i].module_key());
@@ -88,17 +83,18 @@ void TrainState::create_modules() {
       if (modules_.count(key)) continue;
       // ZeRO-3 asks every kind that can for deferred init: parameters come
       // without storage and only this rank's dp shard is ever generated.
-      const smp_module_kind* kind = model_.registry().module_kind(node.kind);
-      const bool deferred = job_.memory.zero == 3 &&
-                            (model_.registry().memory_features(node.kind) & SMP_MEMORY_FEATURE_DEFERRED_INIT);
+      const bool deferred = job_.memory.zero == 3 && kind_defers_init(model_.registry(), node.kind);
       nlohmann::json memory = nlohmann::json::object();
       if (recompute_core_keys.count(key)) memory["recompute_attention_core"] = true;
       if (deferred) memory["deferred_init"] = true;
-      const std::string memory_json = memory.dump();
-      modules_[key] = std::make_shared<ModuleInstance>(
-          kind, model_.registry().provider(node.kind), key, node.config_json,
-          module_context(key, derive_seed(job_.train.seed, key), context_.groups().handle(), parallel_json,
-                         context_.device(), memory_json.c_str(), &tables.base));
+      ModuleSetup setup;
+      setup.init_seed = derive_seed(job_.train.seed, key);
+      setup.mesh = context_.groups().handle();
+      setup.parallel_json = parallel_json;
+      setup.device = context_.device();
+      setup.memory_json = memory.dump();
+      setup.tables_json = tables_json;
+      modules_[key] = std::make_shared<ModuleInstance>(model_.registry(), node.kind, key, node.config_json, setup);
       module_order_.push_back(key);
     }
   }
@@ -300,15 +296,14 @@ void TrainState::make_optimizer_over(const std::vector<at::Tensor>& all, std::ve
 void TrainState::make_optimizer(const std::vector<at::Tensor>& tensors, const std::vector<bool>& decay) {
   const PluginRegistry& registry = model_.registry();
   const std::string& name = job_.train.optimizer;
-  const smp_optimizer_kind* kind = registry.optimizer(name);
-  if (!kind) {
+  if (!registry.has_optimizer(name)) {
     std::string known;
     for (const auto& k : registry.optimizers()) known += (known.empty() ? "" : ", ") + k;
     throw Error(job_.origin + ": train.optimizer = \"" + name + "\": no loaded plugin provides it (optimizers: " +
                 (known.empty() ? "none" : known) + "; a plugin of your own goes in plugins.paths)");
   }
-  optimizer_ = std::make_unique<OptimizerInstance>(kind, registry.provider("optimizer", name), job_.optimizer.dump(),
-                                                   tensors, decay, job_.train.weight_decay);
+  optimizer_ = std::make_unique<OptimizerInstance>(registry, name, job_.optimizer.dump(), tensors, decay,
+                                                   job_.train.weight_decay);
 }
 
 std::vector<at::Tensor> TrainState::gradients() const {

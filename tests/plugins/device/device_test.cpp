@@ -11,6 +11,7 @@
 #include <smp/plugin_registry.h>
 
 #include "plugin/module_instance.h"
+#include "plugin/plugin_tables.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -108,7 +109,7 @@ struct Result {
 };
 
 Result run(const Case& c, const c10::Device& device, at::ScalarType dtype, std::vector<std::string>* param_devices) {
-  const smp_module_kind* kind = registry().module_kind(c.kind);
+  const smp_module_kind* kind = smp::PluginTables(registry()).module_kind(c.kind);
   if (!kind) throw std::runtime_error("no module kind '" + c.kind + "' in smp_nn.so / smp_tp.so");
   const std::string key = "net." + c.kind, parallel = "{}";
   smp_module_context ctx = smp::module_context(key, 1234, nullptr, parallel, device);

@@ -3,10 +3,9 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/common/exceptions.hpp>
 
 #include <ATen/core/Tensor.h>
-
-#include <cxxabi.h>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -49,52 +48,13 @@ inline void check(smp_error* err) {
   throw Error(code, msg);
 }
 
-// A plugin's own exception (LibTorch's, the standard library's, the
-// plugin's: anything but an smp::sdk::Error, which carries its code) crosses
-// the ABI as SMP_ERR_INTERNAL with its message and its type after this mark,
-// "Target 9 is out of bounds. (c10::IndexError, thrown by plugin code)": the
-// host then reports it as the plugin's exception, not as an internal error of
-// smp's (host_api.cpp's consume_error, the one reader of the mark).
-inline constexpr const char* kPluginExceptionMark = ", thrown by plugin code)";
-
-// The exception's dynamic type as C++ spells it ("c10::IndexError").
-inline std::string exception_type(const std::exception& e) {
-  const char* mangled = typeid(e).name();
-  int status = 0;
-  char* name = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string out = status == 0 && name ? name : mangled;
-  std::free(name);
-  return out;
-}
-
-// The message of a plugin's own exception, marked as its (see kPluginExceptionMark).
-inline std::string plugin_exception_message(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  return std::string(c10_error ? c10_error->what_without_backtrace() : e.what()) + " (" + exception_type(e) +
-         kPluginExceptionMark;
-}
-
-// Runs f and turns any exception into an ABI error made by `create`: nothing
-// may unwind across the ABI. The one exception-to-error wrapper, used by the
-// plugin side (guard, below) and by the core's host table alike. plugin_code:
-// f is a plugin's code, whose own exceptions are marked as the plugin's; the
-// core's are its internal errors.
+// Runs f and turns any exception into an ABI error made by `create`
+// (guard_exceptions in smp/common/exceptions.hpp: an sdk::Error keeps its code,
+// anything else is SMP_ERR_INTERNAL, a plugin's own marked as the plugin's).
 template <class F>
 smp_error* guard_with(smp_error* (*create)(smp_error_code, const char*), const char* who, F&& f,
                       bool plugin_code = false) noexcept {
-  try {
-    std::forward<F>(f)();
-    return nullptr;
-  } catch (const Error& e) {
-    return create(e.code(), e.what());
-  } catch (const std::exception& e) {
-    if (plugin_code) return create(SMP_ERR_INTERNAL, plugin_exception_message(e).c_str());
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    return create(SMP_ERR_INTERNAL, c10_error ? c10_error->what_without_backtrace() : e.what());
-  } catch (...) {
-    const std::string what = std::string("unknown exception in ") + who;
-    return create(SMP_ERR_INTERNAL, (plugin_code ? what + " (not a std::exception" + kPluginExceptionMark : what).c_str());
-  }
+  return guard_exceptions<Error>(create, SMP_ERR_INTERNAL, who, std::forward<F>(f), plugin_code);
 }
 
 // Runs f in a plugin and turns any exception into an ABI error for the host.

@@ -375,7 +375,7 @@ struct ModuleKindTable {
         smp_param_init init{};
         if (const InitSpec* spec = box->deferred ? box->deferred->find(p.tensor) : nullptr) {
           init.struct_size = SMP_PARAM_INIT_STRUCT_SIZE;
-          init.kind = spec->kind;
+          init.kind = static_cast<smp_param_init_kind>(static_cast<int>(spec->kind));
           init.key = spec->key;
           init.value = spec->value;
           init.full_shape = spec->full.data();

@@ -1,0 +1,33 @@
+// A loaded plugin's partition strategy (smp_partition_strategy), in C++: nodes
+// with their costs and the edges between them in, a stage per node out.
+// graph/'s run_partitioner builds the input from the model graph.
+#pragma once
+
+#include <smp/plugin_registry.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace smp {
+
+struct PartitionNode {
+  std::string name, shared_key;  // shared_key: tied weights ("" none)
+  double compute = 0, memory = 0;
+};
+
+struct PartitionRequest {
+  std::vector<PartitionNode> nodes;
+  std::vector<std::pair<int64_t, int64_t>> edges;  // producer -> consumer node
+  int num_stages = 1;
+  std::string options_json = "{}";  // the job's [partition] table
+  bool tie_across_stages = false;
+};
+
+// The stage of each node. Throws naming the strategy and its plugin (and the
+// loaded strategies when `strategy` is not one of them).
+std::vector<int> run_partition_strategy(const PluginRegistry& registry, const std::string& strategy,
+                                        const PartitionRequest& request);
+
+}  // namespace smp
