@@ -106,6 +106,9 @@ class TcpStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override {
     return guarded([&] { return store_->add(key, delta); });
   }
+  bool check(const std::string& key) override {
+    return guarded([&] { return store_->check({key}); });
+  }
   void set_timeout(std::chrono::milliseconds timeout) override {
     guarded([&] { store_->setTimeout(timeout); });
   }

@@ -41,6 +41,7 @@ class Store {
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual std::string get(const std::string& key) = 0;  // waits up to the store timeout
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  virtual bool check(const std::string& key) = 0;  // whether the key is set; does not wait
   // How long get() (and Gloo's rendezvous over this store) waits from now on.
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };

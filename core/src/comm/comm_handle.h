@@ -1,8 +1,6 @@
 // The ABI's opaque smp_comm: a borrowed pointer to a core Communicator.
 #pragma once
 
-#include <smp/abi.h>
-
 namespace smp {
 class Communicator;
 }

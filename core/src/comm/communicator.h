@@ -1,8 +1,6 @@
 // One mesh axis' collectives (c10d underneath: Gloo for CPU tensors, NCCL for CUDA).
 #pragma once
 
-#include <smp/abi.h>
-
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -11,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+struct smp_comm;  // the ABI's opaque handle (comm/comm_handle.h)
 
 namespace smp {
 
@@ -22,7 +22,7 @@ const char* to_string(ReduceOp op);  // "sum", "max", "min", "product"
 struct CommStats {
   // The bytes the standard (ring / direct) algorithm sends from this rank,
   // computed from the sizes when the op is submitted; the formulas are at the
-  // top of communicator.cpp.
+  // top of comm/byte_accounting.h.
   std::map<std::string, int64_t> analytic;
   std::map<std::string, int64_t> calls;
   // The bytes counted where they moved, by transport then op: "shm", what this
@@ -133,10 +133,17 @@ class Rendezvous {
                                                          const CommOptions& options) = 0;
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual std::string get(const std::string& key) = 0;  // waits for the key
+  // A barrier over the store that does not hold the arrivals up: every world
+  // rank calls arrive(key) once (keys unique in the job), and wait_for_all
+  // returns once all have, or throws WaitFailed (an smp::Error, comm/wait.h)
+  // after `timeout`, naming the world ranks that had not arrived and `what`
+  // was waited for.
+  virtual void arrive(const std::string& key) = 0;
+  virtual void wait_for_all(const std::string& key, std::chrono::milliseconds timeout, const std::string& what) = 0;
   // World rank 0 hosts the store, so it must not exit while others still use
   // it: every rank calls shutdown() at the end of a successful run; rank 0
-  // returns once all have called it (or after `timeout`, with a warning), the
-  // others return at once. Communicators stay usable.
+  // returns once all have called it (or after `timeout`, with a warning: it
+  // never throws), the others return at once. Communicators stay usable.
   virtual void shutdown(std::chrono::milliseconds timeout) = 0;
 };
 

@@ -5,7 +5,6 @@
 // Also the ABI's smp_mesh handle a module is given.
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/mesh.h>
 
 #include "comm/communicator.h"
@@ -15,6 +14,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+struct smp_mesh;  // the ABI's opaque handle, defined below
 
 namespace smp {
 

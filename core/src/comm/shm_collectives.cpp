@@ -1,28 +1,20 @@
 #include "comm/shm_collectives.h"
 
 #include "comm/shm_util.h"
+#include "comm/store_wait.h"
+#include "comm/wait.h"
 
 #include <ATen/Functions.h>
 
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -32,11 +24,7 @@ namespace smp {
 namespace {
 
 using c10d_compat::Failure;
-using Clock = std::chrono::steady_clock;
 
-using shm::cpu_relax;
-using shm::futex_wait;
-using shm::futex_wake_all;
 using shm::kLine;
 using shm::kPage;
 using shm::round_up;
@@ -49,8 +37,7 @@ constexpr int64_t kReduceBlockBytes = 128 * 1024;
 constexpr int64_t kClaimBlockBytes = 256 * 1024;
 
 struct Header {  // the segment's first cache line
-  std::atomic<uint32_t> futex;    // bumped by every publish; sleepers wait on it
-  std::atomic<uint32_t> sleepers; // ranks inside futex_wait (publishers skip the wake syscall when 0)
+  shm::WakeWord wake;  // bumped by every publish; waiters sleep on it
 };
 
 struct RankControl {  // one cache line per rank
@@ -144,6 +131,18 @@ const char* kind_name(int kind) {
   return "?";
 }
 
+// What a wait of a task of `kind` waits for (comm/wait.h's failure).
+const char* waited_for(int kind) {
+  switch (kind) {
+    case ShmCollectives::kAllreduce: return "a shared-memory all-reduce";
+    case ShmCollectives::kAllgather: return "a shared-memory all-gather";
+    case ShmCollectives::kReduceScatter: return "a shared-memory reduce-scatter";
+    case ShmCollectives::kAlltoall: return "a shared-memory all-to-all";
+    case kAllreduceShared: return "a shared-memory all-reduce of a shared buffer";
+  }
+  return "a shared-memory collective";
+}
+
 }  // namespace
 
 // Rank r's segment: line 0 of its control page holds the generation r last
@@ -201,6 +200,8 @@ struct ShmCollectives::Impl {
   std::array<std::atomic<int64_t>, 4> written{};
   void wrote(int kind, int64_t bytes) { written[kind == kAllreduceShared ? kAllreduce : kind] += bytes; }
 
+  const char* waiting_for = "a shared-memory collective";  // the running task's (worker only), for a failed wait
+
   ~Impl() {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -229,8 +230,11 @@ struct ShmCollectives::Impl {
       }
       if (error.empty()) {
         try {
+          waiting_for = waited_for(task.kind);
           run(task);
         } catch (const Failure& f) {
+          error = f.what(), timed_out = f.timed_out();
+        } catch (const WaitFailed& f) {
           error = f.what(), timed_out = f.timed_out();
         } catch (const std::exception& e) {
           error = e.what();
@@ -256,8 +260,7 @@ struct ShmCollectives::Impl {
 
   void publish(uint64_t value) {
     seg->control(rank)->progress.store(value);
-    seg->header()->futex.fetch_add(1);
-    if (seg->header()->sleepers.load() > 0) futex_wake_all(&seg->header()->futex);
+    shm::notify(seg->header()->wake);
   }
 
   bool all_reached(uint64_t target) {
@@ -271,45 +274,24 @@ struct ShmCollectives::Impl {
              [&](int j) { return seg->control(j)->progress.load() < target; });
   }
 
-  // Waits until reached(); late(j) says whether group rank j may be what it
-  // waits for (checked for being alive, named on a timeout).
+  // Waits (comm/wait.h) until reached(); late(j) says whether group rank j
+  // may be what it waits for (checked for being alive, named on a timeout).
   template <class Reached, class Late>
-  void wait_for(Reached reached, Late late) {
-    for (int i = 0; i < spins; ++i) {
-      if (reached()) return;
-      cpu_relax();
-    }
-    const auto start = Clock::now();
-    auto next_liveness_check = start + std::chrono::milliseconds(100);
-    Header* h = seg->header();
-    for (;;) {
-      h->sleepers.fetch_add(1);
-      const uint32_t seen = h->futex.load();
-      const bool ok = reached();
-      if (!ok) futex_wait(&h->futex, seen, 5'000'000);
-      h->sleepers.fetch_sub(1);
-      if (ok || reached()) return;
-      if (stop) throw Failure("the communicator was destroyed while a collective was in flight", false);
-      const auto now = Clock::now();
-      if (now >= next_liveness_check) {
-        next_liveness_check = now + std::chrono::milliseconds(100);
-        for (int j = 0; j < n; ++j) {
-          const pid_t pid = seg->control(j)->pid;
-          if (j != rank && pid > 0 && late(j) && kill(pid, 0) != 0 && errno == ESRCH)
-            throw Failure("group rank " + std::to_string(j) + " (pid " + std::to_string(pid) +
-                              ") exited while this rank waited for it in a shared-memory collective",
-                          false);
-        }
-      }
-      if (now - start >= timeout) {
-        std::string who;
-        for (int j = 0; j < n; ++j)
-          if (j != rank && late(j)) who += (who.empty() ? "" : ", ") + std::to_string(j);
-        throw Failure("shared-memory collective timed out after " + std::to_string(timeout.count()) +
-                          " ms waiting for group rank(s) " + who,
-                      true);
-      }
-    }
+  void wait_for(Reached&& reached, Late&& late) {
+    shm::WaitFor w;
+    w.word = &seg->header()->wake;
+    w.spins = spins;
+    w.timeout = timeout;
+    w.what = waiting_for;
+    w.missing = [&] {
+      std::vector<shm::Peer> peers;
+      for (int j = 0; j < n; ++j)
+        if (j != rank && late(j)) peers.push_back({j, seg->control(j)->pid});
+      return peers;
+    };
+    w.stop = &stop;
+    w.stop_reason = "the communicator was destroyed";
+    shm::wait_until(w, reached);
   }
 
   void run(const Task& task) {
@@ -409,11 +391,6 @@ struct ShmCollectives::Impl {
     publish(base + 3);
   }
 
-  void bump_futex() {
-    seg->header()->futex.fetch_add(1);
-    if (seg->header()->sleepers.load() > 0) futex_wake_all(&seg->header()->futex);
-  }
-
   void allreduce_shared(const Task& task) {
     SharedBuffer& b = *task.shared;
     const uint64_t g = ++b.generation;
@@ -422,7 +399,7 @@ struct ShmCollectives::Impl {
     const uint64_t blocks = static_cast<uint64_t>((b.numel + block - 1) / block);
     const uint64_t first = (g - 1) * blocks, last = g * blocks;
     b.ready(rank)->store(g, std::memory_order_release);
-    bump_futex();
+    shm::notify(seg->header()->wake);
     auto all_ready = [&] {
       for (int j = 0; j < n; ++j)
         if (b.ready(j)->load(std::memory_order_acquire) < g) return false;
@@ -444,7 +421,7 @@ struct ShmCollectives::Impl {
       for (int j = 0; j < n; ++j) std::memcpy(b.data(j) + offset * esize, out.data_ptr(), count * esize);
       wrote(kAllreduceShared, (n - 1) * count * esize);  // into the other members' buffers
       b.done()->fetch_add(1, std::memory_order_release);
-      bump_futex();
+      shm::notify(seg->header()->wake);
     }
     // A claimer that dies leaves its block undone: every other rank may be it.
     wait_for([&] { return b.done()->load(std::memory_order_acquire) >= last; }, [&](int j) { return j != rank; });
@@ -545,19 +522,11 @@ struct ShmCollectives::Impl {
                                           "its shared buffer");
       if (!m.base) throw Failure(m.error, false);
       b.maps[j] = std::make_shared<Mapping>(m.base, m.bytes);
-      store->add(b.key + "/mapped/" + std::to_string(j), 1);
+      arrive(*store, b.key + "/mapped/" + std::to_string(j), rank);
     }
-    await_count(b.key + "/mapped/" + std::to_string(rank), n - 1, "this rank's shared buffer");
-  }
-
-  // Waits until the store counter `key` reaches `want` (every rank that maps a
-  // segment adds 1 to its counter); `what` names the segment on a timeout.
-  void await_count(const std::string& key, int64_t want, const std::string& what) {
-    const auto deadline = Clock::now() + timeout;
-    while (store->add(key, 0) < want) {
-      if (Clock::now() >= deadline) throw Failure("timed out waiting for every group rank to map " + what, true);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    arrive(*store, b.key + "/mapped/" + std::to_string(rank), rank);  // (so that only the others can be missing)
+    wait_for_arrivals(*store, b.key + "/mapped/" + std::to_string(rank), n, timeout,
+                      "every group rank to map this rank's shared buffer", "group rank");
   }
 
   // ---- segment (re)creation (submitting thread, worker idle, all ranks at the same call) ----
@@ -586,11 +555,12 @@ struct ShmCollectives::Impl {
     seg = std::make_unique<Segment>(m.base, total, n, slot);
     chunks_done = 0;
     seg->control(rank)->pid = getpid();
-    store->add(key + "/mapped", 1);
+    arrive(*store, key + "/mapped", rank);
     if (rank == 0) {
       // Unlink once everyone has it mapped: the memory then lives exactly as long as the mappings.
       try {
-        await_count(key + "/mapped", n, "the shared-memory segment");
+        wait_for_arrivals(*store, key + "/mapped", n, timeout, "every group rank to map the shared-memory segment",
+                          "group rank");
       } catch (...) {
         shm_unlink(name.c_str());
         throw;
@@ -612,6 +582,9 @@ struct ShmCollectives::Impl {
     try {
       map_segment(slot);
     } catch (const Failure& f) {
+      std::lock_guard<std::mutex> lock(mu);
+      poisoned = f.what(), poisoned_timeout = f.timed_out();
+    } catch (const WaitFailed& f) {
       std::lock_guard<std::mutex> lock(mu);
       poisoned = f.what(), poisoned_timeout = f.timed_out();
     }

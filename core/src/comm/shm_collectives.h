@@ -32,7 +32,7 @@
 // A rank writes its slot for the next chunk only after all ranks RELEASED the
 // previous one. Reductions run in rank order, so every rank's result is the
 // same bits. Waiting spins briefly (only when every rank has a core), then
-// sleeps on a futex in the segment.
+// sleeps on a futex in the segment (comm/wait.h).
 //
 // Slots start small and grow (collectively, at the same call on every rank) to
 // what the largest call needs, up to max_slot_bytes; /dev/shm space is reserved
@@ -71,7 +71,8 @@ class ShmCollectives {
   // Tensors: dense, contiguous, CPU, alive until wait() returns. Every rank
   // makes the same sequence of calls with the same kinds, sizes, dtypes and
   // ops. They run on this group's worker thread in submission order; wait()
-  // throws c10d_compat::Failure (mismatched calls, a dead peer, a timeout).
+  // throws c10d_compat::Failure (mismatched calls; a dead peer or a timeout,
+  // with the message of comm/wait.h's WaitFailed).
   // After a failure every later call fails too.
   std::shared_ptr<c10d_compat::PendingWork> allreduce(const at::Tensor& t, ReduceOp op);
   // out: n * in.numel() elements, rank j's input at [j * in.numel(), ...).
@@ -92,7 +93,7 @@ class ShmCollectives {
   // dtype (the k-th call's buffers belong together); it returns once every
   // member has mapped every other's (the names are then unlinked). The tensor
   // keeps its mapping alive. Throws c10d_compat::Failure when /dev/shm has no
-  // room (on every member) or a member does not come.
+  // room (on every member), WaitFailed (comm/wait.h) when a member does not come.
   at::Tensor shared_buffer(int64_t numel, at::ScalarType dtype);
   // The index of the shared buffer that is exactly t (same memory, numel and
   // dtype), or -1.

@@ -1,28 +1,23 @@
 #include "comm/shm_mailbox.h"
 
 #include "comm/shm_util.h"
+#include "comm/wait.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace smp {
 namespace {
 
 using c10d_compat::Failure;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kDescriptors = 256;  // messages in flight per (sender, receiver) before a send waits
 
@@ -37,9 +32,9 @@ struct Descriptor {  // one cache line
 };
 
 struct OutboxHeader {  // the segment's first cache line
-  std::atomic<uint32_t> futex;     // bumped by every post; a waiting receiver sleeps on it
-  std::atomic<uint32_t> sleepers;  // receivers inside futex_wait (a post skips the wake syscall when 0)
-  int32_t pid;                     // the sender
+  shm::WakeWord wake;    // bumped by every post (a waiting receiver sleeps on it) and every take (a waiting sender)
+  int32_t pid;           // the sender
+  std::atomic<int32_t> receiver_pid;  // set when the receiver maps the outbox; 0 until then
 };
 static_assert(sizeof(Descriptor) <= shm::kLine && sizeof(OutboxHeader) <= shm::kLine);
 
@@ -183,6 +178,7 @@ struct ShmMailbox::Impl {
     m->base = mapped.base;
     m->bytes = mapped.bytes;
     m->name = name;
+    m->header()->receiver_pid.store(getpid());
     std::lock_guard<std::mutex> lock(mu);
     return *inboxes.emplace(peer, std::move(m)).first->second;
   }
@@ -216,16 +212,18 @@ std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, 
     Outbox& o = s.outbox(peer);
     o.reclaim();
     int d = o.free_descriptor();
-    const auto start = Clock::now();
-    while (d < 0) {  // kDescriptors messages to this peer not taken yet
-      if (Clock::now() - start >= s.timeout)
-        throw Failure("shared-memory send to group rank " + std::to_string(peer) + " timed out after " +
-                          std::to_string(s.timeout.count()) + " ms: " + std::to_string(kDescriptors) +
-                          " earlier messages were never received",
-                      true);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      o.reclaim();
-      d = o.free_descriptor();
+    if (d < 0) {  // kDescriptors messages to this peer not taken yet
+      const std::string what = "group rank " + std::to_string(peer) + " to take one of the " +
+                               std::to_string(kDescriptors) + " messages this rank sent it before";
+      shm::WaitFor w;
+      w.word = &o.map.header()->wake;
+      w.timeout = s.timeout;
+      w.what = what;
+      w.missing = [&] { return std::vector<shm::Peer>{{peer, o.map.header()->receiver_pid.load()}}; };
+      shm::wait_until(w, [&] {
+        o.reclaim();
+        return (d = o.free_descriptor()) >= 0;
+      });
     }
     Descriptor* desc = o.map.descriptor(d);
     const int64_t offset = o.allocate(shm::round_up(bytes, shm::kLine));
@@ -242,9 +240,7 @@ std::shared_ptr<c10d_compat::PendingWork> ShmMailbox::send(const at::Tensor& t, 
       o.blocks.push_back({d, o.head, 0});  // holds no arena bytes; frees its descriptor when taken
     }
     desc->state.store(kPosted, std::memory_order_release);
-    OutboxHeader* h = o.map.header();
-    h->futex.fetch_add(1);
-    if (h->sleepers.load() > 0) shm::futex_wake_all(&h->futex);
+    shm::notify(o.map.header()->wake);
   }
   if (went_through_backend) *went_through_backend = through_backend;
   if (through_backend) {
@@ -272,39 +268,19 @@ class RecvWork final : public c10d_compat::PendingWork {
   void wait() override {
     if (done_) return;
     const Mapping& m = s_->inbox(peer_);
+    shm::WaitFor w;
+    w.word = &m.header()->wake;
     // A short poll (a find() reads every descriptor) before sleeping, only
     // where the ranks have cores of their own.
-    for (int spin = 0; spin < std::min(s_->spins, 64); ++spin) {
+    w.spins = std::min(s_->spins, 64);
+    w.timeout = s_->timeout;
+    const std::string what = "its message (tag " + std::to_string(tag_) + ")";
+    w.what = what;
+    w.missing = [&] { return std::vector<shm::Peer>{{peer_, m.header()->pid}}; };
+    shm::wait_until(w, [&] {
       const int d = find(m);
-      if (d >= 0 && take(m, d)) return;
-      shm::cpu_relax();
-    }
-    OutboxHeader* h = m.header();
-    const auto start = Clock::now();
-    auto next_liveness_check = start + std::chrono::milliseconds(100);
-    for (;;) {
-      h->sleepers.fetch_add(1);
-      struct Leave {
-        std::atomic<uint32_t>& sleepers;
-        ~Leave() { sleepers.fetch_sub(1); }
-      } leave{h->sleepers};
-      const uint32_t seen = h->futex.load();
-      const int d = find(m);
-      if (d >= 0 && take(m, d)) return;
-      if (d < 0) shm::futex_wait(&h->futex, seen, 5'000'000);
-      const auto now = Clock::now();
-      if (now >= next_liveness_check) {
-        next_liveness_check = now + std::chrono::milliseconds(100);
-        if (kill(h->pid, 0) != 0 && errno == ESRCH && find(m) < 0)
-          throw Failure("group rank " + std::to_string(peer_) + " (pid " + std::to_string(h->pid) +
-                            ") exited while this rank waited for its message (tag " + std::to_string(tag_) + ")",
-                        false);
-      }
-      if (now - start >= s_->timeout)
-        throw Failure("shared-memory receive from group rank " + std::to_string(peer_) + " (tag " +
-                          std::to_string(tag_) + ") timed out after " + std::to_string(s_->timeout.count()) + " ms",
-                      true);
-    }
+      return d >= 0 && take(m, d);
+    });
   }
 
  private:
@@ -340,6 +316,7 @@ class RecvWork final : public c10d_compat::PendingWork {
     }
     if (offset >= 0 && bytes > 0) std::memcpy(t_.data_ptr(), m.arena() + offset, static_cast<size_t>(bytes));
     d->state.store(kTaken, std::memory_order_release);
+    shm::notify(m.header()->wake);  // a sender may wait for the descriptor
     if (offset < 0) backend_.recv(t_, peer_, tag_)->wait();  // announced: it went through the backend
     done_ = true;
     return true;

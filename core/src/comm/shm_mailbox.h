@@ -19,7 +19,8 @@
 // The receiver maps the outbox by the name the sender publishes in the store
 // and unlinks it; the sender unlinks it too when it goes (whichever is first),
 // so nothing stays in /dev/shm after a normal exit. A waiting receiver notices
-// a sender that exited (kill(pid, 0)) within ~100 ms.
+// a sender that exited (kill(pid, 0)) within ~100 ms, and a sender waiting for
+// a free descriptor a receiver that did (comm/wait.h).
 #pragma once
 
 #include "comm/c10d_compat.h"
@@ -45,8 +46,10 @@ class ShmMailbox {
 
   // Tensors: dense, contiguous, CPU. send() has copied `t` when it returns
   // (the work is done, or, for a message that went through `backend`, that
-  // backend's pending send). recv() fills `t` in wait(), which throws
-  // c10d_compat::Failure on a size mismatch, a sender that exited, or the timeout.
+  // backend's pending send; send() throws WaitFailed when kDescriptors
+  // earlier messages stay untaken until the timeout). recv() fills `t` in
+  // wait(), which throws c10d_compat::Failure on a size mismatch, WaitFailed
+  // (comm/wait.h) on a sender that exited or the timeout.
   // *through_backend (when given) says whether the message went through `backend`.
   std::shared_ptr<c10d_compat::PendingWork> send(const at::Tensor& t, int peer, int tag, c10d_compat::Backend& backend,
                                                  bool* through_backend = nullptr);

@@ -1,16 +1,13 @@
 #include "comm/shm_util.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sched.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <cstdlib>
 #include <ctime>
@@ -90,15 +87,6 @@ Mapped open_published(const std::string& published, size_t bytes, int creator, c
   Mapped m = map_and_close(fd, bytes, published);
   if (!m.base) m.error += " (" + what + ", made by " + who + ")";
   return m;
-}
-
-void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds) {
-  timespec ts{0, nanoseconds};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace smp::shm

@@ -1,5 +1,6 @@
 // What the shared-memory transports (shm_collectives, shm_mailbox) share:
-// whether two processes can share memory, and how a waiter polls and sleeps.
+// whether two processes can share memory, segments, and how long a waiter
+// polls (the wait itself is comm/wait.h).
 #pragma once
 
 #include <atomic>
@@ -50,10 +51,6 @@ Mapped map_and_close(int fd, size_t bytes, const std::string& name);
 // store) as `published`: its name, or "!" and why it could not make it.
 // `what` names the segment in errors ("its shared buffer").
 Mapped open_published(const std::string& published, size_t bytes, int creator, const std::string& what);
-
-// FUTEX_WAIT on a word in shared memory, for at most `nanoseconds` (< 1 s).
-void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long nanoseconds);
-void futex_wake_all(std::atomic<uint32_t>* word);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
