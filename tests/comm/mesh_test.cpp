@@ -1,9 +1,13 @@
 #include <smp/error.h>
+#include <smp/axis_placement.h>
+#include <smp/job_config.h>
 #include <smp/mesh.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 #include <set>
 
 namespace {
@@ -148,7 +152,7 @@ TEST(MeshTest, AxesByNameAndEpErrors) {
     smp::axis_from_name("xp");
     ADD_FAILURE() << "axis xp accepted";
   } catch (const smp::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no axis named \"xp\" (known: pp, dp, tp, ep, edp, mp, world)"),
+    EXPECT_NE(std::string(e.what()).find("no axis named \"xp\" (known: pp, dp, tp, cp, ep, edp, mp, world)"),
               std::string::npos)
         << e.what();
   }
@@ -271,3 +275,152 @@ TEST(MeshTest, NamedDimensionErrors) {
 }
 
 }  // namespace
+
+// ---- The mesh described once (MeshSpec) and decisions by role ----
+
+namespace {
+
+using smp::MeshSpec;
+using smp::Role;
+
+smp::ParallelConfig layout(int pp, int dp, int tp, const std::string& placement) {
+  smp::ParallelConfig par;
+  par.pp = pp;
+  par.dp = dp;
+  par.tp = tp;
+  par.placement = placement;
+  return par;
+}
+
+std::vector<std::string> names_of(const std::vector<Axis>& axes) {
+  std::vector<std::string> out;
+  for (const Axis& a : axes) out.push_back(a.name());
+  return out;
+}
+
+}  // namespace
+
+// MeshSpec::from reads every parallel.* key that shapes the mesh, once: each
+// dimension's name, size and role in rank order, the derived axes with their
+// parts; the DeviceMesh laid out from it is the one the names give.
+TEST(MeshSpecTest, TheJobsLayoutIsOneDescription) {
+  smp::ParallelConfig par = layout(2, 4, 1, "pp,dp,cp,tp");
+  par.cp = 2;
+  par.ep = 2;
+  par.flatten = {{"dp_cp", {"dp", "cp"}}};
+  const MeshSpec spec = MeshSpec::from(par);
+  EXPECT_EQ(spec.world_size(), 16);
+  EXPECT_EQ(spec.order(), "pp,dp,cp,tp");
+  std::vector<std::tuple<std::string, int, Role>> dims;
+  for (const auto& d : spec.dims()) dims.emplace_back(d.name, d.size, d.role);
+  EXPECT_EQ(dims, (std::vector<std::tuple<std::string, int, Role>>{{"pp", 2, Role::Pipeline},
+                                                                  {"dp", 4, Role::Batch},
+                                                                  {"cp", 2, Role::Sequence},
+                                                                  {"tp", 1, Role::Model}}));
+  std::vector<std::tuple<std::string, Role, std::vector<std::string>>> derived;
+  for (const auto& d : spec.derived()) derived.emplace_back(d.name, d.role, d.parts);
+  EXPECT_EQ(derived, (std::vector<std::tuple<std::string, Role, std::vector<std::string>>>{
+                         {"ep", Role::Expert, {"dp"}},
+                         {"edp", Role::ExpertBatch, {"dp"}},
+                         {"dp_cp", Role::Joined, {"dp", "cp"}},
+                         {"mp", Role::Replica, {"pp", "tp"}},
+                         {"world", Role::World, {"pp", "dp", "cp", "tp"}}}));
+  smp::MeshOptions o;
+  o.ep = 2;
+  o.sequence = {"cp"};
+  o.flatten = par.flatten;
+  for (int r = 0; r < 16; ++r) {
+    const DeviceMesh from_spec(spec, r), by_names(16, r, {2, 4, 2, 1}, {"pp", "dp", "cp", "tp"}, o);
+    ASSERT_EQ(names_of(from_spec.axes()), names_of(by_names.axes()));
+    for (const Axis& a : by_names.axes()) {
+      EXPECT_EQ(from_spec.group(a), by_names.group(a)) << a.name() << " rank " << r;
+      EXPECT_EQ(from_spec.group_name(a), by_names.group_name(a)) << a.name() << " rank " << r;
+      EXPECT_EQ(from_spec.role_of(a), by_names.role_of(a)) << a.name();
+    }
+  }
+}
+
+// The one axis of a role, every axis of one, and a role's name both ways.
+TEST(MeshSpecTest, DecisionsAskRoles) {
+  smp::ParallelConfig par = layout(2, 2, 2, "pp,dp,tp,tok");
+  par.axes = {{"tok", 1}};
+  const DeviceMesh m(MeshSpec::from(par), 5);
+  EXPECT_EQ(m.axis_with(Role::Pipeline), Axis::PP);
+  EXPECT_EQ(m.axis_with(Role::Batch), Axis::DP);
+  EXPECT_EQ(m.axis_with(Role::Expert), Axis::EP);
+  EXPECT_EQ(m.axis_with(Role::ExpertBatch), Axis::EDP);
+  EXPECT_EQ(m.axis_with(Role::Replica), Axis::MP);
+  EXPECT_EQ(m.axis_with(Role::World), Axis::World);
+  EXPECT_EQ(names_of(m.axes_with(Role::Model)), (std::vector<std::string>{"tp", "tok"}));
+  EXPECT_TRUE(m.axes_with(Role::Sequence).empty());
+  EXPECT_THROW(m.axis_with(Role::Model), smp::Error);  // two: ask axes_with
+  EXPECT_EQ(m.coord(Role::Pipeline), m.coord(Axis::PP));
+  EXPECT_EQ(m.size(Role::Batch), 2);
+  EXPECT_EQ(m.role(Axis::PP), smp::AxisRole::SplitsModel);  // the coarse role: what it does to the data
+  for (Role r : {Role::Pipeline, Role::Batch, Role::Sequence, Role::Model, Role::Expert, Role::ExpertBatch,
+                 Role::Joined, Role::Replica, Role::World})
+    EXPECT_EQ(smp::role_from_string(smp::to_string(r)), r);
+  EXPECT_THROW(smp::role_from_string("data"), smp::Error);
+  // One list of the core's own names, each with its role.
+  ASSERT_NE(smp::builtin_axis("cp"), nullptr);
+  EXPECT_EQ(smp::builtin_axis("cp")->role, Role::Sequence);
+  EXPECT_EQ(smp::builtin_axis("tok"), nullptr);
+}
+
+// A job's axis declared with the sequence role (parallel.axes + parallel.
+// sequence_axes) is laid out and asked about exactly as parallel.cp's is.
+TEST(MeshSpecTest, AJobsSequenceAxisWorksLikeCp) {
+  smp::ParallelConfig cp = layout(1, 2, 2, "pp,dp,cp,tp"), seq = layout(1, 2, 2, "pp,dp,seq,tp");
+  cp.cp = 2;
+  seq.axes = {{"seq", 2}};
+  seq.sequence_axes = {"seq"};
+  for (int r = 0; r < 8; ++r) {
+    const DeviceMesh a(MeshSpec::from(cp), r), b(MeshSpec::from(seq), r);
+    const Axis ca = a.axis("cp"), sb = b.axis("seq");
+    EXPECT_EQ(b.role_of(sb), Role::Sequence);
+    EXPECT_EQ(b.role(sb), smp::AxisRole::SplitsSequence);
+    EXPECT_EQ(b.sequence_axes(), std::vector<Axis>{sb});
+    EXPECT_EQ(b.model_axes(), std::vector<Axis>{Axis::TP});
+    EXPECT_EQ(b.rule_axes(), (std::vector<Axis>{Axis::TP, sb, Axis::EP}));
+    EXPECT_EQ(b.at_model_origin(), a.at_model_origin()) << r;
+    EXPECT_EQ(b.is_data_axis(sb), a.is_data_axis(ca));
+    EXPECT_EQ(b.group(sb), a.group(ca)) << r;
+    for (const Axis& x : {Axis::DP, Axis::TP, Axis::MP, Axis::EDP, Axis::World})
+      EXPECT_EQ(b.group(x), a.group(x)) << x.name() << " rank " << r;
+  }
+  // Without the role the same axis splits the model.
+  seq.sequence_axes.clear();
+  EXPECT_EQ(DeviceMesh(MeshSpec::from(seq), 0).role_of(Axis("seq")), Role::Model);
+}
+
+TEST(MeshSpecTest, RolesTheCoreOwnsAreRefusedElsewhere) {
+  const auto msg = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const smp::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(msg([] { MeshSpec({{"pp", 2, Role::Model}}); }).find("\"pp\" cannot have the role model"), std::string::npos);
+  EXPECT_NE(msg([] { MeshSpec({{"rows", 2, Role::Batch}}); }).find("\"rows\" cannot have the role batch"),
+            std::string::npos);
+  EXPECT_NE(msg([] { MeshSpec({{"tok", 2, Role::Expert}}); }).find("no dimension has"), std::string::npos);
+  EXPECT_NE(msg([] { MeshSpec({{"edp", 2, Role::Model}}); }).find("\"edp\" is a derived axis"), std::string::npos);
+  EXPECT_NE(msg([] { MeshSpec({{"dp", 4, Role::Batch}}, 3); }).find("ep = 3 must be >= 1 and divide dp = 4"),
+            std::string::npos);
+  EXPECT_NE(msg([] { DeviceMesh(MeshSpec({{"dp", 4, Role::Batch}}), 4); }).find("rank 4 is outside [0, 4)"),
+            std::string::npos);
+}
+
+// DTensor-style placements as the manifest writes them.
+TEST(MeshSpecTest, PlacementsAsText) {
+  for (const std::string text : {"replicate", "shard(0)", "shard(12)", "partial"}) {
+    const smp::AxisPlacement p = smp::placement_from_string(text, "tp", Role::Model);
+    EXPECT_EQ(smp::to_string(p), text);
+    EXPECT_EQ(p.axis, "tp");
+  }
+  EXPECT_EQ(smp::placement_from_string("shard(2)", "ep", Role::Expert).dim, 2);
+  for (const char* bad : {"shard()", "shard(x)", "Shard(1)", "shard(-1)", ""})
+    EXPECT_THROW(smp::placement_from_string(bad, "tp", Role::Model), smp::Error) << bad;
+}

@@ -237,6 +237,90 @@ TEST(CheckpointReshard, ContextParallelResumesAndLoadsAtCp1AndTp2) {
   }
 }
 
+// Placements in the manifest (issue 55): each tensor records its placement on
+// every axis of more than one rank, by axis name and role, and layout.roles
+// every axis with its role (a derived one with its parts). A checkpoint from
+// before them (5f4a52e: no tensor placements; roles for the dimensions only,
+// pp's "model") still resumes, at its layout and another: the manifest below is
+// this run's edited back to that form (the fields compared with a manifest
+// the 5f4a52e build wrote; loading reads the slices' offsets alone).
+TEST(CheckpointReshard, PlacementsAreRecordedAndAManifestWithoutThemLoads) {
+  const std::vector<std::string> saved_on = {"parallel.tp=2"};
+  const JobResult whole = run_whole(gpt(), 2, saved_on);
+  const std::string dir = fresh_dir("old-manifest");
+  run_first_half(gpt(), 2, saved_on, dir);
+  const fs::path manifest_path = fs::path(dir) / "checkpoints" / "step-00000002" / "manifest.json";
+  nlohmann::json m;
+  {
+    std::ifstream in(manifest_path.string());
+    ASSERT_TRUE(in) << manifest_path;
+    m = nlohmann::json::parse(in);
+  }
+  const nlohmann::json& layout = m["layout"];
+  EXPECT_EQ(layout["roles"]["pp"]["role"], "pipeline") << layout.dump();
+  EXPECT_EQ(layout["roles"]["tp"], (nlohmann::json{{"size", 2}, {"role", "model"}})) << layout.dump();
+  EXPECT_EQ(layout["roles"]["mp"]["parts"], (nlohmann::json{"pp", "tp"})) << layout.dump();
+  int sharded = 0, replicated = 0;
+  for (const auto& [name, t] : m["tensors"].items()) {
+    if (name.rfind("model/", 0) != 0) continue;
+    ASSERT_TRUE(t.contains("placements")) << name;
+    ASSERT_EQ(t["placements"].size(), 1u) << name << ": " << t["placements"].dump();  // tp: the one axis of 2 ranks
+    const nlohmann::json& p = t["placements"][0];
+    EXPECT_EQ(p["axis"], "tp");
+    EXPECT_EQ(p["role"], "model");
+    const std::string how = p["placement"];
+    if (how.rfind("shard(", 0) == 0)
+      ++sharded;
+    else if (how == "replicate" || how == "partial")
+      ++replicated;
+    else
+      ADD_FAILURE() << name << ": placement " << how;
+  }
+  EXPECT_GT(sharded, 0);
+  EXPECT_GT(replicated, 0);
+  // Back to the form the build before wrote.
+  for (auto& [name, t] : m["tensors"].items()) t.erase("placements");
+  nlohmann::json roles;
+  for (const char* dim : {"pp", "dp", "tp"}) roles[dim] = {{"size", m["layout"]["roles"][dim]["size"]}, {"role", "model"}};
+  roles["dp"]["role"] = "batch";
+  m["layout"]["roles"] = roles;
+  {
+    std::ofstream out(manifest_path.string());
+    out << m.dump(1);
+  }
+  const std::string checkpoint = manifest_path.parent_path().string();
+  for (const auto& [name, nproc, sets] : std::vector<std::tuple<std::string, int, std::vector<std::string>>>{
+           {"tp2", 2, saved_on}, {"one rank", 1, {}}}) {
+    SCOPED_TRACE(name);
+    JobResult r = run_job(nproc, gpt().plugin, gpt().config, with(with(kSteps, sets), {"run.resume=" + quoted(checkpoint)}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_continues(whole, r);
+  }
+}
+
+// A checkpoint the build before the mesh description wrote (5f4a52e's
+// smp-launch, 2 ranks at tp 2, a 1-block GPT of width 16, after 2 of 4 steps;
+// tests/integration/data/checkpoint-5f4a52e) resumes on this build at tp 2 and
+// on one rank, and the run goes on as this build's run never stopped.
+TEST(CheckpointReshard, ACheckpointOfTheBuildBeforeResumes) {
+  const std::vector<std::string> small = {"model.layers=1", "model.hidden=16", "model.heads=2"};
+  const JobResult whole = run_whole(gpt(), 2, with(small, {"parallel.tp=2"}));
+  // A copy: the source tree stays as it is whatever the run writes.
+  const fs::path checkpoint = fs::path(fresh_dir("5f4a52e")) / "step-00000002";
+  fs::create_directories(checkpoint);
+  for (const char* f : {"manifest.json", "rank-00000.safetensors", "rank-00001.safetensors"})
+    fs::copy_file(fs::path(source_path("tests/integration/data/checkpoint-5f4a52e")) / f, checkpoint / f);
+  for (const auto& [name, nproc, sets] : std::vector<std::tuple<std::string, int, std::vector<std::string>>>{
+           {"tp2", 2, with(small, {"parallel.tp=2"})}, {"one rank", 1, small}}) {
+    SCOPED_TRACE(name);
+    JobResult r = run_job(nproc, gpt().plugin, gpt().config,
+                          with(with(kSteps, sets), {"run.resume=" + quoted(checkpoint.string())}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("saved at pp=1 tp=2 dp=1"), std::string::npos) << r.output;
+    expect_continues(whole, r);
+  }
+}
+
 // The pid of the smp-worker of `rank` whose command line names run_dir, or -1.
 pid_t worker_pid(const std::string& run_dir, int rank) {
   for (const auto& d : fs::directory_iterator("/proc")) {

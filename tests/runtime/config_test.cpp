@@ -1,6 +1,7 @@
 #include <smp/config.h>
 #include <smp/error.h>
 #include <smp/job_config.h>
+#include <smp/mesh_spec.h>
 
 #include <ATen/Context.h>
 #include <torch/version.h>
@@ -280,6 +281,25 @@ TEST(ConfigTest, ContextParallelAxis) {
                "parallel.cp_mode: expected one of \"ring\", \"alltoall\"");
 }
 
+// A job's own axis given the sequence role (parallel.sequence_axes): a
+// dimension like cp, in the one mesh description with that role; naming an
+// axis parallel.axes does not declare is refused.
+TEST(ConfigTest, AJobAxisWithTheSequenceRole) {
+  Config c = Config::from_string("[parallel]\ntp = 2\nsequence_axes = [\"seq\"]\n[parallel.axes]\nseq = 2\n", "job.toml");
+  c.resolve_layout(8);
+  EXPECT_EQ(c.get_string("parallel.placement"), "pp,dp,seq,tp");
+  EXPECT_EQ(c.get_int("parallel.dp"), 2);
+  const smp::JobConfig j = smp::JobConfig::from(c);
+  EXPECT_EQ(j.parallel.sequence_axes, (std::vector<std::string>{"seq"}));
+  const smp::MeshSpec spec = smp::MeshSpec::from(j.parallel);
+  EXPECT_EQ(spec.role("seq"), smp::Role::Sequence);
+  EXPECT_EQ(spec.names_with(smp::Role::Sequence), (std::vector<std::string>{"seq"}));
+  Config undeclared = Config::from_string("[parallel]\nsequence_axes = [\"seq\"]\n", "job.toml");
+  EXPECT_ERROR(undeclared.resolve_layout(1),
+               "parallel.sequence_axes names \"seq\", which is not an axis of parallel.axes");
+  EXPECT_ERROR(Config::from_string("", "job.toml", {"parallel.axes.edp=2"}), "parallel.axes: expected a table");
+}
+
 // The typed structs and the schema come from one list (config_keys.h): a
 // default-constructed JobConfig is what an empty job file reads as, field by
 // field, for every key of the lists.
@@ -301,7 +321,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 70);  // every key of the reference
+  EXPECT_EQ(fields, 71);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 

@@ -46,8 +46,12 @@
     "rank order of the mesh dimensions, slowest- to fastest-varying; an axis of parallel.axes it does not name "   \
     "goes just outside tp")                                                                                        \
   X(axes, "parallel.axes", AxisSizes, None, AxisSizes{}, Default,                                                  \
-    "the job's own mesh dimensions beyond pp, dp and tp, e.g. { cp = 2 }: model axes that replicate the batch "    \
-    "and split what the loaded plugins' rules for them split (in name order, after tp's)")                         \
+    "the job's own mesh dimensions beyond pp, dp, tp and cp, e.g. { tok = 2 }: model axes that replicate the "  \
+    "batch and split what the loaded plugins' rules for them split (in name order, after tp's), unless "        \
+    "parallel.sequence_axes names them")                                                                           \
+  X(sequence_axes, "parallel.sequence_axes", Strings, None, Strings{}, Default,                                    \
+    "axes of parallel.axes that split every sample's sequence as parallel.cp's \"cp\" does (the sequence role: "   \
+    "the adapter cuts its sequences, every kind needs a rule for the axis, the loss is a sum over it)")           \
   X(flatten, "parallel.flatten", AxisJoins, None, AxisJoins{}, Default,                                            \
     "derived axes joining dimensions, slowest first, e.g. { dp_cp = [\"dp\", \"cp\"] }: each has a communicator "  \
     "a plugin can ask for")                                                                                        \

@@ -1,17 +1,22 @@
 // The device mesh: world ranks laid out as a grid of named dimensions (PyTorch's
 // DeviceMesh), with derived axes that split or flatten them. Pure C++.
 //
-// Every dimension has a role (AxisRole): "dp" splits the batch (each dp index
-// reads its own share); a sequence axis (parallel.cp's "cp", MeshOptions::
-// sequence) splits every sample's sequence; "pp", "tp" and any axis a job
-// declares (parallel.axes), which the core knows by name only, split the model:
-// they replicate the batch and split what their plugins' rules split. Derived axes: "ep" splits the dp ranks of a slice into
-// groups of ep consecutive dp indices (the ranks that exchange tokens in an
-// expert layer); "edp" the dp ranks holding the same experts (dp index =
-// e + k*ep for fixed e); flattened axes join dimensions (torchtitan's
-// dp_shard_cp); "mp" joins pp and every model axis at one dp index (one
-// replica of the model, without the sequence axes); "world" every rank.
+// It is laid out from a MeshSpec (mesh_spec.h): every axis has a Role, and the
+// core decides from roles, never from names. Batch (dp) splits the batch (each
+// coordinate reads its own share); Sequence (parallel.cp's "cp", the job's
+// parallel.sequence_axes) splits every sample's sequence; Pipeline (pp) and
+// Model (tp and the job's other axes, which the core knows by name only) split
+// the model: they replicate the batch and split what their plugins' rules
+// split. Derived axes: Expert (ep) splits the Batch ranks of a slice into
+// groups of ep consecutive Batch indices (the ranks that exchange tokens in an
+// expert layer); ExpertBatch (edp) the Batch ranks holding the same experts
+// (Batch index = e + k*ep for fixed e); Joined axes join dimensions
+// (torchtitan's dp_shard_cp); Replica (mp) joins Pipeline and every Model axis
+// at one Batch index (one replica of the model, without the Sequence axes);
+// World every rank.
 #pragma once
+
+#include <smp/mesh_spec.h>
 
 #include <cstddef>
 #include <string>
@@ -23,7 +28,8 @@
 namespace smp {
 
 // A mesh axis, by name ([a-z][a-z0-9_]*, at most 15 characters). The core's
-// own axes are constants; any other name is an axis a job declared.
+// own axes have constants (MeshSpec's built-in names, for tests and tools);
+// the core itself finds an axis by its role (DeviceMesh::axis_with).
 class Axis {
  public:
   static constexpr std::size_t kMaxName = 15;
@@ -64,7 +70,8 @@ inline const char* axis_name(const Axis& axis) { return axis.name(); }
 // mesh knows more: DeviceMesh::axis.
 Axis axis_from_name(const std::string& name);
 
-// What a dimension does. The core decides from these, never from names: what
+// What a dimension does to the data (Role, coarser: Pipeline is SplitsModel,
+// the derived roles Derived). The core decides from these, never from names: what
 // feeds the batch (SplitsBatch), where a loss or gradient is a partial sum
 // (SplitsBatch and SplitsSequence), where a value is counted once
 // (SplitsModel: coordinate 0), where rules apply (SplitsModel and
@@ -88,10 +95,15 @@ struct MeshOptions {
 
 class DeviceMesh {
  public:
+  // The mesh `spec` describes, seen from `rank`. Throws smp::Error for a rank
+  // outside [0, spec.world_size()).
+  DeviceMesh(const MeshSpec& spec, int rank);
   // names: the dimensions from slowest- to fastest-varying rank index, shape
-  // their sizes (their product is the world size). "pp", "dp" and "tp" are
-  // dimensions of size 1 when not named. Throws smp::Error naming the values
-  // for a bad size, name, product, rank, ep or flattened axis.
+  // their sizes (their product is the world size). "pp" is the Pipeline
+  // dimension, "dp" the Batch one, options.sequence the Sequence ones, every
+  // other one a Model one; "pp", "dp" and "tp" are dimensions of size 1 when
+  // not named. Throws smp::Error naming the values for a bad size, name,
+  // product, rank, ep or flattened axis.
   DeviceMesh(int world_size, int rank, const std::vector<int>& shape, const std::vector<std::string>& names,
              const MeshOptions& options = {});
   // The pp x dp x tp grid. order: a permutation of "pp,dp,tp" (spaces allowed),
@@ -106,6 +118,8 @@ class DeviceMesh {
   int ep() const { return size(Axis::EP); }
   // The dimensions' names, slowest first, joined by commas ("pp,dp,cp,tp").
   const std::string& order() const { return order_; }
+  // What this mesh was laid out from.
+  const MeshSpec& spec() const { return spec_; }
 
   // Every axis: the dimensions (pp, dp, tp, then the job's in order), then the
   // derived ones (ep, edp, flattened, mp, world).
@@ -122,6 +136,17 @@ class DeviceMesh {
   // the sequence axes, then ep.
   std::vector<Axis> rule_axes() const;
   AxisRole role(const Axis& axis) const;
+  // The axis' Role (throws for an axis this mesh does not have).
+  Role role_of(const Axis& axis) const;
+  // The one axis with `role` (Pipeline, Batch, Expert, ExpertBatch, Replica,
+  // World: every mesh has exactly one); throws smp::Error when there is not
+  // exactly one (Model, Sequence, Joined: ask axes_with).
+  Axis axis_with(Role role) const;
+  // The axes with `role`: dimensions in dimension order, then derived ones.
+  std::vector<Axis> axes_with(Role role) const;
+  // Size of, and this rank's coordinate on, the one axis with `role`.
+  int size(Role role) const { return size(axis_with(role)); }
+  int coord(Role role) const { return coord(axis_with(role)); }
   // Whether a gradient is already summed over `axis` by data parallelism:
   // dp, ep, edp, or a flattened axis over dp.
   bool is_data_axis(const Axis& axis) const;
@@ -155,18 +180,20 @@ class DeviceMesh {
   };
   struct AxisDef {
     Axis axis;
+    Role role;
     std::vector<int> factors;  // into factors_, most significant first
   };
-  void build(const std::vector<int>& shape, const std::vector<std::string>& names, const MeshOptions& options);
+  void build();
   const AxisDef& def(const Axis& axis) const;
   int digit(int rank, const Factor& f) const;
   int index_of(int rank, const Axis& axis) const;
 
   int world_, rank_;
+  MeshSpec spec_;
   std::string order_;
   std::vector<std::string> dim_names_;  // pp, dp, tp, then the job's dimensions
   std::vector<int> dim_size_, dim_stride_;
-  std::vector<bool> dim_sequence_;  // by dimension: splits the sequence
+  std::vector<Role> dim_role_;     // by dimension
   std::vector<Factor> factors_;  // by dimension, most significant first
   std::vector<AxisDef> defs_;
   std::vector<Axis> axis_list_;

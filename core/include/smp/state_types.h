@@ -5,6 +5,8 @@
 // training loop's records) include this, not the composition root (runtime.h).
 #pragma once
 
+#include <smp/axis_placement.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -21,8 +23,23 @@ namespace smp {
 struct ParameterView {
   std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
   at::Tensor tensor; // this rank's shard
-  int shard_dim = -1;  // split across tp ranks along this dim, -1 when replicated
-  int ep_shard_dim = -1;  // split across ep ranks (experts) along this dim, -1 when not
+  // Its placement on each axis it may differ on (the mesh's model, sequence
+  // and batch dimensions and the expert axis), in the mesh's order.
+  std::vector<AxisPlacement> placements;
+  // Shorthands kept for programs written before placements: the shard
+  // dimension on the built-in model axis (tp) and on the expert axis, -1 when
+  // not sharded there.
+  int shard_dim = -1;
+  int ep_shard_dim = -1;
+
+  // The placement on `axis` (Replicate when not listed).
+  AxisPlacement placement(const std::string& axis) const {
+    for (const auto& p : placements)
+      if (p.axis == axis) return p;
+    AxisPlacement r;
+    r.axis = axis;
+    return r;
+  }
 };
 
 // Seconds per phase of a step. compute = the schedule's forwards/backwards,
@@ -68,6 +85,10 @@ struct StateEntry {
   int64_t flat_begin = -1;
   at::Tensor local;    // the live tensor (a view, not a copy); counters: a 0-d copy
   bool owner = false;  // exactly one of the ranks holding these values owns them (writes them once)
+  // A parameter's and its optimizer state's placement on each axis of more
+  // than one rank it may be placed on (the manifest records them); empty for
+  // counters. offsets and block_shape follow from these and the coordinates.
+  std::vector<AxisPlacement> placements;
 };
 
 // This rank's memory by category (bytes), as the memory manager accounts it:

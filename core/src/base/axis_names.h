@@ -1,5 +1,7 @@
 // Mesh axis names and comma-separated lists of them, read alike by the config
-// (parallel.placement, parallel.axes) and the device mesh.
+// (parallel.placement, parallel.axes) and the device mesh. The syntax only:
+// which names the core reserves, and what each does, is MeshSpec's
+// (builtin_axes in <smp/mesh_spec.h>).
 #pragma once
 
 #include <algorithm>
@@ -13,19 +15,12 @@ namespace smp {
 
 inline constexpr std::size_t kMaxAxisName = 15;
 
-// The core's own axes: the dimensions pp, dp, tp, then the derived ep, edp, mp, world.
-inline constexpr const char* kCoreAxes[] = {"pp", "dp", "tp", "ep", "edp", "mp", "world"};
-
 // [a-z][a-z0-9_]*, at most kMaxAxisName characters.
 inline bool is_axis_name(const std::string& n) {
   if (n.empty() || n.size() > kMaxAxisName || !std::islower(static_cast<unsigned char>(n[0]))) return false;
   return std::all_of(n.begin(), n.end(), [](char c) {
     return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
   });
-}
-
-inline bool is_core_axis(const std::string& n) {
-  return std::find(std::begin(kCoreAxes), std::end(kCoreAxes), n) != std::end(kCoreAxes);
 }
 
 // "pp, dp,tp" -> {"pp", "dp", "tp"}: split at commas, each part without the

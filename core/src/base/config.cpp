@@ -2,6 +2,7 @@
 #include <smp/config.h>
 #include <smp/error.h>
 #include <smp/job_config.h>
+#include <smp/axis_role.h>
 
 #include "base/axis_names.h"
 #include "base/pipeline_limits.h"
@@ -203,6 +204,27 @@ std::string normalise_schedule(const std::string& s) {
   return "";
 }
 
+// The core's own dimensions every mesh has (pp, dp, tp: MeshSpec's list).
+bool in_every_mesh(const std::string& name) {
+  const BuiltinAxis* b = builtin_axis(name);
+  return b && b->in_every_mesh;
+}
+
+// The name of the built-in axis that is in every mesh and has `role`.
+std::string builtin_dimension(Role role) {
+  for (const BuiltinAxis& b : builtin_axes())
+    if (b.in_every_mesh && b.role == role) return b.name;
+  return "";
+}
+
+// A name the core reserves, which a job may not declare (parallel.axes,
+// parallel.flatten). The built-in sequence axis is refused later, by
+// resolve_layout, naming the key that sets it.
+bool reserved_axis(const std::string& name) {
+  const BuiltinAxis* b = builtin_axis(name);
+  return b && b->role != Role::Sequence;
+}
+
 // Placement "cluster"/"spread"/"pp, dp, tp" -> "pp,dp,tp"; "" when invalid.
 // Names beyond pp, dp and tp are checked against parallel.axes by resolve_layout.
 std::string normalise_placement(const std::string& s) {
@@ -212,11 +234,11 @@ std::string normalise_placement(const std::string& s) {
   std::string out;
   for (const auto& p : parts) {
     if (!is_axis_name(p) || std::count(parts.begin(), parts.end(), p) > 1) return "";
-    if (is_core_axis(p) && p != "pp" && p != "dp" && p != "tp") return "";
+    if (const BuiltinAxis* b = builtin_axis(p); b && !is_dimension(b->role)) return "";  // a derived axis
     out += (out.empty() ? "" : ",") + p;
   }
-  for (const char* core : {"pp", "dp", "tp"})
-    if (std::find(parts.begin(), parts.end(), core) == parts.end()) return "";
+  for (const BuiltinAxis& b : builtin_axes())
+    if (b.in_every_mesh && std::find(parts.begin(), parts.end(), b.name) == parts.end()) return "";
   return out;
 }
 
@@ -369,7 +391,7 @@ json check_value(const std::string& origin, const KeySpec& spec, const toml::nod
       v = json::object();
       for (auto&& [k, e] : *n.as_table()) {
         const std::string name(k.str());
-        if (!is_axis_name(name) || is_core_axis(name)) return fail();
+        if (!is_axis_name(name) || reserved_axis(name)) return fail();
         if (spec.type == Type::AxisSizes) {
           if (!e.is_integer() || e.as_integer()->get() < 1) return fail();
           v[name] = e.as_integer()->get();
@@ -497,7 +519,7 @@ void apply_override(const ConfigOverride& o, json& values, json& set_by) {
     (*cur)[parts.back()] = to_json_value(node);
     return;
   }
-  // One entry of a table-valued key: --set parallel.axes.cp=2.
+  // One entry of a table-valued key: --set parallel.axes.tok=2.
   if (parts.size() == 3) {
     const KeySpec* outer = find_spec(table + "." + parts[1]);
     if (outer && (outer->type == Type::AxisSizes || outer->type == Type::AxisJoins)) {
@@ -748,12 +770,12 @@ namespace {
 std::string full_placement(const std::string& origin, const std::string& placement, const json& axes) {
   std::vector<std::string> parts = split_names(placement);
   for (const auto& name : parts)
-    if (name != "pp" && name != "dp" && name != "tp" && !axes.contains(name))
+    if (!in_every_mesh(name) && !axes.contains(name))
       throw Error(origin + ": parallel.placement names \"" + name +
                   "\", which is neither pp, dp, tp, cp (with parallel.cp > 1) nor an axis of parallel.axes");
   for (const auto& [name, size] : axes.items())
     if (std::find(parts.begin(), parts.end(), name) == parts.end())
-      parts.insert(std::find(parts.begin(), parts.end(), "tp"), name);
+      parts.insert(std::find(parts.begin(), parts.end(), builtin_dimension(Role::Model)), name);
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ",") + p;
   return out;
@@ -773,7 +795,7 @@ void check_flatten(const std::string& origin, const json& flatten, const json& a
       throw Error(origin + ": parallel.flatten." + name + ": \"" + name + "\" is already an axis of parallel.axes");
     for (const auto& d : dims) {
       const std::string dim = d.get<std::string>();
-      if (dim != "pp" && dim != "dp" && dim != "tp" && !axes.contains(dim))
+      if (!in_every_mesh(dim) && !axes.contains(dim))
         throw Error(origin + ": parallel.flatten." + name + ": \"" + dim +
                     "\" is not a dimension (pp, dp, tp or an axis of parallel.axes)");
       if (std::count(dims.begin(), dims.end(), d) > 1)
@@ -792,14 +814,24 @@ void Config::resolve_layout(int world_size) {
                 "smp-plan for parallel.cluster and starts the job on the layout it predicts fastest; this process was "
                 "started without it: start the job with smp-launch, or set the layout (smp-plan --config prints its "
                 "--set lines)");
-  const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp"), cp = get_int("parallel.cp");
+  const int64_t pp = get_int("parallel.pp"), tp = get_int("parallel.tp");
   const json parallel = section_json("parallel");
-  if (parallel["axes"].contains("cp"))
-    throw Error(origin_of("parallel.axes") + ": parallel.axes.cp: \"cp\" is the sequence axis, set by parallel.cp "
-                "(an axis of parallel.axes splits the model and replicates the batch)");
-  // The job's dimensions beyond pp, dp and tp: parallel.axes, and cp when it splits.
+  // The job's dimensions beyond pp, dp and tp: parallel.axes, and the built-in
+  // sequence axis (cp) when it splits.
   json axes = parallel["axes"];
-  if (cp > 1) axes["cp"] = cp;
+  for (const BuiltinAxis& b : builtin_axes()) {
+    if (b.in_every_mesh || !is_dimension(b.role)) continue;
+    const std::string name = b.name;
+    if (parallel["axes"].contains(name))
+      throw Error(origin_of("parallel.axes") + ": parallel.axes." + name + ": \"" + name + "\" is the " +
+                  to_string(b.role) + " axis, set by parallel." + name + " (an axis of parallel.axes splits the "
+                  "model and replicates the batch, unless parallel.sequence_axes names it)");
+    if (const int64_t size = get_int("parallel." + name); size > 1) axes[name] = size;
+  }
+  for (const auto& name : parallel["sequence_axes"])
+    if (!parallel["axes"].contains(name.get<std::string>()))
+      throw Error(origin_of_any({"parallel.sequence_axes", "parallel.axes"}) + ": parallel.sequence_axes names \"" +
+                  name.get<std::string>() + "\", which is not an axis of parallel.axes (declare its size there)");
   values_["parallel"]["placement"] =
       full_placement(origin_of_any({"parallel.placement", "parallel.axes"}), parallel["placement"].get<std::string>(), axes);
   check_flatten(origin_of_any({"parallel.flatten", "parallel.axes"}), parallel["flatten"], axes);
@@ -810,7 +842,7 @@ void Config::resolve_layout(int world_size) {
   std::string model_names = "parallel.tp", model_sizes = std::to_string(tp);
   for (const auto& [name, size] : axes.items()) {
     model = size_product(model, size.get<int64_t>());
-    model_names += name == "cp" ? " * parallel.cp" : " * parallel.axes." + name;
+    model_names += builtin_axis(name) ? " * parallel." + name : " * parallel.axes." + name;
     model_sizes += " * " + std::to_string(size.get<int64_t>());
   }
   const json* dpv = find("parallel.dp");

@@ -116,8 +116,13 @@ void remove_folder(const fs::path& folder, const std::string& token) {
 }
 
 nlohmann::json slice_json(const StateEntry& e) {
-  return {{"offsets", e.offsets}, {"block_shape", e.block_shape}, {"flat_begin", e.flat_begin},
-          {"numel", e.local.numel()}};
+  nlohmann::json s = {{"offsets", e.offsets}, {"block_shape", e.block_shape}, {"flat_begin", e.flat_begin},
+                      {"numel", e.local.numel()}};
+  // DTensor-style, per axis by name and role: what a reader needs to know how the
+  // slices were cut (loading reads offsets alone, so manifests without them load alike).
+  for (const AxisPlacement& p : e.placements)
+    s["placements"].push_back({{"axis", p.axis}, {"role", to_string(p.role)}, {"placement", to_string(p)}});
+  return s;
 }
 
 }  // namespace
@@ -264,6 +269,7 @@ void merge_parts(const std::vector<nlohmann::json>& parts, nlohmann::json& files
       const std::string name = s["name"].get<std::string>();
       nlohmann::json& t = tensors[name];
       if (t.is_null()) t = {{"dtype", s["dtype"]}, {"shape", s["global_shape"]}, {"slices", nlohmann::json::array()}};
+      if (s.contains("placements") && !t.contains("placements")) t["placements"] = s["placements"];
       if (t["dtype"] != s["dtype"] || t["shape"] != s["global_shape"])
         throw Error("checkpoint: ranks disagree on tensor '" + name + "': " + t["dtype"].dump() + t["shape"].dump() +
                     " and " + s["dtype"].dump() + s["global_shape"].dump());

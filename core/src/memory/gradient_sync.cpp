@@ -23,7 +23,8 @@ SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& pla
   s.tensor = tensor;
   Axis data = placements.data_parallel_axis();
   // SMP_TEST_FAULT=expert_grad_wrong_group: an expert's gradient summed over dp, not edp.
-  if (data == Axis::EDP && test_fault(TestFault::ExpertGradWrongGroup)) data = Axis::DP;
+  if (groups.mesh().role_of(data) == Role::ExpertBatch && test_fault(TestFault::ExpertGradWrongGroup))
+    data = groups.mesh().axis_with(Role::Batch);
   s.data_parallel = &groups.get(data);
   for (const auto& p : placements.list())
     if (p.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&groups.get(p.axis));

@@ -46,15 +46,60 @@ Axis::Axis(const std::string& name) : name_{} {
 }
 
 Axis axis_from_name(const std::string& name) {
-  if (is_core_axis(name)) return Axis(name);
-  std::vector<std::string> known(std::begin(kCoreAxes), std::end(kCoreAxes));
+  if (builtin_axis(name)) return Axis(name);
+  std::vector<std::string> known;
+  for (const auto& a : builtin_axes()) known.push_back(a.name);
   throw Error("device mesh: no axis named \"" + name + "\" (known: " + join(known, ", ") + ")");
 }
 
+DeviceMesh::DeviceMesh(const MeshSpec& spec, int rank) : world_(spec.world_size()), rank_(rank), spec_(spec) {
+  build();
+}
+
+namespace {
+
+// The spec of a mesh given by names: "pp" and "dp" have their roles, the
+// sequence ones Sequence, any other Model. The product is checked against the
+// world here, with the caller's names.
+MeshSpec spec_of(int world, const std::vector<int>& shape, const std::vector<std::string>& names,
+                 const MeshOptions& options) {
+  if (shape.size() != names.size())
+    throw Error("device mesh: " + std::to_string(shape.size()) + " sizes for " + std::to_string(names.size()) +
+                " dimensions (" + join(names) + ")");
+  std::vector<MeshDim> dims;
+  long long product = 1;
+  std::string sizes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Axis named(names[i]);  // validates the name
+    const BuiltinAxis* b = builtin_axis(names[i]);
+    const bool fixed = b && (b->role == Role::Pipeline || b->role == Role::Batch);
+    const bool sequence = std::find(options.sequence.begin(), options.sequence.end(), names[i]) != options.sequence.end();
+    dims.push_back({names[i], shape[i], fixed ? b->role : sequence ? Role::Sequence : Role::Model});
+    if (b && !is_dimension(b->role)) dims.back().role = b->role;  // refused by MeshSpec, by name
+    product *= shape[i];
+    sizes += (sizes.empty() ? "" : "*") + std::to_string(shape[i]);
+  }
+  for (const auto& n : options.sequence) {
+    const BuiltinAxis* b = builtin_axis(n);
+    if (std::find(names.begin(), names.end(), n) == names.end() || (b && b->role != Role::Sequence && b->role != Role::Model) ||
+        n == "tp")
+      throw Error("device mesh: the sequence axis \"" + n + "\" must be one of the job's own dimensions (" +
+                  join(names, ", ") + ")");
+  }
+  MeshSpec spec(dims, options.ep, options.flatten);  // names, sizes, roles, ep and joins
+  if (product != world)
+    throw Error("device mesh: " + join(names, "*") + " = " + sizes + " = " + std::to_string(product) +
+                " does not equal the world size " + std::to_string(world));
+  return spec;
+}
+
+}  // namespace
+
 DeviceMesh::DeviceMesh(int world_size, int rank, const std::vector<int>& shape, const std::vector<std::string>& names,
                        const MeshOptions& options)
-    : world_(world_size), rank_(rank) {
-  build(shape, names, options);
+    : world_(world_size), rank_(rank), spec_(spec_of(world_size, shape, names, options)) {
+  build();
+  order_ = join(names);  // as given: the spec adds pp, dp and tp where missing
 }
 
 DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const std::string& order, int ep)
@@ -71,69 +116,46 @@ DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const s
   for (const auto& n : names) shape.push_back(n == "pp" ? pp : n == "dp" ? dp : tp);
   MeshOptions options;
   options.ep = ep;
-  build(shape, names, options);
+  spec_ = spec_of(world_size, shape, names, options);
+  build();
 }
 
-void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::string>& names,
-                       const MeshOptions& options) {
-  if (shape.size() != names.size())
-    throw Error("device mesh: " + std::to_string(shape.size()) + " sizes for " + std::to_string(names.size()) +
-                " dimensions (" + join(names) + ")");
-  long long product = 1;
-  std::string sizes;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const Axis named(names[i]);  // validates the name
-    if (shape[i] < 1) throw Error("device mesh: " + names[i] + " = " + std::to_string(shape[i]) + " must be >= 1");
-    if (std::count(names.begin(), names.end(), names[i]) > 1)
-      throw Error("device mesh: dimension \"" + names[i] + "\" is named twice in " + join(names));
-    const bool derived = std::find(std::begin(kCoreAxes) + 3, std::end(kCoreAxes), names[i]) != std::end(kCoreAxes);
-    if (derived) throw Error("device mesh: \"" + names[i] + "\" is a derived axis, not a dimension");
-    product *= shape[i];
-    sizes += (sizes.empty() ? "" : "*") + std::to_string(shape[i]);
-  }
-  if (product != world_)
-    throw Error("device mesh: " + join(names, "*") + " = " + sizes + " = " + std::to_string(product) +
-                " does not equal the world size " + std::to_string(world_));
+void DeviceMesh::build() {
   if (rank_ < 0 || rank_ >= world_)
     throw Error("device mesh: rank " + std::to_string(rank_) + " is outside [0, " + std::to_string(world_) + ")");
-
-  // Dimensions in their canonical order (pp, dp, tp, the job's), strides from the rank order.
-  std::vector<std::string> layout = names;
-  for (const char* core : {"tp", "dp", "pp"})
-    if (std::find(layout.begin(), layout.end(), core) == layout.end()) layout.insert(layout.begin(), core);
+  // Dimensions in their canonical order (the spec's pp, dp, tp first, then the
+  // others in rank order); strides from the rank order.
+  const std::vector<MeshDim>& dims = spec_.dims();
+  std::vector<std::string> layout;
+  for (const auto& d : dims) layout.push_back(d.name);
+  order_ = join(layout);
   dim_names_ = {"pp", "dp", "tp"};
-  for (const auto& n : names)
-    if (n != "pp" && n != "dp" && n != "tp") dim_names_.push_back(n);
+  for (const auto& d : dims)
+    if (std::find(dim_names_.begin(), dim_names_.end(), d.name) == dim_names_.end()) dim_names_.push_back(d.name);
   const auto dim_index = [&](const std::string& n) {
     return static_cast<int>(std::find(dim_names_.begin(), dim_names_.end(), n) - dim_names_.begin());
   };
   dim_size_.assign(dim_names_.size(), 1);
   dim_stride_.assign(dim_names_.size(), 1);
-  dim_sequence_.assign(dim_names_.size(), false);
-  for (const auto& n : options.sequence) {
-    const int d = dim_index(n);
-    if (d < 3 || d == static_cast<int>(dim_names_.size()))
-      throw Error("device mesh: the sequence axis \"" + n + "\" must be one of the job's own dimensions (" +
-                  join(dim_names_, ", ") + ")");
-    dim_sequence_[d] = true;
+  dim_role_.assign(dim_names_.size(), Role::Model);
+  for (const auto& d : dims) {
+    dim_size_[dim_index(d.name)] = d.size;
+    dim_role_[dim_index(d.name)] = d.role;
   }
-  for (size_t i = 0; i < names.size(); ++i) dim_size_[dim_index(names[i])] = shape[i];
-  order_ = join(names);
   int stride = 1;
-  for (size_t i = layout.size(); i-- > 0;) {
-    const int d = dim_index(layout[i]);
+  for (size_t i = dims.size(); i-- > 0;) {
+    const int d = dim_index(dims[i].name);
     dim_stride_[d] = stride;
     stride *= dim_size_[d];
   }
 
-  // Factors: dp splits into (edp, ep) when 1 < ep < dp; every other dimension is one digit.
-  const int dp = dim_size_[1], ep = options.ep;
-  if (ep < 1 || dp % ep != 0)
-    throw Error("device mesh: ep = " + std::to_string(ep) + " must be >= 1 and divide dp = " + std::to_string(dp) +
-                " (expert parallelism splits the data-parallel ranks)");
+  // Factors: the Batch dimension splits into (ExpertBatch, Expert) when 1 < ep
+  // < its size; every other dimension is one digit.
+  const int batch = dim_index(spec_.names_with(Role::Batch).front());
+  const int dp = dim_size_[batch], ep = spec_.ep();
   std::vector<std::vector<int>> of_dim(dim_names_.size());
   for (int d = 0; d < static_cast<int>(dim_names_.size()); ++d) {
-    if (d == 1 && ep > 1 && ep < dp) {
+    if (d == batch && ep > 1 && ep < dp) {
       of_dim[d] = {static_cast<int>(factors_.size()), static_cast<int>(factors_.size()) + 1};
       factors_.push_back({d, ep, dp / ep});
       factors_.push_back({d, 1, ep});
@@ -142,38 +164,19 @@ void DeviceMesh::build(const std::vector<int>& shape, const std::vector<std::str
       factors_.push_back({d, 1, dim_size_[d]});
     }
   }
-  const auto add = [&](const std::string& name, std::vector<int> factors) {
-    defs_.push_back({Axis(name), std::move(factors)});
-  };
-  for (int d = 0; d < static_cast<int>(dim_names_.size()); ++d) add(dim_names_[d], of_dim[d]);
-  const bool split = of_dim[1].size() == 2;
-  add("ep", split ? std::vector<int>{of_dim[1][1]} : ep == dp ? of_dim[1] : std::vector<int>{});
-  add("edp", split ? std::vector<int>{of_dim[1][0]} : ep == 1 ? of_dim[1] : std::vector<int>{});
-  for (const auto& [name, parts] : options.flatten) {
-    if (is_core_axis(name) ||
-        dim_index(name) < static_cast<int>(dim_names_.size()) ||
-        std::any_of(defs_.begin(), defs_.end(), [&](const AxisDef& a) { return name == a.axis.name(); }))
-      throw Error("device mesh: flattened axis \"" + name + "\" is already an axis");
-    if (parts.size() < 2) throw Error("device mesh: flattened axis \"" + name + "\" must join two or more dimensions");
+  for (int d = 0; d < static_cast<int>(dim_names_.size()); ++d)
+    defs_.push_back({Axis(dim_names_[d]), dim_role_[d], of_dim[d]});
+  const bool split = of_dim[batch].size() == 2;
+  for (const MeshDerived& x : spec_.derived()) {
     std::vector<int> factors;
-    for (const auto& p : parts) {
-      const int d = dim_index(p);
-      if (d == static_cast<int>(dim_names_.size()))
-        throw Error("device mesh: flattened axis \"" + name + "\" joins \"" + p + "\", which is not a dimension (" +
-                    join(dim_names_, ", ") + ")");
-      if (std::count(parts.begin(), parts.end(), p) > 1)
-        throw Error("device mesh: flattened axis \"" + name + "\" names \"" + p + "\" twice");
-      factors.insert(factors.end(), of_dim[d].begin(), of_dim[d].end());
-    }
-    add(name, factors);
+    if (x.role == Role::Expert)
+      factors = split ? std::vector<int>{of_dim[batch][1]} : ep == dp ? of_dim[batch] : std::vector<int>{};
+    else if (x.role == Role::ExpertBatch)
+      factors = split ? std::vector<int>{of_dim[batch][0]} : ep == 1 ? of_dim[batch] : std::vector<int>{};
+    else
+      for (const auto& p : x.parts) factors.insert(factors.end(), of_dim[dim_index(p)].begin(), of_dim[dim_index(p)].end());
+    defs_.push_back({Axis(x.name), x.role, factors});
   }
-  std::vector<int> mp = of_dim[0];
-  for (int d = 2; d < static_cast<int>(dim_names_.size()); ++d)
-    if (!dim_sequence_[d]) mp.insert(mp.end(), of_dim[d].begin(), of_dim[d].end());
-  add("mp", mp);
-  std::vector<int> world;
-  for (const auto& n : layout) world.insert(world.end(), of_dim[dim_index(n)].begin(), of_dim[dim_index(n)].end());
-  add("world", world);
   for (const auto& a : defs_) axis_list_.push_back(a.axis);
 }
 
@@ -203,38 +206,49 @@ Axis DeviceMesh::axis(const std::string& name) const {
   no_such_axis(name, axis_list_);
 }
 
-std::vector<Axis> DeviceMesh::model_axes() const {
+std::vector<Axis> DeviceMesh::axes_with(Role role) const {
   std::vector<Axis> out;
-  for (size_t d = 2; d < dim_names_.size(); ++d)
-    if (!dim_sequence_[d]) out.push_back(Axis(dim_names_[d]));
+  for (const auto& a : defs_)
+    if (a.role == role) out.push_back(a.axis);
   return out;
 }
 
-std::vector<Axis> DeviceMesh::sequence_axes() const {
-  std::vector<Axis> out;
-  for (size_t d = 2; d < dim_names_.size(); ++d)
-    if (dim_sequence_[d]) out.push_back(Axis(dim_names_[d]));
-  return out;
+Axis DeviceMesh::axis_with(Role role) const {
+  const std::vector<Axis> found = axes_with(role);
+  if (found.size() != 1)
+    throw Error(std::string("device mesh: ") + std::to_string(found.size()) + " axes have the role " +
+                to_string(role) + " (mesh " + order_ + "): ask for all of them (DeviceMesh::axes_with)");
+  return found.front();
 }
+
+Role DeviceMesh::role_of(const Axis& axis) const { return def(axis).role; }
+
+std::vector<Axis> DeviceMesh::model_axes() const { return axes_with(Role::Model); }
+
+std::vector<Axis> DeviceMesh::sequence_axes() const { return axes_with(Role::Sequence); }
 
 std::vector<Axis> DeviceMesh::rule_axes() const {
   std::vector<Axis> out = model_axes();
   for (const Axis& a : sequence_axes()) out.push_back(a);
-  out.push_back(Axis::EP);
+  out.push_back(axis_with(Role::Expert));
   return out;
 }
 
 AxisRole DeviceMesh::role(const Axis& axis) const {
-  for (size_t d = 0; d < dim_names_.size(); ++d)
-    if (dim_names_[d] == axis.name())
-      return d == 1 ? AxisRole::SplitsBatch : dim_sequence_[d] ? AxisRole::SplitsSequence : AxisRole::SplitsModel;
-  return AxisRole::Derived;
+  if (!has(axis)) return AxisRole::Derived;
+  switch (role_of(axis)) {
+    case Role::Batch: return AxisRole::SplitsBatch;
+    case Role::Sequence: return AxisRole::SplitsSequence;
+    case Role::Pipeline:
+    case Role::Model: return AxisRole::SplitsModel;
+    default: return AxisRole::Derived;
+  }
 }
 
 bool DeviceMesh::is_data_axis(const Axis& axis) const {
-  const auto& f = def(axis).factors;
-  if (axis == Axis::EP || axis == Axis::EDP) return true;  // splits of dp, of whatever size
-  return std::any_of(f.begin(), f.end(), [&](int i) { return factors_[i].dim == 1; });
+  const AxisDef& a = def(axis);
+  if (a.role == Role::Expert || a.role == Role::ExpertBatch) return true;  // splits of the batch axis, of any size
+  return std::any_of(a.factors.begin(), a.factors.end(), [&](int i) { return dim_role_[factors_[i].dim] == Role::Batch; });
 }
 
 int DeviceMesh::size(const Axis& axis) const {
@@ -256,8 +270,8 @@ int DeviceMesh::coord_of(int r, const Axis& axis) const {
 }
 
 bool DeviceMesh::at_model_origin() const {
-  for (size_t d = 2; d < dim_names_.size(); ++d)
-    if (!dim_sequence_[d] && (rank_ / dim_stride_[d]) % dim_size_[d] != 0) return false;
+  for (size_t d = 0; d < dim_names_.size(); ++d)
+    if (dim_role_[d] == Role::Model && (rank_ / dim_stride_[d]) % dim_size_[d] != 0) return false;
   return true;
 }
 

@@ -10,13 +10,27 @@ namespace smp {
 
 namespace {
 
-// The axes a plugin may place a parameter on: where rules apply, and dp.
-std::vector<std::string> placeable(const DeviceMesh* mesh) {
+// The axes a plugin may place a parameter on: where rules apply, and the Batch axis.
+std::vector<std::string> placeable_axes(const DeviceMesh* mesh) {
   std::vector<std::string> out;
   if (!mesh) return out;
   for (const Axis& a : mesh->rule_axes()) out.push_back(a.name());
-  out.push_back("dp");
+  out.push_back(mesh->axis_with(Role::Batch).name());
   return out;
+}
+
+// An axis' role: the mesh's; with no mesh, a built-in name's, else Model (a job's axis).
+Role role_in(const DeviceMesh* mesh, const Axis& axis) {
+  if (mesh && mesh->has(axis)) return mesh->role_of(axis);
+  const BuiltinAxis* b = builtin_axis(axis.name());
+  return b ? b->role : Role::Model;
+}
+
+// The built-in axis with `role` (Batch, ExpertBatch: one each).
+Axis builtin_with(Role role) {
+  for (const BuiltinAxis& b : builtin_axes())
+    if (b.role == role) return Axis(b.name);
+  throw Error("internal: no built-in axis has the role " + std::string(to_string(role)));
 }
 
 std::string quoted(const std::vector<std::string>& names) {
@@ -31,13 +45,14 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
                                 const DeviceMesh* mesh) {
   Placements out;
   if (n > 0 && !p) throw Error(where + ": " + std::to_string(n) + " placements but a null array");
-  const std::vector<std::string> allowed = placeable(mesh);
+  const std::vector<std::string> allowed = placeable_axes(mesh);
   for (size_t i = 0; i < n; ++i) {
     const smp_placement& s = p[i];
     require_struct_size(&s, SMP_PLACEMENT_STRUCT_SIZE, "2.0", where + ": placement " + std::to_string(i));
     const std::string axis = s.axis ? s.axis : "";
     Placement pl;
-    const bool core_only = axis == "pp" || axis == "edp" || axis == "mp" || axis == "world";
+    const BuiltinAxis* builtin = builtin_axis(axis);
+    const bool core_only = builtin && !placeable(builtin->role);
     if (mesh ? std::find(allowed.begin(), allowed.end(), axis) == allowed.end() : core_only)
       throw Error(where + ": placement on axis '" + axis + "': parameters are placed on " +
                   (mesh ? quoted(allowed) : std::string("the mesh's model axes, \"ep\" or \"dp\"")));
@@ -48,7 +63,8 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
     }
     for (const auto& q : out.list_)
       if (q.axis == pl.axis) throw Error(where + ": two placements on axis '" + axis + "'");
-    const bool data = mesh ? mesh->is_data_axis(pl.axis) : (pl.axis == Axis::DP || pl.axis == Axis::EP);
+    const Role role = role_in(mesh, pl.axis);
+    const bool data = mesh ? mesh->is_data_axis(pl.axis) : (role == Role::Batch || role == Role::Expert);
     pl.kind = s.kind;
     switch (s.kind) {
       case SMP_PLACEMENT_REPLICATE: break;
@@ -62,7 +78,7 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
         if (s.dim < 0 || s.dim >= ndim)
           throw Error(where + ": shard dimension " + std::to_string(s.dim) + " on axis '" + axis +
                       "' is outside a " + std::to_string(ndim) + "-dimensional parameter");
-        if (data && pl.axis != Axis::EP)
+        if (data && role != Role::Expert)
           throw Error(where + ": sharding a parameter over \"" + axis +
                       "\" is the memory manager's (ZeRO), not a plugin's");
         pl.dim = s.dim;
@@ -97,6 +113,29 @@ Placements Placements::with_partial_grad(Axis axis) const {
 Placements Placements::sharded_over_data() const {
   Placements out = *this;
   out.list_.push_back({data_parallel_axis(), SMP_PLACEMENT_SHARD, 0});
+  return out;
+}
+
+Axis Placements::data_parallel_axis() const {
+  for (const auto& p : list_)
+    if (p.kind == SMP_PLACEMENT_SHARD && role_in(nullptr, p.axis) == Role::Expert) return builtin_with(Role::ExpertBatch);
+  return builtin_with(Role::Batch);
+}
+
+std::vector<AxisPlacement> Placements::per_axis(const DeviceMesh& mesh) const {
+  std::vector<AxisPlacement> out;
+  for (const Axis& a : mesh.axes()) {
+    const Role role = mesh.role_of(a);
+    if (!placeable(role)) continue;
+    AxisPlacement p;
+    p.axis = a.name();
+    p.role = role;
+    const smp_placement_kind k = kind(a);
+    p.kind = k == SMP_PLACEMENT_SHARD ? PlacementKind::Shard
+             : k == SMP_PLACEMENT_PARTIAL_GRAD ? PlacementKind::Partial : PlacementKind::Replicate;
+    p.dim = shard_dim(a);
+    out.push_back(p);
+  }
   return out;
 }
 

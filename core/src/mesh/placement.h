@@ -6,6 +6,7 @@
 #pragma once
 
 #include <smp/abi.h>
+#include <smp/axis_placement.h>
 #include <smp/mesh.h>
 
 #include <string>
@@ -37,9 +38,10 @@ class Placements {
   int shard_dim(Axis axis) const;  // -1 unless sharded on axis
   const std::vector<Placement>& list() const { return list_; }
 
-  // The data-parallel group a gradient is averaged over: dp, or for a
-  // parameter sharded over ep (an expert), the expert-data-parallel group.
-  Axis data_parallel_axis() const { return sharded(Axis::EP) ? Axis::EDP : Axis::DP; }
+  // The data-parallel group a gradient is averaged over: the Batch axis (dp),
+  // or for a parameter sharded over the Expert axis (an expert), the
+  // ExpertBatch one (edp).
+  Axis data_parallel_axis() const;
 
   // The same with a partial gradient on `axis` (replicated there before).
   Placements with_partial_grad(Axis axis) const;
@@ -54,6 +56,11 @@ class Placements {
   // the replicas' share of a sum over the world can be spread over the data
   // ranks). Used so a sum over the world counts each value once.
   bool counted_on(const DeviceMesh& mesh, int data_coord = 0) const;
+
+  // The public form: one placement per axis of `mesh` a parameter may be
+  // placed on (placeable roles: Model, Sequence, Batch dimensions and the
+  // Expert axis), in the mesh's axis order, Replicate where not listed.
+  std::vector<AxisPlacement> per_axis(const DeviceMesh& mesh) const;
 
  private:
   std::vector<Placement> list_;

@@ -393,7 +393,7 @@ void PluginRegistry::check_capabilities(const smp_plugin_descriptor* d, PluginIn
     require_size(r, SMP_RULE_STRUCT_SIZE_2_0, "rule", path);
     const std::string axis = r->axis ? r->axis : "";
     // tp, ep, or an axis a job declares (parallel.axes); not the pipeline or data axes.
-    const bool core_only = axis == "pp" || axis == "dp" || axis == "edp" || axis == "mp" || axis == "world";
+    const bool core_only = builtin_axis(axis) && !rules_apply(builtin_axis(axis)->role);
     if (core_only || !is_axis_name(axis))
       throw Error(who + ": rule for kind '" + (r->kind ? r->kind : "?") + "' names axis '" + axis +
                   "'; rules exist for \"tp\", \"ep\" and the model axes a job declares (parallel.axes: "

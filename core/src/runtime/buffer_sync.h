@@ -19,7 +19,7 @@ class Communicator;
 
 struct BufferToSync {
   at::Tensor tensor;
-  Axis data_axis = Axis::DP;  // Placements::data_parallel_axis
+  Axis data_axis;  // Placements::data_parallel_axis
 };
 
 class BufferSync {

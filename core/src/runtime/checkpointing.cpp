@@ -117,14 +117,15 @@ nlohmann::json Checkpointing::info() const {
                            {"zero", job_.memory.zero},
                            {"virtual_stages", job_.parallel.virtual_stages},
                            {"precision", to_string(job_.train.precision)}};
-  // What each dimension did (the tensors' slices follow from their placements alone).
+  // Every axis by name: its size and role (a derived one also the dimensions it
+  // is made of); the tensors' slices follow from their placements alone. The
+  // counts above stay for readers of the manifests written before roles.
+  const MeshSpec& spec = mesh.spec();
   for (const Axis& a : mesh.axes()) {
-    const AxisRole role = mesh.role(a);
-    if (role == AxisRole::Derived) continue;
-    layout["roles"][a.name()] = {{"size", mesh.size(a)},
-                                 {"role", role == AxisRole::SplitsBatch      ? "batch"
-                                          : role == AxisRole::SplitsSequence ? "sequence"
-                                                                             : "model"}};
+    nlohmann::json& r = layout["roles"][a.name()];
+    r = {{"size", mesh.size(a)}, {"role", to_string(mesh.role_of(a))}};
+    for (const MeshDerived& d : spec.derived())
+      if (d.name == a.name()) r["parts"] = d.parts;
   }
   std::string version;
   for (const auto& p : model_.registry().plugins())
@@ -207,7 +208,7 @@ ResumePoint Checkpointing::resume_if_asked(bool asked) {
 std::string Checkpointing::resume_checkpoint(const std::string& mode) {
   if (mode == "never") return "";
   // Rank 0 picks the checkpoint; every rank loads that one.
-  const std::string folder = rank0_choice(context_.comm(Axis::World), [&]() -> std::string {
+  const std::string folder = rank0_choice(context_.comm(Role::World), [&]() -> std::string {
     if (mode == "auto" || mode == "latest") {
       const std::string found = find_checkpoint(dir());
       if (found.empty() && mode == "latest")

@@ -2,7 +2,6 @@
 
 #include <smp/error.h>
 
-#include "base/axis_names.h"
 #include "base/device.h"
 #include "base/runtime_logging.h"
 #include "base/test_faults.h"
@@ -18,22 +17,13 @@ namespace smp {
 
 namespace {
 
-// The mesh from the resolved layout: parallel.placement names every dimension, slowest first.
-std::unique_ptr<DeviceMesh> make_mesh(const ParallelConfig& par, int world_size, int rank) {
-  const std::vector<std::string> names = split_names(par.placement);
-  std::vector<int> shape;
-  for (const auto& dim : names) {
-    int size = dim == "pp" ? par.pp : dim == "dp" ? par.dp : dim == "tp" ? par.tp : dim == "cp" ? par.cp : 0;
-    for (const auto& [name, n] : par.axes)
-      if (name == dim) size = n;
-    shape.push_back(size);
-  }
-  MeshOptions options;
-  options.ep = par.ep;
-  options.flatten = par.flatten;
-  // parallel.cp's dimension splits every sample's sequence; the job's own axes split the model.
-  if (par.cp > 1) options.sequence = {"cp"};
-  return std::make_unique<DeviceMesh>(world_size, rank, shape, names, options);
+// The job's mesh (MeshSpec::from, the one place a layout becomes a mesh), for a world of world_size.
+std::unique_ptr<DeviceMesh> mesh_of(const ParallelConfig& parallel, int world_size, int rank) {
+  const MeshSpec spec = MeshSpec::from(parallel);
+  if (spec.world_size() != world_size)
+    throw Error("device mesh: " + spec.order() + " = " + std::to_string(spec.world_size()) +
+                " ranks does not equal the world size " + std::to_string(world_size));
+  return std::make_unique<DeviceMesh>(spec, rank);
 }
 
 std::chrono::milliseconds timeout_of(double seconds) {
@@ -53,7 +43,7 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   // run.threads, else OMP_NUM_THREADS (smp-launch sets 1 when ranks share the cores).
   if (int threads = threads_per_rank(job.run.threads); threads > 0) at::set_num_threads(threads);
   c->device_ = rank_device(job.run, env, job.origin);
-  c->mesh_ = make_mesh(job.parallel, env.world_size, env.rank);
+  c->mesh_ = mesh_of(job.parallel, env.world_size, env.rank);
   const auto timeout = timeout_of(job.run.timeout_s);
   c->rendezvous_ = Rendezvous::connect(env.master_addr, env.master_port, env.rank, env.world_size, timeout);
   CommOptions opts;
@@ -66,21 +56,23 @@ std::unique_ptr<ParallelContext> ParallelContext::join(const JobConfig& job, con
   opts.cuda_device = c->device_.is_cuda() ? c->device_.index() : -1;
   c->groups_ = std::make_unique<ProcessGroups>(*c->mesh_, c->rendezvous_, opts);
   // Every axis' communicator is made with the groups, in the mesh's order on every rank.
-  std::string transports;
-  for (Axis a : {Axis::PP, Axis::DP, Axis::TP, Axis::World}) {
+  // What carries each dimension's all-reduces (and the world's); the pipeline
+  // axis only sends and receives.
+  const DeviceMesh& mesh = *c->mesh_;
+  std::string transports, cuda;
+  for (const Axis& a : mesh.axes()) {
+    const Role role = mesh.role_of(a);
+    if ((!is_dimension(role) && role != Role::World) || c->comm(a).size() <= 1) continue;
     Communicator& g = c->comm(a);
-    if (g.size() > 1 && a != Axis::PP)
+    if (role != Role::Pipeline)
       transports += std::string(transports.empty() ? "" : ", ") + axis_name(a) + " " + g.transport("allreduce", at::kCPU);
+    if (role != Role::World && c->device_.is_cuda())
+      cuda += std::string(cuda.empty() ? "" : ", ") + axis_name(a) + " " + g.transport("allreduce", c->device_);
   }
   // Rank 0's groups; a group spanning hosts uses the backend (the others' are alike on one host).
   if (env.rank == 0 && !transports.empty()) spdlog::info("CPU all-reduce transport: {}", transports);
-  if (c->device_.is_cuda()) {
-    std::string cuda;
-    for (Axis a : {Axis::PP, Axis::DP, Axis::TP})
-      if (c->comm(a).size() > 1)
-        cuda += std::string(cuda.empty() ? "" : ", ") + axis_name(a) + " " + c->comm(a).transport("allreduce", c->device_);
+  if (c->device_.is_cuda())
     spdlog::info("rank {} on {}{}{}", env.rank, c->device_.str(), cuda.empty() ? "" : "; CUDA tensors: ", cuda);
-  }
   return c;
 }
 
@@ -88,7 +80,7 @@ std::unique_ptr<ParallelContext> ParallelContext::offline(const JobConfig& job, 
   std::unique_ptr<ParallelContext> c(new ParallelContext());
   c->env_.world_size = world_size;
   c->env_.rank = 0;
-  c->mesh_ = make_mesh(job.parallel, world_size, 0);
+  c->mesh_ = mesh_of(job.parallel, world_size, 0);
   return c;
 }
 

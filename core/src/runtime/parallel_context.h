@@ -33,6 +33,8 @@ class ParallelContext {
   Rendezvous& rendezvous() const;  // throws when not joined
   ProcessGroups& groups() const;   // throws when not joined
   Communicator& comm(Axis axis) const;
+  // The communicator of the one axis with `role` (DeviceMesh::axis_with).
+  Communicator& comm(Role role) const { return comm(mesh_->axis_with(role)); }
   // Leaves the job (see Runtime::shutdown); idempotent.
   void leave(double timeout_s);
 

@@ -34,7 +34,7 @@ uint64_t fingerprint(const at::Tensor& t) {
 
 void check_replicas_agree(const std::vector<ReplicaCandidate>& params, const DeviceMesh& mesh,
                           const std::function<Communicator&(Axis)>& comm_of, const std::string& origin) {
-  for (const Axis axis : {Axis::DP, Axis::EDP}) {
+  for (const Axis axis : {mesh.axis_with(Role::Batch), mesh.axis_with(Role::ExpertBatch)}) {
     if (mesh.size(axis) <= 1) continue;
     std::vector<const ReplicaCandidate*> list;
     for (const auto& p : params)

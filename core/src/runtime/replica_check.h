@@ -23,7 +23,7 @@ class Communicator;
 struct ReplicaCandidate {
   std::string name;  // the parameter's full name, for the message
   at::Tensor tensor;
-  Axis data_axis = Axis::DP;  // where it is replicated (Placements::data_parallel_axis)
+  Axis data_axis;  // where it is replicated (Placements::data_parallel_axis)
 };
 
 // A 64-bit fingerprint of a tensor's bytes (its dtype and shape included).

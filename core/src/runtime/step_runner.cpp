@@ -48,9 +48,9 @@ StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const Mod
   ExecutorSetup setup;
   setup.graph = &model.graph();
   setup.plan = &model.stage_plan();
-  setup.pp_rank = context.mesh().coord(Axis::PP);
-  setup.pp_comm = context.mesh().pp() > 1 ? &context.comm(Axis::PP) : nullptr;
-  setup.pp_down_comm = context.mesh().pp() > 1 ? context.groups().pipeline_down() : nullptr;
+  setup.pp_rank = context.mesh().coord(Role::Pipeline);
+  setup.pp_comm = context.mesh().size(Role::Pipeline) > 1 ? &context.comm(Role::Pipeline) : nullptr;
+  setup.pp_down_comm = context.mesh().size(Role::Pipeline) > 1 ? context.groups().pipeline_down() : nullptr;
   setup.modules = &state.modules();
   setup.seed = job.train.seed;
   setup.loss = &model.loss();
@@ -124,12 +124,12 @@ Batch StepRunner::share_of(const Batch& batch) const {
       throw Error("parallel." + std::string(a.name()) + " = " + std::to_string(context_.mesh().size(a)) +
                   ": a program's own batches are not cut into shares of their sequences (an adapter's batch() is, "
                   "through GraphBuilder::split_sequence): train from an adapter, or set parallel." + a.name() + " = 1");
-  const int dp = context_.mesh().dp();
+  const int dp = context_.mesh().size(Role::Batch);
   const int64_t global = model_.global_batch();
   if (dp == 1 || batch.empty()) return batch;
   for (const auto& [name, t] : batch)
     if (!t.defined() || t.dim() == 0 || t.size(0) != global) return batch;
-  const int64_t rows = global / dp, first = context_.mesh().coord(Axis::DP) * rows;
+  const int64_t rows = global / dp, first = context_.mesh().coord(Role::Batch) * rows;
   Batch mine;
   for (const auto& [name, t] : batch) mine[name] = t.narrow(0, first, rows);
   return mine;
@@ -139,7 +139,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
                              const Batch* batch) {
   std::optional<ProgramBatch> fed;
   if (batch)
-    fed.emplace(program_batch(share_of(*batch), "train_step", model_.global_batch() / context_.mesh().dp(), false));
+    fed.emplace(program_batch(share_of(*batch), "train_step", model_.global_batch() / context_.mesh().size(Role::Batch), false));
   UseSource use(source_, fed ? &*fed : nullptr);
   state_.sync_buffers();
   using clock = std::chrono::steady_clock;
@@ -170,7 +170,7 @@ StepResult StepRunner::train(const OptimizerStep& update, const std::function<vo
     for (size_t k = 0; k < metrics.size(); ++k)
       metric_sums[2 * k] = r.metrics[k].first, metric_sums[2 * k + 1] = r.metrics[k].second;
   const OptimizerStepResult u =
-      update.run(state_, r.loss, out.loss_scale, context_.mesh(), context_.comm(Axis::World), device, &metric_sums,
+      update.run(state_, r.loss, out.loss_scale, context_.mesh(), context_.comm(Role::World), device, &metric_sums,
                  &phases);
   out.metrics = metric_values(metrics, metric_sums);
   out.phases.clip = u.clip_seconds;
@@ -220,13 +220,13 @@ double StepRunner::evaluate(int batches) {
   }
   const DeviceMesh& mesh = context_.mesh();
   if (!mesh.at_model_origin()) std::fill(sums.begin(), sums.end(), 0.0);  // once per model-axis group
-  const double mean = LossNormalizer::mean(sum_over_world(local, sums, mesh, context_.comm(Axis::World)));
+  const double mean = LossNormalizer::mean(sum_over_world(local, sums, mesh, context_.comm(Role::World)));
   last_metrics_ = metric_values(metrics, sums);
   return mean;
 }
 
 double StepRunner::evaluate(const Batch& batch) {
-  const ProgramBatch fed = program_batch(share_of(batch), "evaluate", model_.global_batch() / context_.mesh().dp(), false);
+  const ProgramBatch fed = program_batch(share_of(batch), "evaluate", model_.global_batch() / context_.mesh().size(Role::Batch), false);
   UseSource use(source_, &fed);
   return evaluate(1);
 }
@@ -375,7 +375,7 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
     }
     const int owner = plan.rank_of(plan.stage_of_node[static_cast<size_t>(producer.at(name))]);
     at::Tensor value;
-    if (mesh.coord(Axis::PP) == owner) {
+    if (mesh.coord(Role::Pipeline) == owner) {
       std::vector<at::Tensor> parts;
       for (auto& [mb, t] : captured[name]) parts.push_back(t);
       if (static_cast<int>(parts.size()) == model_.microbatches())
@@ -390,7 +390,7 @@ Batch StepRunner::forward(const Batch& inputs, const std::vector<std::string>& o
         if (comm.size() > 1) value = gather_along(comm, value, how.shard_dim);
       }
     }
-    if (mesh.pp() > 1) value = broadcast_value(context_.comm(Axis::PP), value, owner, context_.device());
+    if (mesh.size(Role::Pipeline) > 1) value = broadcast_value(context_.comm(Role::Pipeline), value, owner, context_.device());
     if (!value.defined()) {
       std::string need;
       for (const auto& m : missing_inputs(g, producer, name, inputs)) need += (need.empty() ? "'" : ", '") + m + "'";

@@ -71,7 +71,7 @@ void TrainState::create_modules() {
   const DeviceMesh& mesh = context_.mesh();
   const ModelGraph& graph = model_.graph();
   const StagePlan& plan = model_.stage_plan();
-  const int pp_rank = mesh.coord(Axis::PP);
+  const int pp_rank = mesh.coord(Role::Pipeline);
   const std::string parallel_json = job_.parallel_json.dump(), tables_json = model_.plugin_tables().dump();
   std::set<std::string> recompute_core_keys;  // modules some node of which asks for attention-core recompute
   for (size_t i = 0; i < graph.nodes.size(); ++i)
@@ -122,13 +122,13 @@ std::map<std::string, Communicator*> TrainState::make_tied_groups() {
     if (!graph.nodes[i].shared_key.empty())
       ranks_of_key[graph.nodes[i].shared_key].insert(plan.rank_of(plan.stage_of_node[i]));
   std::map<std::string, Communicator*> tied;
-  const int pp_rank = mesh.coord(Axis::PP);
-  const std::vector<int> pp_group = mesh.group(Axis::PP);  // this rank's peers at every other coordinate
+  const int pp_rank = mesh.coord(Role::Pipeline);
+  const std::vector<int> pp_group = mesh.group(mesh.axis_with(Role::Pipeline));  // this rank's peers at every other coordinate
   for (const auto& [key, ranks] : ranks_of_key) {
     if (ranks.size() < 2 || !ranks.count(pp_rank)) continue;
     std::vector<int> world_ranks;
     for (int p : ranks) world_ranks.push_back(pp_group[static_cast<size_t>(p)]);
-    std::string name = "tied." + key + "." + mesh.group_name(Axis::PP);
+    std::string name = "tied." + key + "." + mesh.group_name(mesh.axis_with(Role::Pipeline));
     tied[key] = &context_.groups().derived("tied." + key, "tied", name, world_ranks);
   }
   return tied;
@@ -204,7 +204,7 @@ void TrainState::lay_out(const std::map<std::string, Communicator*>& tied) {
 // value is counted once in the global norm and written once to a checkpoint.
 TrainState::Listed TrainState::list_trained(const std::map<std::string, Communicator*>& tied) {
   const DeviceMesh& mesh = context_.mesh();
-  const int pp_rank = mesh.coord(Axis::PP);
+  const int pp_rank = mesh.coord(Role::Pipeline);
   ModuleUse use = module_use(model_.graph(), model_.stage_plan(), pp_rank);
   const int zero = job_.memory.zero;
   NormBalance balance(mesh);
@@ -316,10 +316,17 @@ std::vector<at::Tensor> TrainState::gradients() const {
 const std::vector<bool>& TrainState::norm_counted() const { return sharded_ ? segment_counted_ : norm_counted_; }
 
 std::vector<ParameterView> TrainState::parameters() const {
+  const DeviceMesh& mesh = context_.mesh();
+  // The shorthands: the first model axis (the built-in one, tp) and the expert axis.
+  const Axis model = mesh.axes_with(Role::Model).front(), expert = mesh.axis_with(Role::Expert);
   std::vector<ParameterView> out;
   for (const auto& key : module_order_)
-    for (const auto& p : modules_.at(key)->parameters())
-      out.push_back({p.name, p.tensor, p.placements.shard_dim(Axis::TP), p.placements.shard_dim(Axis::EP)});
+    for (const auto& p : modules_.at(key)->parameters()) {
+      ParameterView v{p.name, p.tensor, p.placements.per_axis(mesh)};
+      v.shard_dim = p.placements.shard_dim(model);
+      v.ep_shard_dim = p.placements.shard_dim(expert);
+      out.push_back(std::move(v));
+    }
   return out;
 }
 
@@ -370,6 +377,8 @@ StateEntry block_entry(const std::string& name, const at::Tensor& local, const P
     e.global_shape[d] *= mesh.size(a);
     e.offsets[d] = e.offsets[d] * mesh.size(a) + mesh.coord(a) * e.block_shape[d];
   }
+  for (const AxisPlacement& p : placements.per_axis(mesh))
+    if (mesh.size(mesh.axis(p.axis)) > 1) e.placements.push_back(p);
   e.local = local;
   e.owner = owner;
   return e;
