@@ -1,12 +1,12 @@
 // The byte-level BPE loader for a Hugging Face tokenizer.json
-// (sdk/include/smp/sdk/bpe_tokenizer.hpp) through open_tokenizer, as
+// (sdk/data/include/smp/data/bpe_tokenizer.hpp) through open_tokenizer, as
 // model.tokenizer = "bpe" and `smp-data --tokenizer bpe` open it; a tokenizer
 // that loads then encodes and decodes a text with every class of character.
 #include "support/fuzz_target.h"
 
 #include "support/tokenizer_text.h"
 
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 SMP_FUZZ_TARGET(bpe_json) {
   const std::string path = smp::fuzz::work_dir() + "/tokenizer.json";

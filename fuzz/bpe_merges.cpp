@@ -1,11 +1,11 @@
 // The byte-level BPE loader for GPT-2's vocab.json + merges.txt
-// (sdk/include/smp/sdk/bpe_tokenizer.hpp) through open_tokenizer: the input
+// (sdk/data/include/smp/data/bpe_tokenizer.hpp) through open_tokenizer: the input
 // is split (support/fuzz_target.h split_two) into the two files.
 #include "support/fuzz_target.h"
 
 #include "support/tokenizer_text.h"
 
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 SMP_FUZZ_TARGET(bpe_merges) {
   const auto [vocab, merges] = smp::fuzz::split_two(data, size);

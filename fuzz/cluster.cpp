@@ -1,4 +1,4 @@
-// A cluster file as smp-plan reads it (launcher/plan/cluster.cpp,
+// A cluster file as smp-plan reads it (plan/cluster.cpp,
 // read_cluster): the input is the file. Besides the reader's own refusals,
 // two promises are checked:
 // - the nesting bound (smp/sdk/toml_nesting.hpp) holds for what toml++ builds:

@@ -9,7 +9,7 @@
 #include "epoch_index.h"
 #include "text_dataset.h"
 
-#include <smp/sdk/indexed_dataset.hpp>
+#include <smp/data/indexed_dataset.hpp>
 
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,5 @@
 // A Hugging Face model folder as `smp-checkpoint import --format hf` reads it
-// (launcher/hf_folder.cpp: config.json, the index, the safetensors headers
+// (convert/hf_folder.cpp: config.json, the index, the safetensors headers
 // checked against the config, then the tensors read and renamed). The input
 // holds three files: [u32 length][config.json][u32 length][index][shard]; an
 // empty index means a folder of one model.safetensors, else the shard is

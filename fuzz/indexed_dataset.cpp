@@ -1,4 +1,4 @@
-// The Megatron indexed dataset (sdk/include/smp/sdk/indexed_dataset.hpp) as
+// The Megatron indexed dataset (sdk/data/include/smp/data/indexed_dataset.hpp) as
 // the gpt adapter reads it (adapters/gpt/text_dataset.cpp): the input is
 // split (support/fuzz_target.h split_two) into <prefix>.idx and <prefix>.bin,
 // opened as model.data, then training and validation samples are drawn from it.

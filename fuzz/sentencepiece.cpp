@@ -74,7 +74,7 @@ SMP_FUZZ_TARGET(sentencepiece) {
 
 #include "support/tokenizer_text.h"
 
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 SMP_FUZZ_TARGET(sentencepiece) {
   const std::string path = smp::fuzz::work_dir() + "/tokenizer.model";

@@ -1,5 +1,5 @@
 // The tokenizer loaders as `smp-checkpoint export --format hf` uses them:
-// read_tokenizer_files (sdk/include/smp/sdk/tokenizers.hpp) reads a
+// read_tokenizer_files (sdk/data/include/smp/data/tokenizers.hpp) reads a
 // tokenizer's files once, under the reading discipline, and loads them from
 // those very bytes. The input's first byte picks the files: even, one
 // tokenizer.json (the rest of the input); odd, GPT-2's vocab.json +
@@ -12,7 +12,7 @@
 
 #include "support/tokenizer_text.h"
 
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 SMP_FUZZ_TARGET(tokenizer_export) {
   if (size == 0) return;

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes sdk/include/smp/sdk/detail/unicode_classes.hpp: the code point ranges
+"""Writes sdk/data/include/smp/data/detail/unicode_classes.hpp: the code point ranges
 of the Unicode general categories L (letters) and N (numbers), which byte-level
 BPE pre-tokenizers (GPT-2's and Llama 3's patterns) split text by.
 
-    python3 scripts/gen_unicode_classes.py > sdk/include/smp/sdk/detail/unicode_classes.hpp
+    python3 scripts/gen_unicode_classes.py > sdk/data/include/smp/data/detail/unicode_classes.hpp
 """
 import sys
 import unicodedata

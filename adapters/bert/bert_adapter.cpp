@@ -21,7 +21,7 @@
 #include "pair_data.h"
 
 #include <smp/sdk/plugin.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 

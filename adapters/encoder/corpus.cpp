@@ -1,7 +1,7 @@
 #include "corpus.h"
 
 #include <smp/sdk/init.hpp>
-#include <smp/sdk/text_files.hpp>
+#include <smp/data/text_files.hpp>
 
 #include <algorithm>
 #include <cctype>

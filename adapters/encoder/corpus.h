@@ -6,8 +6,8 @@
 // its index, memory-mapped.
 #pragma once
 
-#include <smp/sdk/indexed_dataset.hpp>
-#include <smp/sdk/tokenizer.hpp>
+#include <smp/data/indexed_dataset.hpp>
+#include <smp/data/tokenizer.hpp>
 
 #include <cstdint>
 #include <memory>

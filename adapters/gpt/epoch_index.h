@@ -9,7 +9,7 @@
 // a stale file, it builds its own.
 #pragma once
 
-#include <smp/sdk/indexed_dataset.hpp>
+#include <smp/data/indexed_dataset.hpp>
 #include <smp/sdk/splitmix.hpp>
 
 #include <cstdint>

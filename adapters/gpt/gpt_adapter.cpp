@@ -8,9 +8,9 @@
 // smp_nn / smp_tp kinds.
 #include "text_dataset.h"
 
-#include <smp/sdk/hf_llama.hpp>
+#include <smp/data/hf_llama.hpp>
 #include <smp/sdk/plugin.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

@@ -1,6 +1,6 @@
 #include "text_dataset.h"
 
-#include <smp/sdk/text_files.hpp>
+#include <smp/data/text_files.hpp>
 
 #include <algorithm>
 #include <cmath>

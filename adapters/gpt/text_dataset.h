@@ -16,8 +16,8 @@
 
 #include "epoch_index.h"
 
-#include <smp/sdk/indexed_dataset.hpp>
-#include <smp/sdk/tokenizer.hpp>
+#include <smp/data/indexed_dataset.hpp>
+#include <smp/data/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 

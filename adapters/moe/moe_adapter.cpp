@@ -9,9 +9,9 @@
 // into the metrics moe_load, moe_dropped, moe_aux, moe_z, moe_a2a_bytes, moe_a2a_ms.
 #include "text_dataset.h"
 
-#include <smp/sdk/hf_llama.hpp>
+#include <smp/data/hf_llama.hpp>
 #include <smp/sdk/plugin.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 

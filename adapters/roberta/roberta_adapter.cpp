@@ -9,7 +9,7 @@
 #include "packed_data.h"
 
 #include <smp/sdk/plugin.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 

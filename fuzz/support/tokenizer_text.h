@@ -5,7 +5,7 @@
 
 #include "support/fuzz_target.h"
 
-#include <smp/sdk/tokenizer.hpp>
+#include <smp/data/tokenizer.hpp>
 
 #include <string>
 

@@ -555,7 +555,7 @@ else
   fact git_commit "${SMP_GIT_COMMIT:-unknown (no .git here; set SMP_GIT_COMMIT)}"
 fi
 # What was built, also without .git: a digest of the sources.
-fact source_digest "$(find abi sdk core plugins adapters launcher examples bench tests cmake CMakeLists.txt \
+fact source_digest "$(find abi sdk core trainer plugins adapters plan convert tools examples bench tests cmake CMakeLists.txt \
   -type f \( -name '*.cpp' -o -name '*.c' -o -name '*.h' -o -name '*.hpp' -o -name '*.cmake' -o -name '*.in' \
   -o -name CMakeLists.txt -o -name '*.toml' \) -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum |
   sha256sum | cut -c1-16)"

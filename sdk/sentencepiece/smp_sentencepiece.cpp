@@ -1,5 +1,5 @@
 // libsmp_sentencepiece: SentencePiece behind a small C interface, for
-// smp/sdk/sentencepiece_tokenizer.hpp, which loads this library with
+// smp/data/sentencepiece_tokenizer.hpp, which loads this library with
 // RTLD_LOCAL | RTLD_DEEPBIND. Debian's libsentencepiece carries its own
 // protobuf and exports it; loaded beside LibTorch's libprotobuf in one symbol
 // scope, either one's calls can land in the other's (a crash at start). Bound

@@ -7,8 +7,8 @@
 #include "job_runner.h"
 #include "text_dataset.h"
 
-#include <smp/sdk/indexed_dataset.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/indexed_dataset.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,11 @@
 // The planner: cluster files refused naming the key; the step-time model
 // against Megatron-LM's published runs (Table 1 of Narayanan et al. 2021) on
 // the DGX A100 preset, one preset and one model for every row; the search
-// proposes only layouts that fit and is deterministic.
+// proposes only layouts that fit and is deterministic; a program plans in
+// process as smp-plan does.
 #include "plan/search.h"
+
+#include <smp/plan.h>
 
 #include <smp/error.h>
 
@@ -16,6 +19,10 @@
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
 
 namespace {
 
@@ -564,6 +571,78 @@ TEST(Plan, SmpLaunchRefusesMoreRanksThanAJobMayHaveNamingTheOptions) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find(deep + ":5: nested deeper than 32 levels"), std::string::npos) << out;
   fs::remove_all(dir);
+}
+
+// The planner in process (<smp/plan.h>): a program that embeds it gets what
+// smp-plan --config --json prints, through the C++ API and through the C door
+// of the library smp-launch loads (libsmp_plan_job.so; smp-launch starts no
+// smp-plan), and its errors name the cluster file and key, the job's key, or
+// why no layout fits, as smp-plan's do.
+nlohmann::json timeless(nlohmann::json plan) {  // what a plan says that does not depend on the clock
+  plan.erase("search_seconds");
+  return plan;
+}
+
+TEST(PlanInProcess, AnEmbeddedPlanIsSmpPlans) {
+  const std::string cluster = edited("memory_gb = 80", "memory_gb = 0.00092");
+  const std::string job = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
+  const std::string printed = run_command(std::string(SMP_BIN_DIR) + "/smp-plan --cluster " + cluster +
+                                          " --world 2 --config " + job + " --top 3 --json");
+  ASSERT_NE(printed.find("{\n"), std::string::npos) << printed;
+  const nlohmann::json expected = timeless(nlohmann::json::parse(printed.substr(printed.find("{\n"))));
+  ASSERT_FALSE(expected["top"].empty()) << printed;
+
+  JobRequest r;
+  r.cluster = cluster, r.world = 2, r.config = job, r.top = 3;
+  EXPECT_EQ(timeless(plan_job(r)), expected);
+
+  void* lib = dlopen((std::string(SMP_BUILD_DIR) + "/" + SMP_LIBDIR + "/smp/libsmp_plan_job.so").c_str(),
+                     RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  const auto entry = reinterpret_cast<char* (*)(const char*, int*)>(dlsym(lib, "smp_plan_job_json"));
+  ASSERT_NE(entry, nullptr);
+  int ok = 0;
+  char* answer = entry(nlohmann::json({{"cluster", cluster}, {"world", 2}, {"config", job}, {"top", 3}}).dump().c_str(),
+                       &ok);
+  ASSERT_NE(answer, nullptr);
+  const std::string text = answer;
+  std::free(answer);
+  ASSERT_EQ(ok, 1) << text;
+  EXPECT_EQ(timeless(nlohmann::json::parse(text)), expected);
+  fs::remove(cluster);
+}
+
+std::string plan_refusal(const JobRequest& r) {
+  try {
+    plan_job(r);
+  } catch (const smp::Error& e) {
+    return e.what();
+  }
+  return "(planned)";
+}
+
+TEST(PlanInProcess, ErrorsNameTheClusterFileTheJobOrWhyNothingFits) {
+  const std::string bad = edited("memory_gb = 80\n", "");
+  JobRequest r;
+  r.cluster = bad, r.world = 2, r.config = std::string(SMP_SOURCE_DIR) + "/tests/integration/data/gpt-equiv.toml";
+  std::string e = plan_refusal(r);
+  EXPECT_NE(e.find(bad + ": accelerator.memory_gb: missing"), std::string::npos) << e;
+  fs::remove(bad);
+
+  r.cluster = "dgx-a100-80gb";
+  r.sets = {"train.batch_size=\"many\""};
+  e = plan_refusal(r);
+  EXPECT_NE(e.find("train.batch_size"), std::string::npos) << e;
+
+  const std::string tiny = edited("memory_gb = 80", "memory_gb = 0.000001");
+  r.cluster = tiny, r.sets = {};
+  e = plan_refusal(r);
+  EXPECT_NE(e.find("no layout fits 1e-06 GB per accelerator"), std::string::npos) << e;
+  fs::remove(tiny);
+
+  r.cluster = "dgx-a100-80gb", r.world = 0;
+  e = plan_refusal(r);
+  EXPECT_NE(e.find("world 0: expected 1 to"), std::string::npos) << e;
 }
 
 }  // namespace

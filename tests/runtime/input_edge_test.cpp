@@ -6,7 +6,7 @@
 // the disk is full (a file size limit in a child process stands in for it).
 #include <smp/error.h>
 #include <smp/generation.h>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include "trainer/run_report.h"
 

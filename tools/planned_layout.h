@@ -1,8 +1,8 @@
 // The layout smp-launch runs when a job leaves it to the planner: --plan
 // CLUSTER, or parallel.layout = "auto" with parallel.cluster in the job. It
-// runs smp-plan (launcher/plan/) for the job and returns the --set lines of the
-// layout predicted fastest; the search is deterministic, so every node picks
-// the same.
+// asks the planner (plan/, <smp/plan.h>) in process for the job, as smp-plan
+// --config ranks it, and returns the --set lines of the layout predicted
+// fastest; the search is deterministic, so every node picks the same.
 #pragma once
 
 #include <string>
@@ -16,7 +16,7 @@ namespace smp::launch {
 // without parallel.cluster, or when the file itself sets a key the plan sets.
 std::string auto_layout_cluster(const std::vector<std::string>& worker_args);
 
-// The --set lines of the layout smp-plan predicts fastest for the job in
+// The --set lines of the layout the planner predicts fastest for the job in
 // `worker_args` (--plugin, --config, --set) on `world` ranks of `cluster`;
 // refuses a job whose --set lines give one of those keys (it would be
 // ignored). Prints what it chose. `why`: how the plan was asked for, for messages.

@@ -67,7 +67,7 @@ std::vector<std::string> hf_missing(const std::set<std::string>& present, const 
 // config.json of LlamaForCausalLM (MixtralForCausalLM with experts) for
 // `shape`; torch_dtype "float32" or "bfloat16".
 nlohmann::json config_json(const Shape& shape, const std::string& torch_dtype);
-// The shape config.json describes (smp/sdk/hf_llama.hpp's checks: what smp's
+// The shape config.json describes (smp/data/hf_llama.hpp's checks: what smp's
 // Llama cannot represent is refused naming the key, starting with `where`).
 // padded_vocab = vocab.
 Shape shape_of_config(const nlohmann::json& config, const std::string& where);

@@ -68,7 +68,7 @@ class GemmProbe {
 };
 
 // Bytes/s of the elementwise work of a transformer layer, counted as the
-// step model counts it (launcher/plan/step_model.cpp: passes over [T, h],
+// step model counts it (plan/step_model.cpp: passes over [T, h],
 // over q, k, v, over the MLP's [T, f] and over the attention probabilities),
 // timed as a layer does it forward and backward: two layer norms and two
 // residual adds over [T, h], q, k and v made contiguous and their gradients
@@ -278,7 +278,7 @@ std::string calibrate(const std::string& path, int threads) {
   const double bf16_peak = m.compute.bf16_rate_1024 / eff_1024;
   const double memory_bandwidth = m.compute.memory_bandwidth;
   std::ostringstream t;
-  t << "# This machine, measured by smp-plan --calibrate (launcher/plan/calibrate.h): " << ranks << " ranks of "
+  t << "# This machine, measured by smp-plan --calibrate (plan/calibrate.h): " << ranks << " ranks of "
     << threads << " thread(s) on " << cores << " cores;\n# two of them measured the compute figures at once.\n"
     << "# Inside the node the ranks talk through shared memory; between nodes through Gloo\n"
     << "# (loopback TCP here, a stand-in for a real network).\n"

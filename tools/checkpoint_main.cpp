@@ -25,9 +25,9 @@
 #include "checkpoint/safetensors.h"
 
 #include <smp/error.h>
-#include <smp/sdk/hf_llama.hpp>
+#include <smp/data/hf_llama.hpp>
 #include <smp/sdk/input_file.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <CLI/CLI.hpp>
 #include <boost/filesystem.hpp>

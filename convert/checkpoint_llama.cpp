@@ -1,7 +1,7 @@
 #include "checkpoint_llama.h"
 
 #include <smp/error.h>
-#include <smp/sdk/hf_llama.hpp>
+#include <smp/data/hf_llama.hpp>
 
 #include <cmath>
 #include <iterator>

@@ -14,12 +14,13 @@
 // accelerator's memory are left out.
 //
 // The cluster is a preset name (configs/clusters/<name>.toml) or a file
-// (launcher/plan/cluster.h). The table lists the top layouts with their
+// (plan/cluster.h). The table lists the top layouts with their
 // predicted step time and every term of it, tokens/s, TFLOP/s per device,
 // MFU, memory per rank, and the --set lines that run the layout. --validate
 // predicts published runs (their layout given; the microbatch size and
 // virtual stages searched), and what the search itself picks for them.
 #include "plan/calibrate.h"
+#include "plan/job_plan.h"
 #include "plan/job_shape.h"
 #include "plan/search.h"
 #include "plan/validate.h"
@@ -92,30 +93,6 @@ int validate(const Cluster& c, const std::string& path, const std::string& out) 
   return result["all_within_15_percent"].get<bool>() ? 0 : 3;
 }
 
-// The ranked layouts smp's memory estimate keeps under the accelerator's
-// memory, `top` at most, each with that estimate as its memory.
-SearchResult checked_by_smp(const SearchResult& ranked, const Cluster& c, const std::string& config_path,
-                            const std::vector<std::string>& sets, const std::string& plugin, int world, size_t top,
-                            const Shape& s, int64_t* left_out) {
-  SearchResult kept = ranked;
-  kept.ranked.clear();
-  *left_out = 0;
-  for (const Candidate& k : ranked.ranked) {
-    if (kept.ranked.size() >= top) break;
-    std::vector<std::string> with = sets;
-    for (const std::string& set : k.layout.sets(s)) with.push_back(set);
-    const json estimate = smp::Runtime::estimate_memory(smp::Config::load(config_path, with), world, {plugin});
-    Candidate checked = k;
-    checked.prediction.memory_bytes = estimate.at("max_total_bytes").get<double>();
-    checked.prediction.fits = checked.prediction.memory_bytes <= c.memory_bytes;
-    if (checked.prediction.fits)
-      kept.ranked.push_back(checked);
-    else
-      ++*left_out;
-  }
-  return kept;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,7 +135,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // The job's layout is what the search varies: a job that leaves it to the
   // planner (parallel.layout = "auto") is read as any other.
-  sets.push_back("parallel.layout=\"manual\"");
+  const JobFile job{config_path, plugin, planning_sets(sets)};
   try {
     if (!calibrate_path.empty()) {
       std::cout << calibrate(calibrate_path, threads);
@@ -169,46 +146,24 @@ int main(int argc, char** argv) {
     if (cluster_name.empty()) throw smp::Error("--cluster is required (a preset name or a cluster file)");
     const Cluster c = load_cluster(cluster_name);
     if (!validate_path.empty()) return validate(c, validate_path, out);
-    if (!config_path.empty()) s = shape_of_job(smp::Config::load(config_path, sets), o.world, plugin);
-    for (const auto& [name, v] : {std::pair<const char*, int64_t>{"--layers", s.layers}, {"--hidden", s.hidden},
-                                  {"--heads", s.heads}, {"--seq", s.seq}, {"--vocab", s.vocab}, {"--batch", s.batch}})
-      if (v <= 0) throw smp::Error(std::string(name) + " is required (the model's shape)");
-    if (s.hidden % s.heads != 0)  // a head size of 0 (hidden 16, 2048 heads) ranked layouts before
-      throw smp::Error("--hidden " + std::to_string(s.hidden) + " is not a multiple of --heads " +
-                       std::to_string(s.heads) + " (the heads split the hidden size)");
-    const auto t0 = std::chrono::steady_clock::now();
-    SearchResult r = search(c, s, o);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int64_t left_out = 0;
-    if (!config_path.empty()) r = checked_by_smp(r, c, config_path, sets, plugin, o.world, top, s, &left_out);
+    if (!config_path.empty()) s = shape_of_job(smp::Config::load(config_path, job.sets), o.world, plugin);
+    check_shape(s);
+    const Plan p = make_plan(c, s, o, top, job);
+    const SearchResult& r = p.result;
     if (as_json) {
-      json j = {{"cluster", c.name}, {"candidates", r.candidates}, {"fitting", r.fitting}, {"search_seconds", seconds},
-                {"memory", config_path.empty() ? "the planner's" : "smp's estimate"},
-                {"left_out_by_smps_estimate", left_out}, {"top", json::array()},
-                {"shape",
-                 {{"layers", s.layers}, {"hidden", s.hidden}, {"heads", s.heads}, {"seq", s.seq}, {"vocab", s.vocab},
-                  {"ffn", s.ffn_size()}, {"kv_heads", s.kv_heads_or_heads()}, {"gated_mlp", s.gated_mlp},
-                  {"moe_layers", s.moe_layers}, {"experts", s.experts}, {"top_k", s.top_k},
-                  {"expert_ffn", s.expert_ffn}, {"shared_experts", s.shared_experts}, {"batch", s.batch},
-                  {"dtype", s.dtype}}}};
-      for (size_t i = 0; i < std::min(top, r.ranked.size()); ++i) j["top"].push_back(candidate_json(r.ranked[i], s));
-      std::cout << j.dump(2) << std::endl;
+      std::cout << plan_json(c, p, top, job).dump(2) << std::endl;
     } else {
       std::printf("%s: %lld layouts predicted in %.3f s, %lld fit in %.0f GB\n", c.name.c_str(),
-                  static_cast<long long>(r.candidates), seconds, static_cast<long long>(r.fitting),
+                  static_cast<long long>(r.candidates), p.search_seconds, static_cast<long long>(r.fitting),
                   c.memory_bytes / 1e9);
       if (!config_path.empty())
         std::printf("memory: smp's estimate for %s (smp-launch --estimate-memory); %lld of the fastest left out by "
-                    "it\n", config_path.c_str(), static_cast<long long>(left_out));
+                    "it\n", config_path.c_str(), static_cast<long long>(p.left_out));
       std::printf("\n");
       print_table(r, s, top);
     }
     if (r.ranked.empty()) {
-      if (r.candidates == 0)  // nothing to fit: the world, the options or the model admit no layout at all
-        std::cerr << "smp-plan: no layout of " << o.world << " ranks exists for this model and these options "
-                  << "(the sizes --tp, --pp, ... give must divide the world, the heads and the layers)" << std::endl;
-      else
-        std::cerr << "smp-plan: no layout fits " << c.memory_bytes / 1e9 << " GB per accelerator" << std::endl;
+      std::cerr << "smp-plan: " << no_layout_reason(c, p, o.world) << std::endl;
       return 2;
     }
     return 0;

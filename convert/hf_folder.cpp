@@ -3,7 +3,7 @@
 #include "checkpoint/safetensors.h"
 
 #include <smp/error.h>
-#include <smp/sdk/hf_llama.hpp>
+#include <smp/data/hf_llama.hpp>
 #include <smp/sdk/input_file.hpp>
 
 #include <ATen/ATen.h>

@@ -25,8 +25,8 @@
 #include <smp/generation.h>
 #include <smp/smp.h>
 #include <smp/sdk/input_file.hpp>
-#include <smp/sdk/tokenizer.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/tokenizer.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -7,7 +7,7 @@
 //   smp-data encode --tokenizer KIND --tokenizer-model FILE [--merges FILE] < text   (ids as JSON)
 //   smp-data decode --tokenizer KIND --tokenizer-model FILE [--merges FILE] --prefix P --document D
 //
-// Tokenizers (smp/sdk/tokenizers.hpp): bytes; any SentencePiece .model (T5's,
+// Tokenizers (smp/data/tokenizers.hpp): bytes; any SentencePiece .model (T5's,
 // Llama 2's, or one `tokenizer` trained here on text files or folders); byte-level
 // BPE from a Hugging Face tokenizer.json or GPT-2's vocab.json + merges.txt.
 // The tokenizer's end-of-text id ends each document.
@@ -22,9 +22,9 @@
 // on stderr shows bytes, documents, tokens/s and the time left. Invalid UTF-8
 // is counted and reported, not fatal. Nothing is left behind on an error.
 #include <smp/sdk/input_file.hpp>
-#include <smp/sdk/indexed_dataset.hpp>
-#include <smp/sdk/text_files.hpp>
-#include <smp/sdk/tokenizers.hpp>
+#include <smp/data/indexed_dataset.hpp>
+#include <smp/data/text_files.hpp>
+#include <smp/data/tokenizers.hpp>
 
 #include <CLI/CLI.hpp>
 #include <boost/filesystem.hpp>

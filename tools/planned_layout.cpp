@@ -7,9 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
-#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 
@@ -17,7 +18,7 @@ namespace smp::launch {
 
 namespace {
 
-// What the plan sets (launcher/plan/step_model.cpp, Layout::sets).
+// What the plan sets (plan/step_model.cpp, Layout::sets).
 const std::vector<std::string> kPlannedKeys = {"parallel.tp",           "parallel.pp",    "parallel.dp",
                                                "parallel.cp",
                                                "parallel.ep",           "parallel.microbatches",
@@ -107,35 +108,42 @@ std::string auto_layout_cluster(const std::vector<std::string>& worker_args) {
   return cluster;
 }
 
-// `s` as one word of a POSIX shell command: in single quotes, each quote in it
-// closed, escaped and reopened. The cluster name and --set values can come
-// from a job file someone else wrote: no text of theirs may become a command.
 namespace {
-std::string shell_word(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+
+// The planner (plan/, <smp/plan.h>), loaded into this process when a job asks
+// for a plan: libsmp_plan_job.so links the core and LibTorch, which
+// smp-launch does not carry otherwise (it starts in milliseconds). It lies in
+// lib/smp/ beside the core's libraries, as bin/ is beside lib/ in the
+// build and in an installed tree.
+using PlanJobJson = char* (*)(const char*, int*);
+
+PlanJobJson planner(const std::string& why) {
+  static PlanJobJson entry = nullptr;
+  if (entry) return entry;
+  const std::string self = default_worker_path();
+  const std::string path = self.substr(0, self.rfind('/')) + "/../" SMP_LIBDIR "/smp/libsmp_plan_job.so";
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) throw std::runtime_error(why + ": cannot load the planner: " + ::dlerror());
+  entry = reinterpret_cast<PlanJobJson>(::dlsym(lib, "smp_plan_job_json"));
+  if (!entry) throw std::runtime_error(why + ": " + path + " has no smp_plan_job_json");
+  return entry;
 }
+
 }  // namespace
 
 std::vector<std::string> planned_layout(const std::string& cluster, int world,
                                         const std::vector<std::string>& worker_args, const std::string& why) {
   const JobArgs j = job_args(worker_args);
   if (j.config.empty()) throw std::runtime_error(why + ": the plan needs the job's --config");
-  const std::string self = default_worker_path();
-  std::string command = shell_word(self.substr(0, self.rfind('/')) + "/smp-plan") + " --json --top 1 --cluster " +
-                        shell_word(cluster) + " --world " + std::to_string(world) + " --plugin " + shell_word(j.plugin) +
-                        " --config " + shell_word(j.config);
-  for (const auto& s : j.sets) command += " --set " + shell_word(s);
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) throw std::runtime_error(why + ": cannot run smp-plan");
-  std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  const size_t at = out.find("{\n");
-  if (status != 0 || at == std::string::npos) throw std::runtime_error(why + ": smp-plan failed:\n" + out);
-  const nlohmann::json plan = nlohmann::json::parse(out.substr(at));
+  const nlohmann::json request = {{"cluster", cluster}, {"world", world}, {"config", j.config},
+                                  {"plugin", j.plugin}, {"sets", j.sets}, {"top", 1}};
+  int ok = 0;
+  char* answer = planner(why)(request.dump().c_str(), &ok);
+  if (!answer) throw std::runtime_error(why + ": the planner ran out of memory");
+  const std::string out = answer;
+  std::free(answer);
+  if (!ok) throw std::runtime_error(why + ": " + out);
+  const nlohmann::json plan = nlohmann::json::parse(out);
   if (plan["top"].empty()) throw std::runtime_error(why + ": no layout fits");
   const nlohmann::json& best = plan["top"][0];
   std::vector<std::string> chosen = best["sets"].get<std::vector<std::string>>();
