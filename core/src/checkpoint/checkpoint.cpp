@@ -6,6 +6,8 @@
 
 #include "checkpoint/crc32c.h"
 #include "checkpoint/safetensors.h"
+#include "comm/communicator.h"
+#include "comm/wait.h"
 
 #include <smp/error.h>
 
@@ -137,6 +139,7 @@ struct CheckpointWriter::Job {
   int keep = 0;
   bool update_latest = false;
   clock_type::time_point start;
+  std::string parts_written;  // the rendezvous barrier every rank arrives at once its part is on disk
 };
 
 CheckpointWriter::CheckpointWriter(Options o) : o_(o) {}
@@ -171,6 +174,11 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   job->info = info;
   job->keep = keep;
   job->update_latest = update_latest;
+  // Every rank saves the same checkpoints in the same order: the count and
+  // the folder's name (not its path: mounts may differ between nodes) name the
+  // save alike on all; a rank saving another folder is missing.
+  job->parts_written =
+      "checkpoint/" + token_hex(o_.token) + "/" + std::to_string(++saves_) + "/" + job->target.filename().string();
   for (const StateEntry& e : entries) {
     if (!e.owner) continue;
     // Synchronously: the live tensor itself where it is on the host already.
@@ -235,25 +243,23 @@ void CheckpointWriter::wait_for_snapshot() {
 
 namespace {
 
-// Every rank's index of its part in the temporary folder, waited for until run.timeout_s.
-std::vector<nlohmann::json> wait_for_parts(const fs::path& tmp, const fs::path& target, int world, double timeout_s) {
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
+// Every rank's index of its part in the temporary folder, read once every
+// rank has said (through the rendezvous) that its part is on disk: a file
+// missing then is on a file system this rank does not share.
+std::vector<nlohmann::json> read_parts(const fs::path& tmp, const fs::path& target, int world) {
   std::vector<nlohmann::json> parts(world);
+  std::string missing;
   for (int r = 0; r < world; ++r) {
     const fs::path p = tmp / rank_name(r, "json");
-    while (!fs::exists(p)) {
-      if (clock_type::now() > deadline) {
-        std::string missing;
-        for (int q = r; q < world; ++q)
-          if (!fs::exists(tmp / rank_name(q, "json"))) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        throw Error("checkpoint: ranks " + missing + " did not write their part of " + target.string() +
-                    " within run.timeout_s = " + std::to_string(timeout_s) +
-                    " s (is run.checkpoint_dir on a file system every node shares?)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    parts[r] = read_json(p);
+    if (fs::exists(p))
+      parts[r] = read_json(p);
+    else
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
   }
+  if (!missing.empty())
+    throw Error("checkpoint: ranks " + missing + " wrote their part of " + target.string() +
+                " but rank 0 finds none in " + tmp.string() +
+                " (is run.checkpoint_dir on a file system every node shares?)");
   return parts;
 }
 
@@ -348,15 +354,22 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
     index["file"] = {{"name", file}, {"bytes", w.bytes}, {"crc32c", w.crc32c}};
     bytes_ = w.bytes;
   }
-  // This rank's part is on disk: its index says so (renamed into place last).
+  // This rank's part is on disk: its index says so (renamed into place last),
+  // and the rendezvous tells rank 0.
   write_file_atomic(tmp / rank_name(o_.rank, "json"), index.dump());
+  if (o_.world > 1) {
+    if (!o_.rendezvous)
+      throw Error("internal: a checkpoint of " + std::to_string(o_.world) + " ranks needs the job's rendezvous");
+    o_.rendezvous->arrive(job->parts_written);
+  }
   if (o_.rank != 0) {
     total_s_ = seconds_since(job->start);
     return;
   }
 
-  // Rank 0 commits once every rank's index is there.
-  const std::vector<nlohmann::json> parts = wait_for_parts(tmp, job->target, o_.world, o_.timeout_s);
+  // Rank 0 commits once every rank's part is there.
+  if (o_.world > 1) wait_for_parts(job->parts_written, job->target.string());
+  const std::vector<nlohmann::json> parts = read_parts(tmp, job->target, o_.world);
   nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
   merge_parts(parts, files, tensors);
   nlohmann::json manifest = job->info;
@@ -379,6 +392,17 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
   bytes_ = bytes;
   spdlog::info("checkpoint {}: {} tensors, {:.1f} MB in {} files, committed {:.2f} s after the step", job->target.string(),
                tensors.size(), static_cast<double>(bytes) / 1e6, files.size(), total_s_);
+}
+
+void CheckpointWriter::wait_for_parts(const std::string& barrier, const std::string& target) const {
+  try {
+    o_.rendezvous->wait_for_all(barrier, std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000)),
+                                "every rank's part of " + target);
+  } catch (const WaitFailed& f) {
+    std::ostringstream timeout;
+    timeout << o_.timeout_s;
+    throw WaitFailed(f.why(), "checkpoint: " + std::string(f.what()) + " (run.timeout_s = " + timeout.str() + " s)");
+  }
 }
 
 // ---- finding and reading ----

@@ -8,7 +8,8 @@
 // assembles each tensor a rank holds from the slices that overlap it, reading
 // only their byte spans, so any layout loads any other's checkpoint.
 //
-// Committing (rank 0, after every rank's part is on disk): write the folder
+// Committing (rank 0, once every rank said through the rendezvous that its
+// part is on disk: no polling of the file system): write the folder
 // under a temporary name, fsync files and folder, rename it into place, then
 // update the `latest` pointer. A crash at any moment leaves earlier
 // checkpoints whole. See docs/checkpoints.md.
@@ -31,6 +32,8 @@
 
 namespace smp {
 
+class Rendezvous;
+
 inline constexpr int kCheckpointFormatVersion = 1;
 
 // Writes this rank's part of checkpoints, one at a time, in the background.
@@ -40,6 +43,10 @@ class CheckpointWriter {
     int rank = 0, world = 1;
     double timeout_s = 300;  // rank 0's wait for the other ranks' parts
     uint64_t token = 0;      // the same on every rank of this run: names its temporary folders
+    // Where each rank says its part is written and rank 0 waits for all
+    // (kept alive by the writer: a background save may outlive the job's
+    // shutdown). Needed when world > 1.
+    std::shared_ptr<Rendezvous> rendezvous;
   };
   explicit CheckpointWriter(Options o);
   ~CheckpointWriter();  // waits for the pending save; its error is logged
@@ -69,6 +76,8 @@ class CheckpointWriter {
  private:
   struct Job;
   void run(const std::shared_ptr<Job>& job);
+  // Rank 0: until every rank arrived at `barrier`; throws WaitFailed after timeout_s.
+  void wait_for_parts(const std::string& barrier, const std::string& target) const;
   Options o_;
   HostSnapshot snapshot_;  // the background save's copies
   std::thread thread_;
@@ -78,6 +87,7 @@ class CheckpointWriter {
   bool snapshot_pending_ = false;
   double blocking_s_ = 0, total_s_ = 0;
   int64_t bytes_ = 0;
+  uint64_t saves_ = 0;  // save() calls so far: names each save's barrier
 };
 
 // The checkpoint folder `path` names: itself when it holds manifest.json, else

@@ -100,6 +100,7 @@ Checkpointing::Checkpointing(const Config& config, const JobConfig& job, const P
   o.world = context.mesh().world_size();
   o.timeout_s = job.run.timeout_s;
   o.token = token;
+  if (context.joined()) o.rendezvous = context.shared_rendezvous();
   writer_ = std::make_unique<CheckpointWriter>(o);
 }
 

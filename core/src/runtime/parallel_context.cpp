@@ -89,6 +89,11 @@ Rendezvous& ParallelContext::rendezvous() const {
   return *rendezvous_;
 }
 
+std::shared_ptr<Rendezvous> ParallelContext::shared_rendezvous() const {
+  rendezvous();  // throws when not joined
+  return rendezvous_;
+}
+
 ProcessGroups& ParallelContext::groups() const {
   if (!groups_) throw Error("internal: the job was not joined (no communicators)");
   return *groups_;

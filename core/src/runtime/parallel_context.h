@@ -31,6 +31,7 @@ class ParallelContext {
   const c10::Device& device() const { return device_; }
   bool joined() const { return rendezvous_ != nullptr; }
   Rendezvous& rendezvous() const;  // throws when not joined
+  std::shared_ptr<Rendezvous> shared_rendezvous() const;  // the same, for a holder that may outlive leave()
   ProcessGroups& groups() const;   // throws when not joined
   Communicator& comm(Axis axis) const;
   // The communicator of the one axis with `role` (DeviceMesh::axis_with).
