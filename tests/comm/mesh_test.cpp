@@ -411,6 +411,9 @@ TEST(MeshSpecTest, RolesTheCoreOwnsAreRefusedElsewhere) {
             std::string::npos);
   EXPECT_NE(msg([] { DeviceMesh(MeshSpec({{"dp", 4, Role::Batch}}), 4); }).find("rank 4 is outside [0, 4)"),
             std::string::npos);
+  const DeviceMesh one(MeshSpec{}, 0);  // a default spec is the one-rank mesh
+  EXPECT_EQ(one.world_size(), 1);
+  EXPECT_EQ(one.order(), "pp,dp,tp");
 }
 
 // DTensor-style placements as the manifest writes them.

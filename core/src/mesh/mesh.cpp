@@ -121,6 +121,7 @@ DeviceMesh::DeviceMesh(int world_size, int rank, int pp, int dp, int tp, const s
 }
 
 void DeviceMesh::build() {
+  if (spec_.dims().empty()) spec_ = MeshSpec(std::vector<MeshDim>{});  // a default MeshSpec: the one-rank mesh
   if (rank_ < 0 || rank_ >= world_)
     throw Error("device mesh: rank " + std::to_string(rank_) + " is outside [0, " + std::to_string(world_) + ")");
   // Dimensions in their canonical order (the spec's pp, dp, tp first, then the
