@@ -1,10 +1,12 @@
 # No C++ source of smp uses std::filesystem: pip torch's libtorch.so exports
 # its own copy of it, which interposes on libstdc++'s, and remove_all crashed
 # through it (CI leg 2, pip torch 2.11). Boost.Filesystem or POSIX instead.
-# Comments do not count. -DROOTS=<dir;dir...>: where to look.
+# Comments do not count. -DROOTS=<dir,dir...>: where to look (commas: a ';'
+# does not survive ctest's command lines, which left only the first root checked).
 # Exit non-zero naming each file:line that does.
 set(found 0)
 set(files 0)
+string(REPLACE "," ";" ROOTS "${ROOTS}")
 foreach(root ${ROOTS})
   file(GLOB_RECURSE sources "${root}/*.cpp" "${root}/*.h" "${root}/*.hpp" "${root}/*.cc")
   foreach(src ${sources})

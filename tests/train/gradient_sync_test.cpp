@@ -7,6 +7,7 @@
 #include "comm/process_groups.h"
 #include "memory/gradient_sync.h"
 #include "mesh/placement.h"
+#include "plugin/placement_abi.h"
 
 #include <smp/mesh.h>
 #include <smp/process_env.h>
@@ -75,7 +76,7 @@ std::vector<at::Tensor> sync_once(int rank, smp::ProcessGroups& groups, const st
   std::vector<smp::SyncedParameter> synced;
   for (const auto& s : specs) {
     at::Tensor p = at::zeros(s.shape, at::kFloat).requires_grad_(true);
-    auto placements = smp::Placements::from_abi(s.placements.data(), s.placements.size(), p.dim(), s.name);
+    auto placements = smp::placements_from_abi(s.placements.data(), s.placements.size(), p.dim(), s.name);
     synced.push_back(smp::synced_parameter(p, placements, groups));  // what the runtime calls
     params.push_back(p);
   }
@@ -127,7 +128,7 @@ TEST(GradientSync, PartialGradientSumsAreOneCollectivePerGroupAndDtype) {
       const at::ScalarType dtype = i < 3 ? at::kFloat : at::kDouble;
       at::Tensor p = at::zeros({3 + i}, dtype).requires_grad_(true);
       const smp_placement partial = pl("tp", SMP_PLACEMENT_PARTIAL_GRAD);
-      auto placements = smp::Placements::from_abi(&partial, 1, p.dim(), "norm" + std::to_string(i));
+      auto placements = smp::placements_from_abi(&partial, 1, p.dim(), "norm" + std::to_string(i));
       synced.push_back(smp::synced_parameter(p, placements, groups));
       params.push_back(p);
     }
@@ -168,7 +169,7 @@ TEST(GradientSync, Bf16ParametersAccumulateAndReduceInFp32MainGradients) {
   for (int64_t bucket : {int64_t{0}, int64_t{16}}) {
     run_ranks(2, 2, 1, 1, [&](int rank, smp::ProcessGroups& groups, const smp::DeviceMesh&) {
       at::Tensor p = at::zeros({4, 3}, at::kBFloat16).requires_grad_(true);
-      smp::SyncedParameter sp = smp::synced_parameter(p, smp::Placements::from_abi(nullptr, 0, 2, "p"), groups);
+      smp::SyncedParameter sp = smp::synced_parameter(p, smp::placements_from_abi(nullptr, 0, 2, "p"), groups);
       sp.grad_dtype = at::kFloat;
       sp.expected_grads = 2;
       smp::GradientSync sync({sp}, bucket);
@@ -194,7 +195,7 @@ TEST(GradientSync, BucketsAreLaunchedDuringBackward) {
     std::vector<smp::SyncedParameter> synced;
     for (int i = 0; i < 3; ++i) {
       params.push_back(at::zeros({8}, at::kFloat).requires_grad_(true));
-      synced.push_back(smp::synced_parameter(params.back(), smp::Placements::from_abi(nullptr, 0, 1, "p"), groups));
+      synced.push_back(smp::synced_parameter(params.back(), smp::placements_from_abi(nullptr, 0, 1, "p"), groups));
     }
     smp::GradientSync sync(synced, /*bucket_bytes=*/32);  // one parameter per bucket
     smp::Communicator& dp = groups.get(Axis::DP);
@@ -223,7 +224,7 @@ TEST(GradientSync, Zero2ReduceScattersPaddedBucketsIntoShardSegments) {
     std::vector<smp::SyncedParameter> synced;
     for (const auto& shape : shapes) {
       params.push_back(at::zeros(shape, at::kFloat).requires_grad_(true));
-      synced.push_back(smp::synced_parameter(params.back(), smp::Placements::from_abi(nullptr, 0, 1, "p"), groups));
+      synced.push_back(smp::synced_parameter(params.back(), smp::placements_from_abi(nullptr, 0, 1, "p"), groups));
     }
     smp::GradientSync sync(synced, smp::GradientSyncOptions{1 << 20, 2});
     ASSERT_EQ(sync.layout().size(), 1u);

@@ -1,6 +1,7 @@
 // Placements from the ABI: what is accepted, what is refused (by name), which
 // data-parallel group a gradient is averaged over, and who counts a value once.
 #include "mesh/placement.h"
+#include "plugin/placement_abi.h"
 
 #include <smp/error.h>
 
@@ -22,7 +23,7 @@ smp_placement pl(const char* axis, smp_placement_kind kind, int dim = -1) {
 
 std::string error_of(std::vector<smp_placement> v, int64_t ndim) {
   try {
-    Placements::from_abi(v.data(), v.size(), ndim, "parameter 'w'");
+    smp::placements_from_abi(v.data(), v.size(), ndim, "parameter 'w'");
   } catch (const smp::Error& e) {
     return e.what();
   }
@@ -31,16 +32,16 @@ std::string error_of(std::vector<smp_placement> v, int64_t ndim) {
 
 TEST(Placements, ShardedPartialAndReplicated) {
   std::vector<smp_placement> v = {pl("tp", SMP_PLACEMENT_SHARD, 1), pl("dp", SMP_PLACEMENT_REPLICATE)};
-  Placements p = Placements::from_abi(v.data(), v.size(), 2, "w");
+  Placements p = smp::placements_from_abi(v.data(), v.size(), 2, "w");
   EXPECT_TRUE(p.sharded(Axis::TP));
   EXPECT_EQ(p.shard_dim(Axis::TP), 1);
-  EXPECT_EQ(p.kind(Axis::DP), SMP_PLACEMENT_REPLICATE);
-  EXPECT_EQ(p.kind(Axis::EP), SMP_PLACEMENT_REPLICATE);  // not listed = replicated
+  EXPECT_EQ(p.kind(Axis::DP), smp::PlacementKind::Replicate);
+  EXPECT_EQ(p.kind(Axis::EP), smp::PlacementKind::Replicate);  // not listed = replicated
   EXPECT_EQ(p.data_parallel_axis(), Axis::DP);
   std::vector<smp_placement> norm = {pl("tp", SMP_PLACEMENT_PARTIAL_GRAD)};
-  EXPECT_TRUE(Placements::from_abi(norm.data(), 1, 1, "ln").partial_grad(Axis::TP));
+  EXPECT_TRUE(smp::placements_from_abi(norm.data(), 1, 1, "ln").partial_grad(Axis::TP));
   std::vector<smp_placement> expert = {pl("ep", SMP_PLACEMENT_SHARD, 0)};
-  EXPECT_EQ(Placements::from_abi(expert.data(), 1, 3, "e").data_parallel_axis(), Axis::EDP);
+  EXPECT_EQ(smp::placements_from_abi(expert.data(), 1, 3, "e").data_parallel_axis(), Axis::EDP);
 }
 
 TEST(Placements, RefusalsNameTheParameterAndTheProblem) {
@@ -60,9 +61,9 @@ TEST(Placements, EachDistinctValueIsCountedOnce) {
   // dp 4 x tp 2 with ep 2 (rank = dp * 2 + tp).
   std::vector<smp_placement> tp_shard = {pl("tp", SMP_PLACEMENT_SHARD, 0)};
   std::vector<smp_placement> expert = {pl("ep", SMP_PLACEMENT_SHARD, 0)};
-  Placements shard = Placements::from_abi(tp_shard.data(), 1, 2, "a");
+  Placements shard = smp::placements_from_abi(tp_shard.data(), 1, 2, "a");
   Placements rep;
-  Placements exp = Placements::from_abi(expert.data(), 1, 2, "e");
+  Placements exp = smp::placements_from_abi(expert.data(), 1, 2, "e");
   int shard_n = 0, rep_n = 0, exp_n = 0;
   for (int r = 0; r < 8; ++r) {
     smp::DeviceMesh m(8, r, 1, 4, 2, "pp,dp,tp", 2);

@@ -11,17 +11,18 @@ ProcessGroups::ProcessGroups(const DeviceMesh& mesh, std::shared_ptr<Rendezvous>
     : mesh_(mesh), rendezvous_(std::move(rendezvous)), options_(options), handle_(new smp_mesh{this}) {
   for (const Axis& axis : mesh_.axes()) {
     const std::string key = axis.name();
-    comms_[key] = make(key, mesh_.group_name(axis), mesh_.group(axis));
-    if (axis == Axis::PP && mesh_.group(axis).size() > 1)
-      comms_["pp.down"] = make(key, mesh_.group_name(axis) + ".down", mesh_.group(axis));
+    const bool pipeline = mesh_.role_of(axis) == Role::Pipeline;
+    comms_[key] = make(key, mesh_.group_name(axis), mesh_.group(axis), pipeline);
+    if (pipeline && mesh_.group(axis).size() > 1)
+      comms_["pp.down"] = make(key, mesh_.group_name(axis) + ".down", mesh_.group(axis), true);
   }
 }
 
 std::unique_ptr<Communicator> ProcessGroups::make(const std::string& kind, const std::string& name,
-                                                  const std::vector<int>& world_ranks) {
+                                                  const std::vector<int>& world_ranks, bool pipeline) {
   // Only the pipeline's groups send and receive (plugins' sends go through
   // the ABI handle, to the transport itself).
-  if (!options_.p2p_rendezvous || kind != "pp" || world_ranks.size() < 2)
+  if (!options_.p2p_rendezvous || !pipeline || world_ranks.size() < 2)
     return rendezvous_->new_communicator(kind, name, world_ranks, options_);
   // Through Gloo (see rendezvous_p2p.h), with a timeout longer than the
   // host's, so that a hang is reported by the host waiting for it, with what
@@ -56,7 +57,7 @@ Communicator& ProcessGroups::get(const Axis& axis) {
 
 Communicator& ProcessGroups::derived(const std::string& key, const std::string& kind, const std::string& name,
                                      const std::vector<int>& world_ranks) {
-  return cached(key, [&] { return make(kind, name, world_ranks); });
+  return cached(key, [&] { return make(kind, name, world_ranks, false); });
 }
 
 void ProcessGroups::reset_stats() {

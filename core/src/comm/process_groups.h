@@ -55,8 +55,10 @@ class ProcessGroups {
   smp_mesh* handle();
 
  private:
+  // pipeline: the group of the mesh's Pipeline axis (whose sends may go
+  // through the rendezvous transport, comm.p2p_semantics).
   std::unique_ptr<Communicator> make(const std::string& kind, const std::string& name,
-                                     const std::vector<int>& world_ranks);
+                                     const std::vector<int>& world_ranks, bool pipeline);
   // The communicator under `key`, made by `make` the first time.
   Communicator& cached(const std::string& key, const std::function<std::unique_ptr<Communicator>()>& make);
 

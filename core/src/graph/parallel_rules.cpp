@@ -1,5 +1,6 @@
 #include "graph/parallel_rules.h"
 
+#include <smp/axis_role.h>
 #include <smp/error.h>
 #include <smp/plugin_registry.h>
 
@@ -20,6 +21,12 @@ void scale_hints(GraphNode& node, const MemorySplit& split, int axis_size) {
   node.activation_bytes_hint *= (1.0 - as) + as / axis_size;
   node.activation_fp32_extra_bytes_hint *= (1.0 - as) + as / axis_size;
   node.attention_core_bytes_hint *= (1.0 - as) + as / axis_size;
+}
+
+// The built-in model axis (tp), the one parallel.tp_replicate_indivisible is for.
+bool tensor_parallel_axis(const std::string& axis) {
+  const BuiltinAxis* b = builtin_axis(axis);
+  return b && b->role == Role::Model;
 }
 
 }  // namespace
@@ -64,7 +71,7 @@ int apply_parallel_rules(ModelGraph& graph, const PluginRegistry& registry, cons
                     (key.empty() ? "parallel." + axis : key) +
                     " = " + std::to_string(axis_size) + ": " + reason + " [rule from plugin '" +
                     registry.provider(axis + " rule", node.kind) + "'" +
-                    (axis == "tp" ? "; set parallel.tp_replicate_indivisible = true to replicate it instead" : "") +
+                    (tensor_parallel_axis(axis) ? "; set parallel.tp_replicate_indivisible = true to replicate it instead" : "") +
                     "]");
       }
     }

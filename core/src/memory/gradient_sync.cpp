@@ -27,7 +27,7 @@ SyncedParameter synced_parameter(const at::Tensor& tensor, const Placements& pla
     data = groups.mesh().axis_with(Role::Batch);
   s.data_parallel = &groups.get(data);
   for (const auto& p : placements.list())
-    if (p.kind == SMP_PLACEMENT_PARTIAL_GRAD) s.partial.push_back(&groups.get(p.axis));
+    if (p.kind == PlacementKind::Partial) s.partial.push_back(&groups.get(p.axis));
   return s;
 }
 

@@ -1,7 +1,5 @@
 #include "mesh/placement.h"
 
-#include "base/struct_size.h"
-
 #include <smp/error.h>
 
 #include <algorithm>
@@ -41,15 +39,12 @@ std::string quoted(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where,
-                                const DeviceMesh* mesh) {
+Placements Placements::checked(const std::vector<DeclaredPlacement>& declared, int64_t ndim,
+                               const std::string& where, const DeviceMesh* mesh) {
   Placements out;
-  if (n > 0 && !p) throw Error(where + ": " + std::to_string(n) + " placements but a null array");
   const std::vector<std::string> allowed = placeable_axes(mesh);
-  for (size_t i = 0; i < n; ++i) {
-    const smp_placement& s = p[i];
-    require_struct_size(&s, SMP_PLACEMENT_STRUCT_SIZE, "2.0", where + ": placement " + std::to_string(i));
-    const std::string axis = s.axis ? s.axis : "";
+  for (const DeclaredPlacement& s : declared) {
+    const std::string& axis = s.axis;
     Placement pl;
     const BuiltinAxis* builtin = builtin_axis(axis);
     const bool core_only = builtin && !placeable(builtin->role);
@@ -67,14 +62,14 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
     const bool data = mesh ? mesh->is_data_axis(pl.axis) : (role == Role::Batch || role == Role::Expert);
     pl.kind = s.kind;
     switch (s.kind) {
-      case SMP_PLACEMENT_REPLICATE: break;
-      case SMP_PLACEMENT_PARTIAL_GRAD:
+      case PlacementKind::Replicate: break;
+      case PlacementKind::Partial:
         // The data-parallel reduction already sums over this axis: a partial sum there would be added twice.
         if (data)
           throw Error(where + ": a partial gradient on axis \"" + axis + "\" is refused: data parallelism already "
                       "sums gradients over \"" + axis + "\" (declare it replicated there)");
         break;
-      case SMP_PLACEMENT_SHARD:
+      case PlacementKind::Shard:
         if (s.dim < 0 || s.dim >= ndim)
           throw Error(where + ": shard dimension " + std::to_string(s.dim) + " on axis '" + axis +
                       "' is outside a " + std::to_string(ndim) + "-dimensional parameter");
@@ -83,42 +78,39 @@ Placements Placements::from_abi(const smp_placement* p, size_t n, int64_t ndim, 
                       "\" is the memory manager's (ZeRO), not a plugin's");
         pl.dim = s.dim;
         break;
-      default:
-        throw Error(where + ": unknown placement kind " + std::to_string(static_cast<int>(s.kind)) + " on axis '" +
-                    axis + "'");
     }
-    if (pl.kind != SMP_PLACEMENT_REPLICATE) out.list_.push_back(pl);
+    if (pl.kind != PlacementKind::Replicate) out.list_.push_back(pl);
   }
   return out;
 }
 
-smp_placement_kind Placements::kind(Axis axis) const {
+PlacementKind Placements::kind(Axis axis) const {
   for (const auto& p : list_)
     if (p.axis == axis) return p.kind;
-  return SMP_PLACEMENT_REPLICATE;
+  return PlacementKind::Replicate;
 }
 
 int Placements::shard_dim(Axis axis) const {
   for (const auto& p : list_)
-    if (p.axis == axis && p.kind == SMP_PLACEMENT_SHARD) return p.dim;
+    if (p.axis == axis && p.kind == PlacementKind::Shard) return p.dim;
   return -1;
 }
 
 Placements Placements::with_partial_grad(Axis axis) const {
   Placements out = *this;
-  out.list_.push_back({axis, SMP_PLACEMENT_PARTIAL_GRAD, -1});
+  out.list_.push_back({axis, PlacementKind::Partial, -1});
   return out;
 }
 
 Placements Placements::sharded_over_data() const {
   Placements out = *this;
-  out.list_.push_back({data_parallel_axis(), SMP_PLACEMENT_SHARD, 0});
+  out.list_.push_back({data_parallel_axis(), PlacementKind::Shard, 0});
   return out;
 }
 
 Axis Placements::data_parallel_axis() const {
   for (const auto& p : list_)
-    if (p.kind == SMP_PLACEMENT_SHARD && role_in(nullptr, p.axis) == Role::Expert) return builtin_with(Role::ExpertBatch);
+    if (p.kind == PlacementKind::Shard && role_in(nullptr, p.axis) == Role::Expert) return builtin_with(Role::ExpertBatch);
   return builtin_with(Role::Batch);
 }
 
@@ -130,9 +122,7 @@ std::vector<AxisPlacement> Placements::per_axis(const DeviceMesh& mesh) const {
     AxisPlacement p;
     p.axis = a.name();
     p.role = role;
-    const smp_placement_kind k = kind(a);
-    p.kind = k == SMP_PLACEMENT_SHARD ? PlacementKind::Shard
-             : k == SMP_PLACEMENT_PARTIAL_GRAD ? PlacementKind::Partial : PlacementKind::Replicate;
+    p.kind = kind(a);
     p.dim = shard_dim(a);
     out.push_back(p);
   }

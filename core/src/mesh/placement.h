@@ -5,7 +5,6 @@
 // these alone.
 #pragma once
 
-#include <smp/abi.h>
 #include <smp/axis_placement.h>
 #include <smp/mesh.h>
 
@@ -16,25 +15,33 @@ namespace smp {
 
 struct Placement {
   Axis axis = Axis::TP;
-  smp_placement_kind kind = SMP_PLACEMENT_REPLICATE;
-  int dim = -1;  // SHARD only
+  PlacementKind kind = PlacementKind::Replicate;
+  int dim = -1;  // Shard only
+};
+
+// A placement as a plugin declares it, before it is checked: the axis by name.
+struct DeclaredPlacement {
+  std::string axis;
+  PlacementKind kind = PlacementKind::Replicate;
+  int dim = -1;
 };
 
 // A parameter's placements; an axis that is not listed is replicated.
 class Placements {
  public:
   Placements() = default;
-  // From the ABI. Throws smp::Error (prefixed with `where`) for an axis that
-  // parameters cannot be placed on (the mesh's rule axes, and dp replicated;
-  // with no mesh, any valid name but pp, edp, mp and world), a partial
-  // gradient or a shard on a data axis (but experts on ep), a duplicate axis, a
-  // bad kind or a shard dimension outside [0, ndim).
-  static Placements from_abi(const smp_placement* p, size_t n, int64_t ndim, const std::string& where,
-                             const DeviceMesh* mesh = nullptr);
+  // What a module declared (plugin/placement_abi.h reads it from the ABI).
+  // Throws smp::Error (prefixed with `where`) for an axis that parameters
+  // cannot be placed on (the mesh's rule axes, and dp replicated; with no mesh,
+  // any valid name but pp, edp, mp and world), a partial gradient or a shard on
+  // a data axis (but experts on ep), a duplicate axis or a shard dimension
+  // outside [0, ndim).
+  static Placements checked(const std::vector<DeclaredPlacement>& declared, int64_t ndim, const std::string& where,
+                            const DeviceMesh* mesh = nullptr);
 
-  smp_placement_kind kind(Axis axis) const;
-  bool sharded(Axis axis) const { return kind(axis) == SMP_PLACEMENT_SHARD; }
-  bool partial_grad(Axis axis) const { return kind(axis) == SMP_PLACEMENT_PARTIAL_GRAD; }
+  PlacementKind kind(Axis axis) const;
+  bool sharded(Axis axis) const { return kind(axis) == PlacementKind::Shard; }
+  bool partial_grad(Axis axis) const { return kind(axis) == PlacementKind::Partial; }
   int shard_dim(Axis axis) const;  // -1 unless sharded on axis
   const std::vector<Placement>& list() const { return list_; }
 

@@ -1,7 +1,7 @@
 #include "plugin/elf_check.h"
 
 #include <smp/error.h>
-#include <smp/sdk/input_file.hpp>
+#include <smp/common/input_file.hpp>
 
 #include <elf.h>
 

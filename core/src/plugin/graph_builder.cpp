@@ -2,7 +2,7 @@
 
 #include <smp/error.h>
 
-#include "base/struct_size.h"
+#include "plugin/struct_size.h"
 
 namespace smp {
 

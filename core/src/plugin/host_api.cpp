@@ -10,7 +10,7 @@
 #include "plugin/extension.h"
 
 #include "base/device.h"
-#include "base/struct_size.h"
+#include "plugin/struct_size.h"
 #include "comm/comm_handle.h"
 #include "comm/communicator.h"
 #include "comm/event_watcher.h"

@@ -1,13 +1,14 @@
 #include "plugin/module_instance.h"
 
 #include "base/seeded_device_generator.h"
-#include "base/struct_size.h"
+#include "plugin/struct_size.h"
 
 #include <smp/error.h>
 
 #include "comm/process_groups.h"
 #include "plugin/extension.h"
 #include "plugin/host_api.h"
+#include "plugin/placement_abi.h"
 #include "plugin/plugin_tables.h"
 
 #include <smp/common/init.hpp>
@@ -126,15 +127,15 @@ ModuleInstance::ModuleInstance(const smp_module_kind* kind, std::string plugin, 
       mp.name = collect->self->key_ + "." + (p && p->name ? p->name : "?");
       require_struct_size(p, SMP_PARAM_INFO_STRUCT_SIZE_2_0, "2.0", "parameter '" + mp.name + "': smp_param_info");
       mp.tensor = tensor_of(p->tensor);
-      mp.placements = Placements::from_abi(p->placements, p->n_placements, mp.tensor.dim(), "parameter '" + mp.name + "'",
-                                            collect->mesh);
+      mp.placements = placements_from_abi(p->placements, p->n_placements, mp.tensor.dim(),
+                                          "parameter '" + mp.name + "'", collect->mesh);
       if (SMP_HAS_FIELD(p, smp_param_info, init) && p->init) mp.init = init_spec(*p->init, mp);
       mp.buffer = SMP_HAS_FIELD(p, smp_param_info, flags) && (p->flags & SMP_PARAM_FLAG_BUFFER);
       // Each rank of a sequence axis computes on its share of every sample's
       // tokens: a parameter replicated there has a partial gradient.
       if (collect->mesh && !mp.buffer)
         for (const Axis& a : collect->mesh->sequence_axes())
-          if (collect->mesh->size(a) > 1 && mp.placements.kind(a) == SMP_PLACEMENT_REPLICATE)
+          if (collect->mesh->size(a) > 1 && mp.placements.kind(a) == PlacementKind::Replicate)
             mp.placements = mp.placements.with_partial_grad(a);
       collect->self->params_.push_back(std::move(mp));
     } catch (const std::exception& e) {

@@ -2,7 +2,7 @@
 #include "plugin/plugin_tables.h"
 
 #include "base/axis_names.h"
-#include "base/struct_size.h"
+#include "plugin/struct_size.h"
 #include "base/table_names.h"
 
 #include <smp/error.h>

@@ -9,13 +9,13 @@
 namespace smp {
 
 std::vector<at::Tensor> AdapterData::microbatch(DataSplit split, int64_t step, int mb) const {
-  const int64_t per_dp = global_batch_ / mesh_.dp();
+  const int64_t per_dp = global_batch_ / mesh_.size(Role::Batch);
   const int64_t per_mb = per_dp / microbatches_;
   BatchRequest req;
   req.split = split;
   req.step = step;
   req.global_batch = global_batch_;
-  req.first_sample = mesh_.coord(Axis::DP) * per_dp + mb * per_mb;
+  req.first_sample = mesh_.coord(Role::Batch) * per_dp + mb * per_mb;
   req.num_samples = per_mb;
   // The rank's coordinates on every dimension that splits data.
   for (const Axis& a : mesh_.axes()) {

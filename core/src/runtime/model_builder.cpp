@@ -1,5 +1,6 @@
 #include "runtime/model_builder.h"
 
+#include <smp/axis_role.h>
 #include <smp/error.h>
 
 #include "comm/communicator.h"
@@ -15,6 +16,14 @@
 #include <spdlog/spdlog.h>
 
 namespace smp {
+
+namespace {
+// The key that sets an axis' size: parallel.<name> for the core's own axes,
+// parallel.axes.<name> for a job's.
+std::string size_key(const Axis& a) {
+  return std::string(builtin_axis(a.name()) ? "parallel." : "parallel.axes.") + a.name();
+}
+}  // namespace
 
 ModelBuilder::ModelBuilder(const JobConfig& job, const DeviceMesh& mesh, const std::vector<PluginSource>& plugins)
     : job_(job), mesh_(mesh) {
@@ -46,7 +55,7 @@ void ModelBuilder::apply_rules() {
     const int split = apply_parallel_rules(graph_, registry_, a.name(), n, job_.parallel.tp_replicate_indivisible);
     // An axis that splits nothing would only repeat the work on each of its ranks.
     if (split == 0) {
-      const std::string key = std::string(a == Axis::TP || a == Axis::EP ? "parallel." : "parallel.axes.") + a.name();
+      const std::string key = size_key(a);
       std::string kinds;
       for (const GraphNode& node : graph_.nodes)
         if (kinds.find("'" + node.kind + "'") == std::string::npos) kinds += (kinds.empty() ? "'" : ", '") + node.kind + "'";
@@ -63,7 +72,7 @@ void ModelBuilder::apply_rules() {
 // with a count, so that the shares' sums add up over the axis before the mean.
 void ModelBuilder::check_sequence_split(const Axis& a) {
   const int n = mesh_.size(a);
-  const std::string key = "parallel." + std::string(a.name());
+  const std::string key = size_key(a);
   const std::string where = job_.origin + ": " + key + " = " + std::to_string(n) + ": adapter '" + adapter_->name() +
                             "' (plugin '" + adapter_->plugin() + "')";
   if (graph_.sequence_dim < 0)

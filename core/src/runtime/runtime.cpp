@@ -211,14 +211,14 @@ std::vector<ParameterView> Runtime::gather_parameters() {
 }
 void Runtime::release_parameters() { impl_->state->release_parameters(); }
 std::vector<std::pair<std::string, at::Tensor>> Runtime::model_state_dict() {
-  return whole_model(impl_->state->entries(), impl_->context->comm(Axis::World), impl_->context->device());
+  return whole_model(impl_->state->entries(), impl_->context->comm(Role::World), impl_->context->device());
 }
 std::vector<std::vector<double>> Runtime::gather_world(const std::vector<double>& values) {
   const int world = impl_->context->mesh().world_size();
   const int64_t n = static_cast<int64_t>(values.size());
   at::Tensor in = at::tensor(values, at::kDouble);
   at::Tensor out = at::empty({world * n}, at::kDouble);
-  if (n > 0) impl_->context->comm(Axis::World).allgather(in, out)->wait();
+  if (n > 0) impl_->context->comm(Role::World).allgather(in, out)->wait();
   std::vector<std::vector<double>> v(world);
   for (int i = 0; i < world; ++i) v[i].assign(out.data_ptr<double>() + i * n, out.data_ptr<double>() + (i + 1) * n);
   return v;
