@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,10 @@ struct JobConfig {
   // each checked by its plugin once the plugins are loaded.
   nlohmann::json plugin_tables = nlohmann::json::object();
   std::string origin;                          // the file, for messages
+  // The config these were read from by from() (layout resolved, overrides
+  // applied): what Runtime::config() returns and a checkpoint records. The
+  // runtime holds this one object; every part reads the typed fields above.
+  std::optional<Config> source;
 
   // From a config whose layout is resolved (Config::resolve_layout). run.device
   // "auto" is the CPU unless this build has CUDA and a device is present;

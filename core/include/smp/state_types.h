@@ -23,14 +23,15 @@ namespace smp {
 struct ParameterView {
   std::string name;  // "<module key>.<local name>", e.g. "blocks.0.attn.q_weight"
   at::Tensor tensor; // this rank's shard
+  // Shorthands kept for programs written before placements: the shard
+  // dimension on the built-in model axis (tp) and on the expert axis, -1 when
+  // not sharded there. (Before placements, so that ParameterView{name, t, 0, -1}
+  // still means what it did.)
+  int shard_dim = -1;
+  int ep_shard_dim = -1;
   // Its placement on each axis it may differ on (the mesh's model, sequence
   // and batch dimensions and the expert axis), in the mesh's order.
   std::vector<AxisPlacement> placements;
-  // Shorthands kept for programs written before placements: the shard
-  // dimension on the built-in model axis (tp) and on the expert axis, -1 when
-  // not sharded there.
-  int shard_dim = -1;
-  int ep_shard_dim = -1;
 
   // The placement on `axis` (Replicate when not listed).
   AxisPlacement placement(const std::string& axis) const {

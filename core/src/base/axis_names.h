@@ -4,6 +4,8 @@
 // (builtin_axes in <smp/mesh_spec.h>).
 #pragma once
 
+#include <smp/axis_role.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
@@ -14,6 +16,12 @@
 namespace smp {
 
 inline constexpr std::size_t kMaxAxisName = 15;
+
+// The key that sets an axis' size: parallel.<name> for the core's own axes,
+// parallel.axes.<name> for a job's (messages name it).
+inline std::string axis_size_key(const std::string& name) {
+  return std::string(builtin_axis(name) ? "parallel." : "parallel.axes.") + name;
+}
 
 // [a-z][a-z0-9_]*, at most kMaxAxisName characters.
 inline bool is_axis_name(const std::string& n) {

@@ -195,6 +195,7 @@ nlohmann::json optimizer_config(const Config& c, const std::string& optimizer) {
 JobConfig JobConfig::from(const Config& c) {
   JobConfig j;
   j.origin = c.origin();
+  j.source = c;
   read_fields(c, j);
   check_memory(c, j.memory);
   check_train(c, j.train);

@@ -31,6 +31,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 namespace smp {
 
@@ -163,6 +164,10 @@ void CheckpointWriter::wait() {
 
 void CheckpointWriter::save(const std::string& path, const std::vector<StateEntry>& entries, const nlohmann::json& info,
                             bool async, int keep, bool update_latest) {
+  // Counted before anything can throw (wait() rethrows an earlier save's
+  // failure): a rank whose program goes on after that error must still name
+  // its later saves as the other ranks do.
+  const uint64_t save_number = ++saves_;
   wait();
   auto job = std::make_shared<Job>();
   job->start = clock_type::now();
@@ -178,7 +183,7 @@ void CheckpointWriter::save(const std::string& path, const std::vector<StateEntr
   // the folder's name (not its path: mounts may differ between nodes) name the
   // save alike on all; a rank saving another folder is missing.
   job->parts_written =
-      "checkpoint/" + token_hex(o_.token) + "/" + std::to_string(++saves_) + "/" + job->target.filename().string();
+      "checkpoint/" + token_hex(o_.token) + "/" + std::to_string(save_number) + "/" + job->target.filename().string();
   for (const StateEntry& e : entries) {
     if (!e.owner) continue;
     // Synchronously: the live tensor itself where it is on the host already.
@@ -249,8 +254,14 @@ namespace {
 std::vector<nlohmann::json> read_parts(const fs::path& tmp, const fs::path& target, int world) {
   std::vector<nlohmann::json> parts(world);
   std::string missing;
+  // A shared file system may show another node's new file a little late
+  // (NFS's attribute cache holds for seconds): a missing part is looked for
+  // again for a bounded while before the save is refused.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (int r = 0; r < world; ++r) {
     const fs::path p = tmp / rank_name(r, "json");
+    while (!fs::exists(p) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (fs::exists(p))
       parts[r] = read_json(p);
     else

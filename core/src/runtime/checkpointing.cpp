@@ -6,7 +6,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
-#include "runtime/model_builder.h"
+#include "runtime/model_plan.h"
 #include "runtime/parallel_context.h"
 #include "runtime/train_state.h"
 
@@ -92,9 +92,9 @@ std::string rank0_choice(Communicator& world, const std::function<std::string()>
 
 }  // namespace
 
-Checkpointing::Checkpointing(const Config& config, const JobConfig& job, const ParallelContext& context,
-                             const ModelBuilder& model, TrainState& state, uint64_t token)
-    : config_(config), job_(job), context_(context), model_(model), state_(state) {
+Checkpointing::Checkpointing(const JobConfig& job, const ParallelContext& context, const ModelPlan& model,
+                             TrainState& state, uint64_t token)
+    : job_(job), context_(context), model_(model), state_(state) {
   CheckpointWriter::Options o;
   o.rank = context.mesh().rank();
   o.world = context.mesh().world_size();
@@ -130,16 +130,16 @@ nlohmann::json Checkpointing::info() const {
   }
   std::string version;
   for (const auto& p : model_.registry().plugins())
-    if (p.name == model_.adapter_plugin()) version = p.version;
+    if (p.name == model_.adapter().plugin()) version = p.version;
   nlohmann::json nodes = nlohmann::json::array();  // what tools need to name the tensors (smp-checkpoint export)
   for (const auto& n : model_.graph().nodes)
     nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
   return {{"step", state_.steps()},
           {"graph", nodes},
-          {"adapter", {{"name", model_.adapter_name()}, {"plugin", model_.adapter_plugin()}, {"version", version}}},
+          {"adapter", {{"name", model_.adapter().name()}, {"plugin", model_.adapter().plugin()}, {"version", version}}},
           {"model", job_.model},
           {"layout", layout},
-          {"config", config_.to_json()},
+          {"config", job_.source->to_json()},
           {"seed", job_.train.seed},
           {"smp_version", SMP_VERSION},
           {"torch_version", SMP_BUILD_TORCH_VERSION}};
@@ -164,7 +164,7 @@ void Checkpointing::save_step() {
 
 void Checkpointing::load(const std::string& path) {
   writer_->wait_for_snapshot();
-  const OpenedCheckpoint c = open_checkpoint(path, "checkpoint", model_.adapter_name(), true, job_.model);
+  const OpenedCheckpoint c = open_checkpoint(path, "checkpoint", model_.adapter().name(), true, job_.model);
   try {
     state_.load_with(
         [&](const std::vector<StateEntry>& live) { load_entries(c.folder, c.manifest, live, c.changed.empty()); });
@@ -230,7 +230,7 @@ std::string Checkpointing::resume_checkpoint(const std::string& mode) {
 
 void Checkpointing::init_from(const std::string& path) {
   writer_->wait_for_snapshot();
-  const OpenedCheckpoint c = open_checkpoint(path, "run.init_from", model_.adapter_name(), false, job_.model);
+  const OpenedCheckpoint c = open_checkpoint(path, "run.init_from", model_.adapter().name(), false, job_.model);
   state_.load_with([&](const std::vector<StateEntry>& live) {
     std::vector<StateEntry> parameters;
     for (const auto& e : live)

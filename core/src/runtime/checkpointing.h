@@ -16,15 +16,15 @@
 namespace smp {
 
 class CheckpointWriter;
-class ModelBuilder;
+class ModelPlan;
 class ParallelContext;
 class TrainState;
 
 class Checkpointing {
  public:
   // token: the same on every rank of this run (names its temporary folders).
-  Checkpointing(const Config& config, const JobConfig& job, const ParallelContext& context, const ModelBuilder& model,
-                TrainState& state, uint64_t token);
+  Checkpointing(const JobConfig& job, const ParallelContext& context, const ModelPlan& model, TrainState& state,
+                uint64_t token);
   ~Checkpointing();  // waits for the pending save
   Checkpointing(const Checkpointing&) = delete;
   Checkpointing& operator=(const Checkpointing&) = delete;
@@ -44,10 +44,9 @@ class Checkpointing {
  private:
   std::string resume_checkpoint(const std::string& mode);
   nlohmann::json info() const;
-  const Config& config_;
   const JobConfig& job_;
   const ParallelContext& context_;
-  const ModelBuilder& model_;
+  const ModelPlan& model_;
   TrainState& state_;
   std::unique_ptr<CheckpointWriter> writer_;
 };

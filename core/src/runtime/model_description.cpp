@@ -1,13 +1,13 @@
 // What a job's model and layout would be without joining a job: the memory
 // estimate (smp-launch --estimate-memory) and the model's description
-// (smp-plan). Plugins, graph, rules, partition and schedule only: no
+// (smp-plan): a ModelPlan, or its ModelDefinition only. No
 // rendezvous, no module is created.
 #include <smp/runtime.h>
 
 #include <smp/job_config.h>
 
 #include "memory/memory_model.h"
-#include "runtime/model_builder.h"
+#include "runtime/model_plan.h"
 #include "runtime/parallel_context.h"
 
 #include <algorithm>
@@ -18,8 +18,8 @@ nlohmann::json Runtime::estimate_memory(Config config, int world_size, const std
   config.resolve_layout(world_size);
   const JobConfig job = JobConfig::from(config);
   const auto context = ParallelContext::offline(job, world_size);
-  ModelBuilder model(job, context->mesh(), plugins);
-  model.plan(nullptr);
+  const ModelPlan model(std::make_unique<const ModelDefinition>(job, context->mesh(), plugins), job, context->mesh(),
+                        nullptr);
   const MemoryModelOptions o = model.memory_options();
   nlohmann::json ranks = nlohmann::json::array();
   double worst = 0;
@@ -43,7 +43,7 @@ nlohmann::json Runtime::describe_model(Config config, int world_size, const std:
   config.resolve_layout(world_size);
   const JobConfig job = JobConfig::from(config);
   const auto context = ParallelContext::offline(job, world_size);
-  const ModelBuilder model(job, context->mesh(), plugins);
+  const ModelDefinition model(job, context->mesh(), plugins);
   nlohmann::json nodes = nlohmann::json::array();
   for (const GraphNode& n : model.graph().nodes)
     nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});

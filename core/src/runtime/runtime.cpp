@@ -18,7 +18,7 @@
 #include "runtime/checkpointer_impl.h"
 #include "runtime/checkpointing.h"
 #include "runtime/data_source.h"
-#include "runtime/model_builder.h"
+#include "runtime/model_plan.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
 #include "runtime/step_runner.h"
@@ -34,11 +34,10 @@
 namespace smp {
 
 struct Runtime::Impl {
-  explicit Impl(Config c) : config(std::move(c)), job(JobConfig::from(config)) {}
-  Config config;  // as loaded, for Runtime::config() and the summary
-  JobConfig job;  // the same, typed: what every part reads
+  explicit Impl(const Config& c) : job(JobConfig::from(c)) {}
+  JobConfig job;  // typed, what every part reads; job.source the config as loaded (Runtime::config())
   std::unique_ptr<ParallelContext> context;
-  std::unique_ptr<ModelBuilder> model;
+  std::unique_ptr<const ModelPlan> model;
   std::unique_ptr<TrainState> state;
   std::unique_ptr<OptimizerStep> update;
   std::unique_ptr<StepRunner> steps;
@@ -78,20 +77,21 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
 std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, const std::vector<PluginSource>& plugins,
                                          const RuntimeOptions& options) {
   config.resolve_layout(env.world_size);
-  std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(std::move(config))));
+  std::unique_ptr<Runtime> rt(new Runtime(std::make_unique<Impl>(config)));
   Impl& s = *rt->impl_;
   const Batch& example = options.example;
   s.context = ParallelContext::join(s.job, env);
-  s.model = std::make_unique<ModelBuilder>(s.job, s.context->mesh(), plugins);
+  auto model = std::make_unique<const ModelDefinition>(s.job, s.context->mesh(), plugins);
   std::optional<ProgramBatch> fed;
   if (!example.empty()) {
     ProgramBatch::Rules rules;
     rules.microbatches = 1;  // any rows: the profile runs the whole example as one microbatch
     rules.device = s.context->device();
     rules.where = "rank " + std::to_string(env.rank) + ": the example batch given to Runtime::create";
-    fed.emplace(example, s.model->graph().inputs, rules);
+    fed.emplace(example, model->graph().inputs, rules);
   }
-  s.model->plan(&s.context->rendezvous(), fed ? &*fed : nullptr);
+  s.model = std::make_unique<const ModelPlan>(std::move(model), s.job, s.context->mesh(), &s.context->rendezvous(),
+                                              fed ? &*fed : nullptr);
   s.state = std::make_unique<TrainState>(s.job, *s.context, *s.model);
   s.update = std::make_unique<OptimizerStep>(s.job.train);
   s.steps = std::make_unique<StepRunner>(s.job, *s.context, *s.model, *s.state);
@@ -101,9 +101,9 @@ std::unique_ptr<Runtime> Runtime::create(Config config, const ProcessEnv& env, c
   if (s.context->mesh().rank() == 0) token = std::random_device{}() & ((uint64_t{1} << 32) - 1);
   token = static_cast<uint64_t>(rt->gather_world(static_cast<double>(token)).at(0));
   auto saving = std::make_unique<Checkpointer::Impl>();
-  saving->checkpoints = std::make_unique<Checkpointing>(s.config, s.job, *s.context, *s.model, *s.state, token);
+  saving->checkpoints = std::make_unique<Checkpointing>(s.job, *s.context, *s.model, *s.state, token);
   saving->state = s.state.get();
-  saving->asked = s.config.has("run.resume") || s.config.has("run.checkpoint_dir");
+  saving->asked = s.job.source->has("run.resume") || s.job.source->has("run.checkpoint_dir");
   s.saving = saving->checkpoints.get();
   s.checkpoints.reset(new Checkpointer(std::move(saving)));
   if (options.resume_at_create) s.checkpoints->resume_if_asked();
@@ -144,7 +144,7 @@ StepResult Runtime::step_for_trainer(const Batch* batch) { return impl_->step(ba
 // A step the program takes itself, also after a Trainer's: the cadence keys
 // would go unheeded.
 StepResult Runtime::train_step_of(const Batch* batch) {
-  if (!impl_->checked_trainer_keys) refuse_trainer_keys(impl_->config);
+  if (!impl_->checked_trainer_keys) refuse_trainer_keys(*impl_->job.source);
   impl_->checked_trainer_keys = true;
   return impl_->step(batch);
 }
@@ -176,7 +176,7 @@ PeakFlops Runtime::measure_peaks() const {
   return smp::measure_peaks(impl_->context->device(), compute_dtype(impl_->job.train.precision));
 }
 int64_t Runtime::parameter_count() const { return impl_->state->parameter_count(); }
-const Config& Runtime::config() const { return impl_->config; }
+const Config& Runtime::config() const { return *impl_->job.source; }
 const JobConfig& Runtime::job() const { return impl_->job; }
 const DeviceMesh& Runtime::mesh() const { return impl_->context->mesh(); }
 const ModelGraph& Runtime::graph() const { return impl_->model->graph(); }

@@ -3,6 +3,7 @@
 #include <smp/error.h>
 #include <smp/mesh.h>
 
+#include "base/axis_names.h"
 #include "base/device.h"
 #include "base/op_profile.h"
 #include "base/phase_clock.h"
@@ -14,7 +15,7 @@
 #include "optim/mixed_precision.h"
 #include "pipeline/executor.h"
 #include "plugin/module_instance.h"
-#include "runtime/model_builder.h"
+#include "runtime/model_plan.h"
 #include "runtime/optimizer_step.h"
 #include "runtime/parallel_context.h"
 #include "runtime/train_state.h"
@@ -42,9 +43,13 @@ std::vector<std::pair<std::string, double>> metric_values(const std::vector<Mode
 
 }  // namespace
 
-StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const ModelBuilder& model, TrainState& state)
-    : job_(job), context_(context), model_(model), state_(state), adapter_data_(model.adapter(), context.mesh(), model.graph().inputs.size(), model.global_batch(),
-                                                           model.microbatches()) {
+StepRunner::StepRunner(const JobConfig& job, ParallelContext& context, const ModelPlan& model, TrainState& state)
+    : job_(job),
+      context_(context),
+      model_(model),
+      state_(state),
+      adapter_data_(model.adapter(), context.mesh(), model.graph().inputs.size(), model.global_batch(),
+                    model.microbatches()) {
   ExecutorSetup setup;
   setup.graph = &model.graph();
   setup.plan = &model.stage_plan();
@@ -121,9 +126,9 @@ ProgramBatch StepRunner::program_batch(const Batch& batch, const std::string& ca
 Batch StepRunner::share_of(const Batch& batch) const {
   for (const Axis& a : context_.mesh().sequence_axes())
     if (context_.mesh().size(a) > 1 && !batch.empty())
-      throw Error("parallel." + std::string(a.name()) + " = " + std::to_string(context_.mesh().size(a)) +
+      throw Error(axis_size_key(a.name()) + " = " + std::to_string(context_.mesh().size(a)) +
                   ": a program's own batches are not cut into shares of their sequences (an adapter's batch() is, "
-                  "through GraphBuilder::split_sequence): train from an adapter, or set parallel." + a.name() + " = 1");
+                  "through GraphBuilder::split_sequence): train from an adapter, or set " + axis_size_key(a.name()) + " = 1");
   const int dp = context_.mesh().size(Role::Batch);
   const int64_t global = model_.global_batch();
   if (dp == 1 || batch.empty()) return batch;

@@ -20,7 +20,7 @@ namespace smp {
 
 class ActivationOffload;
 class Executor;
-class ModelBuilder;
+class ModelPlan;
 class OptimizerStep;
 class ParallelContext;
 class PhaseClock;
@@ -28,7 +28,7 @@ class TrainState;
 
 class StepRunner {
  public:
-  StepRunner(const JobConfig& job, ParallelContext& context, const ModelBuilder& model, TrainState& state);
+  StepRunner(const JobConfig& job, ParallelContext& context, const ModelPlan& model, TrainState& state);
   ~StepRunner();
   StepRunner(const StepRunner&) = delete;
   StepRunner& operator=(const StepRunner&) = delete;
@@ -52,7 +52,7 @@ class StepRunner {
  private:
   const JobConfig& job_;
   ParallelContext& context_;
-  const ModelBuilder& model_;
+  const ModelPlan& model_;
   TrainState& state_;
   std::unique_ptr<ActivationOffload> offload_;  // memory.offload: checkpointed inputs in host memory
   // The program's batch checked against the graph and cut into microbatches.

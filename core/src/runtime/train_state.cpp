@@ -15,7 +15,7 @@
 #include "optim/mixed_precision.h"
 #include "plugin/optimizer_instance.h"
 #include "plugin/module_instance.h"
-#include "runtime/model_builder.h"
+#include "runtime/model_plan.h"
 #include "runtime/parallel_context.h"
 #include "runtime/replica_check.h"
 
@@ -40,7 +40,7 @@ struct TrainState::Listed {
   std::vector<SyncedParameter> synced;
 };
 
-TrainState::TrainState(const JobConfig& job, const ParallelContext& context, const ModelBuilder& model)
+TrainState::TrainState(const JobConfig& job, const ParallelContext& context, const ModelPlan& model)
     : job_(job), context_(context), model_(model) {
   {
     MemoryTracker created;
@@ -322,10 +322,8 @@ std::vector<ParameterView> TrainState::parameters() const {
   std::vector<ParameterView> out;
   for (const auto& key : module_order_)
     for (const auto& p : modules_.at(key)->parameters()) {
-      ParameterView v{p.name, p.tensor, p.placements.per_axis(mesh)};
-      v.shard_dim = p.placements.shard_dim(model);
-      v.ep_shard_dim = p.placements.shard_dim(expert);
-      out.push_back(std::move(v));
+      out.push_back({p.name, p.tensor, p.placements.shard_dim(model), p.placements.shard_dim(expert),
+                     p.placements.per_axis(mesh)});
     }
   return out;
 }

@@ -29,7 +29,7 @@ class Communicator;
 class DynamicLossScaler;
 class GradientSync;
 class MasterWeights;
-class ModelBuilder;
+class ModelPlan;
 class ModuleInstance;
 class OptimizerInstance;
 class ParallelContext;
@@ -41,7 +41,7 @@ class TrainState {
   // Creates this rank's modules (ZeRO-3: parameters without storage where the
   // kind can defer init), casts them to the compute dtype, lays out the
   // gradient buckets and shards and makes the optimizer.
-  TrainState(const JobConfig& job, const ParallelContext& context, const ModelBuilder& model);
+  TrainState(const JobConfig& job, const ParallelContext& context, const ModelPlan& model);
   ~TrainState();
   TrainState(const TrainState&) = delete;
   TrainState& operator=(const TrainState&) = delete;
@@ -104,7 +104,7 @@ class TrainState {
 
   const JobConfig& job_;
   const ParallelContext& context_;
-  const ModelBuilder& model_;
+  const ModelPlan& model_;
   std::map<std::string, std::shared_ptr<ModuleInstance>> modules_;
   std::vector<std::string> module_order_;  // creation order
   std::vector<Trained> trained_;           // GradientSync's parameters, by index
