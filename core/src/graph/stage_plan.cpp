@@ -109,7 +109,10 @@ std::vector<int> run_partitioner(const PluginRegistry& registry, const std::stri
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     for (const auto& v : graph.nodes[i].inputs) {
       int p_i = producers.at(v);
-      if (p_i >= 0) req.edges.emplace_back(p_i, static_cast<int64_t>(i));
+      if (p_i >= 0) {
+        req.edge_src.push_back(p_i);
+        req.edge_dst.push_back(static_cast<int64_t>(i));
+      }
     }
   req.num_stages = num_stages;
   req.options_json = options.dump();

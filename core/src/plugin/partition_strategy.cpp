@@ -26,18 +26,13 @@ std::vector<int> run_partition_strategy(const PluginRegistry& registry, const st
     nodes[i].memory = n.memory;
     nodes[i].shared_key = n.shared_key.empty() ? nullptr : n.shared_key.c_str();
   }
-  std::vector<int64_t> src, dst;
-  for (const auto& [from, to] : request.edges) {
-    src.push_back(from);
-    dst.push_back(to);
-  }
   smp_cost_graph g{};
   g.struct_size = SMP_COST_GRAPH_STRUCT_SIZE;
   g.nodes = nodes.data();
   g.n_nodes = nodes.size();
-  g.edge_src = src.data();
-  g.edge_dst = dst.data();
-  g.n_edges = src.size();
+  g.edge_src = request.edge_src.data();
+  g.edge_dst = request.edge_dst.data();
+  g.n_edges = request.edge_src.size();
   std::vector<int32_t> stages(nodes.size(), -1);
   smp_partition_request req{};
   req.struct_size = SMP_PARTITION_REQUEST_STRUCT_SIZE;

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace smp {
@@ -19,7 +18,7 @@ struct PartitionNode {
 
 struct PartitionRequest {
   std::vector<PartitionNode> nodes;
-  std::vector<std::pair<int64_t, int64_t>> edges;  // producer -> consumer node
+  std::vector<int64_t> edge_src, edge_dst;  // edge i: node edge_src[i] produces a value node edge_dst[i] reads
   int num_stages = 1;
   std::string options_json = "{}";  // the job's [partition] table
   bool tie_across_stages = false;
