@@ -4,6 +4,20 @@
 //              --master-port P] [--max-restarts K] [--threads-per-rank T]
 //              [--kill-timeout S] [--log-dir D] [--tee] [--worker PATH]
 //              [--plan CLUSTER] [--] <worker args...>
+//   smp-launch --nproc-per-node N --nnodes MIN:MAX --rdzv-endpoint HOST:PORT
+//              [--rdzv-timeout S] [--rdzv-settle S] [--rdzv-keepalive S]
+//              [--elastic-grow checkpoint|now] [--node-name NAME] ... <worker args...>
+//   smp-launch --rdzv-server --nnodes MIN:MAX --rdzv-endpoint HOST:PORT
+//
+// --nnodes MIN:MAX (torchrun's syntax) makes the job elastic: the nodes meet
+// at a rendezvous, which the launcher able to bind --rdzv-endpoint serves
+// (or `smp-launch --rdzv-server` on a machine that is not a worker); the job
+// starts when MIN are there (--rdzv-settle later, at once with MAX), re-forms
+// on the nodes left when one is lost, and grows back when one returns (at the
+// next committed checkpoint; at once with --elastic-grow now). Each world runs
+// the job's [elastic.layouts] entry for its size, else the plan for
+// parallel.cluster when parallel.layout = "auto", else the job's own layout
+// with parallel.dp derived; it resumes from the last committed checkpoint.
 //
 // --plan CLUSTER runs the layout smp-plan predicts fastest on that cluster
 // (a preset name or a file) for the job (--plugin, --config, --set) on
@@ -16,6 +30,7 @@
 // order (so `smp-launch --nproc-per-node 8 --plugin gpt.so --estimate-memory`
 // estimates, and `--max-restarts 1` may follow the worker's options).
 #include "planned_layout.h"
+#include "rendezvous/server.h"
 #include "supervisor.h"
 
 #include <smp/process_env.h>
@@ -44,7 +59,31 @@ const std::vector<std::pair<std::string, bool>> kOwnOptions = {
     {"--master-port", true},    {"--max-restarts", true}, {"--threads-per-rank", true},
     {"--bind-cores", false},    {"--kill-timeout", true}, {"--log-dir", true},     {"--tee", false},
     {"--worker", true},         {"--estimate-memory", false}, {"--device-memory", true},
-    {"--plan", true},           {"--help", false},          {"-h", false}};
+    {"--plan", true},           {"--help", false},          {"-h", false},
+    {"--rdzv-endpoint", true},  {"--rdzv-timeout", true},   {"--rdzv-settle", true},
+    {"--rdzv-keepalive", true}, {"--elastic-grow", true},   {"--node-name", true},
+    {"--rdzv-server", false}};
+
+// --nnodes: N, or MIN:MAX (elastic). Throws naming the option.
+void parse_nnodes(const std::string& text, smp::launch::LaunchOptions& o) {
+  auto number = [&](const std::string& t) {
+    if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string::npos)
+      throw std::runtime_error("--nnodes " + text + ": expected N or MIN:MAX (numbers of nodes)");
+    const int n = std::stoi(t);
+    if (n < 1 || n > 4096) throw std::runtime_error("--nnodes " + text + ": a number of nodes in [1, 4096]");
+    return n;
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    o.nnodes = number(text);
+    return;
+  }
+  o.elastic = true;
+  o.min_nodes = number(text.substr(0, colon));
+  o.max_nodes = number(text.substr(colon + 1));
+  if (o.min_nodes > o.max_nodes) throw std::runtime_error("--nnodes " + text + ": MIN is above MAX");
+  o.nnodes = o.max_nodes;
+}
 
 // Splits argv into the launcher's arguments (argv[0] first) and the worker's.
 void split_arguments(int argc, char** argv, std::vector<std::string>& own, std::vector<std::string>& worker) {
@@ -79,8 +118,29 @@ int main(int argc, char** argv) {
   // Each bounded in the int it is read into, and their product below (in int64_t).
   auto* nproc = app.add_option("--nproc-per-node", o.nproc_per_node, "ranks (processes) on this node")
                     ->check(CLI::Range(1, smp::kMaxLocalWorldSize));
-  app.add_option("--nnodes", o.nnodes, "number of nodes")->check(CLI::Range(1, smp::kMaxWorldSize));
-  app.add_option("--node-rank", o.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  std::string nnodes = "1";
+  app.add_option("--nnodes", nnodes, "number of nodes, or MIN:MAX for an elastic job (see --rdzv-endpoint)");
+  auto* node_rank = app.add_option("--node-rank", o.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  app.add_option("--rdzv-endpoint", o.rdzv_endpoint,
+                 "elastic jobs: HOST:PORT of the rendezvous (the launcher that can bind it serves it)");
+  app.add_option("--rdzv-timeout", o.rdzv_timeout_s,
+                 "elastic jobs: seconds to reach the rendezvous and for MIN nodes to be there (default 600)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--rdzv-settle", o.rdzv_settle_s,
+                 "elastic jobs: once MIN nodes are there, seconds the first round waits for more (default 5)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--rdzv-keepalive", o.rdzv_keepalive_s,
+                 "elastic jobs: a node (or the rendezvous) silent this long is lost (default 15)")
+      ->check(CLI::Range(2.0, 1e6));
+  std::string grow = "checkpoint";
+  app.add_option("--elastic-grow", grow,
+                 "elastic jobs: admit a returning node at the next committed checkpoint (checkpoint, the default) "
+                 "or at once from the last one (now)")
+      ->check(CLI::IsMember({"checkpoint", "now"}));
+  app.add_option("--node-name", o.node_name, "elastic jobs: this node's name in messages (default: the host name)");
+  bool rdzv_server = false;
+  app.add_flag("--rdzv-server", rdzv_server,
+               "run only the rendezvous of an elastic job on --rdzv-endpoint, on a machine that is not a worker");
   auto* addr = app.add_option("--master-addr", o.master_addr, "address of the node hosting rank 0 (default 127.0.0.1)");
   auto* port = app.add_option("--master-port", o.master_port, "rendezvous port (default: MASTER_PORT, else a free one on a single node, else 29500; 0 picks a free one)")
                    ->check(CLI::Range(0, 65535));
@@ -113,6 +173,40 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  try {
+    parse_nnodes(nnodes, o);
+  } catch (const std::exception& e) {
+    std::cerr << "smp-launch: " << e.what() << "\n";
+    return 2;
+  }
+  o.grow_now = grow == "now";
+  if (o.elastic || rdzv_server) {
+    std::string why;
+    if (!o.elastic) why = "--rdzv-server serves an elastic job: give --nnodes MIN:MAX";
+    else if (o.rdzv_endpoint.empty()) why = "an elastic job (--nnodes MIN:MAX) needs --rdzv-endpoint HOST:PORT";
+    else if (node_rank->count() > 0) why = "--node-rank: an elastic job's rendezvous gives each node its rank";
+    else if (!plan_cluster.empty()) why = "--plan: an elastic job plans each world itself (parallel.layout = \"auto\")";
+    else if (!std::isfinite(o.rdzv_timeout_s) || !std::isfinite(o.rdzv_settle_s) || !std::isfinite(o.rdzv_keepalive_s))
+      why = "--rdzv-timeout, --rdzv-settle and --rdzv-keepalive take seconds";
+    if (why.empty()) {
+      try {
+        smp::rdzv::parse_endpoint(o.rdzv_endpoint);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
+      std::cerr << "smp-launch: " << why << "\n";
+      return 2;
+    }
+    if (rdzv_server) {
+      if (!worker_args.empty()) {
+        std::cerr << "smp-launch: --rdzv-server runs no workers; it was given " << worker_args.front() << "\n";
+        return 2;
+      }
+      return smp::launch::serve_rendezvous(o);
+    }
+  }
   if (static_cast<int64_t>(o.nproc_per_node) * o.nnodes > smp::kMaxWorldSize) {
     std::cerr << "smp-launch: --nproc-per-node " << o.nproc_per_node << " x --nnodes " << o.nnodes << " = "
               << static_cast<int64_t>(o.nproc_per_node) * o.nnodes << " ranks, more than the " << smp::kMaxWorldSize
@@ -133,8 +227,11 @@ int main(int argc, char** argv) {
   o.master_addr_given = addr->count() > 0;
   o.master_port_given = port->count() > 0;
   try {
+    if (o.elastic && !estimate) smp::launch::check_elastic_job(worker_args);
     std::string why = "--plan " + plan_cluster;
-    if (plan_cluster.empty()) {
+    if (o.elastic) {
+      // Each world is planned when it forms (planned_layout.h: elastic_layout).
+    } else if (plan_cluster.empty()) {
       plan_cluster = smp::launch::auto_layout_cluster(worker_args);
       why = "parallel.layout = \"auto\" for " + plan_cluster;
     }

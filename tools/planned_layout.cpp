@@ -2,6 +2,8 @@
 
 #include "supervisor.h"
 
+#include <smp/process_env.h>
+
 #include <smp/sdk/toml_nesting.hpp>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +12,9 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <iostream>
 #include <stdexcept>
 
@@ -66,32 +70,36 @@ std::string value_of(const JobArgs& j, const toml::table* file, const std::strin
 
 }  // namespace
 
+namespace {
+
+// The job's --config file, read as the worker reads it: a regular file (a
+// named pipe is refused, not waited on), its size and nesting bounded before
+// toml++ sees it. A file that is not there, or does not parse, is the
+// worker's to report (it names the line): then no table.
+bool read_job_file(const JobArgs& j, toml::table& file) {
+  if (j.config.empty()) return false;
+  std::string text;
+  try {
+    text = smp::input::read_toml_file(j.config, j.config);
+  } catch (const smp::input::Error& e) {
+    struct stat st {};
+    if (::stat(j.config.c_str(), &st) == 0) throw std::runtime_error(std::string("--config: ") + e.what());
+    return false;
+  }
+  try {
+    file = toml::parse(text, j.config);
+    return true;
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 std::string auto_layout_cluster(const std::vector<std::string>& worker_args) {
   const JobArgs j = job_args(worker_args);
   toml::table file;
-  const toml::table* table = nullptr;
-  if (!j.config.empty()) {
-    // Read as the worker reads it: a regular file (a named pipe is refused, not
-    // waited on), its size and nesting bounded before toml++ sees it.
-    // A file that is not there is the worker's to report, as one toml++ refuses.
-    std::string text;
-    bool read = false;
-    try {
-      text = smp::input::read_toml_file(j.config, j.config);
-      read = true;
-    } catch (const smp::input::Error& e) {
-      struct stat st {};
-      if (::stat(j.config.c_str(), &st) == 0) throw std::runtime_error(std::string("--config: ") + e.what());
-    }
-    try {
-      if (read) {
-        file = toml::parse(text, j.config);
-        table = &file;
-      }
-    } catch (const toml::parse_error&) {
-      // The worker reports a file it cannot parse, with the line.
-    }
-  }
+  const toml::table* table = read_job_file(j, file) ? &file : nullptr;
   std::string origin;
   if (value_of(j, table, "parallel.layout", &origin) != "auto") return "";
   const std::string layout_origin = origin;
@@ -158,6 +166,113 @@ std::vector<std::string> planned_layout(const std::string& cluster, int world,
   for (const auto& s : chosen) std::cerr << " --set " << s;
   std::cerr << std::endl;
   return chosen;
+}
+
+namespace {
+
+// What an [elastic.layouts] entry may set: the layout's own keys in [parallel].
+const std::vector<std::string> kElasticLayoutKeys = {"tp", "pp", "dp", "cp", "ep", "microbatches", "schedule",
+                                                     "virtual_stages", "zero"};
+
+// The --set lines of the job file's [elastic.layouts] entries, by world size;
+// every key and value checked, refused naming it.
+std::map<int, std::vector<std::string>> elastic_layouts(const JobArgs& j, const toml::table* file) {
+  std::map<int, std::vector<std::string>> out;
+  if (!file || !file->contains("elastic")) return out;
+  const std::string at = j.config + ": ";
+  const toml::table* elastic = (*file)["elastic"].as_table();
+  if (!elastic) throw std::runtime_error(at + "elastic: expected a table ([elastic])");
+  for (auto&& [k, v] : *elastic)
+    if (k.str() != "layouts")
+      throw std::runtime_error(at + "elastic." + std::string(k.str()) + ": unknown key (smp-launch reads elastic.layouts)");
+  const toml::table* layouts = (*elastic)["layouts"].as_table();
+  if (!layouts) throw std::runtime_error(at + "elastic.layouts: expected a table of layouts by world size");
+  for (auto&& [k, v] : *layouts) {
+    const std::string world_text(k.str());
+    const std::string name = "elastic.layouts." + world_text;
+    if (world_text.empty() || world_text.size() > 7 || world_text.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(world_text) < 1 || std::stoi(world_text) > smp::kMaxWorldSize)
+      throw std::runtime_error(at + name + ": expected a world size (a number of ranks in [1, " +
+                               std::to_string(smp::kMaxWorldSize) + "]) as the key");
+    const toml::table* entry = v.as_table();
+    if (!entry) throw std::runtime_error(at + name + ": expected a table of [parallel] keys, e.g. { pp = 2, dp = 1 }");
+    std::vector<std::string> sets;
+    for (auto&& [key, value] : *entry) {
+      const std::string kname(key.str());
+      if (std::find(kElasticLayoutKeys.begin(), kElasticLayoutKeys.end(), kname) == kElasticLayoutKeys.end())
+        throw std::runtime_error(at + name + "." + kname + ": not a layout key (tp, pp, dp, cp, ep, microbatches, "
+                                 "schedule, virtual_stages, zero)");
+      if (const auto i = value.value_exact<int64_t>()) {
+        if (*i < 0 || *i > smp::kMaxWorldSize)
+          throw std::runtime_error(at + name + "." + kname + ": " + std::to_string(*i) + " is out of range");
+        sets.push_back("parallel." + kname + "=" + std::to_string(*i));
+      } else if (const auto str = value.value_exact<std::string>()) {
+        if (str->empty() || str->size() > 64 || str->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+          throw std::runtime_error(at + name + "." + kname + ": expected a name such as \"1f1b\"");
+        sets.push_back("parallel." + kname + "=\"" + *str + "\"");
+      } else {
+        throw std::runtime_error(at + name + "." + kname + ": expected an integer or a name");
+      }
+    }
+    out[std::stoi(world_text)] = sets;
+  }
+  return out;
+}
+
+int64_t integer_of(const JobArgs& j, const toml::table* file, const std::string& key, std::string* origin) {
+  for (auto it = j.sets.rbegin(); it != j.sets.rend(); ++it)
+    if (key_of(*it) == key) {
+      *origin = "--set " + *it;
+      try {
+        return std::stoll(text_of(*it));
+      } catch (const std::exception&) {
+        return 0;  // the worker refuses it, naming it
+      }
+    }
+  if (file)
+    if (const auto v = file->at_path(key).value<int64_t>()) {
+      *origin = j.config;
+      return *v;
+    }
+  *origin = "its default";
+  return 0;
+}
+
+}  // namespace
+
+void check_elastic_job(const std::vector<std::string>& worker_args) {
+  const JobArgs j = job_args(worker_args);
+  toml::table file;
+  const toml::table* table = read_job_file(j, file) ? &file : nullptr;
+  std::string origin;
+  if (integer_of(j, table, "run.checkpoint_every", &origin) <= 0)
+    throw std::runtime_error("an elastic job (--nnodes MIN:MAX) re-forms from its last committed checkpoint, and "
+                             "run.checkpoint_every is 0 (" + origin + "): set it, e.g. --set run.checkpoint_every=100");
+  elastic_layouts(j, table);  // refused now, by name, rather than at the first re-formation
+}
+
+std::vector<std::string> elastic_layout(int world, const std::vector<std::string>& worker_args) {
+  const JobArgs j = job_args(worker_args);
+  toml::table file;
+  const toml::table* table = read_job_file(j, file) ? &file : nullptr;
+  const auto layouts = elastic_layouts(j, table);
+  if (auto it = layouts.find(world); it != layouts.end()) return it->second;
+  const std::string cluster = auto_layout_cluster(worker_args);
+  if (!cluster.empty()) {
+    std::vector<std::string> sets =
+        planned_layout(cluster, world, worker_args, "a world of " + std::to_string(world) + " ranks on " + cluster);
+    sets.push_back("parallel.layout=\"planned\"");
+    return sets;
+  }
+  if (!layouts.empty()) {
+    std::string listed;
+    for (const auto& [w, sets] : layouts) listed += (listed.empty() ? "" : ", ") + std::to_string(w);
+    throw std::runtime_error("no layout for a world of " + std::to_string(world) + " ranks: " + j.config +
+                             " lists [elastic.layouts] for " + listed +
+                             " only; add one for " + std::to_string(world) +
+                             ", or set parallel.layout = \"auto\" to plan it");
+  }
+  return {};  // the job's own layout, parallel.dp derived from the world
 }
 
 }  // namespace smp::launch

@@ -23,4 +23,16 @@ std::string auto_layout_cluster(const std::vector<std::string>& worker_args);
 std::vector<std::string> planned_layout(const std::string& cluster, int world,
                                         const std::vector<std::string>& worker_args, const std::string& why);
 
+// An elastic job (--nnodes MIN:MAX) re-forms from its checkpoints: refuses,
+// naming the key, one that writes none, and a malformed [elastic.layouts].
+void check_elastic_job(const std::vector<std::string>& worker_args);
+
+// The --set lines of an elastic job's layout on `world` ranks: its
+// [elastic.layouts] entry for that world; else, with parallel.layout =
+// "auto", the plan for parallel.cluster (refused when no layout fits its
+// memory); else none (the job's own layout, parallel.dp derived from the
+// world). Refuses a world the job's list lacks, naming the file and the sizes
+// it lists. Every node computes the same answer.
+std::vector<std::string> elastic_layout(int world, const std::vector<std::string>& worker_args);
+
 }  // namespace smp::launch

@@ -4,7 +4,13 @@
 // also takes whatever it spawned, and dies with the launcher (PR_SET_PDEATHSIG).
 #include "supervisor.h"
 
+#include "planned_layout.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+
 #include <smp/process_env.h>
+
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,8 +32,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -150,7 +158,8 @@ struct Rank {
 
 class Supervisor {
  public:
-  explicit Supervisor(const LaunchOptions& o) : o_(o) {}
+  explicit Supervisor(const LaunchOptions& o)
+      : o_(o), nnodes_(o.nnodes), node_rank_(o.node_rank), master_addr_(o.master_addr) {}
 
   int run() {
     if (::pipe(g_signal_pipe) != 0) {
@@ -170,6 +179,8 @@ class Supervisor {
       say("cannot create the log directory " + o_.log_dir + ": " + std::strerror(errno));
       return 1;
     }
+    if (o_.bind_cores && !plan_core_binding()) return 2;
+    if (o_.elastic) return run_elastic();
     // The port: --master-port, else MASTER_PORT, else on one node a free one
     // (torchrun's standalone mode: two jobs on one machine do not collide),
     // else 29500, which every node must agree on.
@@ -199,7 +210,6 @@ class Supervisor {
       say("MASTER_PORT=" + std::to_string(port));
     }
     port_ = port;
-    if (o_.bind_cores && !plan_core_binding()) return 2;
 
     const int attempts = o_.max_restarts + 1;
     int rc = 0;
@@ -250,7 +260,7 @@ class Supervisor {
     stopping_ = false;
     for (int i = 0; i < o_.nproc_per_node; ++i) {
       ranks_[i].local = i;
-      ranks_[i].global = o_.node_rank * o_.nproc_per_node + i;
+      ranks_[i].global = node_rank_ * o_.nproc_per_node + i;
       if (!spawn(ranks_[i], attempt)) {
         stop_all("could not start rank " + std::to_string(ranks_[i].global));
         first_failure_ = first_failure_ < 0 ? i : first_failure_;
@@ -304,10 +314,10 @@ class Supervisor {
     std::map<std::string, std::string> vars = {
         {"RANK", std::to_string(r.global)},
         {"LOCAL_RANK", std::to_string(r.local)},
-        {"WORLD_SIZE", std::to_string(o_.nnodes * o_.nproc_per_node)},
+        {"WORLD_SIZE", std::to_string(nnodes_ * o_.nproc_per_node)},
         {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(o_.node_rank)},
-        {"MASTER_ADDR", o_.master_addr},
+        {"GROUP_RANK", std::to_string(node_rank_)},
+        {"MASTER_ADDR", master_addr_},
         {"MASTER_PORT", std::to_string(port_)},
         {"SMP_LAUNCHED", "1"},
         {"SMP_RESTART_COUNT", std::to_string(attempt)},
@@ -315,6 +325,7 @@ class Supervisor {
     };
     if (o_.threads_per_rank > 0) vars["OMP_NUM_THREADS"] = std::to_string(o_.threads_per_rank);
     else if (!getenv_str("OMP_NUM_THREADS") && o_.nproc_per_node > 1) vars["OMP_NUM_THREADS"] = "1";
+    for (const auto& [k, v] : round_env_) vars[k] = v;
     int beat[2] = {-1, -1};
     if (::pipe(beat) == 0) {
       set_cloexec_nonblock(beat[0], true);
@@ -323,6 +334,7 @@ class Supervisor {
     std::vector<std::string> env = make_env(vars);
     std::vector<std::string> args = {o_.worker};
     args.insert(args.end(), o_.worker_args.begin(), o_.worker_args.end());
+    for (const std::string& set : round_sets_) args.insert(args.end(), {"--set", set});
     std::vector<char*> argv = c_array(args), envp = c_array(env);
     const pid_t parent = ::getpid();
 
@@ -411,6 +423,8 @@ class Supervisor {
           pfds.push_back({r.beat_fd, POLLIN, 0});
           beaters.push_back(&r);
         }
+      const size_t rdzv_at = pfds.size();
+      if (client_) pfds.push_back({client_->fd(), POLLIN, 0});
       int timeout_ms = 500;
       if (stopping_) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now()).count();
@@ -425,9 +439,10 @@ class Supervisor {
         if (pfds[0].revents & POLLIN) handle_signals();
         for (size_t i = 1; i < beats_from; ++i)
           if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*owners[i - 1], false);
-        for (size_t i = beats_from; i < pfds.size(); ++i)
+        for (size_t i = beats_from; i < rdzv_at; ++i)
           if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_beats(*beaters[i - beats_from]);
       }
+      if (client_) hear_rendezvous();
       reap();
       check_progress();
       if (stopping_ && !killed_ && Clock::now() >= kill_deadline_ && live() > 0) {
@@ -454,6 +469,8 @@ class Supervisor {
           const std::string line = r.beat_partial.substr(0, nl);
           r.beat_partial.erase(0, nl + 1);
           if (line.rfind("timeout ", 0) == 0) r.hang_timeout_s = std::atof(line.c_str() + 8);
+          if (line.rfind("step ", 0) == 0) on_step(std::atoll(line.c_str() + 5));
+          if (line.rfind("committed ", 0) == 0) on_committed(std::atoll(line.c_str() + 10));
           r.last_beat = Clock::now();
         }
         continue;
@@ -642,7 +659,270 @@ class Supervisor {
     (void)ignored;
   }
 
+  // ---- elastic runs ----
+
+  static double unix_now() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  }
+
+  // What the rendezvous said while the workers ran.
+  void hear_rendezvous() {
+    try {
+      client_->tick();
+      for (const rdzv::Message& m : client_->receive()) {
+        if (m.type == "stop") {
+          rdzv_stopped_ = true;
+          if (noticed_unix_ < 0) noticed_unix_ = unix_now();
+          if (!stopping_ && live() == 0) continue;
+          say("the job re-forms: " + m.why);
+          stop_all("round " + std::to_string(round_) + " stops");
+        } else if (m.type == "refuse") {
+          refused_ = m.why;
+          stop_all("the rendezvous ended the job: " + m.why);
+        } else if (m.type == "finish") {
+          finished_ = true;
+        }
+      }
+    } catch (const rdzv::Lost& e) {
+      rdzv_lost_ = e.what();
+      client_.reset();
+      stop_all(rdzv_lost_);
+    }
+  }
+
+  // A rank's "step N": the first of a round says how long the change took.
+  void on_step(long long step) {
+    if (!o_.elastic || first_step_seen_) return;
+    first_step_seen_ = true;
+    if (history_.empty() || history_.back()["round"] != round_) return;
+    nlohmann::json& entry = history_.back();
+    entry["resumed_step"] = step - 1;
+    entry["first_step_seconds"] = unix_now() - entry["noticed_unix"].get<double>();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", entry["first_step_seconds"].get<double>());
+    say("elastic: round " + std::to_string(round_) + " (world " + std::to_string(entry["previous_world"].get<int>()) +
+        " -> " + std::to_string(entry["world"].get<int>()) + "): first step (step " + std::to_string(step) + ") " +
+        secs + " s after the change was noticed, resumed at step " + std::to_string(step - 1));
+  }
+
+  // Rank 0 committed a checkpoint: the rendezvous admits waiting nodes there.
+  void on_committed(long long step) {
+    if (!client_ || stopping_) return;
+    rdzv::Message m;
+    m.type = "committed";
+    m.step = step;
+    try {
+      client_->send(m);
+    } catch (const rdzv::Lost& e) {
+      rdzv_lost_ = e.what();
+      client_.reset();
+      stop_all(rdzv_lost_);
+    }
+  }
+
+  // Waits for the rendezvous's next word (ping and keepalive meanwhile), or a signal.
+  std::optional<rdzv::Message> next_message() {
+    while (true) {
+      std::vector<pollfd> pfds{{g_signal_pipe[0], POLLIN, 0}, {client_->fd(), POLLIN, 0}};
+      const int n = ::poll(pfds.data(), pfds.size(), 250);
+      if (n > 0 && (pfds[0].revents & POLLIN)) {
+        unsigned char buf[64];
+        ssize_t got;
+        while ((got = ::read(g_signal_pipe[0], buf, sizeof buf)) > 0)
+          for (ssize_t i = 0; i < got; ++i)
+            if (buf[i] != SIGCHLD) {
+              interrupted_ = true;
+              interrupt_signal_ = buf[i];
+              say("received " + signal_name(buf[i]) + " while between rounds: leaving the job");
+              return std::nullopt;
+            }
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+      }
+      client_->tick();
+      for (rdzv::Message& m : client_->receive()) return m;
+    }
+  }
+
+  int ready_port() {
+    const int p = free_port_or_none(client_->local_address());
+    if (p <= 0) throw rdzv::Lost("could not find a free port on " + client_->local_address());
+    return p;
+  }
+
+  int run_elastic() {
+    const auto [host, rport] = rdzv::parse_endpoint(o_.rdzv_endpoint);
+    // The launcher that can bind the endpoint serves the rendezvous, in a
+    // process of its own that dies with this one (as torchrun's agent hosts
+    // its c10d store); the others are its clients only.
+    std::string bind_error;
+    bool in_use = false;
+    const int listen_fd = rdzv::listen_on(host, rport, &bind_error, &in_use);
+    if (listen_fd >= 0) {
+      const pid_t parent = ::getpid();
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (::getppid() != parent) ::_exit(1);
+        ::close(g_signal_pipe[0]);
+        ::close(g_signal_pipe[1]);
+        ::_exit(rdzv::serve(listen_fd, membership_options()));
+      }
+      ::close(listen_fd);
+      if (pid < 0) {
+        say(std::string("fork: ") + std::strerror(errno));
+        return 1;
+      }
+      say("serving the rendezvous on " + o_.rdzv_endpoint + " (pid " + std::to_string(pid) + ")");
+    } else if (!in_use) {
+      say("--rdzv-endpoint " + o_.rdzv_endpoint + ": " + bind_error);
+      return 2;
+    }
+    client_ = std::make_unique<rdzv::Client>(host, rport, o_.rdzv_keepalive_s);
+    char hostname[256] = "node";
+    ::gethostname(hostname, sizeof hostname - 1);
+    const std::string name = o_.node_name.empty() ? std::string(hostname) : o_.node_name;
+    try {
+      client_->connect(o_.rdzv_timeout_s);
+      rdzv::Message hello;
+      hello.type = "hello";
+      hello.name = name;
+      hello.nproc = o_.nproc_per_node;
+      hello.port = ready_port();
+      hello.min_nodes = o_.min_nodes;
+      hello.max_nodes = o_.max_nodes;
+      client_->send(hello);
+      say(name + " joined the rendezvous at " + o_.rdzv_endpoint + " (--nnodes " + std::to_string(o_.min_nodes) + ":" +
+          std::to_string(o_.max_nodes) + ")");
+      int previous_world = 0;
+      std::vector<std::string> previous_layout;
+      while (true) {
+        const std::optional<rdzv::Message> m = next_message();
+        if (!m) return 128 + interrupt_signal_;
+        if (m->type == "refuse") {
+          say("the rendezvous ended the job: " + m->why);
+          return 1;
+        }
+        if (m->type == "finish") return 0;
+        if (m->type == "stop") {
+          // This node's workers finished the job while another's failed: it
+          // is ready at once. A stop for a round this node already left
+          // (its workers failed, it said ready) is the one it caused.
+          if (m->round != done_round_) continue;
+          done_round_ = -1;
+          rdzv::Message ready;
+          ready.type = "ready";
+          ready.port = ready_port();
+          client_->send(ready);
+          continue;
+        }
+        if (m->type != "round") continue;
+        const int rc = run_round(*m, previous_world, previous_layout);
+        if (rc >= 0) return rc;
+        previous_world = m->world;
+      }
+    } catch (const rdzv::Lost& e) {
+      say(std::string(e.what()) + ": the rendezvous is the job's single point of failure (--rdzv-endpoint " +
+          o_.rdzv_endpoint + ")");
+      return 1;
+    }
+  }
+
+  // One round: the workers of this node for the world the rendezvous formed.
+  // Returns the launcher's exit code when the job ends here, else -1 (the
+  // next round follows).
+  int run_round(const rdzv::Message& m, int previous_world, std::vector<std::string>& previous_layout) {
+    round_ = m.round;
+    nnodes_ = m.nnodes;
+    node_rank_ = m.node_rank;
+    master_addr_ = m.master_addr;
+    port_ = m.port;
+    std::vector<std::string> layout;
+    try {
+      layout = elastic_layout(m.world, o_.worker_args);
+    } catch (const std::exception& e) {
+      say("round " + std::to_string(m.round) + ", " + std::to_string(m.world) + " ranks on " +
+          std::to_string(m.nnodes) + " nodes: " + e.what());
+      return 2;
+    }
+    round_sets_ = layout;
+    // A changed world continues from the last committed checkpoint, never from
+    // nothing: one without a checkpoint is refused there, by name.
+    const bool changed = m.round > 0 && (m.world != previous_world || layout != previous_layout);
+    if (changed) round_sets_.push_back("run.resume=\"latest\"");
+    previous_layout = layout;
+    std::string desc;
+    for (const auto& set : layout) desc += " " + set;
+    say("round " + std::to_string(m.round) + ": node " + std::to_string(m.node_rank) + " of " +
+        std::to_string(m.nnodes) + ", world " + std::to_string(m.world) +
+        (m.round > 0 ? " (was " + std::to_string(previous_world) + ")" : "") + ", layout" +
+        (desc.empty() ? " as the job gives it" : desc) + (m.round > 0 ? "; " + m.reason : ""));
+    if (m.round > 0) {
+      nlohmann::json entry = {{"round", m.round},   {"reason", m.reason}, {"previous_world", previous_world},
+                              {"world", m.world},   {"nodes", m.members}, {"layout", layout},
+                              {"noticed_unix", noticed_unix_ >= 0 ? noticed_unix_ : unix_now()}};
+      history_.push_back(entry);
+    }
+    // Bounded as the worker reads it (64 KiB): the oldest entries go first.
+    while (history_.size() > 1 && nlohmann::json(history_).dump().size() > 60000) history_.erase(history_.begin());
+    round_env_ = {{"SMP_RESTART_COUNT", std::to_string(m.round)},
+                  {"SMP_ELASTIC", nlohmann::json({{"round", m.round}, {"reformations", history_}}).dump()}};
+    noticed_unix_ = -1;
+    first_step_seen_ = false;
+    rdzv_stopped_ = false;
+    finished_ = false;
+    refused_.clear();
+    const int rc = run_once(m.round);
+    if (!client_) {  // the rendezvous was lost while the workers ran
+      say(rdzv_lost_ + ": the rendezvous is the job's single point of failure (--rdzv-endpoint " + o_.rdzv_endpoint +
+          ")");
+      return 1;
+    }
+    if (!refused_.empty()) return 1;
+    if (interrupted_) return rc;
+    rdzv::Message reply;
+    if (rc == 0 && !rdzv_stopped_) {
+      reply.type = "done";
+      reply.round = m.round;
+      client_->send(reply);
+      done_round_ = m.round;
+      return -1;  // "finish" (or a stop, if another node failed at the end) follows
+    }
+    if (!rdzv_stopped_) {  // this node's workers failed
+      if (noticed_unix_ < 0) noticed_unix_ = unix_now();
+      reply.type = "failed";
+      reply.round = m.round;
+      reply.why = first_failure_ >= 0 ? "rank " + std::to_string(ranks_[first_failure_].global) + " failed" : "";
+      client_->send(reply);
+    }
+    reply = rdzv::Message{};
+    reply.type = "ready";
+    reply.port = ready_port();
+    client_->send(reply);
+    return -1;
+  }
+
+  rdzv::MembershipOptions membership_options() const {
+    rdzv::MembershipOptions m;
+    m.min_nodes = o_.min_nodes, m.max_nodes = o_.max_nodes;
+    m.settle_s = o_.rdzv_settle_s, m.join_timeout_s = o_.rdzv_timeout_s, m.keepalive_s = o_.rdzv_keepalive_s;
+    m.max_restarts = o_.max_restarts, m.grow_now = o_.grow_now;
+    return m;
+  }
+
   const LaunchOptions& o_;
+  int nnodes_ = 1, node_rank_ = 0;  // this round's
+  std::string master_addr_;
+  std::vector<std::string> round_sets_;            // --set lines added for this round's layout
+  std::map<std::string, std::string> round_env_;   // variables added for this round
+  std::unique_ptr<rdzv::Client> client_;
+  int round_ = 0, done_round_ = -1;
+  bool rdzv_stopped_ = false, finished_ = false, first_step_seen_ = false;
+  double noticed_unix_ = -1;  // when this node learned the running round must end
+  std::string refused_, rdzv_lost_;
+  std::vector<nlohmann::json> history_;  // the re-formations so far (SMP_ELASTIC)
   int port_ = 0;
   std::vector<Rank> ranks_;
   std::vector<cpu_set_t> core_sets_;  // per local rank, with --bind-cores
@@ -656,6 +936,29 @@ class Supervisor {
 }  // namespace
 
 int supervise(const LaunchOptions& options) { return Supervisor(options).run(); }
+
+int serve_rendezvous(const LaunchOptions& o) {
+  try {
+    const auto [host, port] = rdzv::parse_endpoint(o.rdzv_endpoint);
+    std::string error;
+    bool in_use = false;
+    const int fd = rdzv::listen_on(host, port, &error, &in_use);
+    if (fd < 0) {
+      say("--rdzv-server: " + error);
+      return 1;
+    }
+    rdzv::MembershipOptions m;
+    m.min_nodes = o.min_nodes, m.max_nodes = o.max_nodes;
+    m.settle_s = o.rdzv_settle_s, m.join_timeout_s = o.rdzv_timeout_s, m.keepalive_s = o.rdzv_keepalive_s;
+    m.max_restarts = o.max_restarts, m.grow_now = o.grow_now;
+    say("serving the rendezvous on " + o.rdzv_endpoint + " for --nnodes " + std::to_string(o.min_nodes) + ":" +
+        std::to_string(o.max_nodes));
+    return rdzv::serve(fd, m);
+  } catch (const std::exception& e) {
+    say(e.what());
+    return 2;
+  }
+}
 
 std::string external_launcher() {
   if (getenv_str("SMP_LAUNCHED")) return "";

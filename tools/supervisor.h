@@ -26,7 +26,24 @@ struct LaunchOptions {
   bool tee = false;               // echo other ranks' lines as "[rank R] ..."
   std::string worker;             // executable (a name without '/' is looked up in PATH)
   std::vector<std::string> worker_args;
+
+  // Elastic runs (--nnodes MIN:MAX): the nodes meet at a rendezvous
+  // (rendezvous/server.h), which forms each round's world from the nodes
+  // present; the workers restart on every change, on the layout chosen for
+  // the new world (planned_layout.h), from the last committed checkpoint.
+  bool elastic = false;
+  int min_nodes = 1, max_nodes = 1;
+  std::string rdzv_endpoint;      // HOST:PORT; the launcher that can bind it serves it
+  double rdzv_timeout_s = 600;    // to reach the rendezvous, and for MIN nodes to be there
+  double rdzv_settle_s = 5;       // the first round waits this long for more than MIN
+  double rdzv_keepalive_s = 15;   // a node (or the rendezvous) silent this long is lost
+  bool grow_now = false;          // --elastic-grow now: admit a node at once, not at the next checkpoint
+  std::string node_name;          // in messages; default the host name
 };
+
+// Runs the elastic rendezvous alone on options.rdzv_endpoint (smp-launch
+// --rdzv-server): until the job ends; 0 when it finished.
+int serve_rendezvous(const LaunchOptions& options);
 
 // Spawns and supervises nproc_per_node workers (restarting up to max_restarts
 // times). Returns the launcher's exit code: 0 when every rank exited 0.

@@ -8,6 +8,7 @@
 // Needs root (ip netns); skips otherwise, saying why.
 #include "job_runner.h"
 #include "reference_check.h"
+#include "two_hosts.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +20,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -28,52 +28,6 @@ namespace {
 
 namespace fs = boost::filesystem;
 using Clock = std::chrono::steady_clock;
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-// Two namespaces, a veth pair between them (10.231.<n>.1 and .2), torn down on exit.
-class TwoHosts {
- public:
-  TwoHosts() {
-    const std::string id = std::to_string(::getpid() % 100000);
-    a_ = "smp-pa-" + id, b_ = "smp-pb-" + id, va_ = "smpva" + id, vb_ = "smpvb" + id;
-    const std::string net = "10.231." + std::to_string(::getpid() % 250 + 1) + ".";
-    addr_a_ = net + "1", addr_b_ = net + "2";
-    ok_ = sh("ip netns add " + a_) == 0 && sh("ip netns add " + b_) == 0 &&
-          sh("ip link add " + va_ + " type veth peer name " + vb_) == 0 && sh("ip link set " + va_ + " netns " + a_) == 0 &&
-          sh("ip link set " + vb_ + " netns " + b_) == 0 && sh("ip -n " + a_ + " addr add " + addr_a_ + "/24 dev " + va_) == 0 &&
-          sh("ip -n " + b_ + " addr add " + addr_b_ + "/24 dev " + vb_) == 0 && sh("ip -n " + a_ + " link set lo up") == 0 &&
-          sh("ip -n " + b_ + " link set lo up") == 0 && link(true);
-  }
-  ~TwoHosts() {
-    sh("ip netns del " + a_);
-    sh("ip netns del " + b_);
-  }
-  bool ok() const { return ok_; }
-  bool link(bool up) { return sh("ip -n " + a_ + " link set " + va_ + (up ? " up" : " down")) == 0 &&
-                              (!up || sh("ip -n " + b_ + " link set " + vb_ + " up") == 0); }
-  const std::string& ns(int node) const { return node == 0 ? a_ : b_; }
-  const std::string& master() const { return addr_a_; }
-
- private:
-  std::string a_, b_, va_, vb_, addr_a_, addr_b_;
-  bool ok_ = false;
-};
-
-// One node's launcher, its output collected as it comes.
-struct Node {
-  std::thread thread;
-  std::mutex mu;
-  std::string output;
-  int exit_code = -1;
-  std::atomic<bool> finished{false};
-  std::string text() {
-    std::lock_guard<std::mutex> lock(mu);
-    return output;
-  }
-};
-
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 const std::vector<std::string> kJob = {"parallel.dp=2",          "train.steps=60",  "train.log_every=20",
                                        "run.checkpoint_every=10", "comm.shm_mb=0",   "run.dump_parameters=true"};
@@ -92,31 +46,21 @@ TEST(NetworkPartition, BothNodesStopWithinTheHangTimeoutAndResumeWithNothingLost
   fs::create_directories(dir);
   constexpr double kHang = 10;
   const int port = 29000 + ::getpid() % 1000;
-  std::array<Node, 2> nodes;
-  for (int n = 0; n < 2; ++n)
-    nodes[n].thread = std::thread([&, n] {
-      std::string cmd = "ip netns exec " + hosts.ns(n) + " " + quote(std::string(SMP_BIN_DIR) + "/smp-launch") +
-                        " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 1 --master-addr " +
-                        hosts.master() + " --master-port " + std::to_string(port) +
-                        " --max-restarts 1 --kill-timeout 2 --plugin " + quote(plugin) + " --config " + quote(config);
-      for (const auto& s : kJob) cmd += " --set " + quote(s);
-      cmd += " --set run.hang_timeout_s=" + std::to_string(static_cast<int>(kHang)) + " --set run.dir=" + quote(dir) +
-             " 2>&1";
-      FILE* pipe = popen(cmd.c_str(), "r");
-      std::array<char, 4096> buf{};
-      while (pipe && fgets(buf.data(), buf.size(), pipe)) {
-        std::lock_guard<std::mutex> lock(nodes[n].mu);
-        nodes[n].output += buf.data();
-      }
-      const int status = pipe ? pclose(pipe) : -1;
-      nodes[n].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      nodes[n].finished = true;
-    });
+  std::array<HostRun, 2> nodes;
+  for (int n = 0; n < 2; ++n) {
+    std::string cmd = "ip netns exec " + hosts.ns(n) + " " + quote(std::string(SMP_BIN_DIR) + "/smp-launch") +
+                      " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 1 --master-addr " +
+                      hosts.master() + " --master-port " + std::to_string(port) +
+                      " --max-restarts 1 --kill-timeout 2 --plugin " + quote(plugin) + " --config " + quote(config);
+    for (const auto& s : kJob) cmd += " --set " + quote(s);
+    cmd += " --set run.hang_timeout_s=" + std::to_string(static_cast<int>(kHang)) + " --set run.dir=" + quote(dir);
+    nodes[n].start(cmd);
+  }
 
   // The first checkpoint committed: cut the link, and wait for a launcher to stop its group.
   const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
   auto deadline = Clock::now() + std::chrono::seconds(180);
-  while (Clock::now() < deadline && !fs::exists(latest) && !nodes[0].finished && !nodes[1].finished)
+  while (Clock::now() < deadline && !fs::exists(latest) && !nodes[0].finished() && !nodes[1].finished())
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const bool cut = fs::exists(latest) && hosts.link(false);
   const auto cut_at = Clock::now();
@@ -131,7 +75,7 @@ TEST(NetworkPartition, BothNodesStopWithinTheHangTimeoutAndResumeWithNothingLost
   hosts.link(true);
   // No cut, or no stop after it: end whatever still runs rather than wait for it.
   if (!cut || stopped_after < 0) sh("pkill -f " + quote("run.dir=" + dir));
-  for (auto& n : nodes) n.thread.join();
+  for (auto& n : nodes) n.join();
   const std::string both = "node 0:\n" + nodes[0].text() + "\nnode 1:\n" + nodes[1].text();
   ASSERT_TRUE(cut) << "no checkpoint to cut after\n" << both;
   ASSERT_GE(stopped_after, 0) << "no launcher stopped its group after the cut\n" << both;
@@ -149,7 +93,7 @@ TEST(NetworkPartition, BothNodesStopWithinTheHangTimeoutAndResumeWithNothingLost
     EXPECT_NE(text.find("made no progress for"), std::string::npos) << both;
     EXPECT_NE(text.find(") made no progress"), std::string::npos) << "the silent rank is not named\n" << both;
     EXPECT_NE(text.find("restarting the local workers (restart 1 of 1)"), std::string::npos) << both;
-    EXPECT_EQ(nodes[n].exit_code, 0) << both;
+    EXPECT_EQ(nodes[n].exit_code(), 0) << both;
   }
   EXPECT_NE(nodes[0].text().find("loaded checkpoint"), std::string::npos) << both;
   // Nothing lost: the parameters of the run never cut.

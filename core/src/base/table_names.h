@@ -13,7 +13,8 @@ namespace smp {
 
 // Tables whose keys the core checks, then those it hands to one owner as written.
 inline constexpr const char* kSchemaTables[] = {"parallel", "memory", "train", "run", "comm", "plugins"};
-inline constexpr const char* kFreeTables[] = {"model", "partition", "optimizer"};
+// [elastic] is smp-launch's (its layouts by world size, planned_layout.h); the worker leaves it alone.
+inline constexpr const char* kFreeTables[] = {"model", "partition", "optimizer", "elastic"};
 
 inline bool is_schema_table(const std::string& t) {
   return std::find(std::begin(kSchemaTables), std::end(kSchemaTables), t) != std::end(kSchemaTables);
