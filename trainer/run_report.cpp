@@ -50,12 +50,24 @@ struct Series {
   bool dots = false;                              // markers only (validation)
 };
 
-// A line chart with axes, ticks at the ends and a legend.
-std::string line_chart(const std::string& title, const std::string& x_label, const std::vector<Series>& series) {
+// A labelled vertical line at x (an elastic job's re-formation at the step it resumed from).
+struct Marker {
+  double x;
+  std::string label;
+};
+
+// A line chart with axes, ticks at the ends and a legend; markers from one
+// step before the data to its last step are drawn, others left out.
+std::string line_chart(const std::string& title, const std::string& x_label, const std::vector<Series>& series,
+                       const std::vector<Marker>& markers = {}) {
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const auto& s : series)
     for (const auto& [x, y] : s.points)
       if (std::isfinite(y)) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  std::vector<Marker> shown;
+  for (const auto& m : markers)
+    if (x0 <= x1 && std::isfinite(m.x) && m.x >= x0 - 1 && m.x <= x1) shown.push_back(m);
+  for (const auto& m : shown) x0 = std::min(x0, m.x);
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH << "\" viewBox=\"0 0 " << kW
     << " " << kH << "\">";
@@ -90,6 +102,13 @@ std::string line_chart(const std::string& title, const std::string& x_label, con
     }
     o << "<text x=\"" << kLeft + pw - 4 << "\" y=\"" << kTop + 14 + 13 * i << "\" font-size=\"11\" fill=\"" << color
       << "\" text-anchor=\"end\">" << escape(s.name) << "</text>";
+  }
+  for (const auto& m : shown) {
+    const double x = px(m.x);
+    o << "<line x1=\"" << x << "\" y1=\"" << kTop << "\" x2=\"" << x << "\" y2=\"" << kTop + ph
+      << "\" stroke=\"#d62728\" stroke-dasharray=\"4,3\"><title>" << escape(m.label) << "</title></line>";
+    o << "<text x=\"" << x + 3 << "\" y=\"" << kTop + 10 << "\" font-size=\"10\" fill=\"#d62728\">" << escape(m.label)
+      << "</text>";
   }
   return o.str() + "</svg>";
 }
@@ -140,6 +159,19 @@ std::vector<double> numbers(const json& j) {
   return out;
 }
 
+// summary.json's elastic.reformations: "world 4→2" at the step each resumed from.
+std::vector<Marker> reformation_markers(const json& s) {
+  std::vector<Marker> out;
+  const auto e = s.find("elastic");
+  if (e == s.end() || !e->is_object() || !e->contains("reformations") || !(*e)["reformations"].is_array()) return out;
+  for (const auto& r : (*e)["reformations"]) {
+    if (!r.is_object() || !r.contains("resumed_step") || !r["resumed_step"].is_number()) continue;
+    auto world = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].dump() : std::string("?"); };
+    out.push_back({r["resumed_step"].get<double>(), "world " + world("previous_world") + "\u2192" + world("world")});
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_mfu_fields(json& summary, const PeakFlops& peaks, double flops_per_s, int world) {
@@ -170,16 +202,19 @@ std::string render_report(const json& s) {
   const double peak = mfu_peak_per_rank(s) * world;  // the datasheet's where known, as the summary's mfu
 
   std::ostringstream body;
+  // A resumed run's steps start after the ones its checkpoint had done (as its validations' do).
+  const double first = s.contains("first_step") && s["first_step"].is_number() ? s["first_step"].get<double>() : 0.0;
   Series train{"train loss", {}, false}, val{"validation loss", {}, true};
-  for (size_t i = 0; i < losses.size(); ++i) train.points.emplace_back(static_cast<double>(i + 1), losses[i]);
+  for (size_t i = 0; i < losses.size(); ++i) train.points.emplace_back(first + static_cast<double>(i + 1), losses[i]);
   for (const auto& v : s.value("val_losses", json::array()))
     val.points.emplace_back(v.value("step", 0.0), v.value("loss", std::nan("")));
-  body << line_chart("Loss per step", "step", {train, val});
+  body << line_chart("Loss per step", "step", {train, val}, reformation_markers(s));
   Series rate{unit + "/s", {}, false}, mfu{"MFU %", {}, false};
   for (size_t i = 0; i < seconds.size(); ++i)
     if (seconds[i] > 0) {
-      rate.points.emplace_back(static_cast<double>(i + 1), per_step / seconds[i]);
-      if (peak > 0) mfu.points.emplace_back(static_cast<double>(i + 1), 100 * flops_per_step / seconds[i] / peak);
+      const double x = first + static_cast<double>(i + 1);
+      rate.points.emplace_back(x, per_step / seconds[i]);
+      if (peak > 0) mfu.points.emplace_back(x, 100 * flops_per_step / seconds[i] / peak);
     }
   body << line_chart("Throughput per step (" + unit + "/s)", "step", {rate});
   const std::string basis = s.value("peak_basis", std::string("measured GEMM"));
@@ -244,6 +279,18 @@ std::string render_report(const json& s) {
     row("MFU against the measured GEMM peak",
         fmt::format("{:.1f}% of {}FLOP/s per rank", 100 * s.value("mfu_measured_peak", 0.0),
                     human(s.value("peak_flops_per_rank", 0.0))));
+  for (const auto& r : s.contains("elastic") && s["elastic"].is_object()
+                           ? s["elastic"].value("reformations", json::array())
+                           : json::array()) {
+    if (!r.is_object()) continue;
+    auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].dump() : std::string("?"); };
+    std::string what = "world " + num("previous_world") + " \u2192 " + num("world") + ", resumed at step " +
+                       num("resumed_step");
+    if (r.contains("first_step_seconds") && r["first_step_seconds"].is_number())
+      what += fmt::format(", first step {:.1f} s after the change was noticed", r["first_step_seconds"].get<double>());
+    if (r.contains("reason") && r["reason"].is_string()) what += " (" + r["reason"].get<std::string>() + ")";
+    row("re-formation, round " + num("round"), what);
+  }
   o << "</table>\n" << body.str() << "\n</body></html>\n";
   return o.str();
 }

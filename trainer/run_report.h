@@ -1,7 +1,9 @@
 // The run report: a self-contained HTML page (inline SVG charts, no scripts,
 // nothing fetched) drawn from a run's summary.json: loss and validation loss
 // per step, throughput and MFU per step, memory per rank by category, time per
-// phase per rank, and bytes per communicator group. Written to
+// phase per rank, and bytes per communicator group; an elastic job's
+// re-formations (summary.json's elastic) as rows and as lines on the loss
+// curve at the step each resumed from. Written to
 // <run.dir>/report.html at the end of a run and by `smp-report <run.dir>`.
 #pragma once
 

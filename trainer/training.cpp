@@ -5,6 +5,7 @@
 #include <smp/runtime.h>
 
 #include <smp/tracing.h>
+#include "elastic_record.h"
 #include "heartbeat.h"
 #include "metrics_log.h"
 #include "run_report.h"
@@ -17,9 +18,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 namespace smp {
@@ -341,6 +344,28 @@ void write_outputs(Runtime& rt, const nlohmann::json& summary) {
   }
 }
 
+// SMP_ELASTIC, read once per process (every rank; rank 0 warns): the first
+// Trainer's first step completes the current round's entry, and every later
+// summary of the process carries it so.
+struct ProcessElastic {
+  std::optional<ElasticRecord> record;
+  bool completed = false;
+};
+ProcessElastic& process_elastic(bool rank0) {
+  static ProcessElastic e = [&] {
+    ProcessElastic p;
+    std::string warning;
+    p.record = parse_elastic_env(std::getenv("SMP_ELASTIC"), &warning);
+    if (rank0 && !warning.empty()) spdlog::warn("{}", warning);
+    return p;
+  }();
+  return e;
+}
+
+double unix_time_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // The run's first lines: the layout, the parameters, and what MFU is against.
 void log_layout(const Runtime& rt, const PeakFlops& peaks, const std::string& gemm, double parameters) {
   const DeviceMesh& mesh = rt.mesh();
@@ -362,6 +387,7 @@ struct Trainer::Impl {
   explicit Impl(Runtime& runtime);
   void after_step(StepResult& r);
   void validate(int64_t step, bool last);
+  void record_reformation();
 
   Runtime& rt;
   const JobConfig& job;
@@ -403,6 +429,7 @@ Trainer::Impl::Impl(Runtime& runtime)
                  {"layout", {{"pp", mesh.pp()}, {"tp", mesh.tp()}, {"dp", mesh.dp()}, {"ep", mesh.ep()}}},
                  {"unit", rt.throughput_unit()}});
   heartbeat = &process_heartbeat(job.run.hang_timeout_s);
+  process_elastic(rank0);
   // Resumed here once hang detection is armed, when the runtime left it to
   // its caller (smp-worker: RuntimeOptions::resume_at_create = false); else
   // what create() did.
@@ -437,10 +464,33 @@ void Trainer::Impl::validate(int64_t step, bool last) {
   metrics.write({{"event", "validation"}, {"validation", rec.val_losses.back()}});
 }
 
+// After this process's first step: the current round's entry completed (when
+// it resumed, how long after the change was noticed), one "reform" event and
+// one line on rank 0.
+void Trainer::Impl::record_reformation() {
+  ProcessElastic& elastic = process_elastic(rank0);
+  if (elastic.completed || !elastic.record) return;
+  elastic.completed = true;
+  ElasticReformation* now = elastic.record->current();
+  if (!now) return;  // round 0: the job's first start
+  now->resumed_step = first_step;
+  now->first_step_seconds = unix_time_now() - now->noticed_unix;
+  nlohmann::json event = now->to_json();
+  event.erase("noticed_unix");
+  event["event"] = "reform";
+  metrics.write(event);
+  if (rank0)
+    spdlog::info("elastic: round {} (world {} -> {}: {}): first step {:.1f} s after the change was noticed, resumed "
+                 "at step {}",
+                 now->round, now->previous_world, now->world, now->reason.empty() ? "no reason given" : now->reason,
+                 *now->first_step_seconds, first_step);
+}
+
 void Trainer::Impl::after_step(StepResult& r) {
-  heartbeat->beat();
-  rec.add(r, steps);
   const int64_t done = r.step + 1;
+  heartbeat->step(done);
+  rec.add(r, steps);
+  record_reformation();
   const bool exiting = exit_after > 0 && done - first_step >= exit_after && done < steps;
   const int64_t checkpoint_every = job.run.checkpoint_every;
   if (checkpoint_every > 0 && (done % checkpoint_every == 0 || done == steps || exiting)) {
@@ -516,6 +566,9 @@ nlohmann::json Trainer::finish() {
   summary["checkpoints"] = {{"dir", ckpt.dir()},          {"saved", s.checkpoints},
                             {"resumed_from", resumed.folder}, {"load_seconds", resumed.seconds},
                             {"last_bytes", ckpt.bytes()}, {"last_total_seconds", ckpt.total_seconds()}};
+  summary["first_step"] = s.first_step;  // the steps done when this run started: the charts' steps start after it
+  const ProcessElastic& elastic = process_elastic(s.rank0);
+  if (elastic.record) summary["elastic"] = elastic.record->to_json();
   write_outputs(rt, summary);
   return summary;
 }

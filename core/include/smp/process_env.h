@@ -1,6 +1,10 @@
 // Where this process sits in the job, from the launcher's environment.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
 
 // Exported from libsmp_core (built with hidden visibility): the public API.
@@ -43,6 +47,48 @@ int find_free_port(const std::string& addr = "127.0.0.1");
 // Intra-op threads for this rank: `configured` when > 0 (run.threads), else
 // OMP_NUM_THREADS (smp-launch sets 1 when ranks share a node), else 0 = LibTorch's default.
 int threads_per_rank(int configured);
+
+// Notices to smp-launch through the pipe SMP_HEARTBEAT_FD names (the one
+// place that reads the variable; trainer/heartbeat.cpp's beats go through
+// notify_launcher too). Lines the workers send: "timeout <s>" (the rank's
+// run.hang_timeout_s, first), "beat", "step <n>" (n steps done after a
+// training step), "committed <n>" (rank 0: checkpoint step-<n> is committed
+// and `latest` names it). smp-launch takes every line as a beat.
+//
+// Inline, header-only: core/src/checkpoint/checkpoint.cpp calls it, and the
+// fuzz and tsan builds compile that file without process_env.cpp.
+
+// The descriptor SMP_HEARTBEAT_FD names when it is open (made non-blocking
+// and close-on-exec), else -1: no variable, not a number, or closed.
+inline int launcher_notice_fd() {
+  const char* v = std::getenv("SMP_HEARTBEAT_FD");
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(v, &end, 10);
+  if (*end != '\0' || fd < 0 || fd > 1 << 30) return -1;
+  const int d = static_cast<int>(fd);
+  const int fl = ::fcntl(d, F_GETFL);
+  if (fl < 0) return -1;
+  // Never block training on a full pipe: a line that does not fit is dropped.
+  if (!(fl & O_NONBLOCK)) ::fcntl(d, F_SETFL, fl | O_NONBLOCK);
+  const int fdfl = ::fcntl(d, F_GETFD);
+  if (fdfl >= 0 && !(fdfl & FD_CLOEXEC)) ::fcntl(d, F_SETFD, fdfl | FD_CLOEXEC);
+  return d;
+}
+
+// Writes line + "\n" to smp-launch in one write() (a longer line is cut to
+// its first 256 bytes: far below PIPE_BUF, so the pipe takes each line whole,
+// never interleaved with another thread's); nothing without SMP_HEARTBEAT_FD,
+// never blocks, never throws.
+inline void notify_launcher(const std::string& line) {
+  const int fd = launcher_notice_fd();
+  if (fd < 0) return;
+  char buf[257];
+  const size_t len = line.copy(buf, 256);
+  buf[len] = '\n';
+  const ssize_t n = ::write(fd, buf, len + 1);
+  (void)n;
+}
 
 }  // namespace smp
 #pragma GCC visibility pop

@@ -10,6 +10,7 @@
 #include "comm/wait.h"
 
 #include <smp/error.h>
+#include <smp/process_env.h>
 
 #include <ATen/ATen.h>
 #include <boost/filesystem.hpp>
@@ -394,7 +395,14 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
 
   move_into_place(tmp, job->target, token_hex(o_.token));
   const fs::path parent = job->target.parent_path();
-  if (job->update_latest) write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
+  if (job->update_latest) {
+    write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
+    // smp-launch learns the step a restart would resume from (one short line: atomic on its pipe).
+    int64_t step = step_of_folder(job->target.filename().string());
+    if (step < 0 && job->info.is_object() && job->info.contains("step") && job->info["step"].is_number_integer())
+      step = job->info["step"].get<int64_t>();
+    if (step >= 0) notify_launcher("committed " + std::to_string(step));
+  }
 
   if (job->keep > 0) prune_checkpoints(parent, job->keep, job->target, token_hex(o_.token));
   total_s_ = seconds_since(job->start);
