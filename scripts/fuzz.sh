@@ -21,7 +21,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build-fuzz
-all=(safetensors manifest indexed_dataset epoch_index bpe_json bpe_merges tokenizer_export sentencepiece config cluster plugin_descriptor elf_header hf_folder)
+all=(safetensors manifest indexed_dataset epoch_index bpe_json bpe_merges tokenizer_export sentencepiece config cluster plugin_descriptor elf_header hf_folder rendezvous)
 
 seconds=30 jobs=1 parallel=1 json="" build_only=0 ci=0
 names=()

@@ -796,7 +796,6 @@ class Supervisor {
       client_->send(hello);
       say(name + " joined the rendezvous at " + o_.rdzv_endpoint + " (--nnodes " + std::to_string(o_.min_nodes) + ":" +
           std::to_string(o_.max_nodes) + ")");
-      int previous_world = 0;
       std::vector<std::string> previous_layout;
       while (true) {
         const std::optional<rdzv::Message> m = next_message();
@@ -819,9 +818,8 @@ class Supervisor {
           continue;
         }
         if (m->type != "round") continue;
-        const int rc = run_round(*m, previous_world, previous_layout);
+        const int rc = run_round(*m, previous_layout);
         if (rc >= 0) return rc;
-        previous_world = m->world;
       }
     } catch (const rdzv::Lost& e) {
       say(std::string(e.what()) + ": the rendezvous is the job's single point of failure (--rdzv-endpoint " +
@@ -833,7 +831,8 @@ class Supervisor {
   // One round: the workers of this node for the world the rendezvous formed.
   // Returns the launcher's exit code when the job ends here, else -1 (the
   // next round follows).
-  int run_round(const rdzv::Message& m, int previous_world, std::vector<std::string>& previous_layout) {
+  int run_round(const rdzv::Message& m, std::vector<std::string>& previous_layout) {
+    const int previous_world = m.previous_world;  // the rendezvous's word: a node that just joined has none
     round_ = m.round;
     nnodes_ = m.nnodes;
     node_rank_ = m.node_rank;

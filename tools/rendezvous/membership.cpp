@@ -22,6 +22,11 @@ std::string seconds(double s) {
 
 }  // namespace
 
+void Membership::close_connection(int id) {
+  dropped_.push_back(id);
+  closed_.insert(id);
+}
+
 std::vector<int> Membership::take_dropped() { return std::exchange(dropped_, {}); }
 std::vector<std::string> Membership::take_log() { return std::exchange(log_, {}); }
 
@@ -49,7 +54,9 @@ bool Membership::all_active_ready() const {
 
 std::vector<Outgoing> Membership::receive(int id, const Message& m, double now) {
   std::vector<Outgoing> out;
-  if (phase_ == Phase::Ended) return out;
+  // What a connection sent after the line that closed it (the rest of the
+  // same read) is not taken: it would join again under an id about to close.
+  if (phase_ == Phase::Ended || closed_.count(id)) return out;
   auto it = nodes_.find(id);
   if (it == nodes_.end()) {
     if (m.type == "hello") return hello(id, m, now);
@@ -57,7 +64,7 @@ std::vector<Outgoing> Membership::receive(int id, const Message& m, double now) 
     r.why = "the rendezvous takes a \"hello\" first, got \"" + m.type + "\"";
     out.push_back({id, r});
     addresses_.erase(id);
-    dropped_.push_back(id);
+    close_connection(id);
     return out;
   }
   Node& n = it->second;
@@ -103,7 +110,7 @@ std::vector<Outgoing> Membership::receive(int id, const Message& m, double now) 
         log_.push_back("round " + std::to_string(round_) + " finished the job");
         for (const auto& [j, k] : nodes_) {
           out.push_back({j, make("finish")});
-          dropped_.push_back(j);
+          close_connection(j);
         }
         nodes_.clear();
         phase_ = Phase::Ended;
@@ -132,7 +139,7 @@ std::vector<Outgoing> Membership::hello(int id, const Message& m, double now) {
   if (!r.why.empty()) {
     out.push_back({id, r});
     addresses_.erase(id);
-    dropped_.push_back(id);
+    close_connection(id);
     log_.push_back("refused " + m.name + ": " + r.why);
     return out;
   }
@@ -192,7 +199,7 @@ void Membership::drop(int id, const std::string& why, double now, std::vector<Ou
   if (it == nodes_.end()) return;
   const Node n = it->second;
   nodes_.erase(it);
-  dropped_.push_back(id);
+  close_connection(id);
   log_.push_back("lost " + n.name + ": " + why);
   if (!n.active) return;
   if (phase_ == Phase::Running) begin_stop("lost node " + n.name + " (" + why + ")", out);
@@ -206,7 +213,8 @@ void Membership::drop(int id, const std::string& why, double now, std::vector<Ou
 std::vector<Outgoing> Membership::lost(int id, const std::string& why, double now) {
   std::vector<Outgoing> out;
   addresses_.erase(id);
-  if (phase_ != Phase::Ended) drop(id, why, now, out);
+  if (phase_ != Phase::Ended && !closed_.count(id)) drop(id, why, now, out);
+  closed_.insert(id);
   return out;
 }
 
@@ -221,7 +229,7 @@ std::vector<Outgoing> Membership::tick(double now) {
     if (now - a.second > o_.keepalive_s) mute.push_back(id);
   for (int id : mute) {
     addresses_.erase(id);
-    dropped_.push_back(id);
+    close_connection(id);
   }
   for (const auto& [id, s] : silent)
     drop(id, "silent for " + seconds(static_cast<int>(s)) + " (keepalive " + seconds(o_.keepalive_s) + ")", now, out);
@@ -265,7 +273,7 @@ void Membership::form(std::vector<int> picked, std::vector<Outgoing>& out) {
       failed_node_ = -1;
       picked.erase(std::remove(picked.begin(), picked.end(), id), picked.end());
       nodes_.erase(id);
-      dropped_.push_back(id);
+      close_connection(id);
       log_.push_back(r.why);
       stop_reason_ += "; " + r.why;
       if (static_cast<int>(picked.size()) < o_.min_nodes) {
@@ -320,7 +328,7 @@ void Membership::refuse_all(const std::string& why, std::vector<Outgoing>& out) 
     Message r = make("refuse");
     r.why = why;
     out.push_back({id, r});
-    dropped_.push_back(id);
+    close_connection(id);
   }
   nodes_.clear();
   phase_ = Phase::Ended;

@@ -18,6 +18,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ class Membership {
   void refuse_all(const std::string& why, std::vector<Outgoing>& out);
   void drop(int id, const std::string& why, double now, std::vector<Outgoing>& out);
   void after_stop(double now, std::vector<Outgoing>& out);
+  void close_connection(int id);
   bool all_active_ready() const;
   std::string names(const std::vector<int>& ids) const;
   std::vector<int> ready_ids() const;
@@ -100,6 +102,7 @@ class Membership {
   long next_seq_ = 0;
   std::optional<int> ended_;
   std::vector<int> dropped_;
+  std::set<int> closed_;  // connections closed: nothing more from them is taken
   std::vector<std::string> log_;
 };
 
