@@ -245,9 +245,12 @@ void check_elastic_job(const std::vector<std::string>& worker_args) {
   toml::table file;
   const toml::table* table = read_job_file(j, file) ? &file : nullptr;
   std::string origin;
-  if (integer_of(j, table, "run.checkpoint_every", &origin) <= 0)
+  std::string snapshot_origin;
+  if (integer_of(j, table, "run.checkpoint_every", &origin) <= 0 &&
+      integer_of(j, table, "run.snapshot_every", &snapshot_origin) <= 0)
     throw std::runtime_error("an elastic job (--nnodes MIN:MAX) re-forms from its last committed checkpoint, and "
-                             "run.checkpoint_every is 0 (" + origin + "): set it, e.g. --set run.checkpoint_every=100");
+                             "run.checkpoint_every is 0 (" + origin + "): set it, e.g. --set run.checkpoint_every=100, "
+                             "or keep snapshots in memory (run.snapshot_every)");
   elastic_layouts(j, table);  // refused now, by name, rather than at the first re-formation
 }
 

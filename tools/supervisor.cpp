@@ -867,6 +867,7 @@ class Supervisor {
     // Bounded as the worker reads it (64 KiB): the oldest entries go first.
     while (history_.size() > 1 && nlohmann::json(history_).dump().size() > 60000) history_.erase(history_.begin());
     round_env_ = {{"SMP_RESTART_COUNT", std::to_string(m.round)},
+                  {"SMP_NODE_NAME", m.members[m.node_rank]},  // as the rendezvous knows it: names its memory snapshots
                   {"SMP_ELASTIC", nlohmann::json({{"round", m.round}, {"reformations", history_}}).dump()}};
     noticed_unix_ = -1;
     first_step_seen_ = false;

@@ -492,15 +492,6 @@ void Trainer::Impl::after_step(StepResult& r) {
   rec.add(r, steps);
   record_reformation();
   const bool exiting = exit_after > 0 && done - first_step >= exit_after && done < steps;
-  const int64_t checkpoint_every = job.run.checkpoint_every;
-  if (checkpoint_every > 0 && (done % checkpoint_every == 0 || done == steps || exiting)) {
-    Checkpointer& ckpt = rt.checkpoints();
-    ckpt.save_step();
-    heartbeat->beat();
-    checkpoints.push_back({{"step", done}, {"blocking_seconds", ckpt.blocking_seconds()}});
-    metrics.write({{"event", "checkpoint"}, {"step", done}, {"dir", ckpt.dir()},
-                   {"blocking_seconds", ckpt.blocking_seconds()}});
-  }
   if (r.skipped && rank0)
     spdlog::warn("step {}: fp16 gradients overflowed at loss scale {}: step skipped, scale halved", done, r.loss_scale);
   const double items_s = rt.items_per_step() / r.seconds;
@@ -526,6 +517,23 @@ void Trainer::Impl::after_step(StepResult& r) {
                          {"loss_scale", r.loss_scale}};
     for (const auto& [name, value] : r.metrics) entry[name] = value;
     metrics.write(entry);
+  }
+  // Saved after the step is logged: a save's commit may end this process
+  // (smp-launch re-forms an elastic job there), and the step it saved must
+  // be in metrics.jsonl.
+  const int64_t checkpoint_every = job.run.checkpoint_every;
+  if (checkpoint_every > 0 && (done % checkpoint_every == 0 || done == steps || exiting)) {
+    Checkpointer& ckpt = rt.checkpoints();
+    ckpt.save_step();
+    heartbeat->beat();
+    checkpoints.push_back({{"step", done}, {"blocking_seconds", ckpt.blocking_seconds()}});
+    metrics.write({{"event", "checkpoint"}, {"step", done}, {"dir", ckpt.dir()},
+                   {"blocking_seconds", ckpt.blocking_seconds()}});
+  }
+  const int64_t snapshot_every = job.run.snapshot_every;
+  if (snapshot_every > 0 && done % snapshot_every == 0 && done < steps) {
+    rt.checkpoints().save_snapshot();
+    heartbeat->beat();
   }
   if (val_every > 0 && done % val_every == 0 && done < steps) {
     validate(done, false);
@@ -561,6 +569,7 @@ nlohmann::json Trainer::finish() {
   if (s.val_batches > 0 && !s.program_fed) s.validate(rt.steps_done(), true);
   Checkpointer& ckpt = rt.checkpoints();
   ckpt.wait();  // the last save is committed before the run reports
+  if (rt.steps_done() >= s.steps) ckpt.remove_snapshots();  // the job is done: free the machine's memory
   nlohmann::json summary = make_summary(rt, s.rec, s.peaks, s.gemm, s.parameters);
   const ResumePoint resumed = ckpt.resumed();
   summary["checkpoints"] = {{"dir", ckpt.dir()},          {"saved", s.checkpoints},

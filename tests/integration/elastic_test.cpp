@@ -85,14 +85,21 @@ std::map<int64_t, std::vector<double>> logged_losses(const std::string& dir) {
   return out;
 }
 
-TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
+// The scenario; with `snapshot_every` > 0 from in-memory snapshots alone (no
+// checkpoint on disk at all), else from the checkpoints every 10 steps.
+void lose_a_host_and_get_it_back(int snapshot_every) {
   if (::geteuid() != 0) SMP_REFERENCE_UNAVAILABLE() << "needs root to make network namespaces (ip netns)";
   if (sh("command -v ip") != 0) SMP_REFERENCE_UNAVAILABLE() << "no 'ip' (iproute2) to make network namespaces";
   TwoHosts hosts;
   if (!hosts.ok()) SMP_REFERENCE_UNAVAILABLE() << "ip netns / veth could not be set up here (no CAP_NET_ADMIN?)";
 
   const std::string plugin = plugin_path("gpt"), config = elastic_job();
-  const JobResult whole = run_job(4, plugin, config, with(kJob, {"parallel.pp=2"}));
+  std::vector<std::string> job = kJob;
+  const std::string memory = (fs::path("/dev/shm") / fs::unique_path("smp-elastic-memory-%%%%-%%%%")).string();
+  if (snapshot_every > 0)
+    job = with(job, {"run.checkpoint_every=0", "run.snapshot_every=" + std::to_string(snapshot_every),
+                     "run.snapshot_dir=\"" + memory + "\""});
+  const JobResult whole = run_job(4, plugin, config, with(job, {"parallel.pp=2"}));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
   const std::string dir = temp_path("smp-elastic-%%%%-%%%%");
@@ -103,7 +110,7 @@ TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
                       " --nproc-per-node 2 --nnodes 1:2 --rdzv-endpoint " + endpoint +
                       " --rdzv-keepalive 4 --rdzv-timeout 120 --kill-timeout 2 --node-name " + (host ? "b" : "a") +
                       " --plugin " + quote(plugin) + " --config " + quote(config);
-    for (const auto& s : kJob) cmd += " --set " + quote(s);
+    for (const auto& s : job) cmd += " --set " + quote(s);
     return cmd + " --set " + quote("run.dir=\"" + dir + "\"");
   };
   HostRun a, b, b_again;
@@ -111,8 +118,9 @@ TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
   ASSERT_TRUE(wait_until([&] { return a.text().find("serving the rendezvous") != std::string::npos; }, 30)) << a.text();
   b.start(command(1));
 
-  // A step after the first checkpoint: host B is lost.
+  // A step after the first checkpoint (or the second snapshot): host B is lost.
   const bool past_checkpoint = wait_until([&] {
+    if (snapshot_every > 0) return a.text().find("step " + std::to_string(2 * snapshot_every + 2) + "/") != std::string::npos;
     const int64_t c = latest_step(dir);
     return c >= 10 && a.text().find("step " + std::to_string(c + 2) + "/") != std::string::npos;
   }, 240);
@@ -121,6 +129,9 @@ TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
   hosts.link(false);
   hosts.kill_all(1);
   const auto lost_at = Clock::now();
+  // Its memory is gone with it (the hosts share this machine's /dev/shm).
+  if (snapshot_every > 0)
+    for (const auto& run : fs::directory_iterator(memory)) fs::remove_all(run.path() / "b");
   b.join();
   const bool shrunk = wait_until([&] { return a.text().find("elastic: round 1") != std::string::npos; }, 120);
   const double shrink_s = std::chrono::duration<double>(Clock::now() - lost_at).count();
@@ -169,8 +180,43 @@ TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
       EXPECT_NEAR(loss, reference[step - 1], bounds.loss_rtol * std::abs(reference[step - 1])) << "step " << step;
   }
   EXPECT_EQ(logged.size(), 120u);
-  EXPECT_GT(recomputed, 0) << "host b was lost after a checkpoint: its steps since are computed again";
+  if (snapshot_every == 0) EXPECT_GT(recomputed, 0) << "host b was lost after a checkpoint: its steps since are computed again";
   std::printf("[ elastic] %d steps recomputed in all\n", recomputed);
+  // Per change: how far the steps went back (a rewind in the log's order).
+  std::vector<int64_t> rewinds;
+  {
+    std::ifstream in(dir + "/metrics.jsonl");
+    std::string line;
+    int64_t last = 0;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object() || j.value("event", "") != "step") continue;
+      const int64_t step = j["step"].get<int64_t>();
+      if (step <= last) rewinds.push_back(last - (step - 1));
+      last = step;
+    }
+  }
+  EXPECT_LE(rewinds.size(), 2u);
+  for (int64_t lost : rewinds) {
+    std::printf("[ elastic] a change recomputed %lld steps\n", static_cast<long long>(lost));
+    if (snapshot_every > 0) EXPECT_LE(lost, snapshot_every) << "at most run.snapshot_every steps are lost";
+  }
+  // From memory: no checkpoint on disk at all, every load from the snapshots,
+  // and the returning host sent what it lacked.
+  if (snapshot_every > 0) {
+    EXPECT_FALSE(fs::exists(dir + "/checkpoints/latest"));
+    size_t loads = 0;
+    for (size_t at = text.find("loaded checkpoint "); at != std::string::npos; at = text.find("loaded checkpoint ", at + 1)) {
+      ++loads;
+      EXPECT_EQ(text.compare(at + 18, memory.size(), memory), 0) << text.substr(at, 200);
+    }
+    EXPECT_EQ(loads, 2u) << both;
+    EXPECT_NE(text.find("whole on every machine (0 bytes sent"), std::string::npos) << both;  // host a held it all
+    const auto grown_load = text.find("whole on every machine (", text.find("round 2:"));
+    ASSERT_NE(grown_load, std::string::npos) << both;
+    EXPECT_NE(text.compare(grown_load + 24, 2, "0 "), 0) << "host b was sent its parts: " << text.substr(grown_load, 120);
+    fs::remove_all(memory);
+  }
 
   // Where training ended, and what it changed (from the same initial
   // parameters: the seed's), as in the uninterrupted run.
@@ -204,6 +250,11 @@ TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) {
   fs::remove(config);
 }
 
+TEST(Elastic, ALostHostIsPlannedAroundAndTheJobGrowsBackWithTheSameTraining) { lose_a_host_and_get_it_back(0); }
+
+// The same from in-memory snapshots every 5 steps: no disk, at most 5 steps lost.
+TEST(Elastic, FromMemorySnapshotsNoDiskIsReadAndAtMostKStepsAreLost) { lose_a_host_and_get_it_back(5); }
+
 // One launcher on this machine for the refusals (no namespaces needed).
 std::string local_launch(const std::string& extra, const std::string& config, const std::string& dir) {
   return std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 1 --kill-timeout 2 --rdzv-endpoint 127.0.0.1:" +
@@ -232,7 +283,8 @@ TEST(Elastic, AJobThatWritesNoCheckpointIsRefused) {
   run.join();
   EXPECT_EQ(run.exit_code(), 2) << run.text();
   EXPECT_NE(run.text().find("an elastic job (--nnodes MIN:MAX) re-forms from its last committed checkpoint, and "
-                            "run.checkpoint_every is 0 (its default)"),
+                            "run.checkpoint_every is 0 (its default): set it, e.g. --set run.checkpoint_every=100, or keep snapshots in "
+                            "memory (run.snapshot_every)"),
             std::string::npos)
       << run.text();
 }

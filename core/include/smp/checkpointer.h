@@ -41,6 +41,12 @@ class Checkpointer {
   // run.keep_checkpoints kept; with run.checkpoint_async the caller blocks
   // only for host copies (the next save or wait() waits for the writing).
   void save_step();
+  // run.snapshot_every: this step's state to this machine's memory and a copy
+  // to the next machine's (collective; smp::Trainer calls it every n steps),
+  // which a re-formed elastic job resumes from; at the end of a run the
+  // machine's snapshots are removed.
+  void save_snapshot();
+  void remove_snapshots();
   void wait();
   // What run.resume asks for; returns the folder loaded, "" if none (then
   // run.init_from, when given, sets the parameters).

@@ -146,6 +146,12 @@
     "where checkpoints go (one folder per step and a `latest` pointer); \"\" = <run.dir>/checkpoints")             \
   X(keep_checkpoints, "run.keep_checkpoints", int, NonNegative, 3, Default,                                       \
     "the newest n checkpoints in run.checkpoint_dir are kept, older ones deleted; 0 = keep all")                   \
+  X(snapshot_every, "run.snapshot_every", int64_t, NonNegative, 0, Default,                                      \
+    "smp::Trainer: every n steps each rank's state to its machine's memory (run.snapshot_dir) and a copy to its "  \
+    "counterpart on the next machine; an elastic job that loses a machine resumes from it, reading no disk, "      \
+    "having lost at most n steps; 0 = never")                                                                     \
+  X(snapshot_dir, "run.snapshot_dir", std::string, None, "/dev/shm", Default,                                     \
+    "where run.snapshot_every keeps each machine's snapshots: a folder in its memory (tmpfs)")                     \
   X(checkpoint_async, "run.checkpoint_async", bool, None, true, Default,                                          \
     "write checkpoints in the background: the step waits only while the state is copied to host memory")           \
   X(exit_after_steps, "run.exit_after_steps", int64_t, NonNegative, 0, Default,                                  \
@@ -168,7 +174,7 @@
 // rather than ignore it.
 #define SMP_TRAINER_KEYS(K)                                                                                         \
   K("run.checkpoint_every") K("train.val_every") K("run.trace") K("run.profile_ops") K("run.dump_parameters")      \
-  K("run.exit_after_steps") K("run.hang_timeout_s")
+  K("run.exit_after_steps") K("run.hang_timeout_s") K("run.snapshot_every")
 
 #define SMP_COMM_KEYS(X)                                                                                            \
   X(shm_mb, "comm.shm_mb", double, ShmMiB, 16.0, Default,                                                 \

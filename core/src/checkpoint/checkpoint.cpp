@@ -426,6 +426,44 @@ void CheckpointWriter::wait_for_parts(const std::string& barrier, const std::str
 
 // ---- finding and reading ----
 
+// ---- the pieces, for checkpoints kept elsewhere (runtime/memory_snapshot.h) ----
+
+nlohmann::json write_checkpoint_part(const std::string& folder, int rank, const std::vector<StateEntry>& entries) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json slices = nlohmann::json::array();
+  for (const StateEntry& e : entries) {
+    if (!e.owner) continue;
+    const at::Tensor t = e.local.detach().to(at::kCPU).contiguous();
+    nlohmann::json s = slice_json(e);
+    s["name"] = e.name;
+    s["dtype"] = safetensors_dtype(t.scalar_type());
+    s["global_shape"] = e.global_shape;
+    s["crc32c"] = crc32c(0, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+    slices.push_back(s);
+    tensors.emplace_back(e.name, t);
+  }
+  nlohmann::json index = {{"rank", rank}, {"slices", slices}};
+  if (!tensors.empty()) {
+    const std::string file = rank_name(rank, "safetensors");
+    const SafetensorsWritten w = write_safetensors((fs::path(folder) / file).string(), tensors,
+                                                   {{"format", "smp-checkpoint"}, {"rank", std::to_string(rank)}});
+    index["file"] = {{"name", file}, {"bytes", w.bytes}, {"crc32c", w.crc32c}};
+  }
+  return index;
+}
+
+void write_checkpoint_manifest(const std::string& folder, const std::vector<nlohmann::json>& parts,
+                               const nlohmann::json& info) {
+  nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
+  merge_parts(parts, files, tensors);
+  nlohmann::json manifest = info;
+  manifest["format"] = "smp-checkpoint";
+  manifest["version"] = kCheckpointFormatVersion;
+  manifest["files"] = files;
+  manifest["tensors"] = tensors;
+  write_file_atomic(fs::path(folder) / "manifest.json", manifest.dump(1));
+}
+
 std::string find_checkpoint(const std::string& path) {
   const fs::path p(path);
   if (fs::exists(p / "manifest.json")) return p.string();

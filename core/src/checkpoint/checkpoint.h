@@ -93,6 +93,14 @@ class CheckpointWriter {
 // The checkpoint folder `path` names: itself when it holds manifest.json, else
 // (a checkpoint_dir) the folder its `latest` names; "" when neither exists.
 // Throws naming the path when `latest` names a folder that is not there.
+// The pieces of a checkpoint, for one kept elsewhere than a shared folder
+// (runtime/memory_snapshot.h): a rank's part in `folder` (its owned entries
+// as rank-<r>.safetensors; returns its index, which the manifest merges), and
+// the manifest of every rank's index with `info` (the step, the layout...).
+nlohmann::json write_checkpoint_part(const std::string& folder, int rank, const std::vector<StateEntry>& entries);
+void write_checkpoint_manifest(const std::string& folder, const std::vector<nlohmann::json>& parts,
+                               const nlohmann::json& info);
+
 std::string find_checkpoint(const std::string& path);
 
 // manifest.json of a checkpoint folder, checked for its format and version

@@ -18,6 +18,8 @@ Checkpointer::~Checkpointer() = default;
 void Checkpointer::save(const std::string& path) { impl_->checkpoints->save(path); }
 void Checkpointer::load(const std::string& path) { impl_->checkpoints->load(path); }
 void Checkpointer::save_step() { impl_->checkpoints->save_step(); }
+void Checkpointer::save_snapshot() { impl_->checkpoints->save_snapshot(); }
+void Checkpointer::remove_snapshots() { impl_->checkpoints->remove_snapshots(); }
 void Checkpointer::wait() { impl_->checkpoints->writer().wait(); }
 std::string Checkpointer::resume() { return impl_->checkpoints->resume(); }
 void Checkpointer::init_from(const std::string& path) { impl_->checkpoints->init_from(path); }

@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
+#include "runtime/memory_snapshot.h"
 #include "runtime/model_plan.h"
 #include "runtime/parallel_context.h"
 #include "runtime/train_state.h"
@@ -102,6 +103,18 @@ Checkpointing::Checkpointing(const JobConfig& job, const ParallelContext& contex
   o.token = token;
   if (context.joined()) o.rendezvous = context.shared_rendezvous();
   writer_ = std::make_unique<CheckpointWriter>(o);
+  if (job.run.snapshot_every > 0)
+    snapshot_ = std::make_unique<MemorySnapshot>(job, context.comm(Role::World), dir());
+}
+
+void Checkpointing::save_snapshot() {
+  if (!snapshot_) return;
+  writer_->wait_for_snapshot();
+  snapshot_->save(state_.steps(), state_.entries(), info());
+}
+
+void Checkpointing::remove_snapshots() {
+  if (snapshot_) snapshot_->remove_local();
 }
 
 Checkpointing::~Checkpointing() = default;
@@ -209,10 +222,11 @@ ResumePoint Checkpointing::resume_if_asked(bool asked) {
 std::string Checkpointing::resume_checkpoint(const std::string& mode) {
   if (mode == "never") return "";
   // Rank 0 picks the checkpoint; every rank loads that one.
-  const std::string folder = rank0_choice(context_.comm(Role::World), [&]() -> std::string {
-    if (mode == "auto" || mode == "latest") {
+  const bool newest = mode == "auto" || mode == "latest";
+  std::string folder = rank0_choice(context_.comm(Role::World), [&]() -> std::string {
+    if (newest) {
       const std::string found = find_checkpoint(dir());
-      if (found.empty() && mode == "latest")
+      if (found.empty() && mode == "latest" && !snapshot_)
         throw Error("run.resume = \"latest\": no checkpoint in " + dir() + " (no `latest` there)");
       return found;
     }
@@ -220,6 +234,21 @@ std::string Checkpointing::resume_checkpoint(const std::string& mode) {
     if (found.empty()) throw Error("run.resume: '" + mode + "' is not a checkpoint folder nor holds a `latest` one");
     return found;
   });
+  // A memory snapshot newer than the checkpoint on disk, whole between the
+  // machines: that one, reading no disk (each machine's own copy).
+  if (newest && snapshot_) {
+    const std::string step_text = rank0_choice(context_.comm(Role::World), [&]() -> std::string {
+      return folder.empty() ? "-1" : std::to_string(read_manifest(folder).value("step", int64_t{-1}));
+    });
+    const std::string memory = snapshot_->gather_newest(std::stoll(step_text));
+    if (!memory.empty()) {
+      load(memory);
+      return memory;
+    }
+    if (folder.empty() && mode == "latest")
+      throw Error("run.resume = \"latest\": no checkpoint in " + dir() + " (no `latest` there) and no memory snapshot "
+                  "whole between the machines (run.snapshot_dir " + job_.run.snapshot_dir + ")");
+  }
   if (folder.empty()) return "";
   if (!boost::filesystem::is_directory(folder))
     throw Error("run.resume: rank " + std::to_string(context_.mesh().rank()) + " cannot see checkpoint " + folder +

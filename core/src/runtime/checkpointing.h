@@ -16,6 +16,7 @@
 namespace smp {
 
 class CheckpointWriter;
+class MemorySnapshot;
 class ModelPlan;
 class ParallelContext;
 class TrainState;
@@ -39,6 +40,11 @@ class Checkpointing {
   ResumePoint resume_if_asked(bool asked);
   void init_from(const std::string& path);
   std::string dir() const;  // run.checkpoint_dir, or <run.dir>/checkpoints
+  // run.snapshot_every: this step's state to memory, here and on the next
+  // machine (memory_snapshot.h); collective. And, at the end of a run, this
+  // machine's snapshots removed.
+  void save_snapshot();
+  void remove_snapshots();
   CheckpointWriter& writer() { return *writer_; }
 
  private:
@@ -49,6 +55,7 @@ class Checkpointing {
   const ModelPlan& model_;
   TrainState& state_;
   std::unique_ptr<CheckpointWriter> writer_;
+  std::unique_ptr<MemorySnapshot> snapshot_;  // with run.snapshot_every
 };
 
 }  // namespace smp
