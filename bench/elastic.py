@@ -17,6 +17,9 @@ Measured per repeat, on this script's clock as the launchers' lines arrive:
     (waiting for the next checkpoint, stopping, re-forming, loading);
   lost_steps_*: the steps computed again (the last step logged before the
     change minus the step the new world resumed at).
+With --snapshot-every K the job keeps in-memory snapshots every K steps
+(run.snapshot_every) and no checkpoint on disk at all: every re-formation
+loads from memory.
 
   sudo bench/elastic.py --repeats 5 --out bench/results/elastic.json
 """
@@ -113,6 +116,11 @@ def repeat(hosts, build, args, port):
     sets = ["train.steps=%d" % args.steps, "train.log_every=1", 'train.optimizer="sgd"', "train.lr=0.05",
             "train.val_batches=0", "run.checkpoint_every=%d" % args.every, "comm.shm_mb=0",
             'run.dir="%s"' % os.path.join(run_dir, "run")]
+    memory = None
+    if args.snapshot_every:
+        memory = tempfile.mkdtemp(prefix="smp-elastic-bench-", dir="/dev/shm")
+        sets += ["run.checkpoint_every=0", "run.snapshot_every=%d" % args.snapshot_every,
+                 'run.snapshot_dir="%s"' % memory]
 
     def cmd(ns, name):
         c = ["ip", "netns", "exec", ns, build + "/bin/smp-launch", "--nproc-per-node", "2", "--nnodes", "1:2",
@@ -131,11 +139,15 @@ def repeat(hosts, build, args, port):
         deadline = time.monotonic() + 300
         while True:
             step = -1
-            if os.path.exists(latest):
+            if args.snapshot_every:
+                step = 2 * args.snapshot_every if a.first(r"\] step %d/" % (2 * args.snapshot_every)) else -1
+                if step >= 0 and a.first(r"\] step %d/" % (step + 2)):
+                    break
+            elif os.path.exists(latest):
                 with open(latest) as f:
                     m = re.search(r"(\d+)", f.read())
                 step = int(m.group(1)) if m else -1
-            if step >= args.every and a.first(r"\] step %d/" % (step + 2)):
+            if not args.snapshot_every and step >= args.every and a.first(r"\] step %d/" % (step + 2)):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("no step past the first checkpoint")
@@ -143,6 +155,9 @@ def repeat(hosts, build, args, port):
         hosts.link(False)
         hosts.kill_all(hosts.b)
         lost = time.monotonic()
+        if memory:  # its memory is gone with it (the hosts share this machine's /dev/shm)
+            for run in os.listdir(memory):
+                shutil.rmtree(os.path.join(memory, run, "b"), ignore_errors=True)
         b.proc.wait()
         detect = a.wait(r"the job re-forms", 120, lost)[0]
         first_small = a.wait(r"elastic: round 1 .*first step", 120, lost)
@@ -171,6 +186,8 @@ def repeat(hosts, build, args, port):
         hosts.kill_all(hosts.b)
         hosts.link(True)
         shutil.rmtree(run_dir, ignore_errors=True)
+        if memory:
+            shutil.rmtree(memory, ignore_errors=True)
 
 
 def main():
@@ -180,6 +197,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--every", type=int, default=10, help="run.checkpoint_every")
     ap.add_argument("--keepalive", type=float, default=4, help="--rdzv-keepalive seconds")
+    ap.add_argument("--snapshot-every", type=int, default=0, help="run.snapshot_every (and no disk checkpoints)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("ip"):
@@ -189,9 +207,13 @@ def main():
               "load_1_5_15_before": os.getloadavg(), "cores": os.cpu_count(),
               "method": "two network-namespace hosts of 2 ranks on this machine (veth), GPT equivalence model "
                         "(tests/integration/data/gpt-equiv.toml) with SGD, pp 2 x dp 2 on 4 ranks, pp 1 x dp 2 on 2, "
-                        "a checkpoint every %d steps, --rdzv-keepalive %g s; host B lost after a checkpoint (link cut, "
+                        "%s, --rdzv-keepalive %g s; host B lost after a checkpoint (link cut, "
                         "its processes killed), started again once host A trains on 2 ranks; times on the bench's "
-                        "clock as the launchers' lines arrive" % (args.every, args.keepalive),
+                        "clock as the launchers' lines arrive" % (
+                            "in-memory snapshots every %d steps, no disk checkpoint" % args.snapshot_every
+                            if args.snapshot_every else "a disk checkpoint every %d steps" % args.every,
+                            args.keepalive),
+              "snapshot_every": args.snapshot_every, "checkpoint_every": 0 if args.snapshot_every else args.every,
               "repeats": []}
     hosts = Hosts()
     try:

@@ -323,5 +323,54 @@ TEST(Elastic, AWorldWithNoLayoutOrNoneThatFitsIsRefusedByName) {
   fs::remove_all(dir);
 }
 
+// The rendezvous alone (smp-launch --rdzv-server), on a machine that trains
+// nothing: a node's job meets there and finishes, and the server ends with it.
+TEST(Elastic, AStandaloneRendezvousServesAJobAndEndsWithIt) {
+  const std::string dir = temp_path("smp-elastic-server-%%%%-%%%%");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(find_free_port());
+  HostRun server, node;
+  server.start(std::string(SMP_BIN_DIR) + "/smp-launch --rdzv-server --nnodes 1:1 --rdzv-endpoint " + endpoint);
+  ASSERT_TRUE(wait_until([&] { return server.text().find("serving the rendezvous") != std::string::npos; }, 30))
+      << server.text();
+  node.start(std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 1 --nnodes 1:1 --rdzv-endpoint " + endpoint +
+             " --node-name solo --plugin " + quote(plugin_path("gpt")) + " --config " +
+             quote(source_path("tests/integration/data/gpt-equiv.toml")) +
+             " --set train.steps=2 --set run.checkpoint_every=1 --set " + quote("run.dir=\"" + dir + "\""));
+  node.join();
+  server.join();
+  EXPECT_EQ(node.exit_code(), 0) << node.text();
+  EXPECT_EQ(server.exit_code(), 0) << server.text();
+  EXPECT_NE(server.text().find("round 0: world 1 on solo (start)"), std::string::npos) << server.text();
+  EXPECT_NE(server.text().find("round 0 finished the job"), std::string::npos) << server.text();
+  fs::remove_all(dir);
+}
+
+// A machine lost before the first checkpoint is committed: the job stops,
+// saying there is no checkpoint to re-form from, rather than start over.
+TEST(Elastic, ALossBeforeTheFirstCheckpointStopsTheJobSayingSo) {
+  const std::string dir = temp_path("smp-elastic-early-%%%%-%%%%");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(find_free_port());
+  auto command = [&](const std::string& name) {
+    return std::string(SMP_BIN_DIR) + "/smp-launch --nproc-per-node 1 --nnodes 1:2 --kill-timeout 2 --rdzv-endpoint " +
+           endpoint + " --node-name " + name + " --plugin " + quote(plugin_path("gpt")) + " --config " +
+           quote(source_path("tests/integration/data/gpt-equiv.toml")) +
+           " --set train.steps=100000 --set train.log_every=1 --set run.checkpoint_every=100000 --set comm.shm_mb=0 --set " +
+           quote("run.dir=\"" + dir + "\"");
+  };
+  HostRun a, b;
+  a.start(command("a"));
+  ASSERT_TRUE(wait_until([&] { return a.text().find("serving the rendezvous") != std::string::npos; }, 30)) << a.text();
+  b.start("exec " + command("b"));
+  ASSERT_TRUE(wait_until([&] { return a.text().find("] step 2/") != std::string::npos; }, 120)) << a.text();
+  sh("pkill -9 -f " + quote("node-name b --plugin"));
+  b.join();
+  a.join();
+  EXPECT_EQ(a.exit_code(), 1) << a.text();
+  EXPECT_NE(a.text().find("run.resume = \"latest\": no checkpoint in " + dir + "/checkpoints"), std::string::npos)
+      << a.text();
+  EXPECT_NE(a.text().find("the rendezvous ended the job"), std::string::npos) << a.text();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace smp::testing
