@@ -17,6 +17,7 @@ SMP_FUZZ_TARGET(rendezvous) {
   using namespace smp::rdzv;
   MembershipOptions o;
   o.min_nodes = 1, o.max_nodes = 2, o.settle_s = 1, o.join_timeout_s = 30, o.keepalive_s = 5, o.max_restarts = 1;
+  if (size > 0 && (data[0] & 0x80)) o.grow_now = true;  // the other way of admitting a node
   Membership m(o);
   m.start(0);
   std::string pending[4];

@@ -13,7 +13,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <iostream>
 #include <stdexcept>
@@ -191,6 +193,7 @@ std::map<int, std::vector<std::string>> elastic_layouts(const JobArgs& j, const 
     const std::string world_text(k.str());
     const std::string name = "elastic.layouts." + world_text;
     if (world_text.empty() || world_text.size() > 7 || world_text.find_first_not_of("0123456789") != std::string::npos ||
+        world_text[0] == '0' ||
         std::stoi(world_text) < 1 || std::stoi(world_text) > smp::kMaxWorldSize)
       throw std::runtime_error(at + name + ": expected a world size (a number of ranks in [1, " +
                                std::to_string(smp::kMaxWorldSize) + "]) as the key");
@@ -276,6 +279,26 @@ std::vector<std::string> elastic_layout(int world, const std::vector<std::string
                              ", or set parallel.layout = \"auto\" to plan it");
   }
   return {};  // the job's own layout, parallel.dp derived from the world
+}
+
+std::string job_digest(const std::vector<std::string>& worker_args) {
+  const JobArgs j = job_args(worker_args);
+  std::string text = j.plugin;
+  for (const auto& set : j.sets) text += '\n' + set;
+  if (!j.config.empty()) {
+    try {
+      text += '\n' + smp::input::read_toml_file(j.config, j.config);
+    } catch (const std::exception&) {
+      text += "\n(unreadable)";  // the worker reports it
+    }
+  }
+  const size_t slash = text.find('\n');
+  // The plugin by its file name: installs may differ in where they put it.
+  std::string plugin = j.plugin.substr(j.plugin.rfind('/') + 1);
+  text = plugin + (slash == std::string::npos ? "" : text.substr(slash));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(text));
+  return hex;
 }
 
 }  // namespace smp::launch

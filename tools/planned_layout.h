@@ -35,4 +35,9 @@ void check_elastic_job(const std::vector<std::string>& worker_args);
 // it lists. Every node computes the same answer.
 std::vector<std::string> elastic_layout(int world, const std::vector<std::string>& worker_args);
 
+// What every node of an elastic job must agree on, as a digest: the plugin's
+// file name, the --set lines and the job file's text. The rendezvous refuses
+// a node whose job differs (each node chooses its layouts from its own).
+std::string job_digest(const std::vector<std::string>& worker_args);
+
 }  // namespace smp::launch

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -670,8 +671,18 @@ class Supervisor {
   // What the rendezvous said while the workers ran.
   void hear_rendezvous() {
     try {
+      // What waited (a stop read with this round's start), then what came;
+      // read before the silence is judged: pings may wait in the socket.
+      std::vector<rdzv::Message> arrived(std::make_move_iterator(inbox_.begin()), std::make_move_iterator(inbox_.end()));
+      inbox_.clear();
+      for (rdzv::Message& m : client_->receive()) arrived.push_back(std::move(m));
       client_->tick();
-      for (const rdzv::Message& m : client_->receive()) {
+      for (rdzv::Message& m : arrived) {
+        if (m.type == "round") {  // for the next round (this one is ending)
+          inbox_.push_back(std::move(m));
+          continue;
+        }
+        if (m.type == "stop" && m.round != round_) continue;  // an earlier round's, which this node left
         if (m.type == "stop") {
           rdzv_stopped_ = true;
           if (noticed_unix_ < 0) noticed_unix_ = unix_now();
@@ -681,8 +692,6 @@ class Supervisor {
         } else if (m.type == "refuse") {
           refused_ = m.why;
           stop_all("the rendezvous ended the job: " + m.why);
-        } else if (m.type == "finish") {
-          finished_ = true;
         }
       }
     } catch (const rdzv::Lost& e) {
@@ -725,6 +734,13 @@ class Supervisor {
   // Waits for the rendezvous's next word (ping and keepalive meanwhile), or a signal.
   std::optional<rdzv::Message> next_message() {
     while (true) {
+      // One message at a time, in order: a round and the stop that follows
+      // it may come in one read.
+      if (!inbox_.empty()) {
+        rdzv::Message m = std::move(inbox_.front());
+        inbox_.pop_front();
+        return m;
+      }
       std::vector<pollfd> pfds{{g_signal_pipe[0], POLLIN, 0}, {client_->fd(), POLLIN, 0}};
       const int n = ::poll(pfds.data(), pfds.size(), 250);
       if (n > 0 && (pfds[0].revents & POLLIN)) {
@@ -741,8 +757,8 @@ class Supervisor {
         while (::waitpid(-1, nullptr, WNOHANG) > 0) {
         }
       }
+      for (rdzv::Message& m : client_->receive()) inbox_.push_back(std::move(m));
       client_->tick();
-      for (rdzv::Message& m : client_->receive()) return m;
     }
   }
 
@@ -752,7 +768,25 @@ class Supervisor {
     return p;
   }
 
+  // The job's end for this node; the launcher that serves the rendezvous
+  // serves it until the job ends, though this node has left it.
   int run_elastic() {
+    const int rc = join_elastic();
+    // Told to leave (its workers failed too often) while the job goes on
+    // elsewhere: serve on. Any other end of this launcher ends its rendezvous.
+    if (server_pid_ > 0 && told_to_leave_ && !interrupted_) {
+      if (::waitpid(server_pid_, nullptr, WNOHANG) == 0) {
+        say("this node left the job; serving its rendezvous until the job ends");
+        while (::waitpid(server_pid_, nullptr, 0) < 0 && errno == EINTR) {
+        }
+      }
+    } else if (server_pid_ > 0) {
+      ::kill(server_pid_, SIGTERM);
+    }
+    return rc;
+  }
+
+  int join_elastic() {
     const auto [host, rport] = rdzv::parse_endpoint(o_.rdzv_endpoint);
     // The launcher that can bind the endpoint serves the rendezvous, in a
     // process of its own that dies with this one (as torchrun's agent hosts
@@ -764,6 +798,11 @@ class Supervisor {
       const pid_t parent = ::getpid();
       const pid_t pid = ::fork();
       if (pid == 0) {
+        // The launcher's handlers write to its self-pipe: none of them here.
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (::getppid() != parent) ::_exit(1);
         ::close(g_signal_pipe[0]);
@@ -776,6 +815,7 @@ class Supervisor {
         return 1;
       }
       say("serving the rendezvous on " + o_.rdzv_endpoint + " (pid " + std::to_string(pid) + ")");
+      server_pid_ = pid;
     } else if (!in_use) {
       say("--rdzv-endpoint " + o_.rdzv_endpoint + ": " + bind_error);
       return 2;
@@ -783,7 +823,7 @@ class Supervisor {
     client_ = std::make_unique<rdzv::Client>(host, rport, o_.rdzv_keepalive_s);
     char hostname[256] = "node";
     ::gethostname(hostname, sizeof hostname - 1);
-    const std::string name = o_.node_name.empty() ? std::string(hostname) : o_.node_name;
+    const std::string name = (o_.node_name.empty() ? std::string(hostname) : o_.node_name).substr(0, rdzv::kMaxName - 8);
     try {
       client_->connect(o_.rdzv_timeout_s);
       rdzv::Message hello;
@@ -793,15 +833,18 @@ class Supervisor {
       hello.port = ready_port();
       hello.min_nodes = o_.min_nodes;
       hello.max_nodes = o_.max_nodes;
+      hello.max_restarts = o_.max_restarts;
+      hello.grow_now = o_.grow_now;
+      hello.job = job_digest(o_.worker_args);
       client_->send(hello);
       say(name + " joined the rendezvous at " + o_.rdzv_endpoint + " (--nnodes " + std::to_string(o_.min_nodes) + ":" +
           std::to_string(o_.max_nodes) + ")");
-      std::vector<std::string> previous_layout;
       while (true) {
         const std::optional<rdzv::Message> m = next_message();
         if (!m) return 128 + interrupt_signal_;
         if (m->type == "refuse") {
           say("the rendezvous ended the job: " + m->why);
+          told_to_leave_ = true;
           return 1;
         }
         if (m->type == "finish") return 0;
@@ -818,7 +861,7 @@ class Supervisor {
           continue;
         }
         if (m->type != "round") continue;
-        const int rc = run_round(*m, previous_layout);
+        const int rc = run_round(*m);
         if (rc >= 0) return rc;
       }
     } catch (const rdzv::Lost& e) {
@@ -831,7 +874,7 @@ class Supervisor {
   // One round: the workers of this node for the world the rendezvous formed.
   // Returns the launcher's exit code when the job ends here, else -1 (the
   // next round follows).
-  int run_round(const rdzv::Message& m, std::vector<std::string>& previous_layout) {
+  int run_round(const rdzv::Message& m) {
     const int previous_world = m.previous_world;  // the rendezvous's word: a node that just joined has none
     round_ = m.round;
     nnodes_ = m.nnodes;
@@ -847,11 +890,11 @@ class Supervisor {
       return 2;
     }
     round_sets_ = layout;
-    // A changed world continues from the last committed checkpoint, never from
-    // nothing: one without a checkpoint is refused there, by name.
-    const bool changed = m.round > 0 && (m.world != previous_world || layout != previous_layout);
-    if (changed) round_sets_.push_back("run.resume=\"latest\"");
-    previous_layout = layout;
+    // Every round after the first continues from the last committed
+    // checkpoint (or memory snapshot), never from nothing nor from a folder
+    // the job named for its start: one without a checkpoint is refused there,
+    // by name, on every node alike.
+    if (m.round > 0) round_sets_.push_back("run.resume=\"latest\"");
     std::string desc;
     for (const auto& set : layout) desc += " " + set;
     say("round " + std::to_string(m.round) + ": node " + std::to_string(m.node_rank) + " of " +
@@ -867,12 +910,11 @@ class Supervisor {
     // Bounded as the worker reads it (64 KiB): the oldest entries go first.
     while (history_.size() > 1 && nlohmann::json(history_).dump().size() > 60000) history_.erase(history_.begin());
     round_env_ = {{"SMP_RESTART_COUNT", std::to_string(m.round)},
-                  {"SMP_NODE_NAME", m.members[m.node_rank]},  // as the rendezvous knows it: names its memory snapshots
+                  {"SMP_NODE_NAME", m.name},  // as the rendezvous knows it: names its memory snapshots
                   {"SMP_ELASTIC", nlohmann::json({{"round", m.round}, {"reformations", history_}}).dump()}};
     noticed_unix_ = -1;
     first_step_seen_ = false;
     rdzv_stopped_ = false;
-    finished_ = false;
     refused_.clear();
     const int rc = run_once(m.round);
     if (!client_) {  // the rendezvous was lost while the workers ran
@@ -880,7 +922,10 @@ class Supervisor {
           ")");
       return 1;
     }
-    if (!refused_.empty()) return 1;
+    if (!refused_.empty()) {
+      told_to_leave_ = true;
+      return 1;
+    }
     if (interrupted_) return rc;
     rdzv::Message reply;
     if (rc == 0 && !rdzv_stopped_) {
@@ -918,8 +963,11 @@ class Supervisor {
   std::vector<std::string> round_sets_;            // --set lines added for this round's layout
   std::map<std::string, std::string> round_env_;   // variables added for this round
   std::unique_ptr<rdzv::Client> client_;
+  std::deque<rdzv::Message> inbox_;
+  pid_t server_pid_ = -1;  // the rendezvous this launcher serves, if it does
+  bool told_to_leave_ = false;  // the rendezvous refused this node (the job may go on without it)  // what the rendezvous said that is yet to be acted on
   int round_ = 0, done_round_ = -1;
-  bool rdzv_stopped_ = false, finished_ = false, first_step_seen_ = false;
+  bool rdzv_stopped_ = false, first_step_seen_ = false;
   double noticed_unix_ = -1;  // when this node learned the running round must end
   std::string refused_, rdzv_lost_;
   std::vector<nlohmann::json> history_;  // the re-formations so far (SMP_ELASTIC)

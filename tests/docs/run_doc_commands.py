@@ -179,6 +179,12 @@ RULES = [
          why="downloads the GPU check's packages (pip, apt) from the network"),
     Rule("skip", r"^(SMP_GIT_COMMIT=\S.*|OUT=\S+) bash scripts/gpu/check\.sh$", tag="GPU",
          why="the GPU check: needs an NVIDIA GPU (its --dry-run is CI's on a machine without one)"),
+    # docs/running.md: elastic runs across machines.
+    Rule("skip", r"^smp-launch (--nproc-per-node 8 --nnodes 1:4|--rdzv-server --nnodes 1:4) --rdzv-endpoint 10\.0\.0\.\d+:29400",
+         file=r"^docs/running\.md$", tag="several machines",
+         why="an elastic job over machines at 10.0.0.x, which this machine is not; elastic_test runs the same "
+             "(smp-launch --nnodes 1:2, a rendezvous served by a launcher and by --rdzv-server) on two "
+             "network-namespace hosts"),
     # docs/fuzzing.md
     Rule("skip", r"^bash scripts/fuzz\.sh( --seconds \d+| --jobs \d+| --ci|( [a-z_]+)+)?$", file=r"^docs/fuzzing\.md$",
          tag="fuzzing", why="builds build-fuzz/ with clang under ASan + UBSan (many minutes on 2 cores), then fuzzes "

@@ -19,9 +19,11 @@
 namespace smp::rdzv {
 namespace {
 
-Message hello(const std::string& name, int nproc, int min, int max, int port = 1000) {
+Message hello(const std::string& name, int nproc, int min, int max, int port = 1000, int restarts = 0,
+              const std::string& job = "job-1") {
   Message m;
   m.type = "hello", m.name = name, m.nproc = nproc, m.port = port, m.min_nodes = min, m.max_nodes = max;
+  m.max_restarts = restarts, m.job = job;
   return m;
 }
 Message of(const std::string& type, int round = 0, int64_t step = 0, int port = 2000) {
@@ -49,8 +51,8 @@ Membership two_running(MembershipOptions o) {
   m.start(0);
   m.connected(1, "10.0.0.1", 0);
   m.connected(2, "10.0.0.2", 0);
-  m.receive(1, hello("a", 2, o.min_nodes, o.max_nodes, 1111), 0);
-  auto out = m.receive(2, hello("b", 2, o.min_nodes, o.max_nodes, 2222), 0.1);
+  m.receive(1, hello("a", 2, o.min_nodes, o.max_nodes, 1111, o.max_restarts), 0);
+  auto out = m.receive(2, hello("b", 2, o.min_nodes, o.max_nodes, 2222, o.max_restarts), 0.1);
   if (sent(out, "round").size() != 2) out = m.tick(10);
   EXPECT_EQ(sent(out, "round").size(), 2u);
   return m;
@@ -144,16 +146,22 @@ TEST(Rendezvous, AReturningNodeJoinsAtTheNextCommittedCheckpoint) {
 TEST(Rendezvous, GrowNowStopsAtOnce) {
   MembershipOptions o = options(1, 2);
   o.grow_now = true;
-  Membership m = two_running(o);
-  m.lost(2, "gone", 20);
-  m.receive(1, of("ready"), 21);
-  EXPECT_EQ(sent(m.receive(3, hello("b", 2, 1, 2), 30), "stop").size(), 1u);
+  Membership m(o);
+  m.start(0);
+  Message a = hello("a", 2, 1, 2), b = hello("b", 2, 1, 2);
+  a.grow_now = b.grow_now = true;
+  m.receive(1, a, 0);
+  EXPECT_EQ(sent(m.tick(6), "round").size(), 1u);  // a alone, after the settle time
+  EXPECT_EQ(sent(m.receive(3, b, 30), "stop").size(), 1u);
+  Message c = hello("c", 2, 1, 2);  // --elastic-grow checkpoint: not this job's rule
+  EXPECT_NE(sent(m.receive(4, c, 31), "refuse").at(4).why.find("--elastic-grow checkpoint differs"), std::string::npos);
 }
 
 TEST(Rendezvous, FailuresCountAgainstTheNodeUntilItLeaves) {
   MembershipOptions o = options(1, 2);
   o.max_restarts = 1;
   Membership m = two_running(o);
+  ASSERT_EQ(m.round(), 0);
   // a's workers fail: both stop, the same two re-form (a restart of a).
   m.receive(1, of("failed", 0), 20);
   m.receive(1, of("ready"), 20.5);
@@ -201,6 +209,31 @@ TEST(Rendezvous, NodesThatDoNotMatchTheJobAreRefusedByName) {
   EXPECT_NE(sent(out, "refuse").at(3).why.find("--nproc-per-node 4 differs"), std::string::npos);
   out = m.receive(4, of("ready"), 0);  // before its hello
   EXPECT_NE(sent(out, "refuse").at(4).why.find("hello"), std::string::npos);
+  // The job's rules are the rendezvous's, and its job the first node's.
+  out = m.receive(5, hello("d", 2, 1, 2, 1000, /*restarts=*/3), 0);
+  EXPECT_NE(sent(out, "refuse").at(5).why.find("--max-restarts 3 differs from the rendezvous's 0"), std::string::npos);
+  out = m.receive(6, hello("e", 2, 1, 2, 1000, 0, "another-job"), 0);
+  EXPECT_NE(sent(out, "refuse").at(6).why.find("its job (the worker's arguments and job file) differs"),
+            std::string::npos);
+}
+
+// What the rendezvous sends stays within what a launcher takes, however
+// many nodes and however long the reasons: lists are cut, not the message.
+TEST(RendezvousMessages, LongListsAndReasonsAreCutToWhatALauncherTakes) {
+  Message r;
+  r.type = "round", r.round = 1, r.nnodes = 4000, r.node_rank = 3999, r.nproc = 8, r.world = 32000;
+  r.master_addr = "10.0.0.1", r.port = 29500, r.name = std::string(kMaxName - 8, 'n');
+  for (int i = 0; i < 4000; ++i) r.members.push_back(std::string(kMaxName - 8, 'a' + i % 26));
+  r.reason = std::string(100000, 'x');
+  const std::string line = encode(r);
+  EXPECT_LE(line.size(), kMaxLine);
+  const Message back = decode(line);
+  EXPECT_EQ(back.members.size(), kMaxMembers);
+  EXPECT_LE(back.reason.size(), kMaxWhy);
+  EXPECT_EQ(back.name, r.name);
+  Message refuse;
+  refuse.type = "refuse", refuse.why = std::string(5000, 'y');
+  EXPECT_LE(decode(encode(refuse)).why.size(), kMaxWhy);
 }
 
 TEST(RendezvousMessages, WhatAPeerSendsIsCheckedBeforeItIsTaken) {

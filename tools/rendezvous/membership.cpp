@@ -74,19 +74,17 @@ std::vector<Outgoing> Membership::receive(int id, const Message& m, double now) 
     drop(id, "said hello twice", now, out);
   } else if (m.type == "ready") {
     n.port = m.port;
-    const bool was_running = phase_ == Phase::Running && n.active && !n.ready;
-    n.ready = true;
-    if (was_running) {  // its workers ended without a word: as a failure
+    if (phase_ == Phase::Running && n.active && !n.ready) {  // its workers ended without a word: as a failure
       if (failed_node_ < 0) failed_node_ = id;
-      begin_stop("the workers of " + n.name + " stopped", out);
-    } else if (phase_ == Phase::Stopping && all_active_ready()) {
-      after_stop(now, out);
-    } else if (phase_ == Phase::Gathering) {
-      try_form(now, out);
+      begin_stop("the workers of " + n.name + " stopped", out);  // marks every active node not ready
     }
+    n.ready = true;
+    if (phase_ == Phase::Stopping && all_active_ready())
+      after_stop(now, out);
+    else if (phase_ == Phase::Gathering)
+      try_form(now, out);
   } else if (m.type == "committed") {
     if (phase_ == Phase::Running && n.active) {
-      committed_step_ = m.step;
       int active = 0;
       std::vector<int> waiting;
       for (const auto& [j, k] : nodes_) {
@@ -126,9 +124,17 @@ std::vector<Outgoing> Membership::receive(int id, const Message& m, double now) 
 std::vector<Outgoing> Membership::hello(int id, const Message& m, double now) {
   std::vector<Outgoing> out;
   Message r = make("refuse");
+  // One job, one set of rules: every launcher's must be the rendezvous's.
   if (m.min_nodes != o_.min_nodes || m.max_nodes != o_.max_nodes)
     r.why = "--nnodes " + std::to_string(m.min_nodes) + ":" + std::to_string(m.max_nodes) + " differs from the job's " +
             std::to_string(o_.min_nodes) + ":" + std::to_string(o_.max_nodes);
+  else if (m.max_restarts != o_.max_restarts)
+    r.why = "--max-restarts " + std::to_string(m.max_restarts) + " differs from the rendezvous's " +
+            std::to_string(o_.max_restarts);
+  else if (m.grow_now != o_.grow_now)
+    r.why = std::string("--elastic-grow ") + (m.grow_now ? "now" : "checkpoint") + " differs from the rendezvous's";
+  else if (!job_.empty() && m.job != job_)
+    r.why = "its job (the worker's arguments and job file) differs from the one the other nodes run";
   for (const auto& [j, k] : nodes_)
     if (r.why.empty() && k.nproc != m.nproc)
       r.why = "--nproc-per-node " + std::to_string(m.nproc) + " differs from the job's " + std::to_string(k.nproc) +
@@ -143,6 +149,7 @@ std::vector<Outgoing> Membership::hello(int id, const Message& m, double now) {
     log_.push_back("refused " + m.name + ": " + r.why);
     return out;
   }
+  if (job_.empty()) job_ = m.job;
   Node n;
   n.name = m.name;
   for (int k = 2; std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.second.name == n.name; }); ++k)
@@ -306,7 +313,7 @@ void Membership::form(std::vector<int> picked, std::vector<Outgoing>& out) {
     n.active = true, n.ready = false, n.done = false, n.node_rank = static_cast<int>(i);
     Message r = make("round");
     r.round = round_, r.node_rank = static_cast<int>(i), r.nnodes = static_cast<int>(picked.size());
-    r.nproc = nproc, r.world = world_, r.master_addr = master.addr, r.port = master.port;
+    r.nproc = nproc, r.world = world_, r.master_addr = master.addr, r.port = master.port, r.name = n.name;
     r.members = members, r.reason = reason, r.previous_world = previous;
     out.push_back({picked[i], r});
   }
@@ -316,7 +323,6 @@ void Membership::form(std::vector<int> picked, std::vector<Outgoing>& out) {
   failed_node_ = -1;
   lost_since_stop_ = false;
   lost_reason_.clear();
-  committed_step_ = -1;
   settle_since_ = -1;
   gather_since_ = -1;
   phase_ = Phase::Running;

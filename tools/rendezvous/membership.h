@@ -9,7 +9,8 @@
 // node is lost (its connection closed, or silent past keepalive_s), when one
 // reports its workers failed, or when a node waits to join: at the next
 // committed checkpoint, or at once with grow_now. Failures with no change of
-// membership count against the failing node's --max-restarts; past them the
+// membership count against the node whose workers failed first, up to the
+// rendezvous's --max-restarts (every node's must be the same); past them the
 // node leaves the job. Fewer than MIN ready for join_timeout_s ends the job,
 // naming the nodes present.
 #pragma once
@@ -53,6 +54,11 @@ class Membership {
   // Time passing: keepalives, settle and join timeouts. Call at least every second.
   std::vector<Outgoing> tick(double now);
 
+  // The server closed the connection: nothing of it is kept (ids are not reused).
+  void forget(int id) {
+    closed_.erase(id);
+    addresses_.erase(id);
+  }
   // Set once the job has ended: 0 finished, 1 refused. The server then exits.
   std::optional<int> ended() const { return ended_; }
   // Connections to close (lost, refused, or left after too many failures).
@@ -96,7 +102,7 @@ class Membership {
   double settle_since_ = -1;      // when MIN were first ready
   bool lost_since_stop_ = false;  // a node left while the round stopped
   int failed_node_ = -1;          // the first to report failed workers this round
-  int64_t committed_step_ = -1;
+  std::string job_;               // the first node's job digest: every other's must match
   std::string stop_reason_;
   std::string lost_reason_;       // the first active node lost since the stop, as the round's reason
   long next_seq_ = 0;

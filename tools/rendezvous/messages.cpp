@@ -1,5 +1,6 @@
 #include "messages.h"
 
+#include <algorithm>
 #include <climits>
 
 namespace smp::rdzv {
@@ -40,26 +41,34 @@ std::string text_field(const json& j, const char* key, size_t max, bool required
 
 }  // namespace
 
+// A reason is bounded as decode bounds it: the rest is cut, not the message.
+std::string bounded(const std::string& why) {
+  return why.size() <= kMaxWhy ? why : why.substr(0, kMaxWhy - 4) + " ...";
+}
+
 std::string encode(const Message& m) {
   json j = {{"t", m.type}};
   if (m.type == "hello")
-    j.update({{"name", m.name}, {"nproc", m.nproc}, {"port", m.port}, {"min", m.min_nodes}, {"max", m.max_nodes}});
+    j.update({{"name", m.name}, {"nproc", m.nproc}, {"port", m.port}, {"min", m.min_nodes}, {"max", m.max_nodes},
+              {"restarts", m.max_restarts}, {"grow", m.grow_now ? "now" : "checkpoint"}, {"job", m.job}});
   else if (m.type == "ready")
     j["port"] = m.port;
   else if (m.type == "committed")
     j["step"] = m.step;
   else if (m.type == "failed")
-    j.update({{"round", m.round}, {"why", m.why}});
+    j.update({{"round", m.round}, {"why", bounded(m.why)}});
   else if (m.type == "done")
     j["round"] = m.round;
   else if (m.type == "round")
     j.update({{"round", m.round}, {"node_rank", m.node_rank}, {"nnodes", m.nnodes}, {"nproc", m.nproc},
-              {"world", m.world}, {"master_addr", m.master_addr}, {"port", m.port}, {"members", m.members},
-              {"reason", m.reason}, {"previous_world", m.previous_world}});
+              {"world", m.world}, {"master_addr", m.master_addr}, {"port", m.port}, {"name", m.name},
+              {"members", std::vector<std::string>(m.members.begin(),
+                                                   m.members.begin() + std::min(m.members.size(), kMaxMembers))},
+              {"reason", bounded(m.reason)}, {"previous_world", m.previous_world}});
   else if (m.type == "stop")
-    j.update({{"round", m.round}, {"why", m.why}});
+    j.update({{"round", m.round}, {"why", bounded(m.why)}});
   else if (m.type == "refuse")
-    j["why"] = m.why;
+    j["why"] = bounded(m.why);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -79,6 +88,12 @@ Message decode(const std::string& line) {
     m.port = int_field(j, "port", 1, kPortMax);
     m.min_nodes = int_field(j, "min", 1, kMaxNodes);
     m.max_nodes = int_field(j, "max", 1, kMaxNodes);
+    m.max_restarts = int_field(j, "restarts", 0, 1000000);
+    const std::string grow = text_field(j, "grow", 16);
+    if (grow != "now" && grow != "checkpoint") throw Refused("\"grow\": expected \"now\" or \"checkpoint\"");
+    m.grow_now = grow == "now";
+    m.job = text_field(j, "job", 64);
+    if (m.name.size() > kMaxName - 8) throw Refused("\"name\": longer than " + std::to_string(kMaxName - 8) + " bytes");
   } else if (t == "ready") {
     m.port = int_field(j, "port", 1, kPortMax);
   } else if (t == "committed") {
@@ -102,9 +117,10 @@ Message decode(const std::string& line) {
     m.port = int_field(j, "port", 1, kPortMax);
     m.reason = text_field(j, "reason", kMaxWhy, false);
     m.previous_world = int_field(j, "previous_world", 0, kIntMax);
+    m.name = text_field(j, "name", kMaxName);
     const json* members = field(j, "members");
-    if (!members || !members->is_array() || members->size() != static_cast<size_t>(m.nnodes))
-      throw Refused("\"members\": expected a name for each of the nnodes");
+    if (!members || !members->is_array() || members->size() > std::min<size_t>(m.nnodes, kMaxMembers))
+      throw Refused("\"members\": expected the names of the first nodes");
     for (const json& n : *members) {
       if (!n.is_string() || n.get<std::string>().size() > kMaxName) throw Refused("\"members\": expected names");
       m.members.push_back(n.get<std::string>());

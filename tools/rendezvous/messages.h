@@ -13,7 +13,8 @@
 namespace smp::rdzv {
 
 inline constexpr size_t kMaxLine = 4096;     // a message, newline excluded
-inline constexpr size_t kMaxName = 128;      // a node's name
+inline constexpr size_t kMaxName = 128;      // a node's name (a launcher's, at most kMaxName - 8: room for "#k")
+inline constexpr size_t kMaxMembers = 16;    // names a round message lists (for messages; the rest are counted)
 inline constexpr size_t kMaxWhy = 1024;      // a reason
 inline constexpr int kMaxNodes = 4096;       // --nnodes MAX
 
@@ -23,7 +24,8 @@ struct Refused : std::runtime_error {
 
 // One message. Which fields are set depends on `type`:
 //   launcher -> rendezvous:
-//     hello      name, nproc, port, min_nodes, max_nodes   (joins; ready at once)
+//     hello      name, nproc, port, min_nodes, max_nodes, max_restarts, grow_now, job
+//                                                          (joins; ready at once)
 //     ready      port                                     (its workers stopped)
 //     committed  step                                     (its rank 0 committed a checkpoint)
 //     failed     round, why                               (its workers failed)
@@ -31,7 +33,8 @@ struct Refused : std::runtime_error {
 //     ping
 //   rendezvous -> launcher:
 //     round      round, node_rank, nnodes, nproc, world, master_addr, port,
-//                members, reason, previous_world          (start the workers)
+//                name (this node's), members (the first kMaxMembers), reason,
+//                previous_world                           (start the workers)
 //     stop       round, why                               (stop them: the job re-forms)
 //     refuse     why                                      (end: the job cannot go on)
 //     finish                                              (the job finished)
@@ -39,7 +42,9 @@ struct Refused : std::runtime_error {
 struct Message {
   std::string type;
   std::string name, why, master_addr, reason;
-  int nproc = 0, port = 0, min_nodes = 0, max_nodes = 0;
+  int nproc = 0, port = 0, min_nodes = 0, max_nodes = 0, max_restarts = 0;
+  bool grow_now = false;
+  std::string job;  // what every node must agree on: a digest of its worker's arguments and job file
   int round = 0, node_rank = 0, nnodes = 0, world = 0, previous_world = 0;
   int64_t step = 0;
   std::vector<std::string> members;

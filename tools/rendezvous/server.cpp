@@ -7,9 +7,11 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -74,6 +76,10 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
   const int port = std::stoi(port_text);
   if (port < 1 || port > 65535) throw std::runtime_error("--rdzv-endpoint " + endpoint + ": the port is not in [1, 65535]");
   if (host.size() > 253) throw std::runtime_error("--rdzv-endpoint: the host name is longer than 253 characters");
+  // Every launcher could bind a wildcard: each would serve a rendezvous of its own.
+  if (host == "0.0.0.0" || host == "::" || host == "*")
+    throw std::runtime_error("--rdzv-endpoint " + endpoint + ": the address of the machine that serves the "
+                             "rendezvous, not a wildcard (every launcher could bind that one)");
   return {host, port};
 }
 
@@ -118,13 +124,22 @@ int serve(int listen_fd, const MembershipOptions& options) {
   std::map<int, Connection> conns;  // by id
   int next_id = 1;
   double last_ping = 0;
-  const size_t max_conns = static_cast<size_t>(2 * options.max_nodes + 16);
+  // A connection per node and some to spare, within the descriptors this
+  // process may open (raised to the hard limit: a job of thousands of nodes).
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  const size_t max_conns = std::min<size_t>(static_cast<size_t>(2 * options.max_nodes + 16),
+                                            files.rlim_cur > 64 ? static_cast<size_t>(files.rlim_cur - 32) : 32);
 
   auto close_conn = [&](int id) {
     auto it = conns.find(id);
     if (it == conns.end()) return;
     ::close(it->second.fd);
     conns.erase(it);
+    members.forget(id);  // ids are not reused: what the rules kept of it goes
   };
   auto deliver = [&](const std::vector<Outgoing>& out) {
     std::vector<int> failed;
@@ -168,7 +183,11 @@ int serve(int listen_fd, const MembershipOptions& options) {
         sockaddr_storage peer{};
         socklen_t len = sizeof peer;
         const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
+        if (fd < 0) {
+          // Out of descriptors: the connection waits in the backlog; not a busy loop.
+          if (errno == EMFILE || errno == ENFILE) ::poll(nullptr, 0, 100);
+          break;
+        }
         if (conns.size() >= max_conns) {  // bounded: a flood of connections is not held
           ::close(fd);
           continue;

@@ -395,7 +395,23 @@ void CheckpointWriter::run(const std::shared_ptr<Job>& job) {
 
   move_into_place(tmp, job->target, token_hex(o_.token));
   const fs::path parent = job->target.parent_path();
-  if (job->update_latest) {
+  // A later round of the job (an elastic re-formation, a restart) has
+  // committed already: this save of an earlier round, still running on a
+  // machine the job lost, is left where it is and `latest` stays.
+  int64_t later_round = -1;
+  if (job->update_latest && job->info.is_object() && job->info.contains("round")) {
+    try {
+      const std::string current = find_checkpoint(parent.string());
+      if (!current.empty()) later_round = read_manifest(current).value("round", int64_t{0});
+    } catch (const std::exception&) {
+      // an unreadable `latest` is replaced, as before
+    }
+  }
+  const int64_t my_round = job->info.is_object() ? job->info.value("round", int64_t{0}) : 0;
+  if (job->update_latest && later_round > my_round) {
+    spdlog::warn("checkpoint {}: round {} of the job has committed since; this save of round {} leaves `latest` "
+                 "as it is", job->target.string(), later_round, my_round);
+  } else if (job->update_latest) {
     write_file_atomic(parent / "latest", job->target.filename().string() + "\n");
     // smp-launch learns the step a restart would resume from (one short line: atomic on its pipe).
     int64_t step = step_of_folder(job->target.filename().string());

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 namespace smp {
@@ -147,7 +148,13 @@ nlohmann::json Checkpointing::info() const {
   nlohmann::json nodes = nlohmann::json::array();  // what tools need to name the tensors (smp-checkpoint export)
   for (const auto& n : model_.graph().nodes)
     nodes.push_back({{"name", n.name}, {"kind", n.kind}, {"config", nlohmann::json::parse(n.config_json)}});
+  // The launch's round (smp-launch's restart or re-formation count): a
+  // commit of an earlier round, still running on a machine the job lost,
+  // does not move `latest` back past a later round's (checkpoint.cpp).
+  const char* restarts = std::getenv("SMP_RESTART_COUNT");
+  const int64_t round = restarts && *restarts ? std::atoll(restarts) : 0;
   return {{"step", state_.steps()},
+          {"round", round},
           {"graph", nodes},
           {"adapter", {{"name", model_.adapter().name()}, {"plugin", model_.adapter().plugin()}, {"version", version}}},
           {"model", job_.model},

@@ -31,14 +31,6 @@ namespace {
 // the ranks wrote; a part larger than this is not a part of this run.
 constexpr int64_t kMaxPartBytes = int64_t{1} << 40;
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return *end == '\0' && x > 0 && x <= kMaxLocalWorldSize ? static_cast<int>(x) : fallback;
-}
-
 // A machine's name as a folder name.
 std::string machine_name() {
   std::string name;
@@ -84,7 +76,9 @@ std::map<int64_t, nlohmann::json> held(const std::string& node_dir) {
   if (!fs::is_directory(node_dir, ec)) return out;
   for (const auto& d : fs::directory_iterator(node_dir, ec)) {
     const std::string name = d.path().filename().string();
-    if (name.size() != 13 || name.rfind("step-", 0) != 0 || !fs::exists(d.path() / "manifest.json")) continue;
+    if (name.size() < 13 || name.size() > 24 || name.rfind("step-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos || !fs::exists(d.path() / "manifest.json"))
+      continue;
     const int64_t step = std::atoll(name.c_str() + 5);
     nlohmann::json files = nlohmann::json::array();
     for (const auto& f : fs::directory_iterator(d.path(), ec))
@@ -106,13 +100,29 @@ std::map<int64_t, nlohmann::json> held(const std::string& node_dir) {
 
 MemorySnapshot::MemorySnapshot(const JobConfig& job, Communicator& world, const std::string& checkpoint_dir)
     : world_(world), node_(machine_name()) {
-  local_size_ = env_int("LOCAL_WORLD_SIZE", 1);
-  local_rank_ = std::min(env_int("LOCAL_RANK", 0), local_size_ - 1);
+  // Where this rank sits on its machine, as the launcher (smp-launch, srun,
+  // mpirun) says it; the next machine's counterpart is local_size_ ranks on.
+  try {
+    const ProcessEnv env = ProcessEnv::from_environment();
+    local_size_ = std::max(1, env.local_world_size);
+    local_rank_ = std::clamp(env.local_rank, 0, local_size_ - 1);
+  } catch (const std::exception&) {
+    local_size_ = 1, local_rank_ = 0;  // a malformed environment was refused where the job read it
+  }
   // The run by its checkpoint folder (the same string on every machine).
   const std::string run = fs::absolute(checkpoint_dir).lexically_normal().string();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(run));
   node_dir_ = (fs::path(job.run.snapshot_dir) / ("smp-snapshot-" + std::string(hash)) / node_).string();
+  // Snapshots serve the re-formations of one launch: a fresh start of the
+  // run (no restart, no re-formation) discards what an earlier launch left in
+  // this machine's memory, as it would have been lost with a reboot; the
+  // checkpoints on disk are what carries a run across launches.
+  const char* restarts = std::getenv("SMP_RESTART_COUNT");
+  if (local_rank_ == 0 && (!restarts || !*restarts || std::string(restarts) == "0")) {
+    boost::system::error_code ec;
+    fs::remove_all(node_dir_, ec);
+  }
 }
 
 std::vector<std::string> MemorySnapshot::allgather_text(const std::string& mine) {
@@ -165,12 +175,18 @@ void MemorySnapshot::save(int64_t step, const std::vector<StateEntry>& entries, 
     fs::remove_all(done);
     fs::rename(folder, done);
     // The newest keep_ stay: memory is what a machine has least of.
-    std::vector<fs::path> old;
-    for (const auto& d : fs::directory_iterator(node_dir_))
-      if (d.path().filename().string().rfind("step-", 0) == 0) old.push_back(d.path());
+    std::vector<std::pair<int64_t, fs::path>> old;  // by step (names past 10^8 steps are longer)
+    for (const auto& d : fs::directory_iterator(node_dir_)) {
+      const std::string name = d.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos)
+        old.emplace_back(std::atoll(name.c_str() + 5), d.path());
+    }
     std::sort(old.begin(), old.end());
-    for (size_t i = 0; i + keep_ < old.size(); ++i) fs::remove_all(old[i]);
+    for (size_t i = 0; i + keep_ < old.size(); ++i) fs::remove_all(old[i].second);
   }
+  // Whole on every machine before smp-launch hears of it: it may re-form the
+  // job at this snapshot at once.
+  world_.barrier();
   if (rank == 0) notify_launcher("committed " + std::to_string(step));
 }
 
