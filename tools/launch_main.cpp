@@ -66,21 +66,22 @@ const std::vector<std::pair<std::string, bool>> kOwnOptions = {
 
 // --nnodes: N, or MIN:MAX (elastic). Throws naming the option.
 void parse_nnodes(const std::string& text, smp::launch::LaunchOptions& o) {
-  auto number = [&](const std::string& t) {
+  auto number = [&](const std::string& t, int most) {
     if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string::npos)
       throw std::runtime_error("--nnodes " + text + ": expected N or MIN:MAX (numbers of nodes)");
     const int n = std::stoi(t);
-    if (n < 1 || n > 4096) throw std::runtime_error("--nnodes " + text + ": a number of nodes in [1, 4096]");
+    if (n < 1 || n > most)
+      throw std::runtime_error("--nnodes " + text + ": a number of nodes in [1, " + std::to_string(most) + "]");
     return n;
   };
   const auto colon = text.find(':');
   if (colon == std::string::npos) {
-    o.nnodes = number(text);
+    o.nnodes = number(text, smp::kMaxWorldSize);
     return;
   }
   o.elastic = true;
-  o.min_nodes = number(text.substr(0, colon));
-  o.max_nodes = number(text.substr(colon + 1));
+  o.min_nodes = number(text.substr(0, colon), smp::rdzv::kMaxNodes);  // an elastic job's nodes meet at one rendezvous
+  o.max_nodes = number(text.substr(colon + 1), smp::rdzv::kMaxNodes);
   if (o.min_nodes > o.max_nodes) throw std::runtime_error("--nnodes " + text + ": MIN is above MAX");
   o.nnodes = o.max_nodes;
 }

@@ -22,7 +22,7 @@ namespace {
 
 const std::vector<std::string> kHarnesses = {"safetensors", "manifest",      "indexed_dataset", "epoch_index",      "bpe_json",
                                              "bpe_merges",  "tokenizer_export", "sentencepiece", "config", "cluster",          "plugin_descriptor", "hf_folder",
-                                             "elf_header"};
+                                             "elf_header",  "rendezvous"};
 
 std::vector<fs::path> inputs(const std::string& folder) {
   std::vector<fs::path> out;

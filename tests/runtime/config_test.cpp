@@ -321,7 +321,7 @@ TEST(ConfigTest, TheTypedDefaultsAreTheSchemas) {
   SMP_CONFIG_TABLES(SMP_CHECK_TABLE)
 #undef SMP_CHECK_TABLE
 #undef SMP_CHECK_FIELD
-  EXPECT_EQ(fields, 71);  // every key of the reference
+  EXPECT_EQ(fields, 73);  // every key of the reference
   EXPECT_EQ(smp::Config::reference().find("parallel.sequence_parallel"), std::string::npos);
 }
 
