@@ -283,7 +283,8 @@ std::vector<std::string> elastic_layout(int world, const std::vector<std::string
 
 std::string job_digest(const std::vector<std::string>& worker_args) {
   const JobArgs j = job_args(worker_args);
-  std::string text = j.plugin;
+  // The plugin by its file name: installs may differ in where they put it.
+  std::string text = j.plugin.substr(j.plugin.rfind('/') + 1);
   for (const auto& set : j.sets) text += '\n' + set;
   if (!j.config.empty()) {
     try {
@@ -292,10 +293,6 @@ std::string job_digest(const std::vector<std::string>& worker_args) {
       text += "\n(unreadable)";  // the worker reports it
     }
   }
-  const size_t slash = text.find('\n');
-  // The plugin by its file name: installs may differ in where they put it.
-  std::string plugin = j.plugin.substr(j.plugin.rfind('/') + 1);
-  text = plugin + (slash == std::string::npos ? "" : text.substr(slash));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(text));
   return hex;
